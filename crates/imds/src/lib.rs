@@ -1,0 +1,1 @@
+//! Azure IMDS Scheduled Events.

@@ -1,0 +1,15 @@
+//! # spot-worker
+//!
+//! Queue workers for Azure Spot VMs and scale sets that drain cleanly on a
+//! 30-second eviction notice.
+//!
+//! This crate is the facade users depend on; each part lives in its own crate
+//! and is re-exported here:
+//!
+//! - [`imds`]: the Scheduled Events client, watcher and shutdown policy.
+//! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
+
+pub use spot_worker_imds as imds;
+
+#[cfg(feature = "emulator")]
+pub use spot_worker_imds_emulator as emulator;
