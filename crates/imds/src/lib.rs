@@ -1,1 +1,35 @@
-//! Azure IMDS Scheduled Events.
+//! Azure IMDS Scheduled Events for workers that must leave gracefully.
+//!
+//! Azure announces what is about to happen to a VM (a Spot eviction, a
+//! scale-in, a reboot, a live-migration pause) through the Scheduled Events
+//! endpoint of the Instance Metadata Service. This crate reads it:
+//!
+//! - [`model`]: the document, typed, tolerant of values Azure adds later;
+//! - [`ImdsClient`]: fetches documents, learns this VM's name, approves events;
+//! - [`diff`]: turns two documents into [`Transition`]s (scheduled, started,
+//!   updated, completed, cancelled);
+//! - [`Watcher`]: polls forever, survives IMDS errors, reports its health;
+//! - [`ShutdownPolicy`] / [`ShutdownSignal`]: which transitions mean "drain
+//!   now", as a `CancellationToken` plus a deadline taken from `NotBefore`.
+//!
+//! It knows nothing about queues or storage: anything that must stop in time
+//! can hold a [`ShutdownSignal`].
+
+mod client;
+mod error;
+pub mod model;
+mod policy;
+mod transition;
+mod watcher;
+
+pub use client::{
+    Approval, ApprovalScope, DEFAULT_ENDPOINT, ENDPOINT_ENV, INSTANCE_API_VERSION, ImdsClient,
+    ImdsConfig, MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
+};
+pub use error::ImdsError;
+pub use model::{
+    EventId, EventSource, EventStatus, EventType, NotBefore, ScheduledEvent, ScheduledEvents,
+};
+pub use policy::{FreezePolicy, Notice, ShutdownPolicy, ShutdownSignal, deadline_for};
+pub use transition::{Transition, TransitionKind, diff};
+pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth};

@@ -1,0 +1,517 @@
+//! Deciding which events mean "drain now", and by when.
+//!
+//! A [`ShutdownPolicy`] picks the transitions that should stop this worker; a
+//! [`ShutdownSignal`] is what the rest of the program holds: a
+//! [`CancellationToken`] cancelled on the first such transition, plus a
+//! [`Notice`] whose deadline is the instant `NotBefore` names, mapped onto the
+//! monotonic clock so that a wall-clock jump cannot move it.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{EventId, EventStatus, EventType, NotBefore, ScheduledEvent};
+use crate::transition::{Transition, TransitionKind};
+
+/// How `Freeze` events (a VM paused for live migration or a host update) are
+/// treated. A short pause is harmless; a long one can outlive message leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreezePolicy {
+    /// Never drain for a freeze.
+    Ignore,
+    /// Drain when the announced pause is longer than this, or unknown (`-1`).
+    LongerThan(Duration),
+    /// Always drain.
+    Always,
+}
+
+/// Which events concerning this VM trigger a shutdown.
+///
+/// The default drains on `Preempt`, `Terminate`, `Reboot` and `Redeploy`, and
+/// on a `Freeze` longer than 30 seconds or of unknown length. Events that do
+/// not list this VM never trigger.
+///
+/// ```
+/// use std::time::Duration;
+/// use spot_worker_imds::{EventType, FreezePolicy, ShutdownPolicy};
+///
+/// let policy = ShutdownPolicy::default()
+///     .ignore(EventType::Reboot)
+///     .freeze(FreezePolicy::LongerThan(Duration::from_secs(10)));
+/// assert!(policy.drains_on(&EventType::Preempt));
+/// assert!(!policy.drains_on(&EventType::Reboot));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownPolicy {
+    types: HashSet<EventType>,
+    freeze: FreezePolicy,
+}
+
+impl Default for ShutdownPolicy {
+    fn default() -> Self {
+        ShutdownPolicy {
+            types: [
+                EventType::Preempt,
+                EventType::Terminate,
+                EventType::Reboot,
+                EventType::Redeploy,
+            ]
+            .into_iter()
+            .collect(),
+            freeze: FreezePolicy::LongerThan(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl ShutdownPolicy {
+    /// Also drain on this type (for example an `EventType::Unknown` that
+    /// Azure introduces later).
+    pub fn drain_on(mut self, event_type: EventType) -> Self {
+        self.types.insert(event_type);
+        self
+    }
+
+    /// Do not drain on this type.
+    pub fn ignore(mut self, event_type: EventType) -> Self {
+        self.types.remove(&event_type);
+        self
+    }
+
+    /// How to treat `Freeze`.
+    pub fn freeze(mut self, freeze: FreezePolicy) -> Self {
+        self.freeze = freeze;
+        self
+    }
+
+    /// Whether events of this type drain (before any `Freeze` threshold).
+    pub fn drains_on(&self, event_type: &EventType) -> bool {
+        match event_type {
+            EventType::Freeze => self.freeze != FreezePolicy::Ignore,
+            other => self.types.contains(other),
+        }
+    }
+
+    /// Whether this event, assuming it concerns this VM, should drain it.
+    pub fn triggers(&self, event: &ScheduledEvent) -> bool {
+        match (&event.event_type, self.freeze) {
+            (EventType::Freeze, FreezePolicy::Ignore) => false,
+            (EventType::Freeze, FreezePolicy::Always) => true,
+            (EventType::Freeze, FreezePolicy::LongerThan(threshold)) => {
+                event.duration().is_none_or(|d| d > threshold)
+            }
+            (other, _) => self.types.contains(other),
+        }
+    }
+}
+
+/// Why and by when this worker must be drained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The event that triggered (the one with the earliest deadline if
+    /// several did).
+    pub event_id: EventId,
+    /// Its type.
+    pub event_type: EventType,
+    /// Its status when last seen.
+    pub status: EventStatus,
+    /// Its `NotBefore`, when it has one.
+    pub not_before: Option<OffsetDateTime>,
+    /// The instant the impact may begin: `NotBefore` on the monotonic clock;
+    /// now for a started event; first sighting plus the type's minimum notice
+    /// when `NotBefore` is missing or unreadable.
+    pub deadline: Instant,
+    /// When the watcher first saw the event.
+    pub first_seen: SystemTime,
+    /// Set when every triggering event was cancelled by Azure before it
+    /// started. The token stays cancelled (tokens cannot be reset); what to
+    /// do about a withdrawn notice is the application's choice.
+    pub withdrawn: bool,
+}
+
+/// What the application holds to learn that it must drain.
+///
+/// Cheap to clone; every clone sees the same token and notice.
+#[derive(Debug, Clone)]
+pub struct ShutdownSignal {
+    token: CancellationToken,
+    notice: watch::Receiver<Option<Notice>>,
+}
+
+impl ShutdownSignal {
+    /// The token cancelled when a triggering event is first seen.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Resolves once a shutdown has been triggered.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await
+    }
+
+    /// The current notice, if a shutdown has been triggered.
+    pub fn notice(&self) -> Option<Notice> {
+        self.notice.borrow().clone()
+    }
+
+    /// The deadline of the current notice.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.notice.borrow().as_ref().map(|n| n.deadline)
+    }
+
+    /// Resolves when the notice changes (a new deadline, a start, a
+    /// withdrawal). Returns `false` once the watcher is gone.
+    pub async fn changed(&mut self) -> bool {
+        self.notice.changed().await.is_ok()
+    }
+
+    /// Resolves when the deadline of the current notice is reached, following
+    /// updates (a deadline moved earlier by an approval is honoured). Pending
+    /// forever while no shutdown has been triggered.
+    pub async fn deadline_reached(&self) {
+        let mut notice = self.notice.clone();
+        loop {
+            let deadline = notice.borrow_and_update().as_ref().map(|n| n.deadline);
+            let wait_deadline = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = wait_deadline => return,
+                changed = notice.changed() => {
+                    if changed.is_err() {
+                        // The watcher is gone; no update can come, so wait
+                        // out the last known deadline.
+                        if let Some(at) = deadline {
+                            tokio::time::sleep_until(at).await;
+                        }
+                        return std::future::pending().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The half of a [`ShutdownSignal`] the watcher feeds with transitions.
+#[derive(Debug)]
+pub(crate) struct ShutdownTrigger {
+    policy: ShutdownPolicy,
+    token: CancellationToken,
+    notice: watch::Sender<Option<Notice>>,
+    /// Triggering events not yet gone, by id.
+    active: HashMap<EventId, Notice>,
+}
+
+impl ShutdownTrigger {
+    /// A trigger and the signal it drives. `token` lets the application tie
+    /// this to its own token (for example one also cancelled on SIGTERM).
+    pub(crate) fn new(
+        policy: ShutdownPolicy,
+        token: CancellationToken,
+    ) -> (ShutdownTrigger, ShutdownSignal) {
+        let (notice, receiver) = watch::channel(None);
+        let signal = ShutdownSignal {
+            token: token.clone(),
+            notice: receiver,
+        };
+        let trigger = ShutdownTrigger {
+            policy,
+            token,
+            notice,
+            active: HashMap::new(),
+        };
+        (trigger, signal)
+    }
+
+    /// Applies one transition; `now` is the monotonic instant matching
+    /// `transition.observed_at`.
+    pub(crate) fn observe(&mut self, transition: &Transition, now: Instant) {
+        if !transition.concerns_this_vm {
+            return;
+        }
+        let event = &transition.event;
+        match transition.kind {
+            TransitionKind::Scheduled | TransitionKind::Started | TransitionKind::Updated => {
+                if !self.policy.triggers(event) {
+                    // An update can also make an event stop qualifying (a
+                    // shorter freeze); it no longer sets the deadline.
+                    self.active.remove(&event.id);
+                    return;
+                }
+                let first_seen = self
+                    .active
+                    .get(&event.id)
+                    .map_or(transition.observed_at, |n| n.first_seen);
+                let deadline = deadline_for(event, transition.observed_at, now, first_seen);
+                self.active.insert(
+                    event.id.clone(),
+                    Notice {
+                        event_id: event.id.clone(),
+                        event_type: event.event_type.clone(),
+                        status: event.status.clone(),
+                        not_before: event.not_before.instant(),
+                        deadline,
+                        first_seen,
+                        withdrawn: false,
+                    },
+                );
+                self.publish();
+                self.token.cancel();
+            }
+            TransitionKind::Completed => {
+                // The impact happened; keep the notice as it was.
+                self.active.remove(&event.id);
+            }
+            TransitionKind::Cancelled => {
+                if self.active.remove(&event.id).is_some() {
+                    if self.active.is_empty() {
+                        self.notice.send_modify(|notice| {
+                            if let Some(notice) = notice {
+                                notice.withdrawn = true;
+                            }
+                        });
+                    } else {
+                        self.publish();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes the earliest deadline among the active triggering events.
+    fn publish(&self) {
+        let earliest = self.active.values().min_by_key(|n| n.deadline).cloned();
+        if earliest.is_some() {
+            self.notice.send_replace(earliest);
+        }
+    }
+}
+
+/// The monotonic instant matching an event's `NotBefore`.
+///
+/// `wall_now` and `mono_now` are the same moment on the two clocks. A started
+/// event's deadline is now; a scheduled event without a usable `NotBefore`
+/// gets the type's minimum notice counted from `first_seen`.
+pub fn deadline_for(
+    event: &ScheduledEvent,
+    wall_now: SystemTime,
+    mono_now: Instant,
+    first_seen: SystemTime,
+) -> Instant {
+    let after_now = |at: SystemTime| mono_now + at.duration_since(wall_now).unwrap_or_default();
+    if event.status == EventStatus::Started {
+        return mono_now;
+    }
+    match &event.not_before {
+        NotBefore::At(at) => after_now((*at).into()),
+        NotBefore::Unset | NotBefore::Invalid(_) => {
+            after_now(first_seen + event.event_type.minimum_notice())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EventSource, ScheduledEvents};
+    use crate::transition::diff;
+
+    const VM: &str = "spotvmss_0";
+
+    fn event(event_type: EventType, not_before: NotBefore) -> ScheduledEvent {
+        ScheduledEvent {
+            id: "E1".into(),
+            event_type,
+            status: EventStatus::Scheduled,
+            resource_type: "VirtualMachine".into(),
+            resources: vec![VM.into()],
+            not_before,
+            description: String::new(),
+            source: Some(EventSource::Platform),
+            duration_in_seconds: Some(-1),
+        }
+    }
+
+    fn at(wall: SystemTime, secs: u64) -> NotBefore {
+        NotBefore::At((wall + Duration::from_secs(secs)).into())
+    }
+
+    /// Feeds `events` as one document at wall time `wall`.
+    fn feed(
+        trigger: &mut ShutdownTrigger,
+        previous: &[ScheduledEvent],
+        events: Vec<ScheduledEvent>,
+        wall: SystemTime,
+    ) {
+        let document = ScheduledEvents {
+            incarnation: 1,
+            events,
+        };
+        for transition in diff(previous, &document, VM, wall) {
+            trigger.observe(&transition, Instant::now());
+        }
+    }
+
+    fn whole_seconds(wall: SystemTime) -> SystemTime {
+        let secs = wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn preempt_deadline_is_not_before_on_the_monotonic_clock() {
+        let wall = whole_seconds(SystemTime::now());
+        let start = Instant::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        assert!(!signal.token().is_cancelled());
+
+        feed(
+            &mut trigger,
+            &[],
+            vec![event(EventType::Preempt, at(wall, 30))],
+            wall,
+        );
+
+        assert!(signal.token().is_cancelled());
+        let notice = signal.notice().unwrap();
+        assert_eq!(notice.deadline, start + Duration::from_secs(30));
+        assert_eq!(notice.event_type, EventType::Preempt);
+        assert!(!notice.withdrawn);
+
+        // The deadline fires exactly at NotBefore, not a moment before.
+        let reached = signal.deadline_reached();
+        tokio::pin!(reached);
+        tokio::time::advance(Duration::from_millis(29_999)).await;
+        assert!(futures_poll(&mut reached).is_pending());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(futures_poll(&mut reached).is_ready());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_moves_the_deadline_to_now() {
+        let wall = whole_seconds(SystemTime::now());
+        let start = Instant::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let scheduled = event(EventType::Terminate, at(wall, 300));
+        feed(&mut trigger, &[], vec![scheduled.clone()], wall);
+        assert_eq!(signal.deadline(), Some(start + Duration::from_secs(300)));
+
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let mut started = scheduled.clone();
+        started.status = EventStatus::Started;
+        started.not_before = NotBefore::Unset;
+        feed(
+            &mut trigger,
+            &[scheduled],
+            vec![started],
+            wall + Duration::from_secs(5),
+        );
+        let notice = signal.notice().unwrap();
+        assert_eq!(notice.deadline, start + Duration::from_secs(5));
+        assert_eq!(notice.status, EventStatus::Started);
+        assert_eq!(notice.first_seen, wall);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn missing_not_before_falls_back_to_the_minimum_notice() {
+        let wall = SystemTime::now();
+        let start = Instant::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        feed(
+            &mut trigger,
+            &[],
+            vec![event(EventType::Preempt, NotBefore::Invalid("soon".into()))],
+            wall,
+        );
+        assert_eq!(signal.deadline(), Some(start + Duration::from_secs(30)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_not_before_in_the_past_means_now() {
+        let wall = SystemTime::now();
+        let start = Instant::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let past = NotBefore::At((wall - Duration::from_secs(10)).into());
+        feed(
+            &mut trigger,
+            &[],
+            vec![event(EventType::Reboot, past)],
+            wall,
+        );
+        assert_eq!(signal.deadline(), Some(start));
+    }
+
+    #[tokio::test]
+    async fn cancellation_by_azure_is_observable() {
+        let wall = SystemTime::now();
+        let (mut trigger, mut signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let reboot = event(EventType::Reboot, at(wall, 900));
+        feed(&mut trigger, &[], vec![reboot.clone()], wall);
+        assert!(signal.changed().await);
+        assert!(!signal.notice().unwrap().withdrawn);
+
+        feed(&mut trigger, &[reboot], vec![], wall);
+        assert!(signal.changed().await);
+        assert!(signal.notice().unwrap().withdrawn);
+        assert!(signal.token().is_cancelled());
+    }
+
+    #[test]
+    fn freeze_drains_only_when_long_or_unknown() {
+        let policy = ShutdownPolicy::default();
+        let mut freeze = event(EventType::Freeze, NotBefore::Unset);
+        freeze.duration_in_seconds = Some(5);
+        assert!(!policy.triggers(&freeze));
+        freeze.duration_in_seconds = Some(31);
+        assert!(policy.triggers(&freeze));
+        freeze.duration_in_seconds = Some(-1);
+        assert!(policy.triggers(&freeze));
+        assert!(
+            !policy
+                .clone()
+                .freeze(FreezePolicy::Ignore)
+                .triggers(&freeze)
+        );
+        freeze.duration_in_seconds = Some(1);
+        assert!(policy.freeze(FreezePolicy::Always).triggers(&freeze));
+    }
+
+    #[test]
+    fn unknown_types_drain_only_when_asked() {
+        let novel = event(EventType::Unknown("Hibernate".into()), NotBefore::Unset);
+        assert!(!ShutdownPolicy::default().triggers(&novel));
+        let policy = ShutdownPolicy::default().drain_on(EventType::Unknown("Hibernate".into()));
+        assert!(policy.triggers(&novel));
+    }
+
+    #[test]
+    fn events_for_other_vms_never_trigger() {
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let mut other = event(EventType::Preempt, NotBefore::Unset);
+        other.resources = vec!["spotvmss_1".into()];
+        feed(&mut trigger, &[], vec![other], SystemTime::now());
+        assert!(!signal.token().is_cancelled());
+        assert!(signal.notice().is_none());
+    }
+
+    /// Polls a future once without a runtime waker dance.
+    fn futures_poll<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        std::pin::Pin::new(f).poll(&mut cx)
+    }
+}

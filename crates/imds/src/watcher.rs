@@ -1,0 +1,376 @@
+//! The polling loop: fetch, diff, tell, repeat, forever.
+//!
+//! The watcher must never stop: Scheduled Events is switched off for a VM that
+//! has not asked for 24 hours, and a watcher that died on one bad response
+//! would miss the eviction it exists for. Errors are logged, reported through
+//! [`WatcherHealth`], and retried with jittered exponential backoff capped low
+//! enough to still catch a 30-second Preempt notice.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::client::{ImdsClient, MIN_REQUEST_SPACING};
+use crate::error::ImdsError;
+use crate::model::{ScheduledEvent, ScheduledEvents};
+use crate::policy::{ShutdownPolicy, ShutdownSignal, ShutdownTrigger};
+use crate::transition::{Transition, diff};
+
+/// How the watcher polls.
+#[derive(Debug, Clone)]
+pub struct WatcherConfig {
+    /// Time between polls; IMDS recommends once a second. Never below
+    /// [`MIN_REQUEST_SPACING`] (IMDS allows 5 requests per second).
+    pub poll_interval: Duration,
+    /// Upper bound of the retry delay after errors. Keep it well under the
+    /// 30-second Preempt notice.
+    pub max_backoff: Duration,
+    /// This VM's name as it appears in `Resources`. `None` asks instance
+    /// metadata (`compute.name`) before the first poll.
+    pub vm_name: Option<String>,
+    /// Transitions buffered per subscriber before a slow one starts missing
+    /// them.
+    pub channel_capacity: usize,
+}
+
+impl Default for WatcherConfig {
+    fn default() -> Self {
+        WatcherConfig {
+            poll_interval: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(5),
+            vm_name: None,
+            channel_capacity: 256,
+        }
+    }
+}
+
+/// The watcher's own health, for readiness gates and operators.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatcherHealth {
+    /// This VM's name, once known.
+    pub vm_name: Option<String>,
+    /// When the last poll succeeded.
+    pub last_success: Option<Instant>,
+    /// Incarnation of the last document received.
+    pub incarnation: Option<u64>,
+    /// Successful polls so far.
+    pub polls: u64,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: u32,
+    /// The last error, rendered.
+    pub last_error: Option<String>,
+}
+
+impl WatcherHealth {
+    /// Healthy when this VM's name is known and a poll succeeded within
+    /// `max_age`.
+    pub fn is_healthy(&self, max_age: Duration) -> bool {
+        self.vm_name.is_some() && self.last_success.is_some_and(|at| at.elapsed() <= max_age)
+    }
+}
+
+/// A Scheduled Events watcher, configured but not yet running.
+///
+/// Attach shutdown signals and subscribers first, then [`spawn`](Self::spawn)
+/// it, so that not even the first document's transitions are missed.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), spot_worker_imds::ImdsError> {
+/// use spot_worker_imds::{ImdsClient, ImdsConfig, ShutdownPolicy, Watcher, WatcherConfig};
+///
+/// let client = ImdsClient::new(ImdsConfig::from_env())?;
+/// let mut watcher = Watcher::new(client, WatcherConfig::default());
+/// let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+/// let _running = watcher.spawn();
+///
+/// shutdown.cancelled().await;
+/// let notice = shutdown.notice().expect("cancelled by a notice");
+/// println!("{} {}: drain before {:?}", notice.event_type, notice.event_id, notice.deadline);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Watcher {
+    client: Arc<ImdsClient>,
+    config: WatcherConfig,
+    triggers: Vec<ShutdownTrigger>,
+    transitions: broadcast::Sender<Transition>,
+}
+
+impl Watcher {
+    /// A watcher polling through `client`.
+    pub fn new(client: ImdsClient, mut config: WatcherConfig) -> Self {
+        config.poll_interval = config.poll_interval.max(MIN_REQUEST_SPACING);
+        config.max_backoff = config.max_backoff.max(config.poll_interval);
+        let (transitions, _) = broadcast::channel(config.channel_capacity.max(1));
+        Watcher {
+            client: Arc::new(client),
+            config,
+            triggers: Vec::new(),
+            transitions,
+        }
+    }
+
+    /// A shutdown signal driven by `policy`, with a fresh token.
+    pub fn shutdown_on(&mut self, policy: ShutdownPolicy) -> ShutdownSignal {
+        self.shutdown_with_token(policy, CancellationToken::new())
+    }
+
+    /// A shutdown signal driven by `policy` that cancels `token` (for example
+    /// a child of the application's own shutdown token).
+    pub fn shutdown_with_token(
+        &mut self,
+        policy: ShutdownPolicy,
+        token: CancellationToken,
+    ) -> ShutdownSignal {
+        let (trigger, signal) = ShutdownTrigger::new(policy, token);
+        self.triggers.push(trigger);
+        signal
+    }
+
+    /// Every transition, for every VM. A subscriber that falls more than
+    /// `channel_capacity` behind gets `RecvError::Lagged` and can resync from
+    /// [`RunningWatcher::document`].
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.transitions.subscribe()
+    }
+
+    /// Starts polling on the current Tokio runtime. Polling stops when the
+    /// returned handle is dropped or [`RunningWatcher::stop`] is called.
+    pub fn spawn(self) -> RunningWatcher {
+        let stop = CancellationToken::new();
+        let refresh = Arc::new(Notify::new());
+        let (health_tx, health) = watch::channel(WatcherHealth {
+            vm_name: self.config.vm_name.clone(),
+            ..WatcherHealth::default()
+        });
+        let (document_tx, document) = watch::channel(None);
+        let transitions = self.transitions.clone();
+        let poller = Poller {
+            client: self.client,
+            config: self.config,
+            triggers: self.triggers,
+            transitions: self.transitions,
+            health: health_tx,
+            document: document_tx,
+            refresh: refresh.clone(),
+            stop: stop.clone(),
+        };
+        let task = tokio::spawn(poller.run());
+        RunningWatcher {
+            task,
+            refresh,
+            health,
+            document,
+            transitions,
+            _stop: stop.drop_guard(),
+        }
+    }
+}
+
+/// A running watcher. Dropping it stops the polling.
+#[derive(Debug)]
+pub struct RunningWatcher {
+    task: JoinHandle<()>,
+    refresh: Arc<Notify>,
+    health: watch::Receiver<WatcherHealth>,
+    document: watch::Receiver<Option<Arc<ScheduledEvents>>>,
+    transitions: broadcast::Sender<Transition>,
+    _stop: DropGuard,
+}
+
+impl RunningWatcher {
+    /// The watcher's health, updated after every attempt.
+    pub fn health(&self) -> watch::Receiver<WatcherHealth> {
+        self.health.clone()
+    }
+
+    /// The last document received.
+    pub fn document(&self) -> watch::Receiver<Option<Arc<ScheduledEvents>>> {
+        self.document.clone()
+    }
+
+    /// Transitions from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.transitions.subscribe()
+    }
+
+    /// Polls now instead of at the next tick (still within the rate limit).
+    pub fn refresh(&self) {
+        self.refresh.notify_one();
+    }
+
+    /// Stops polling and waits for the loop to end.
+    pub async fn stop(self) {
+        let RunningWatcher { task, _stop, .. } = self;
+        drop(_stop);
+        // The task only ends by cancellation; a JoinError carries nothing.
+        let _ = task.await;
+    }
+}
+
+/// The state of the polling loop.
+struct Poller {
+    client: Arc<ImdsClient>,
+    config: WatcherConfig,
+    triggers: Vec<ShutdownTrigger>,
+    transitions: broadcast::Sender<Transition>,
+    health: watch::Sender<WatcherHealth>,
+    document: watch::Sender<Option<Arc<ScheduledEvents>>>,
+    refresh: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+impl Poller {
+    async fn run(mut self) {
+        let Some(vm_name) = self.resolve_vm_name().await else {
+            return;
+        };
+        let mut previous: Option<Arc<ScheduledEvents>> = None;
+        let mut failures = 0u32;
+        loop {
+            let started = Instant::now();
+            let next = match self.client.scheduled_events().await {
+                Ok(document) => {
+                    failures = 0;
+                    previous = Some(self.accept(document, previous, &vm_name));
+                    started + self.config.poll_interval
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let delay = self.backoff(failures);
+                    self.report_failure(&error, failures, delay);
+                    Instant::now() + delay
+                }
+            };
+            if !self.wait_until(next).await {
+                return;
+            }
+        }
+    }
+
+    /// Learns this VM's name, retrying until it succeeds or the watcher is
+    /// stopped: without it no event can be classified as ours.
+    async fn resolve_vm_name(&self) -> Option<String> {
+        if let Some(name) = &self.config.vm_name {
+            return Some(name.clone());
+        }
+        let mut failures = 0u32;
+        loop {
+            match self.client.vm_name().await {
+                Ok(name) => {
+                    tracing::info!(vm_name = %name, "identified this VM from instance metadata");
+                    self.health.send_modify(|h| {
+                        h.vm_name = Some(name.clone());
+                        h.last_error = None;
+                        h.consecutive_failures = 0;
+                    });
+                    return Some(name);
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let delay = self.backoff(failures);
+                    self.report_failure(&error, failures, delay);
+                    if !self.wait_until(Instant::now() + delay).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records a document and hands its transitions to the triggers first
+    /// (the latency-critical path) and then to subscribers.
+    fn accept(
+        &mut self,
+        document: ScheduledEvents,
+        previous: Option<Arc<ScheduledEvents>>,
+        vm_name: &str,
+    ) -> Arc<ScheduledEvents> {
+        let incarnation = document.incarnation;
+        self.health.send_modify(|h| {
+            h.last_success = Some(Instant::now());
+            h.incarnation = Some(incarnation);
+            h.polls += 1;
+            h.consecutive_failures = 0;
+            h.last_error = None;
+        });
+        if let Some(previous) = &previous
+            && previous.incarnation == incarnation
+        {
+            // Same incarnation, same events: nothing to diff.
+            return previous.clone();
+        }
+        let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
+        let now = Instant::now();
+        let changes = diff(before, &document, vm_name, SystemTime::now());
+        for transition in &changes {
+            for trigger in &mut self.triggers {
+                trigger.observe(transition, now);
+            }
+        }
+        let document = Arc::new(document);
+        self.document.send_replace(Some(document.clone()));
+        for transition in changes {
+            log_transition(&transition);
+            // No subscribers is fine: the triggers already saw it.
+            let _ = self.transitions.send(transition);
+        }
+        document
+    }
+
+    fn report_failure(&self, error: &ImdsError, failures: u32, retry_in: Duration) {
+        tracing::warn!(
+            error = %error,
+            consecutive_failures = failures,
+            retry_in_ms = retry_in.as_millis() as u64,
+            "Scheduled Events poll failed; retrying"
+        );
+        self.health.send_modify(|h| {
+            h.consecutive_failures = failures;
+            h.last_error = Some(error.to_string());
+        });
+    }
+
+    /// Jittered exponential backoff from the poll interval up to the cap.
+    fn backoff(&self, failures: u32) -> Duration {
+        let base = self.config.poll_interval;
+        let exponent = failures.saturating_sub(1).min(16);
+        let ceiling = base
+            .saturating_mul(1 << exponent)
+            .min(self.config.max_backoff);
+        // Full jitter over the upper half keeps VMs of a scale set from
+        // retrying in lockstep while never retrying faster than the interval.
+        let low = (ceiling / 2).max(base.min(ceiling));
+        if low >= ceiling {
+            return ceiling;
+        }
+        rand::rng().random_range(low..=ceiling)
+    }
+
+    /// Sleeps until `at`, or less if a refresh is asked for. `false` when the
+    /// watcher was stopped.
+    async fn wait_until(&self, at: Instant) -> bool {
+        tokio::select! {
+            () = self.stop.cancelled() => false,
+            () = tokio::time::sleep_until(at) => true,
+            () = self.refresh.notified() => true,
+        }
+    }
+}
+
+fn log_transition(t: &Transition) {
+    tracing::info!(
+        transition = t.kind.as_str(),
+        event_id = %t.event.id,
+        event_type = %t.event.event_type,
+        event_status = %t.event.status,
+        concerns_this_vm = t.concerns_this_vm,
+        incarnation = t.incarnation,
+        "scheduled event"
+    );
+}
