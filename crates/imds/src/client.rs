@@ -230,8 +230,34 @@ impl ImdsClient {
         Ok(Approval::Approved)
     }
 
-    /// One request: paced, bounded in time and size, status mapped to errors.
+    /// One request, retried a few times if IMDS throttles it: other
+    /// processes on the VM share the 5 requests per second.
     async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, ImdsError> {
+        const THROTTLE_RETRIES: u32 = 3;
+        let mut attempt = 0;
+        loop {
+            match self
+                .send_once(method.clone(), url.clone(), body.clone(), timeout)
+                .await
+            {
+                Err(ImdsError::Throttled) if attempt < THROTTLE_RETRIES => {
+                    attempt += 1;
+                    // The limit is a one-second window: by then it has room.
+                    tokio::time::sleep(Duration::from_millis(400) * attempt).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One request: paced, bounded in time and size, status mapped to errors.
+    async fn send_once(
         &self,
         method: Method,
         url: Url,

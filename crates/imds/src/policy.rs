@@ -126,6 +126,9 @@ pub struct Notice {
     pub deadline: Instant,
     /// When the watcher first saw the event.
     pub first_seen: SystemTime,
+    /// `DocumentIncarnation` of the document this notice was last updated
+    /// from.
+    pub incarnation: u64,
     /// Set when every triggering event was cancelled by Azure before it
     /// started. The token stays cancelled (tokens cannot be reset); what to
     /// do about a withdrawn notice is the application's choice.
@@ -258,6 +261,7 @@ impl ShutdownTrigger {
                         not_before: event.not_before.instant(),
                         deadline,
                         first_seen,
+                        incarnation: transition.incarnation,
                         withdrawn: false,
                     },
                 );

@@ -62,7 +62,9 @@ pub struct WatcherHealth {
     pub polls: u64,
     /// Failed attempts since the last success.
     pub consecutive_failures: u32,
-    /// The last error, rendered.
+    /// Failed attempts since the watcher started.
+    pub failures: u64,
+    /// The most recent error, rendered (kept after recovery, for operators).
     pub last_error: Option<String>,
 }
 
@@ -266,7 +268,6 @@ impl Poller {
                     tracing::info!(vm_name = %name, "identified this VM from instance metadata");
                     self.health.send_modify(|h| {
                         h.vm_name = Some(name.clone());
-                        h.last_error = None;
                         h.consecutive_failures = 0;
                     });
                     return Some(name);
@@ -284,7 +285,9 @@ impl Poller {
     }
 
     /// Records a document and hands its transitions to the triggers first
-    /// (the latency-critical path) and then to subscribers.
+    /// (the latency-critical path), then to subscribers, and publishes the
+    /// document and health last: whoever sees the new incarnation in
+    /// [`WatcherHealth`] can rely on its transitions having been sent.
     fn accept(
         &mut self,
         document: ScheduledEvents,
@@ -292,34 +295,34 @@ impl Poller {
         vm_name: &str,
     ) -> Arc<ScheduledEvents> {
         let incarnation = document.incarnation;
+        let document = match previous {
+            // Same incarnation, same events: nothing to diff.
+            Some(previous) if previous.incarnation == incarnation => previous,
+            previous => {
+                let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
+                let now = Instant::now();
+                let changes = diff(before, &document, vm_name, SystemTime::now());
+                for transition in &changes {
+                    for trigger in &mut self.triggers {
+                        trigger.observe(transition, now);
+                    }
+                }
+                for transition in changes {
+                    log_transition(&transition);
+                    // No subscribers is fine: the triggers already saw it.
+                    let _ = self.transitions.send(transition);
+                }
+                let document = Arc::new(document);
+                self.document.send_replace(Some(document.clone()));
+                document
+            }
+        };
         self.health.send_modify(|h| {
             h.last_success = Some(Instant::now());
             h.incarnation = Some(incarnation);
             h.polls += 1;
             h.consecutive_failures = 0;
-            h.last_error = None;
         });
-        if let Some(previous) = &previous
-            && previous.incarnation == incarnation
-        {
-            // Same incarnation, same events: nothing to diff.
-            return previous.clone();
-        }
-        let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
-        let now = Instant::now();
-        let changes = diff(before, &document, vm_name, SystemTime::now());
-        for transition in &changes {
-            for trigger in &mut self.triggers {
-                trigger.observe(transition, now);
-            }
-        }
-        let document = Arc::new(document);
-        self.document.send_replace(Some(document.clone()));
-        for transition in changes {
-            log_transition(&transition);
-            // No subscribers is fine: the triggers already saw it.
-            let _ = self.transitions.send(transition);
-        }
         document
     }
 
@@ -332,6 +335,7 @@ impl Poller {
         );
         self.health.send_modify(|h| {
             h.consecutive_failures = failures;
+            h.failures += 1;
             h.last_error = Some(error.to_string());
         });
     }
