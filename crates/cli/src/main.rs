@@ -1,1 +1,148 @@
-fn main() {}
+//! `spot-worker`: the operator's command.
+//!
+//! This binary only wires: argument parsing, logging and output formatting
+//! live here; everything it does is a call into the library crates.
+
+mod emulator;
+mod events;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
+#[derive(Debug, Parser)]
+#[command(name = "spot-worker", version, about)]
+struct Cli {
+    /// IMDS base URL (an emulator's, for rehearsals).
+    #[arg(
+        long,
+        global = true,
+        env = spot_worker_imds::ENDPOINT_ENV,
+        default_value = spot_worker_imds::DEFAULT_ENDPOINT
+    )]
+    imds_endpoint: String,
+
+    /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`.
+    #[arg(long, global = true, env = "RUST_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print, watch or approve this VM's Scheduled Events.
+    Events(events::EventsArgs),
+    /// Run an IMDS emulator (Scheduled Events and instance metadata) with a
+    /// control API under /emulator/.
+    ImdsEmulator(emulator::EmulatorArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&anyhow::Error::new(error).context("starting the runtime")),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
+            Command::ImdsEmulator(args) => emulator::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(&error),
+    }
+}
+
+/// One line on stderr, with the whole cause chain, and a non-zero exit.
+fn fail(error: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {error:#}");
+    ExitCode::FAILURE
+}
+
+fn init_logging(filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// Parses `1s`, `250ms`, `2m` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "s"), |at| text.split_at(at));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 1s, 250ms or 2m"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" | "min" => value * 60.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ms, s or m)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// Waits for Ctrl-C or, on Unix, SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = sigterm.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn arguments_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,277 @@
+//! `spot-worker events`: print, watch and approve Scheduled Events.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use spot_worker_imds::{
+    Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvent,
+    ScheduledEvents, ShutdownPolicy, ShutdownSignal, Transition, Watcher, WatcherConfig,
+};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct EventsArgs {
+    /// Print the document as IMDS returned it (JSON) instead of a summary.
+    #[arg(long)]
+    json: bool,
+
+    /// This VM's name as listed in `Resources` (default: from instance
+    /// metadata).
+    #[arg(long, global = true, env = "SPOT_WORKER_VM_NAME")]
+    vm_name: Option<String>,
+
+    #[command(subcommand)]
+    action: Option<EventsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum EventsAction {
+    /// Stream transitions (scheduled, started, updated, completed,
+    /// cancelled) until interrupted.
+    Watch {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Time between polls (at least 200ms: IMDS allows 5 requests/s).
+        #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
+        interval: Duration,
+        /// Exit (status 0) once an event that drains this VM is seen, after
+        /// printing it: for shell scripts that must act on a notice.
+        #[arg(long)]
+        until_notice: bool,
+    },
+    /// Approve a scheduled event so Azure may start it now.
+    Approve {
+        /// The event's id, as printed by `spot-worker events`.
+        event_id: String,
+        /// Approve even if the event does not list this VM (it then proceeds
+        /// for every VM it lists).
+        #[arg(long)]
+        any_vm: bool,
+    },
+}
+
+pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
+    let client = ImdsClient::new(ImdsConfig::from_env().with_endpoint(endpoint))
+        .context("configuring the IMDS client")?;
+    match args.action {
+        None => print_document(&client, args.vm_name, args.json).await,
+        Some(EventsAction::Watch {
+            json,
+            interval,
+            until_notice,
+        }) => {
+            let config = WatcherConfig {
+                poll_interval: interval,
+                vm_name: args.vm_name,
+                ..WatcherConfig::default()
+            };
+            watch(client, config, json, until_notice).await
+        }
+        Some(EventsAction::Approve { event_id, any_vm }) => {
+            approve(&client, EventId(event_id), args.vm_name, any_vm).await
+        }
+    }
+}
+
+async fn print_document(client: &ImdsClient, vm_name: Option<String>, json: bool) -> Result<()> {
+    let document = client
+        .scheduled_events()
+        .await
+        .context("reading Scheduled Events")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&document)?);
+        return Ok(());
+    }
+    // The summary marks this VM's events; it is still useful without them.
+    let vm_name = match vm_name {
+        Some(name) => Some(name),
+        None => client.vm_name().await.ok(),
+    };
+    print!(
+        "{}",
+        summary(&document, vm_name.as_deref(), SystemTime::now())
+    );
+    Ok(())
+}
+
+fn summary(document: &ScheduledEvents, vm_name: Option<&str>, now: SystemTime) -> String {
+    let mut out = format!(
+        "DocumentIncarnation {}: {} event(s){}\n",
+        document.incarnation,
+        document.events.len(),
+        vm_name.map_or(String::new(), |n| format!(", this VM is {n}")),
+    );
+    for event in &document.events {
+        let mine = vm_name.is_some_and(|n| event.concerns(n));
+        out.push_str(&format!(
+            "{} {} {:<9} {:<9} {} resources=[{}]{}\n",
+            if mine { "*" } else { " " },
+            event.id,
+            event.event_type,
+            event.status,
+            describe_not_before(event, now),
+            event.resources.join(", "),
+            event
+                .duration()
+                .map_or(String::new(), |d| format!(" duration={}s", d.as_secs())),
+        ));
+    }
+    out
+}
+
+fn describe_not_before(event: &ScheduledEvent, now: SystemTime) -> String {
+    match event.not_before.instant() {
+        Some(at) => {
+            let when = at.format(&Rfc3339).unwrap_or_default();
+            let left = SystemTime::from(at)
+                .duration_since(now)
+                .map_or("passed".to_owned(), |d| format!("in {}s", d.as_secs()));
+            format!("not_before={when} ({left})")
+        }
+        None => "not_before=-".to_owned(),
+    }
+}
+
+async fn watch(
+    client: ImdsClient,
+    config: WatcherConfig,
+    json: bool,
+    until_notice: bool,
+) -> Result<()> {
+    let mut watcher = Watcher::new(client, config);
+    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let mut transitions = watcher.subscribe();
+    let running = watcher.spawn();
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        tokio::select! {
+            () = crate::interrupted() => break,
+            received = transitions.recv() => match received {
+                Ok(t) => {
+                    print_transition(&mut stdout, &t, json)?;
+                    if until_notice && shutdown.token().is_cancelled() {
+                        finish_document(&running, &shutdown, &mut transitions, &mut stdout, json)
+                            .await?;
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "output fell behind; some transitions were not printed");
+                }
+                Err(RecvError::Closed) => bail!("the watcher stopped unexpectedly"),
+            },
+        }
+    }
+    running.stop().await;
+    Ok(())
+}
+
+/// Prints the rest of the document that carried the notice. The watcher
+/// publishes its health only after sending a document's transitions, so once
+/// health shows that incarnation, they are all queued.
+async fn finish_document(
+    running: &RunningWatcher,
+    shutdown: &ShutdownSignal,
+    transitions: &mut broadcast::Receiver<Transition>,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<()> {
+    let Some(target) = shutdown.notice().map(|n| n.incarnation) else {
+        return Ok(());
+    };
+    let mut health = running.health();
+    health
+        .wait_for(|h| h.incarnation.is_some_and(|i| i >= target))
+        .await
+        .context("the watcher stopped")?;
+    while let Ok(t) = transitions.try_recv() {
+        print_transition(out, &t, json)?;
+    }
+    Ok(())
+}
+
+fn print_transition(out: &mut impl Write, t: &Transition, json: bool) -> Result<()> {
+    if json {
+        serde_json::to_writer(&mut *out, t)?;
+        writeln!(out)?;
+    } else {
+        let at = OffsetDateTime::from(t.observed_at)
+            .format(&Rfc3339)
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{at} {:<9} {} {} {} {} resources=[{}]{} incarnation={}",
+            t.kind.as_str(),
+            t.event.id,
+            t.event.event_type,
+            t.event.status,
+            describe_not_before(&t.event, t.observed_at),
+            t.event.resources.join(", "),
+            if t.concerns_this_vm { " (this VM)" } else { "" },
+            t.incarnation,
+        )?;
+    }
+    out.flush().context("writing to stdout")
+}
+
+async fn approve(
+    client: &ImdsClient,
+    event_id: EventId,
+    vm_name: Option<String>,
+    any_vm: bool,
+) -> Result<()> {
+    let scope = if any_vm {
+        ApprovalScope::AnyVm
+    } else {
+        let name = match vm_name {
+            Some(name) => name,
+            None => client
+                .vm_name()
+                .await
+                .context("learning this VM's name (or pass --vm-name)")?,
+        };
+        ApprovalScope::ThisVm(name)
+    };
+    let outcome = client
+        .approve(&event_id, &scope)
+        .await
+        .with_context(|| format!("approving event {event_id}"))?;
+    match outcome {
+        Approval::Approved => println!("approved {event_id}"),
+        Approval::AlreadyStarted => println!("{event_id} has already started; nothing to approve"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_marks_this_vms_events() {
+        let document: ScheduledEvents = serde_json::from_str(
+            r#"{"DocumentIncarnation":4,"Events":[
+              {"EventId":"A","EventType":"Preempt","EventStatus":"Scheduled",
+               "Resources":["vm_0"],"NotBefore":"Thu, 01 Jan 1970 00:00:30 GMT","DurationInSeconds":-1},
+              {"EventId":"B","EventType":"Freeze","EventStatus":"Started",
+               "Resources":["vm_1"],"NotBefore":"","DurationInSeconds":5}]}"#,
+        )
+        .unwrap();
+        let text = summary(&document, Some("vm_0"), SystemTime::UNIX_EPOCH);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "DocumentIncarnation 4: 2 event(s), this VM is vm_0"
+        );
+        assert!(lines[1].starts_with("* A Preempt"), "{}", lines[1]);
+        assert!(lines[1].contains("not_before=1970-01-01T00:00:30Z (in 30s)"));
+        assert!(lines[2].starts_with("  B Freeze"), "{}", lines[2]);
+        assert!(lines[2].ends_with("duration=5s"), "{}", lines[2]);
+    }
+}

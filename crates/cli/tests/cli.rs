@@ -1,0 +1,226 @@
+//! The `spot-worker` binary as an operator uses it, against the emulator.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const VM: &str = "spotvmss_0";
+/// Bound on any one command: generous for a slow machine, finite for a bug.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn emulator() -> RunningEmulator {
+    Emulator::start(EmulatorConfig::for_vm(VM)).await.unwrap()
+}
+
+fn spot_worker(endpoint: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+    command
+        .env("SPOT_WORKER_IMDS_ENDPOINT", endpoint)
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_VM_NAME")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(command: &mut Command) -> Output {
+    let output = tokio::time::timeout(PATIENCE, command.output())
+        .await
+        .expect("the command finishes in time")
+        .expect("the binary runs");
+    Output {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Errors are one line on stderr, a non-zero exit and never a panic.
+fn assert_clean_failure(output: &Output, expected: &str) {
+    assert_eq!(output.code, Some(1), "{}", output.stderr);
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {:?}", output.stderr);
+    assert!(lines[0].starts_with("error: "), "{}", lines[0]);
+    assert!(lines[0].contains(expected), "{}", lines[0]);
+    assert!(!output.stderr.contains("panicked"));
+}
+
+#[tokio::test]
+async fn events_prints_the_document() {
+    let emulator = emulator().await;
+    let event = emulator.schedule(EventSpec::preempt()).unwrap();
+
+    let json = run(spot_worker(&emulator.url()).args(["events", "--json"])).await;
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let document: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(document["DocumentIncarnation"], 2);
+    assert_eq!(document["Events"][0]["EventId"], event.id.as_str());
+
+    let summary = run(spot_worker(&emulator.url()).arg("events")).await;
+    assert_eq!(summary.code, Some(0), "{}", summary.stderr);
+    let lines: Vec<&str> = summary.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("DocumentIncarnation 2: 1 event(s), this VM is {VM}")
+    );
+    assert!(
+        lines[1].starts_with(&format!("* {} Preempt", event.id)),
+        "{}",
+        lines[1]
+    );
+}
+
+#[tokio::test]
+async fn watch_streams_json_lines_until_the_notice() {
+    let emulator = emulator().await;
+    let other = emulator
+        .schedule(EventSpec::freeze().resources(["spotvmss_1"]))
+        .unwrap();
+    let preempt = emulator.schedule(EventSpec::preempt()).unwrap();
+
+    let output = run(spot_worker(&emulator.url()).args([
+        "events",
+        "watch",
+        "--json",
+        "--interval",
+        "200ms",
+        "--until-notice",
+    ]))
+    .await;
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    let lines: Vec<Value> = output
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", output.stdout);
+    assert_eq!(lines[0]["event_id"], other.id.as_str());
+    assert_eq!(lines[0]["concerns_this_vm"], false);
+    let notice = &lines[1];
+    assert_eq!(notice["transition"], "scheduled");
+    assert_eq!(notice["event_id"], preempt.id.as_str());
+    assert_eq!(notice["event_type"], "Preempt");
+    assert_eq!(notice["event_status"], "Scheduled");
+    assert_eq!(notice["resources"], serde_json::json!([VM]));
+    assert_eq!(notice["concerns_this_vm"], true);
+    assert_eq!(notice["incarnation"], 3);
+    let not_before = notice["not_before"].as_str().expect("RFC 3339 text");
+    time::OffsetDateTime::parse(not_before, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339");
+}
+
+#[tokio::test]
+async fn approve_approves_this_vms_event_and_refuses_others() {
+    let emulator = emulator().await;
+    let mine = emulator.schedule(EventSpec::reboot()).unwrap();
+    let theirs = emulator
+        .schedule(EventSpec::reboot().resources(["spotvmss_1"]))
+        .unwrap();
+
+    let approved = run(spot_worker(&emulator.url()).args(["events", "approve", &mine.id])).await;
+    assert_eq!(approved.code, Some(0), "{}", approved.stderr);
+    assert_eq!(approved.stdout.trim(), format!("approved {}", mine.id));
+    assert_eq!(emulator.approvals().len(), 1);
+
+    let again = run(spot_worker(&emulator.url()).args(["events", "approve", &mine.id])).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(again.stdout.contains("already started"));
+
+    let refused = run(spot_worker(&emulator.url()).args(["events", "approve", &theirs.id])).await;
+    assert_clean_failure(&refused, "refusing to approve");
+    assert_eq!(emulator.approvals().len(), 1, "nothing sent for another VM");
+
+    let forced =
+        run(spot_worker(&emulator.url()).args(["events", "approve", &theirs.id, "--any-vm"])).await;
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+}
+
+#[tokio::test]
+async fn errors_are_one_clear_line() {
+    let unreachable = run(spot_worker("http://127.0.0.1:9").arg("events")).await;
+    assert_clean_failure(&unreachable, "reading Scheduled Events");
+
+    let bad_endpoint = run(spot_worker("169.254.169.254").arg("events")).await;
+    assert_clean_failure(&bad_endpoint, "invalid IMDS endpoint");
+
+    let emulator = emulator().await;
+    let unknown = run(spot_worker(&emulator.url()).args(["events", "approve", "NOPE"])).await;
+    assert_clean_failure(
+        &unknown,
+        "event NOPE is not in the current Scheduled Events document",
+    );
+}
+
+#[tokio::test]
+async fn imds_emulator_serves_until_stopped() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+        .args([
+            "imds-emulator",
+            "--listen",
+            "127.0.0.1:0",
+            "--vm-name",
+            "pool_3",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let url = tokio::time::timeout(PATIENCE, BufReader::new(stdout).lines().next_line())
+        .await
+        .expect("the URL is printed in time")
+        .unwrap()
+        .expect("a first line");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let instance: Value = http
+        .get(format!("{url}/metadata/instance?api-version=2021-02-01"))
+        .header("Metadata", "true")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(instance["compute"]["name"], "pool_3");
+
+    // And the CLI reads it like a real IMDS.
+    let events = run(spot_worker(&url).arg("events")).await;
+    assert_eq!(events.code, Some(0), "{}", events.stderr);
+    assert!(
+        events
+            .stdout
+            .starts_with("DocumentIncarnation 1: 0 event(s), this VM is pool_3")
+    );
+
+    child.start_kill().unwrap();
+    tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn imds_emulator_reports_a_busy_port() {
+    let emulator = emulator().await;
+    let output = run(Command::new(env!("CARGO_BIN_EXE_spot-worker")).args([
+        "imds-emulator",
+        "--listen",
+        &emulator.addr().to_string(),
+    ]))
+    .await;
+    assert_clean_failure(&output, "listening on");
+}
