@@ -25,8 +25,10 @@ pub const ENDPOINT_ENV: &str = "SPOT_WORKER_IMDS_ENDPOINT";
 pub const SCHEDULED_EVENTS_API_VERSION: &str = "2020-07-01";
 /// The instance metadata api-version used to learn the VM's name.
 pub const INSTANCE_API_VERSION: &str = "2021-02-01";
-/// IMDS throttles above 5 requests per second; stay at or under that.
-pub const MIN_REQUEST_SPACING: Duration = Duration::from_millis(200);
+/// IMDS throttles above 5 requests per second. Requests are spaced a little
+/// wider than 200 ms so that network jitter cannot squeeze six into one
+/// second.
+pub const MIN_REQUEST_SPACING: Duration = Duration::from_millis(250);
 
 /// How to reach IMDS.
 #[derive(Debug, Clone)]
@@ -159,6 +161,16 @@ impl ImdsClient {
 
     /// Fetches the current Scheduled Events document.
     pub async fn scheduled_events(&self) -> Result<ScheduledEvents, ImdsError> {
+        self.scheduled_events_with_body()
+            .await
+            .map(|(document, _)| document)
+    }
+
+    /// Fetches the current document, also returning the body exactly as IMDS
+    /// sent it (for operators who want to see fields this crate ignores).
+    pub async fn scheduled_events_with_body(
+        &self,
+    ) -> Result<(ScheduledEvents, Vec<u8>), ImdsError> {
         // Until IMDS has answered once, the service may still be enabling
         // Scheduled Events for this VM, which takes up to two minutes.
         let timeout = if self.answered_once.load(Ordering::Relaxed) {
@@ -170,7 +182,7 @@ impl ImdsClient {
         let body = self.send(Method::GET, url, None, timeout).await?;
         let document = parse_json("Scheduled Events document", &body)?;
         self.answered_once.store(true, Ordering::Relaxed);
-        Ok(document)
+        Ok((document, body))
     }
 
     /// This VM's name as listed in events' `Resources`, from instance
@@ -196,7 +208,9 @@ impl ImdsClient {
     ///
     /// Reads the current document first, so that only an event that is
     /// present, still `Scheduled`, and (for [`ApprovalScope::ThisVm`]) lists
-    /// this VM is approved. Approving twice is harmless.
+    /// this VM is approved. Approving twice is harmless. An event that has
+    /// already finished is no longer listed and gives
+    /// [`ImdsError::EventNotFound`].
     pub async fn approve(
         &self,
         event_id: &EventId,
@@ -218,7 +232,8 @@ impl ImdsClient {
         if event.status == EventStatus::Started {
             return Ok(Approval::AlreadyStarted);
         }
-        let payload = serde_json::json!({ "StartRequests": [{ "EventId": event_id }] });
+        // Echo the id in IMDS's own spelling.
+        let payload = serde_json::json!({ "StartRequests": [{ "EventId": event.id }] });
         let url = self.scheduled_events_url.clone();
         self.send(
             Method::POST,
@@ -282,7 +297,7 @@ impl ImdsClient {
                 .await
                 .map_err(|source| ImdsError::Transport {
                     url: shown_url.clone(),
-                    source,
+                    source: source.without_url(),
                 })?;
             let status = response.status();
             if status.is_redirection() {
@@ -333,7 +348,7 @@ impl ImdsClient {
             .await
             .map_err(|source| ImdsError::Transport {
                 url: url.to_owned(),
-                source,
+                source: source.without_url(),
             })?
         {
             if body.len() + chunk.len() > limit {

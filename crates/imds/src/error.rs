@@ -1,4 +1,8 @@
 //! What can go wrong talking to IMDS, with enough context to act on.
+//!
+//! Each message says what failed; the cause is left to `source()` so that
+//! reporters printing the whole chain (`anyhow`'s `{:#}`, [`ImdsError::chain`])
+//! do not repeat it.
 
 use std::time::Duration;
 
@@ -17,10 +21,10 @@ pub enum ImdsError {
         reason: String,
     },
     /// The HTTP client could not be built.
-    #[error("could not build the IMDS HTTP client: {0}")]
+    #[error("could not build the IMDS HTTP client")]
     Client(#[source] reqwest::Error),
     /// No connection, or the connection broke before a full response.
-    #[error("IMDS request to {url} failed: {source}")]
+    #[error("IMDS request to {url} failed")]
     Transport {
         /// The URL requested.
         url: String,
@@ -70,7 +74,7 @@ pub enum ImdsError {
         limit: usize,
     },
     /// The response was not the JSON document expected.
-    #[error("malformed {what} from IMDS: {source}; body starts {excerpt:?}")]
+    #[error("malformed {what} from IMDS (body starts {excerpt:?})")]
     Malformed {
         /// Which document.
         what: &'static str,
@@ -99,6 +103,18 @@ pub enum ImdsError {
 }
 
 impl ImdsError {
+    /// The message followed by every cause, `: `-separated, on one line.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+
     /// Whether trying again later may succeed (as opposed to a configuration
     /// or programming error that will fail the same way every time).
     pub fn is_transient(&self) -> bool {

@@ -12,8 +12,15 @@ use std::time::Duration;
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
+use time::format_description::BorrowedFormatItem;
 use time::format_description::well_known::{Iso8601, Rfc2822, Rfc3339};
+use time::macros::format_description;
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+/// RFC 1123 as IMDS writes it: `Mon, 19 Sep 2016 18:29:47 GMT`.
+const RFC_1123: &[BorrowedFormatItem<'static>] = format_description!(
+    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+);
 
 /// The document returned by `GET /metadata/scheduledevents`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -28,9 +35,13 @@ pub struct ScheduledEvents {
 }
 
 impl ScheduledEvents {
-    /// The event with this id, if the document holds it.
+    /// The event with this id, if the document holds it. EventIds are GUIDs,
+    /// so the lookup ignores case; use the returned event's `id` to talk back
+    /// to IMDS in its own spelling.
     pub fn event(&self, id: &EventId) -> Option<&ScheduledEvent> {
-        self.events.iter().find(|e| &e.id == id)
+        self.events
+            .iter()
+            .find(|e| e.id.as_str().eq_ignore_ascii_case(id.as_str()))
     }
 }
 
@@ -267,6 +278,11 @@ impl NotBefore {
     ///     NotBefore::parse("2016-09-19T18:29:47Z"),
     ///     NotBefore::At(datetime!(2016-09-19 18:29:47 UTC)),
     /// );
+    /// // Without an offset, UTC is meant (IMDS times are UTC).
+    /// assert_eq!(
+    ///     NotBefore::parse("2016-09-19T18:29:47"),
+    ///     NotBefore::At(datetime!(2016-09-19 18:29:47 UTC)),
+    /// );
     /// assert_eq!(NotBefore::parse(""), NotBefore::Unset);
     /// assert!(matches!(NotBefore::parse("soon"), NotBefore::Invalid(_)));
     /// ```
@@ -275,12 +291,17 @@ impl NotBefore {
         if text.is_empty() {
             return NotBefore::Unset;
         }
-        let parsed = httpdate::parse_http_date(text)
+        let parsed = PrimitiveDateTime::parse(text, RFC_1123)
             .ok()
-            .map(OffsetDateTime::from)
+            .map(PrimitiveDateTime::assume_utc)
             .or_else(|| OffsetDateTime::parse(text, &Rfc2822).ok())
             .or_else(|| OffsetDateTime::parse(text, &Rfc3339).ok())
-            .or_else(|| OffsetDateTime::parse(text, &Iso8601::DEFAULT).ok());
+            .or_else(|| OffsetDateTime::parse(text, &Iso8601::DEFAULT).ok())
+            .or_else(|| {
+                PrimitiveDateTime::parse(text, &Iso8601::DEFAULT)
+                    .ok()
+                    .map(PrimitiveDateTime::assume_utc)
+            });
         match parsed {
             Some(at) => NotBefore::At(at.to_offset(time::UtcOffset::UTC)),
             None => NotBefore::Invalid(text.to_owned()),
@@ -308,7 +329,11 @@ impl Serialize for NotBefore {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             NotBefore::Unset => serializer.serialize_str(""),
-            NotBefore::At(at) => serializer.serialize_str(&httpdate::fmt_http_date((*at).into())),
+            NotBefore::At(at) => match at.format(RFC_1123) {
+                Ok(text) => serializer.serialize_str(&text),
+                // Only a year beyond four digits fails; say it some way.
+                Err(_) => serializer.serialize_str(&at.to_string()),
+            },
             NotBefore::Invalid(raw) => serializer.serialize_str(raw),
         }
     }
@@ -422,6 +447,35 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn any_parsed_time_serializes_without_panicking() {
+        for text in [
+            "1969-12-31T00:00:00Z",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59Z",
+        ] {
+            let event = format!(
+                r#"{{"EventId":"a","EventType":"Reboot","EventStatus":"Scheduled","NotBefore":"{text}"}}"#
+            );
+            let event: ScheduledEvent = serde_json::from_str(&event).unwrap();
+            assert!(event.not_before.instant().is_some(), "{text}");
+            let json = serde_json::to_value(&event).unwrap();
+            assert!(
+                json["NotBefore"].as_str().unwrap().ends_with(" GMT"),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn finds_events_whatever_the_case_of_their_id() {
+        let doc: ScheduledEvents = serde_json::from_str(DOCS_EXAMPLE).unwrap();
+        let found = doc
+            .event(&"c7061bac-afdc-4513-b24b-aa5f13a16123".into())
+            .unwrap();
+        assert_eq!(found.id.as_str(), "C7061BAC-AFDC-4513-B24B-AA5F13A16123");
     }
 
     #[test]

@@ -42,8 +42,9 @@ pub enum FreezePolicy {
 /// let policy = ShutdownPolicy::default()
 ///     .ignore(EventType::Reboot)
 ///     .freeze(FreezePolicy::LongerThan(Duration::from_secs(10)));
-/// assert!(policy.drains_on(&EventType::Preempt));
-/// assert!(!policy.drains_on(&EventType::Reboot));
+/// assert!(policy.may_drain(&EventType::Preempt));
+/// assert!(!policy.may_drain(&EventType::Reboot));
+/// assert!(!policy.clone().ignore(EventType::Freeze).may_drain(&EventType::Freeze));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownPolicy {
@@ -69,15 +70,27 @@ impl Default for ShutdownPolicy {
 
 impl ShutdownPolicy {
     /// Also drain on this type (for example an `EventType::Unknown` that
-    /// Azure introduces later).
+    /// Azure introduces later). For `Freeze` this means
+    /// [`FreezePolicy::Always`].
     pub fn drain_on(mut self, event_type: EventType) -> Self {
-        self.types.insert(event_type);
+        match event_type {
+            EventType::Freeze => self.freeze = FreezePolicy::Always,
+            other => {
+                self.types.insert(other);
+            }
+        }
         self
     }
 
-    /// Do not drain on this type.
+    /// Do not drain on this type. For `Freeze` this means
+    /// [`FreezePolicy::Ignore`].
     pub fn ignore(mut self, event_type: EventType) -> Self {
-        self.types.remove(&event_type);
+        match event_type {
+            EventType::Freeze => self.freeze = FreezePolicy::Ignore,
+            other => {
+                self.types.remove(&other);
+            }
+        }
         self
     }
 
@@ -87,8 +100,9 @@ impl ShutdownPolicy {
         self
     }
 
-    /// Whether events of this type drain (before any `Freeze` threshold).
-    pub fn drains_on(&self, event_type: &EventType) -> bool {
+    /// Whether events of this type can drain (for `Freeze`, depending on its
+    /// duration).
+    pub fn may_drain(&self, event_type: &EventType) -> bool {
         match event_type {
             EventType::Freeze => self.freeze != FreezePolicy::Ignore,
             other => self.types.contains(other),
@@ -188,12 +202,12 @@ impl ShutdownSignal {
                 () = wait_deadline => return,
                 changed = notice.changed() => {
                     if changed.is_err() {
-                        // The watcher is gone; no update can come, so wait
-                        // out the last known deadline.
-                        if let Some(at) = deadline {
-                            tokio::time::sleep_until(at).await;
+                        // The watcher is gone and no update can come: wait
+                        // out the last known deadline, if there is one.
+                        match deadline {
+                            Some(at) => return tokio::time::sleep_until(at).await,
+                            None => return std::future::pending().await,
                         }
-                        return std::future::pending().await;
                     }
                 }
             }
@@ -209,6 +223,9 @@ pub(crate) struct ShutdownTrigger {
     notice: watch::Sender<Option<Notice>>,
     /// Triggering events not yet gone, by id.
     active: HashMap<EventId, Notice>,
+    /// Whether a triggering event has started or completed: the impact is
+    /// real, so the notice can no longer be withdrawn.
+    impact_began: bool,
 }
 
 impl ShutdownTrigger {
@@ -228,6 +245,7 @@ impl ShutdownTrigger {
             token,
             notice,
             active: HashMap::new(),
+            impact_began: false,
         };
         (trigger, signal)
     }
@@ -235,64 +253,67 @@ impl ShutdownTrigger {
     /// Applies one transition; `now` is the monotonic instant matching
     /// `transition.observed_at`.
     pub(crate) fn observe(&mut self, transition: &Transition, now: Instant) {
-        if !transition.concerns_this_vm {
+        let event = &transition.event;
+        let pending = matches!(
+            transition.kind,
+            TransitionKind::Scheduled | TransitionKind::Started | TransitionKind::Updated
+        );
+        if pending && transition.concerns_this_vm && self.policy.triggers(event) {
+            self.upsert(transition, now);
+            self.token.cancel();
+        } else if let Some(gone) = self.active.remove(&event.id) {
+            // Finished, cancelled, or no longer a reason to drain (this VM
+            // dropped from its resources, a freeze shortened).
+            if transition.kind == TransitionKind::Completed || gone.status == EventStatus::Started {
+                self.impact_began = true;
+            }
+        } else {
             return;
         }
-        let event = &transition.event;
-        match transition.kind {
-            TransitionKind::Scheduled | TransitionKind::Started | TransitionKind::Updated => {
-                if !self.policy.triggers(event) {
-                    // An update can also make an event stop qualifying (a
-                    // shorter freeze); it no longer sets the deadline.
-                    self.active.remove(&event.id);
-                    return;
-                }
-                let first_seen = self
-                    .active
-                    .get(&event.id)
-                    .map_or(transition.observed_at, |n| n.first_seen);
-                let deadline = deadline_for(event, transition.observed_at, now, first_seen);
-                self.active.insert(
-                    event.id.clone(),
-                    Notice {
-                        event_id: event.id.clone(),
-                        event_type: event.event_type.clone(),
-                        status: event.status.clone(),
-                        not_before: event.not_before.instant(),
-                        deadline,
-                        first_seen,
-                        incarnation: transition.incarnation,
-                        withdrawn: false,
-                    },
-                );
-                self.publish();
-                self.token.cancel();
-            }
-            TransitionKind::Completed => {
-                // The impact happened; keep the notice as it was.
-                self.active.remove(&event.id);
-            }
-            TransitionKind::Cancelled => {
-                if self.active.remove(&event.id).is_some() {
-                    if self.active.is_empty() {
-                        self.notice.send_modify(|notice| {
-                            if let Some(notice) = notice {
-                                notice.withdrawn = true;
-                            }
-                        });
-                    } else {
-                        self.publish();
-                    }
-                }
-            }
-        }
+        self.publish();
     }
 
-    /// Publishes the earliest deadline among the active triggering events.
+    fn upsert(&mut self, transition: &Transition, now: Instant) {
+        let event = &transition.event;
+        let known = self.active.get(&event.id);
+        let first_seen = known.map_or(transition.observed_at, |n| n.first_seen);
+        let mut deadline = deadline_for(event, transition.observed_at, now, first_seen);
+        if event.status == EventStatus::Started {
+            // Started is started: a later update cannot push the impact back.
+            self.impact_began = true;
+            if let Some(known) = known {
+                deadline = deadline.min(known.deadline);
+            }
+        }
+        let notice = Notice {
+            event_id: event.id.clone(),
+            event_type: event.event_type.clone(),
+            status: event.status.clone(),
+            not_before: event.not_before.instant(),
+            deadline,
+            first_seen,
+            incarnation: transition.incarnation,
+            withdrawn: false,
+        };
+        self.active.insert(event.id.clone(), notice);
+    }
+
+    /// Publishes the earliest deadline among the triggering events still
+    /// pending; when none is left and none ever started, the notice is
+    /// withdrawn.
     fn publish(&self) {
-        let earliest = self.active.values().min_by_key(|n| n.deadline).cloned();
-        if earliest.is_some() {
-            self.notice.send_replace(earliest);
+        match self.active.values().min_by_key(|n| n.deadline) {
+            Some(earliest) => {
+                self.notice.send_replace(Some(earliest.clone()));
+            }
+            None if !self.impact_began => {
+                self.notice.send_modify(|notice| {
+                    if let Some(notice) = notice {
+                        notice.withdrawn = true;
+                    }
+                });
+            }
+            None => {}
         }
     }
 }
@@ -357,7 +378,7 @@ mod tests {
             incarnation: 1,
             events,
         };
-        for transition in diff(previous, &document, VM, wall) {
+        for transition in diff(previous, &document, Some(VM), wall) {
             trigger.observe(&transition, Instant::now());
         }
     }
@@ -471,6 +492,77 @@ mod tests {
         assert!(signal.changed().await);
         assert!(signal.notice().unwrap().withdrawn);
         assert!(signal.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn an_event_that_drops_this_vm_withdraws_the_notice() {
+        let wall = SystemTime::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let mine = event(EventType::Reboot, at(wall, 900));
+        feed(&mut trigger, &[], vec![mine.clone()], wall);
+        let mut theirs = mine.clone();
+        theirs.resources = vec!["spotvmss_1".into()];
+        feed(&mut trigger, &[mine], vec![theirs.clone()], wall);
+        assert!(signal.notice().unwrap().withdrawn);
+        // Its later cancellation changes nothing more.
+        feed(&mut trigger, &[theirs], vec![], wall);
+        assert!(signal.notice().unwrap().withdrawn);
+    }
+
+    #[tokio::test]
+    async fn a_completed_impact_is_never_withdrawn() {
+        let wall = SystemTime::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let mut first = event(EventType::Reboot, at(wall, 900));
+        let mut second = first.clone();
+        second.id = "E2".into();
+        feed(&mut trigger, &[], vec![first.clone(), second.clone()], wall);
+        let before = vec![first.clone(), second.clone()];
+        first.status = EventStatus::Started;
+        feed(
+            &mut trigger,
+            &before,
+            vec![first.clone(), second.clone()],
+            wall,
+        );
+        feed(&mut trigger, &[first, second], vec![], wall);
+        assert!(!signal.notice().unwrap().withdrawn);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_follows_the_earliest_pending_event() {
+        let wall = whole_seconds(SystemTime::now());
+        let start = Instant::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let late = event(EventType::Reboot, at(wall, 900));
+        let mut soon = event(EventType::Preempt, at(wall, 30));
+        soon.id = "E2".into();
+        feed(&mut trigger, &[], vec![late.clone(), soon.clone()], wall);
+        assert_eq!(signal.deadline(), Some(start + Duration::from_secs(30)));
+        // The Preempt is called off: the Reboot's deadline applies again.
+        feed(&mut trigger, &[late.clone(), soon], vec![late], wall);
+        let notice = signal.notice().unwrap();
+        assert_eq!(notice.deadline, start + Duration::from_secs(900));
+        assert!(!notice.withdrawn);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_reached_resolves_after_the_watcher_is_gone() {
+        let wall = whole_seconds(SystemTime::now());
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        feed(
+            &mut trigger,
+            &[],
+            vec![event(EventType::Preempt, at(wall, 30))],
+            wall,
+        );
+        drop(trigger);
+        let waited = tokio::time::timeout(Duration::from_secs(31), signal.deadline_reached()).await;
+        assert!(waited.is_ok());
     }
 
     #[test]

@@ -64,7 +64,8 @@ pub struct Transition {
 }
 
 /// Compares the previous events with a new document and lists the changes in
-/// document order, disappearances last.
+/// document order, disappearances last. `vm_name` is this VM's name; `None`
+/// (not known) takes every event to concern this VM, the safe reading.
 ///
 /// ```
 /// use std::time::SystemTime;
@@ -76,22 +77,22 @@ pub struct Transition {
 /// let gone: ScheduledEvents = serde_json::from_str(r#"{"DocumentIncarnation":3,"Events":[]}"#).unwrap();
 ///
 /// let now = SystemTime::now();
-/// let first = diff(&[], &scheduled, "vm_0", now);
+/// let first = diff(&[], &scheduled, Some("vm_0"), now);
 /// assert_eq!(first[0].kind, TransitionKind::Scheduled);
 /// assert!(first[0].concerns_this_vm);
 ///
-/// let second = diff(&scheduled.events, &gone, "vm_0", now);
+/// let second = diff(&scheduled.events, &gone, Some("vm_0"), now);
 /// assert_eq!(second[0].kind, TransitionKind::Cancelled);
 /// ```
 pub fn diff(
     previous: &[ScheduledEvent],
     current: &ScheduledEvents,
-    vm_name: &str,
+    vm_name: Option<&str>,
     observed_at: SystemTime,
 ) -> Vec<Transition> {
     let transition = |kind, event: &ScheduledEvent, previous_status| Transition {
         kind,
-        concerns_this_vm: event.concerns(vm_name),
+        concerns_this_vm: vm_name.is_none_or(|name| event.concerns(name)),
         event: event.clone(),
         previous_status,
         incarnation: current.incarnation,
@@ -205,18 +206,18 @@ mod tests {
         let started = doc(3, vec![event("a", EventStatus::Started, &["vm"])]);
         let gone = doc(4, vec![]);
 
-        let changes = diff(&[], &scheduled, "vm", now);
+        let changes = diff(&[], &scheduled, Some("vm"), now);
         assert_eq!(kinds(&changes), [(TransitionKind::Scheduled, "a")]);
         assert_eq!(changes[0].previous_status, None);
 
-        let changes = diff(&scheduled.events, &started, "vm", now);
+        let changes = diff(&scheduled.events, &started, Some("vm"), now);
         assert_eq!(kinds(&changes), [(TransitionKind::Started, "a")]);
         assert_eq!(changes[0].previous_status, Some(EventStatus::Scheduled));
         assert_eq!(changes[0].incarnation, 3);
 
-        let changes = diff(&started.events, &gone, "vm", now);
+        let changes = diff(&started.events, &gone, Some("vm"), now);
         assert_eq!(kinds(&changes), [(TransitionKind::Completed, "a")]);
-        assert!(diff(&gone.events, &gone, "vm", now).is_empty());
+        assert!(diff(&gone.events, &gone, Some("vm"), now).is_empty());
     }
 
     #[test]
@@ -230,7 +231,7 @@ mod tests {
             ],
         );
         let after = doc(6, vec![event("failure", EventStatus::Started, &["vm"])]);
-        let changes = diff(&before.events, &after, "vm", now);
+        let changes = diff(&before.events, &after, Some("vm"), now);
         assert_eq!(
             kinds(&changes),
             [
@@ -250,17 +251,17 @@ mod tests {
             2,
             vec![event("a", EventStatus::Scheduled, &["other", "VM"])],
         );
-        let changes = diff(&before.events, &after, "vm", now);
+        let changes = diff(&before.events, &after, Some("vm"), now);
         assert_eq!(kinds(&changes), [(TransitionKind::Updated, "a")]);
         assert!(changes[0].concerns_this_vm);
-        assert!(!diff(&[], &before, "vm", now)[0].concerns_this_vm);
+        assert!(!diff(&[], &before, Some("vm"), now)[0].concerns_this_vm);
     }
 
     #[test]
     fn serializes_as_one_flat_json_object() {
         let mut e = event("a", EventStatus::Scheduled, &["vm"]);
         e.not_before = NotBefore::parse("Mon, 19 Sep 2016 18:29:47 GMT");
-        let t = &diff(&[], &doc(9, vec![e]), "vm", SystemTime::UNIX_EPOCH)[0];
+        let t = &diff(&[], &doc(9, vec![e]), Some("vm"), SystemTime::UNIX_EPOCH)[0];
         let json = serde_json::to_value(t).unwrap();
         assert_eq!(json["transition"], "scheduled");
         assert_eq!(json["event_id"], "a");

@@ -6,6 +6,7 @@
 //! [`WatcherHealth`], and retried with jittered exponential backoff capped low
 //! enough to still catch a 30-second Preempt notice.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -31,7 +32,8 @@ pub struct WatcherConfig {
     /// 30-second Preempt notice.
     pub max_backoff: Duration,
     /// This VM's name as it appears in `Resources`. `None` asks instance
-    /// metadata (`compute.name`) before the first poll.
+    /// metadata (`compute.name`) alongside the polls; until it answers,
+    /// every event is taken to concern this VM (the safe reading).
     pub vm_name: Option<String>,
     /// Transitions buffered per subscriber before a slow one starts missing
     /// them.
@@ -151,7 +153,9 @@ impl Watcher {
             ..WatcherHealth::default()
         });
         let (document_tx, document) = watch::channel(None);
-        let transitions = self.transitions.clone();
+        // Only the poller holds a strong sender, so subscribers see `Closed`
+        // if it ever ends.
+        let transitions = self.transitions.downgrade();
         let poller = Poller {
             client: self.client,
             config: self.config,
@@ -181,7 +185,7 @@ pub struct RunningWatcher {
     refresh: Arc<Notify>,
     health: watch::Receiver<WatcherHealth>,
     document: watch::Receiver<Option<Arc<ScheduledEvents>>>,
-    transitions: broadcast::Sender<Transition>,
+    transitions: broadcast::WeakSender<Transition>,
     _stop: DropGuard,
 }
 
@@ -196,9 +200,13 @@ impl RunningWatcher {
         self.document.clone()
     }
 
-    /// Transitions from now on.
+    /// Transitions from now on. The receiver reports `Closed` once the
+    /// watcher has stopped.
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.transitions.subscribe()
+        match self.transitions.upgrade() {
+            Some(sender) => sender.subscribe(),
+            None => broadcast::channel(1).1,
+        }
     }
 
     /// Polls now instead of at the next tick (still within the rate limit).
@@ -229,23 +237,35 @@ struct Poller {
 
 impl Poller {
     async fn run(mut self) {
-        let Some(vm_name) = self.resolve_vm_name().await else {
-            return;
-        };
+        let mut vm_name = self.config.vm_name.clone();
         let mut previous: Option<Arc<ScheduledEvents>> = None;
         let mut failures = 0u32;
         loop {
             let started = Instant::now();
-            let next = match self.client.scheduled_events().await {
-                Ok(document) => {
+            // Polling starts at once, name or not: the first call is the one
+            // that enables Scheduled Events, and an eviction must not wait
+            // for instance metadata to recover.
+            if vm_name.is_none() {
+                vm_name = match self.until_stopped(self.client.vm_name()).await {
+                    None => return,
+                    Some(Ok(name)) => Some(self.identified(name)),
+                    Some(Err(error)) => {
+                        self.report_failure("instance metadata", &error, 1, Duration::ZERO);
+                        None
+                    }
+                };
+            }
+            let next = match self.until_stopped(self.client.scheduled_events()).await {
+                None => return,
+                Some(Ok(document)) => {
                     failures = 0;
-                    previous = Some(self.accept(document, previous, &vm_name));
+                    previous = Some(self.accept(document, previous, vm_name.as_deref()));
                     started + self.config.poll_interval
                 }
-                Err(error) => {
+                Some(Err(error)) => {
                     failures = failures.saturating_add(1);
                     let delay = self.backoff(failures);
-                    self.report_failure(&error, failures, delay);
+                    self.report_failure("Scheduled Events", &error, failures, delay);
                     Instant::now() + delay
                 }
             };
@@ -255,33 +275,19 @@ impl Poller {
         }
     }
 
-    /// Learns this VM's name, retrying until it succeeds or the watcher is
-    /// stopped: without it no event can be classified as ours.
-    async fn resolve_vm_name(&self) -> Option<String> {
-        if let Some(name) = &self.config.vm_name {
-            return Some(name.clone());
+    /// Runs `call` unless the watcher is stopped first (then `None`), so that
+    /// stopping never waits for a slow request.
+    async fn until_stopped<T>(&self, call: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            () = self.stop.cancelled() => None,
+            result = call => Some(result),
         }
-        let mut failures = 0u32;
-        loop {
-            match self.client.vm_name().await {
-                Ok(name) => {
-                    tracing::info!(vm_name = %name, "identified this VM from instance metadata");
-                    self.health.send_modify(|h| {
-                        h.vm_name = Some(name.clone());
-                        h.consecutive_failures = 0;
-                    });
-                    return Some(name);
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    let delay = self.backoff(failures);
-                    self.report_failure(&error, failures, delay);
-                    if !self.wait_until(Instant::now() + delay).await {
-                        return None;
-                    }
-                }
-            }
-        }
+    }
+
+    fn identified(&self, name: String) -> String {
+        tracing::info!(vm_name = %name, "identified this VM from instance metadata");
+        self.health.send_modify(|h| h.vm_name = Some(name.clone()));
+        name
     }
 
     /// Records a document and hands its transitions to the triggers first
@@ -292,16 +298,22 @@ impl Poller {
         &mut self,
         document: ScheduledEvents,
         previous: Option<Arc<ScheduledEvents>>,
-        vm_name: &str,
+        vm_name: Option<&str>,
     ) -> Arc<ScheduledEvents> {
         let incarnation = document.incarnation;
         let document = match previous {
-            // Same incarnation, same events: nothing to diff.
-            Some(previous) if previous.incarnation == incarnation => previous,
+            // Nothing changed. The events are compared too, not just the
+            // incarnation: a restarted IMDS (or emulator) may count again.
+            Some(previous) if *previous == document => previous,
             previous => {
                 let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
                 let now = Instant::now();
                 let changes = diff(before, &document, vm_name, SystemTime::now());
+                if vm_name.is_none() && !changes.is_empty() {
+                    tracing::warn!(
+                        "this VM's name is not known yet; treating every event as concerning it"
+                    );
+                }
                 for transition in &changes {
                     for trigger in &mut self.triggers {
                         trigger.observe(transition, now);
@@ -326,17 +338,18 @@ impl Poller {
         document
     }
 
-    fn report_failure(&self, error: &ImdsError, failures: u32, retry_in: Duration) {
+    fn report_failure(&self, what: &str, error: &ImdsError, failures: u32, retry_in: Duration) {
+        let error = error.chain();
         tracing::warn!(
-            error = %error,
+            %error,
             consecutive_failures = failures,
             retry_in_ms = retry_in.as_millis() as u64,
-            "Scheduled Events poll failed; retrying"
+            "reading {what} from IMDS failed; retrying"
         );
         self.health.send_modify(|h| {
-            h.consecutive_failures = failures;
+            h.consecutive_failures = h.consecutive_failures.max(failures);
             h.failures += 1;
-            h.last_error = Some(error.to_string());
+            h.last_error = Some(format!("{what}: {error}"));
         });
     }
 
