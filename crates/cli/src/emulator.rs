@@ -1,5 +1,6 @@
 //! `spot-worker imds-emulator`: serve an emulated IMDS for rehearsals.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -48,7 +49,10 @@ pub async fn run(args: EmulatorArgs) -> Result<()> {
 
     // The URL goes to stdout alone, so scripts can read it; the rest is for
     // people and goes to stderr.
-    println!("http://{addr}");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "http://{addr}").context("printing the URL")?;
+    stdout.flush().context("printing the URL")?;
+    drop(stdout);
     eprintln!(
         "IMDS emulator for VM {} on http://{addr} (control API under /emulator/; Ctrl-C stops)",
         config.vm_name

@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use spot_worker_imds::{
-    Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvent,
-    ScheduledEvents, ShutdownPolicy, ShutdownSignal, Transition, Watcher, WatcherConfig,
+    Approval, ApprovalScope, EventId, EventType, FreezePolicy, ImdsClient, ImdsConfig,
+    RunningWatcher, ScheduledEvent, ScheduledEvents, ShutdownPolicy, ShutdownSignal, Transition,
+    Watcher, WatcherConfig,
 };
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -16,7 +17,8 @@ use tokio::sync::broadcast::{self, error::RecvError};
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct EventsArgs {
-    /// Print the document as IMDS returned it (JSON) instead of a summary.
+    /// Print the document exactly as IMDS returned it (JSON) instead of a
+    /// summary.
     #[arg(long)]
     json: bool,
 
@@ -44,6 +46,8 @@ enum EventsAction {
         /// printing it: for shell scripts that must act on a notice.
         #[arg(long)]
         until_notice: bool,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
     /// Approve a scheduled event so Azure may start it now.
     Approve {
@@ -56,6 +60,38 @@ enum EventsAction {
     },
 }
 
+/// Which events count as a notice for `--until-notice`.
+#[derive(Debug, Args)]
+struct PolicyArgs {
+    /// Drain for a Freeze only when it is announced longer than this (or of
+    /// unknown length); 0s drains on every Freeze.
+    #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
+    freeze_threshold: Duration,
+    /// Do not drain for this event type (repeatable), e.g. `--ignore Reboot`.
+    #[arg(long, value_name = "TYPE")]
+    ignore: Vec<EventType>,
+    /// Also drain for this event type (repeatable), e.g. a type Azure adds
+    /// later.
+    #[arg(long, value_name = "TYPE")]
+    drain_on: Vec<EventType>,
+}
+
+impl PolicyArgs {
+    fn policy(self) -> ShutdownPolicy {
+        let freeze = if self.freeze_threshold.is_zero() {
+            FreezePolicy::Always
+        } else {
+            FreezePolicy::LongerThan(self.freeze_threshold)
+        };
+        let policy = ShutdownPolicy::default().freeze(freeze);
+        let policy = self
+            .drain_on
+            .into_iter()
+            .fold(policy, ShutdownPolicy::drain_on);
+        self.ignore.into_iter().fold(policy, ShutdownPolicy::ignore)
+    }
+}
+
 pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
     let client = ImdsClient::new(ImdsConfig::from_env().with_endpoint(endpoint))
         .context("configuring the IMDS client")?;
@@ -65,13 +101,14 @@ pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
             json,
             interval,
             until_notice,
+            policy,
         }) => {
             let config = WatcherConfig {
                 poll_interval: interval,
                 vm_name: args.vm_name,
                 ..WatcherConfig::default()
             };
-            watch(client, config, json, until_notice).await
+            watch(client, config, policy.policy(), json, until_notice).await
         }
         Some(EventsAction::Approve { event_id, any_vm }) => {
             approve(&client, EventId(event_id), args.vm_name, any_vm).await
@@ -80,24 +117,26 @@ pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
 }
 
 async fn print_document(client: &ImdsClient, vm_name: Option<String>, json: bool) -> Result<()> {
-    let document = client
-        .scheduled_events()
+    let (document, body) = client
+        .scheduled_events_with_body()
         .await
         .context("reading Scheduled Events")?;
+    let mut stdout = std::io::stdout().lock();
     if json {
-        println!("{}", serde_json::to_string_pretty(&document)?);
-        return Ok(());
+        stdout.write_all(&body)?;
+        if !body.ends_with(b"\n") {
+            writeln!(stdout)?;
+        }
+        return stdout.flush().context("writing to stdout");
     }
     // The summary marks this VM's events; it is still useful without them.
     let vm_name = match vm_name {
         Some(name) => Some(name),
         None => client.vm_name().await.ok(),
     };
-    print!(
-        "{}",
-        summary(&document, vm_name.as_deref(), SystemTime::now())
-    );
-    Ok(())
+    let text = summary(&document, vm_name.as_deref(), SystemTime::now());
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush().context("writing to stdout")
 }
 
 fn summary(document: &ScheduledEvents, vm_name: Option<&str>, now: SystemTime) -> String {
@@ -141,17 +180,21 @@ fn describe_not_before(event: &ScheduledEvent, now: SystemTime) -> String {
 async fn watch(
     client: ImdsClient,
     config: WatcherConfig,
+    policy: ShutdownPolicy,
     json: bool,
     until_notice: bool,
 ) -> Result<()> {
     let mut watcher = Watcher::new(client, config);
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.shutdown_on(policy);
     let mut transitions = watcher.subscribe();
     let running = watcher.spawn();
     let mut stdout = std::io::stdout().lock();
+    // Created once: a signal arriving while a line is printed still counts.
+    let interrupted = crate::interrupted();
+    tokio::pin!(interrupted);
     loop {
         tokio::select! {
-            () = crate::interrupted() => break,
+            () = &mut interrupted => break,
             received = transitions.recv() => match received {
                 Ok(t) => {
                     print_transition(&mut stdout, &t, json)?;
@@ -242,9 +285,12 @@ async fn approve(
         .approve(&event_id, &scope)
         .await
         .with_context(|| format!("approving event {event_id}"))?;
+    let mut stdout = std::io::stdout().lock();
     match outcome {
-        Approval::Approved => println!("approved {event_id}"),
-        Approval::AlreadyStarted => println!("{event_id} has already started; nothing to approve"),
+        Approval::Approved => writeln!(stdout, "approved {event_id}")?,
+        Approval::AlreadyStarted => {
+            writeln!(stdout, "{event_id} has already started; nothing to approve")?
+        }
     }
     Ok(())
 }

@@ -16,12 +16,14 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "spot-worker", version, about)]
 struct Cli {
-    /// IMDS base URL (an emulator's, for rehearsals).
+    /// IMDS base URL (an emulator's, for rehearsals); empty means the
+    /// default.
     #[arg(
         long,
         global = true,
         env = spot_worker_imds::ENDPOINT_ENV,
-        default_value = spot_worker_imds::DEFAULT_ENDPOINT
+        default_value = spot_worker_imds::DEFAULT_ENDPOINT,
+        value_parser = parse_endpoint
     )]
     imds_endpoint: String,
 
@@ -67,8 +69,27 @@ fn main() -> ExitCode {
 
 /// One line on stderr, with the whole cause chain, and a non-zero exit.
 fn fail(error: &anyhow::Error) -> ExitCode {
+    // A reader that went away (`| head`) is not an error worth a message.
+    let broken_pipe = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if broken_pipe {
+        return ExitCode::SUCCESS;
+    }
     eprintln!("error: {error:#}");
     ExitCode::FAILURE
+}
+
+/// Same as the library: an empty or blank endpoint means the default.
+fn parse_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    Ok(if text.is_empty() {
+        spot_worker_imds::DEFAULT_ENDPOINT.to_owned()
+    } else {
+        text.to_owned()
+    })
 }
 
 fn init_logging(filter: &str) {
@@ -133,6 +154,21 @@ mod tests {
     #[test]
     fn arguments_are_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn an_empty_endpoint_means_the_default() {
+        // As `ImdsConfig::from_env` treats an empty SPOT_WORKER_IMDS_ENDPOINT.
+        assert_eq!(
+            parse_endpoint(" ").unwrap(),
+            spot_worker_imds::DEFAULT_ENDPOINT
+        );
+        assert_eq!(
+            parse_endpoint("http://127.0.0.1:1").unwrap(),
+            "http://127.0.0.1:1"
+        );
+        let cli = Cli::try_parse_from(["spot-worker", "--imds-endpoint", "", "events"]).unwrap();
+        assert_eq!(cli.imds_endpoint, spot_worker_imds::DEFAULT_ENDPOINT);
     }
 
     #[test]

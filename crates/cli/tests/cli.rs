@@ -224,3 +224,75 @@ async fn imds_emulator_reports_a_busy_port() {
     .await;
     assert_clean_failure(&output, "listening on");
 }
+
+#[tokio::test]
+async fn a_closed_stdout_is_not_a_crash() {
+    let emulator = emulator().await;
+    emulator.schedule(EventSpec::preempt()).unwrap();
+    let mut child = spot_worker(&emulator.url())
+        .args(["events", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before the command writes: `spot-worker ... | head -0`.
+    drop(child.stdout.take());
+    let output = tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn events_json_is_the_body_imds_sent() {
+    let emulator = emulator().await;
+    emulator.schedule(EventSpec::preempt()).unwrap();
+    let output = run(spot_worker(&emulator.url()).args(["events", "--json"])).await;
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    let printed: Value = serde_json::from_str(&output.stdout).unwrap();
+    assert_eq!(printed, emulator.document());
+    assert!(
+        output
+            .stdout
+            .contains("\"ResourceType\":\"VirtualMachine\"")
+    );
+}
+
+#[tokio::test]
+async fn watch_policy_flags_change_what_counts_as_a_notice() {
+    let emulator = emulator().await;
+    let reboot = emulator.schedule(EventSpec::reboot()).unwrap();
+    let freeze = emulator.schedule(EventSpec::freeze()).unwrap();
+    // Reboot ignored, every Freeze drains: the 5 s Freeze is the notice.
+    let output = run(spot_worker(&emulator.url()).args([
+        "events",
+        "watch",
+        "--json",
+        "--interval",
+        "250ms",
+        "--until-notice",
+        "--ignore",
+        "Reboot",
+        "--freeze-threshold",
+        "0s",
+    ]))
+    .await;
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    let ids: Vec<String> = output
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids, [reboot.id, freeze.id]);
+}
