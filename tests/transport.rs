@@ -9,7 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use spot_worker::imds::{ImdsClient, ImdsConfig, ImdsError};
+use spot_worker::imds::{
+    ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy, Watcher, WatcherConfig,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -106,4 +108,91 @@ async fn bad_request_messages_come_from_imds() {
         "IMDS rejected the request (400 Bad Request): Bad request. api-version is invalid"
     );
     assert!(!error.is_transient());
+}
+
+/// Answers Scheduled Events with `document` and instance metadata with 503,
+/// and says on `requests` each time a request arrives.
+async fn imds_without_instance_metadata(
+    document: &'static str,
+) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut head = vec![0u8; 4096];
+                let n = socket.read(&mut head).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&head[..n]).into_owned();
+                let _ = tx.send(head.clone());
+                let response = if head.contains("/metadata/instance") {
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+                } else {
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{document}",
+                        document.len()
+                    )
+                };
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn events_are_watched_even_while_instance_metadata_fails() {
+    let (url, _requests) = imds_without_instance_metadata(
+        r#"{"DocumentIncarnation":2,"Events":[{"EventId":"E","EventType":"Preempt",
+            "EventStatus":"Scheduled","Resources":["somebody"],"NotBefore":""}]}"#,
+    )
+    .await;
+    let config = WatcherConfig {
+        vm_name: None,
+        ..watcher_config()
+    };
+    let mut watcher = Watcher::new(client(&url), config);
+    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let running = watcher.spawn();
+    // Without a name, every event is taken to concern this VM: drain.
+    within("the shutdown token", shutdown.cancelled()).await;
+    let health = running.health().borrow().clone();
+    assert_eq!(health.vm_name, None);
+    assert!(
+        !health.is_healthy(Duration::from_secs(60)),
+        "not identified"
+    );
+    assert!(
+        health
+            .last_error
+            .unwrap_or_default()
+            .starts_with("instance metadata: IMDS answered 503")
+    );
+}
+
+#[tokio::test]
+async fn stopping_the_watcher_abandons_a_hung_request() {
+    // A server that accepts, reads, and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = vec![0u8; 4096];
+        let _ = socket.read(&mut head).await;
+        let _ = arrived_tx.send(());
+        let _ = socket.read(&mut head).await; // hold the connection open
+    });
+    let config = ImdsConfig {
+        first_call_timeout: Duration::from_secs(120),
+        ..client_config(&url)
+    };
+    let running = Watcher::new(ImdsClient::new(config).unwrap(), watcher_config()).spawn();
+    within("the request to arrive", arrived).await.unwrap();
+    // The first-call timeout is two minutes; stopping must not wait for it.
+    tokio::time::timeout(Duration::from_secs(5), running.stop())
+        .await
+        .expect("stopped promptly");
 }
