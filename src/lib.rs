@@ -13,3 +13,8 @@ pub use spot_worker_imds as imds;
 
 #[cfg(feature = "emulator")]
 pub use spot_worker_imds_emulator as emulator;
+
+/// The examples in README.md, compiled as doc tests so they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
