@@ -218,6 +218,9 @@ pub struct ConsumerStats {
     /// Settle calls that failed or timed out (the message reappears after its
     /// visibility timeout, so nothing is lost).
     pub settle_failures: u64,
+    /// Receive calls that failed (storage unreachable, throttled); the
+    /// consumer backs off and keeps trying.
+    pub receive_errors: u64,
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +233,7 @@ struct Counters {
     leases_lost: AtomicU64,
     skipped_completed: AtomicU64,
     settle_failures: AtomicU64,
+    receive_errors: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -248,6 +252,7 @@ impl Counters {
             leases_lost: get(&self.leases_lost),
             skipped_completed: get(&self.skipped_completed),
             settle_failures: get(&self.settle_failures),
+            receive_errors: get(&self.receive_errors),
         }
     }
 }
@@ -405,6 +410,7 @@ impl Consumer {
                 }
                 Ok(_) => idle.next_delay(),
                 Err(error) => {
+                    bump(&self.counters.receive_errors);
                     tracing::warn!(queue = self.queue.name(), %error, "receive failed; backing off");
                     idle.next_delay()
                 }
