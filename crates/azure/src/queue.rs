@@ -9,7 +9,8 @@ use azure_core::http::headers::HeaderName;
 use azure_core::http::{RequestContent, XmlFormat};
 use azure_storage_queue::QueueClient;
 use azure_storage_queue::models::{
-    QueueClientReceiveMessagesOptions, QueueClientSendMessageOptions, QueueMessage as WireMessage,
+    QueueClientGetPropertiesResultHeaders as _, QueueClientReceiveMessagesOptions,
+    QueueClientSendMessageOptions, QueueMessage as WireMessage,
 };
 use spot_worker_storage::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
@@ -56,6 +57,21 @@ impl AzureQueue {
             Err(e) if error_code(&e) == Some("QueueAlreadyExists") => Ok(()),
             Err(e) => Err(map_error(e, Operation::Other(&self.name))),
         }
+    }
+
+    /// The service's approximate count of messages in the queue, visible
+    /// or not.
+    pub async fn approximate_message_count(&self) -> Result<u64, StorageError> {
+        let response = self
+            .client
+            .get_properties(None)
+            .await
+            .map_err(|e| map_error(e, Operation::Other(&self.name)))?;
+        let count = response
+            .approximate_messages_count()
+            .map_err(|e| map_error(e, Operation::Other(&self.name)))?
+            .unwrap_or(0);
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     async fn send_once(&self, body: &str, delay: Duration) -> Result<MessageId, azure_core::Error> {
