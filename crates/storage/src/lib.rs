@@ -24,7 +24,7 @@ mod queue;
 pub use checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint, WritePrecondition};
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerStats, FnHandler, HandlerError, Job, MessageHandler,
-    PoisonRecord, handler_fn, poison_queue_name,
+    PoisonRecord, ShutdownSignals, handler_fn, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

@@ -9,8 +9,8 @@ use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError,
     InMemoryCheckpointStore, InMemoryQueue, Job, MessageEncoding, MessageId, MessageQueue,
-    PoisonRecord, PopReceipt, QueueMessage, StorageError, WritePrecondition, async_trait,
-    handler_fn,
+    PoisonRecord, PopReceipt, QueueMessage, ShutdownSignals, StorageError, WritePrecondition,
+    async_trait, handler_fn,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -472,4 +472,89 @@ fn invalid_configs_are_rejected() {
     ] {
         assert!(Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), bad).is_err());
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_the_rest() {
+    let (queue, poison) = queues();
+    queue.send("short", Duration::ZERO).await.unwrap();
+    queue.send("long", Duration::ZERO).await.unwrap();
+    let handler = handler_fn(|job: Job| async move {
+        let secs = if job.text()? == "short" { 5 } else { 3600 };
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let consumer = consumer(&queue, &poison, config());
+    let signals = ShutdownSignals::default();
+    let task = tokio::spawn({
+        let (consumer, signals) = (consumer.clone(), signals.clone());
+        async move { consumer.run_until(handler, signals).await }
+    });
+    wait_until("both received", || consumer.stats().received == 2).await;
+    signals.stop_receiving.cancel();
+    let late = queue.send("late", Duration::ZERO).await.unwrap();
+    // The short job finishes (its lease renewed past several periods).
+    wait_until("short job done", || consumer.stats().succeeded == 1).await;
+    assert!(!task.is_finished(), "the long job is still running");
+    signals.release.cancel();
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((stats.received, stats.succeeded, stats.released), (2, 1, 1));
+    let left = queue.messages();
+    assert_eq!(left.len(), 2);
+    assert!(left.iter().all(|m| m.visible));
+    assert!(
+        left.iter().any(|m| m.id == late && m.dequeue_count == 0),
+        "nothing new was received"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checkpoint_conflict_abandons_the_delivery_without_retry_or_poison() {
+    let (queue, poison) = queues();
+    let id = queue.send("contested job", Duration::ZERO).await.unwrap();
+    let store = InMemoryCheckpointStore::new();
+    let handler = handler_fn({
+        let store = store.clone();
+        move |job: Job| {
+            let store = store.clone();
+            async move {
+                let mut checkpoint = job.checkpoint().await?;
+                checkpoint.save_progress(json!(1)).await?;
+                // Meanwhile another worker (say, with a duplicate message)
+                // moves the job on.
+                let (_, etag) = store.read(job.id().as_str()).await?.unwrap();
+                store
+                    .write(
+                        job.id().as_str(),
+                        &Checkpoint::InProgress {
+                            progress: json!(50),
+                        },
+                        WritePrecondition::IfMatch(etag),
+                    )
+                    .await?;
+                checkpoint.save_progress(json!(2)).await?;
+                unreachable!("the write above is fenced off");
+            }
+        }
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("abandoned", |s| s.abandoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!((stats.succeeded, stats.retried, stats.poisoned), (0, 0, 0));
+    assert_eq!(
+        store.get(id.as_str()),
+        Some(Checkpoint::InProgress {
+            progress: json!(50)
+        })
+    );
+    assert_eq!(
+        queue.len(),
+        1,
+        "the message is left for its lease to expire"
+    );
+    assert!(poison.is_empty());
 }

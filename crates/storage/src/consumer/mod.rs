@@ -221,6 +221,10 @@ pub struct ConsumerStats {
     /// Receive calls that failed (storage unreachable, throttled); the
     /// consumer backs off and keeps trying.
     pub receive_errors: u64,
+    /// Deliveries abandoned because the handler's checkpoint write was
+    /// fenced off by another worker ([`StorageError::Conflict`]); the message
+    /// is left alone.
+    pub abandoned: u64,
 }
 
 #[derive(Debug, Default)]
@@ -234,6 +238,7 @@ struct Counters {
     skipped_completed: AtomicU64,
     settle_failures: AtomicU64,
     receive_errors: AtomicU64,
+    abandoned: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -253,6 +258,28 @@ impl Counters {
             skipped_completed: get(&self.skipped_completed),
             settle_failures: get(&self.settle_failures),
             receive_errors: get(&self.receive_errors),
+            abandoned: get(&self.abandoned),
+        }
+    }
+}
+
+/// The two stages of stopping a consumer ([`Consumer::run_until`]), so a
+/// worker with some notice (a Spot eviction gives 30 s) can let short jobs
+/// finish before handing the rest back.
+#[derive(Clone, Debug, Default)]
+pub struct ShutdownSignals {
+    /// Stop receiving; in-flight handlers keep running until they finish.
+    pub stop_receiving: CancellationToken,
+    /// Cancel in-flight handlers and make their messages visible again now.
+    pub release: CancellationToken,
+}
+
+impl ShutdownSignals {
+    /// Resolves once either stage has begun.
+    async fn stopping(&self) {
+        tokio::select! {
+            _ = self.stop_receiving.cancelled() => {}
+            _ = self.release.cancelled() => {}
         }
     }
 }
@@ -359,6 +386,25 @@ impl Consumer {
         handler: H,
         shutdown: CancellationToken,
     ) -> ConsumerStats {
+        let signals = ShutdownSignals {
+            stop_receiving: shutdown.clone(),
+            release: shutdown,
+        };
+        self.run_until(handler, signals).await
+    }
+
+    /// Consumes until told to stop, in two stages: after
+    /// [`ShutdownSignals::stop_receiving`] no new message is received but
+    /// in-flight handlers finish (their leases still renewed); after
+    /// [`ShutdownSignals::release`] every remaining handler is cancelled and
+    /// its message made visible again at once. Returns when no message is
+    /// in flight any more.
+    pub async fn run_until<H: MessageHandler>(
+        &self,
+        handler: H,
+        signals: ShutdownSignals,
+    ) -> ConsumerStats {
+        let shutdown = &signals;
         let handler = Arc::new(handler);
         let config = &self.config;
         let slots = Arc::new(Semaphore::new(config.max_in_flight));
@@ -369,7 +415,7 @@ impl Consumer {
             while let Some(result) = jobs.try_join_next() {
                 log_join_error(result);
             }
-            let Some(permits) = self.acquire_slots(&slots, &shutdown).await else {
+            let Some(permits) = self.acquire_slots(&slots, shutdown).await else {
                 break;
             };
             let visibility = config.visibility_timeout;
@@ -379,7 +425,7 @@ impl Consumer {
             let received = tokio::select! {
                 biased;
                 result = &mut receive => result,
-                _ = shutdown.cancelled() => {
+                _ = shutdown.stopping() => {
                     // A receive the service already answered hid its messages;
                     // let it finish (briefly) so they can be released at once.
                     if let Ok(Ok(messages)) = tokio::time::timeout(config.settle_timeout, receive).await {
@@ -395,7 +441,7 @@ impl Consumer {
                         bump(&self.counters.received);
                         let worker = self.clone();
                         let handler = Arc::clone(&handler);
-                        let job_token = shutdown.child_token();
+                        let job_token = shutdown.release.child_token();
                         let span = tracing::info_span!(
                             "message",
                             queue = self.queue.name(),
@@ -416,7 +462,7 @@ impl Consumer {
                 }
             };
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = shutdown.stopping() => break,
                 _ = tokio::time::sleep(delay) => {}
             }
         }
@@ -436,11 +482,11 @@ impl Consumer {
     async fn acquire_slots(
         &self,
         slots: &Arc<Semaphore>,
-        shutdown: &CancellationToken,
+        shutdown: &ShutdownSignals,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
             biased;
-            _ = shutdown.cancelled() => return None,
+            _ = shutdown.stopping() => return None,
             permit = Arc::clone(slots).acquire_owned() => permit.ok()?,
         };
         let mut permits = vec![first];
@@ -540,6 +586,13 @@ impl Consumer {
                     bump(&self.counters.released);
                     tracing::info!("released on shutdown");
                 }
+            }
+            // Another worker wrote newer progress for this job: it owns the job
+            // now. Stop without touching the message; if it is still ours it
+            // reappears after its lease and resumes from the newer checkpoint.
+            Outcome::Finished(Err(error)) if is_fenced_out(error.as_ref()) => {
+                bump(&self.counters.abandoned);
+                tracing::warn!(%error, "checkpoint fenced out by another worker; abandoning this delivery");
             }
             Outcome::Finished(Err(error)) if message.dequeue_count >= config.max_dequeue_count => {
                 self.poison_message(&message, &lease, error.to_string())
@@ -674,6 +727,22 @@ impl Consumer {
             }
         }
     }
+}
+
+/// True if the handler failed because its checkpoint writes were fenced off
+/// (a [`StorageError::Conflict`] or [`StorageError::JobCancelled`]), found
+/// anywhere in the error's source chain.
+fn is_fenced_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(StorageError::Conflict { .. } | StorageError::JobCancelled { .. }) =
+            e.downcast_ref::<StorageError>()
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 fn log_join_error(result: Result<(), tokio::task::JoinError>) {
