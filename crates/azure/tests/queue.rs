@@ -463,3 +463,30 @@ async fn base64_and_text_encodings() {
     );
     assert_eq!(record.body, "this is not base64!");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_near_the_size_limit_still_reaches_the_poison_queue() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    let big = "x".repeat(60 * 1024);
+    queue.send(&big, Duration::ZERO).await.unwrap();
+    let handler =
+        handler_fn(|_job: Job| async { Err::<(), HandlerError>("too big to handle".into()) });
+    let config = ConsumerConfig {
+        max_dequeue_count: 1,
+        ..config()
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).unwrap(),
+        handler,
+    );
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.settle_failures, 0);
+    let poisoned = drain(&poison).await;
+    let record: PoisonRecord = serde_json::from_str(&poisoned[0].body).unwrap();
+    assert!(record.body_truncated);
+    assert!(big.starts_with(&record.body) && record.body.len() > 32 * 1024);
+    assert!(drain(&queue).await.is_empty());
+}

@@ -559,6 +559,9 @@ impl Consumer {
                     _ = job_token.cancelled() => Outcome::Cancelled,
                 }
             }
+            // Counted as a failed attempt: the delivery already counts towards
+            // max_dequeue_count, and exponential retry delays give a storage
+            // outage minutes to pass before the message is poisoned.
             Err(error) => {
                 Outcome::Finished(Err(format!("reading the checkpoint failed: {error}").into()))
             }
@@ -690,18 +693,17 @@ impl Consumer {
             poisoned_at: OffsetDateTime::now_utc(),
             last_error,
             body: message.body.clone(),
+            body_truncated: false,
         };
-        let text = match serde_json::to_vec(&record)
-            .map_err(|e| StorageError::InvalidArgument(e.to_string()))
-            .and_then(|json| self.config.encoding.encode(&json))
-        {
-            Ok(text) => text,
-            Err(error) => {
-                bump(&self.counters.settle_failures);
-                tracing::error!(%error, "could not build the poison record");
-                return;
-            }
-        };
+        let (record, text) =
+            match record.encode_within(self.config.encoding, MAX_POISON_MESSAGE_LEN) {
+                Ok(encoded) => encoded,
+                Err(error) => {
+                    bump(&self.counters.settle_failures);
+                    tracing::error!(%error, "could not build the poison record");
+                    return;
+                }
+            };
         if self
             .settle(
                 "send to poison queue",
@@ -728,6 +730,10 @@ impl Consumer {
         }
     }
 }
+
+/// Largest poison message text: the service takes 64 KiB per message,
+/// including XML escaping, so leave room for it.
+const MAX_POISON_MESSAGE_LEN: usize = 48 * 1024;
 
 /// True if the handler failed because its checkpoint writes were fenced off
 /// (a [`StorageError::Conflict`] or [`StorageError::JobCancelled`]), found
