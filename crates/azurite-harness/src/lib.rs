@@ -25,6 +25,7 @@ pub const ACCOUNT_KEY: &str =
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+const START_ATTEMPTS: usize = 3;
 
 /// Why Azurite could not be started or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -66,17 +67,28 @@ impl Azurite {
         if !binary.exists() {
             return Err(HarnessError::NotInstalled(binary));
         }
-        let mut azurite = Azurite {
-            binary,
-            workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
-            blob_port: free_port()?,
-            queue_port: free_port()?,
-            table_port: free_port()?,
-            child: None,
-            starts: 0,
-        };
-        azurite.start_again()?;
-        Ok(azurite)
+        // A port found free may be taken by someone else before Azurite binds
+        // it; then Azurite exits and a fresh set of ports is tried.
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            let mut azurite = Azurite {
+                binary: binary.clone(),
+                workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
+                blob_port: free_port()?,
+                queue_port: free_port()?,
+                table_port: free_port()?,
+                child: None,
+                starts: 0,
+            };
+            match azurite.start_again() {
+                Ok(()) => return Ok(azurite),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| HarnessError::NotReady {
+            reason: "no start attempted".to_owned(),
+            log: String::new(),
+        }))
     }
 
     /// Starts a stopped Azurite again on the same ports and workspace (so
@@ -92,8 +104,9 @@ impl Azurite {
             .args([
                 "--silent",
                 "--disableTelemetry",
+                // The 1.x SDK may send an x-ms-version newer than this
+                // Azurite knows; the operations we use are unchanged.
                 "--skipApiVersionCheck",
-                "--loose",
             ])
             .arg("--location")
             .arg(self.workspace.path())
