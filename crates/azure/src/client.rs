@@ -53,8 +53,15 @@ impl AzureStorage {
             Credentials::Token {
                 endpoints,
                 credential,
+                ..
             } => (endpoints.clone(), Auth::Token(Arc::clone(credential))),
         };
+        tracing::info!(
+            credentials = config.credentials.kind(),
+            queue_endpoint = %redact(endpoints.queue.as_str()),
+            blob_endpoint = %redact(endpoints.blob.as_str()),
+            "storage account configured"
+        );
         Ok(AzureStorage {
             config,
             endpoints,

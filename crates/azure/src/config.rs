@@ -98,6 +98,8 @@ pub enum Credentials {
         endpoints: AccountEndpoints,
         /// The credential.
         credential: Arc<dyn TokenCredential>,
+        /// What it is, for logs (`managed identity`, `Azure CLI`, ...).
+        kind: &'static str,
     },
 }
 
@@ -107,8 +109,11 @@ impl fmt::Debug for Credentials {
             Credentials::ConnectionString(cs) => {
                 f.debug_tuple("ConnectionString").field(cs).finish()
             }
-            Credentials::Token { endpoints, .. } => f
+            Credentials::Token {
+                endpoints, kind, ..
+            } => f
                 .debug_struct("Token")
+                .field("kind", kind)
                 .field("endpoints", endpoints)
                 .finish_non_exhaustive(),
         }
@@ -133,6 +138,7 @@ impl Credentials {
         Ok(Credentials::Token {
             endpoints,
             credential,
+            kind: "managed identity",
         })
     }
 
@@ -145,6 +151,7 @@ impl Credentials {
         Ok(Credentials::Token {
             endpoints,
             credential,
+            kind: "Azure CLI",
         })
     }
 
@@ -153,18 +160,37 @@ impl Credentials {
     /// user-assigned identity); otherwise the Azure CLI. `endpoints` is the
     /// account from configuration, used unless a connection string is set.
     pub fn from_env(endpoints: Option<AccountEndpoints>) -> Result<Self, ConfigError> {
-        if let Some(connection_string) = ConnectionString::from_env()? {
-            return Ok(Credentials::ConnectionString(connection_string));
+        Self::from_lookup(|name| std::env::var(name).ok(), endpoints)
+    }
+
+    /// [`Credentials::from_env`] with variables from `lookup` instead of the
+    /// process environment (for tests and configuration files).
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        endpoints: Option<AccountEndpoints>,
+    ) -> Result<Self, ConfigError> {
+        let connection_string = lookup(crate::connection_string::CONNECTION_STRING_ENV);
+        if let Some(parsed) = ConnectionString::from_optional(connection_string.as_deref())? {
+            return Ok(Credentials::ConnectionString(parsed));
         }
         let endpoints = endpoints.ok_or_else(|| ConfigError::InvalidUrl {
             url: String::new(),
             reason: "no connection string and no storage account URL configured".to_owned(),
         })?;
-        match std::env::var(CLIENT_ID_ENV) {
-            Ok(client_id) if !client_id.trim().is_empty() => {
-                Self::managed_identity(endpoints, Some(client_id))
+        match lookup(CLIENT_ID_ENV) {
+            Some(client_id) if !client_id.trim().is_empty() => {
+                Self::managed_identity(endpoints, Some(client_id.trim().to_owned()))
             }
             _ => Self::azure_cli(endpoints),
+        }
+    }
+
+    /// Which kind of credential this is, for logs: `connection string`,
+    /// `managed identity` or `Azure CLI`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Credentials::ConnectionString(_) => "connection string",
+            Credentials::Token { kind, .. } => kind,
         }
     }
 }
@@ -234,5 +260,77 @@ impl StorageConfig {
     /// From a connection string's text.
     pub fn from_connection_string(text: &str) -> Result<Self, ConfigError> {
         Ok(Self::new(Credentials::ConnectionString(text.parse()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| vars.get(name).cloned()
+    }
+
+    fn account() -> Option<AccountEndpoints> {
+        Some(AccountEndpoints::for_account("acct").unwrap())
+    }
+
+    #[test]
+    fn a_connection_string_wins() {
+        let vars = lookup(&[
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "UseDevelopmentStorage=true",
+            ),
+            ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001"),
+        ]);
+        assert_eq!(
+            Credentials::from_lookup(vars, account()).unwrap().kind(),
+            "connection string"
+        );
+    }
+
+    #[test]
+    fn a_client_id_selects_the_user_assigned_managed_identity() {
+        let vars = lookup(&[("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001")]);
+        let credentials = Credentials::from_lookup(vars, account()).unwrap();
+        assert_eq!(credentials.kind(), "managed identity");
+        let Credentials::Token { endpoints, .. } = credentials else {
+            panic!("a token credential");
+        };
+        assert_eq!(
+            endpoints.queue.as_str(),
+            "https://acct.queue.core.windows.net/"
+        );
+    }
+
+    #[test]
+    fn otherwise_the_azure_cli_and_an_account_is_required() {
+        let none = lookup(&[("AZURE_STORAGE_CONNECTION_STRING", "  ")]);
+        assert_eq!(
+            Credentials::from_lookup(&none, account()).unwrap().kind(),
+            "Azure CLI"
+        );
+        assert!(Credentials::from_lookup(&none, None).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let config = StorageConfig::from_connection_string("UseDevelopmentStorage=true").unwrap();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("Eby8vdM02"), "{debug}");
+        assert!(debug.contains("AccountKey(REDACTED)"), "{debug}");
+    }
+
+    #[test]
+    fn retry_options_are_bounded() {
+        let retry = RetryConfig::default();
+        assert!(retry.max_elapsed <= Duration::from_secs(10));
+        assert!(retry.max_retries <= 5);
     }
 }

@@ -93,10 +93,19 @@ impl ConnectionString {
     /// Reads [`CONNECTION_STRING_ENV`]; `Ok(None)` if it is unset or empty.
     pub fn from_env() -> Result<Option<Self>, ConnectionStringError> {
         match std::env::var(CONNECTION_STRING_ENV) {
-            Ok(value) if value.trim().is_empty() => Ok(None),
-            Ok(value) => value.parse().map(Some),
+            Ok(value) => Self::from_optional(Some(&value)),
             Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => Err(ConnectionStringError::NotUnicode),
+        }
+    }
+
+    /// Parses a connection string that may be absent or blank.
+    pub(crate) fn from_optional(
+        value: Option<&str>,
+    ) -> Result<Option<Self>, ConnectionStringError> {
+        match value {
+            Some(value) if !value.trim().is_empty() => value.parse().map(Some),
+            _ => Ok(None),
         }
     }
 }
