@@ -263,7 +263,14 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
             }
         }
     });
-    let consumer = Consumer::new(Arc::new(flaky), Arc::new(poison), config())
+    // One message in flight at a time, so the consumer itself cannot
+    // re-receive the message when its lease runs out: only the thief can.
+    let one_at_a_time = ConsumerConfig {
+        batch_size: 1,
+        max_in_flight: 1,
+        ..config()
+    };
+    let consumer = Consumer::new(Arc::new(flaky), Arc::new(poison), one_at_a_time)
         .unwrap()
         .with_checkpoints(Arc::new(checkpoints.clone()));
     let running = Running::start(consumer, handler);

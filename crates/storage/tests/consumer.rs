@@ -219,9 +219,20 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
             }
         }
     });
-    let consumer = Consumer::new(Arc::new(flaky.clone()), Arc::new(poison.clone()), config())
-        .unwrap()
-        .with_checkpoints(Arc::new(store.clone()));
+    // One message in flight at a time, so the consumer itself cannot
+    // re-receive the message when its lease runs out: only the thief can.
+    let one_at_a_time = ConsumerConfig {
+        batch_size: 1,
+        max_in_flight: 1,
+        ..config()
+    };
+    let consumer = Consumer::new(
+        Arc::new(flaky.clone()),
+        Arc::new(poison.clone()),
+        one_at_a_time,
+    )
+    .unwrap()
+    .with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
     wait_until("first checkpoint", || store.get(id.as_str()).is_some()).await;
     flaky.failing.store(true, Ordering::SeqCst);
@@ -557,4 +568,101 @@ async fn a_checkpoint_conflict_abandons_the_delivery_without_retry_or_poison() {
         "the message is left for its lease to expire"
     );
     assert!(poison.is_empty());
+}
+
+/// Records when each receive call happened.
+#[derive(Clone)]
+struct ReceiveLog {
+    inner: InMemoryQueue,
+    at: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+}
+
+#[async_trait]
+impl MessageQueue for ReceiveLog {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn receive(
+        &self,
+        max: u8,
+        visibility: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
+        self.at.lock().unwrap().push(tokio::time::Instant::now());
+        self.inner.receive(max, visibility).await
+    }
+    async fn update_visibility(
+        &self,
+        id: &MessageId,
+        receipt: &PopReceipt,
+        visibility: Duration,
+    ) -> Result<PopReceipt, StorageError> {
+        self.inner.update_visibility(id, receipt, visibility).await
+    }
+    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.inner.delete(id, receipt).await
+    }
+    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
+        self.inner.send(body, delay).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives() {
+    let (queue, poison) = queues();
+    let log = ReceiveLog {
+        inner: queue.clone(),
+        at: Arc::default(),
+    };
+    let handled_at = Arc::new(std::sync::Mutex::new(None));
+    let handler = handler_fn({
+        let handled_at = handled_at.clone();
+        move |_job: Job| {
+            let handled_at = handled_at.clone();
+            async move {
+                *handled_at.lock().unwrap() = Some(tokio::time::Instant::now());
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let config = ConsumerConfig {
+        idle_backoff_floor: Duration::from_millis(50),
+        idle_backoff_max: Duration::from_secs(2),
+        ..config()
+    };
+    let consumer = Consumer::new(Arc::new(log.clone()), Arc::new(poison), config).unwrap();
+    let running = Running::start(consumer, handler);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let idle_polls = log.at.lock().unwrap().len();
+    // At the 50 ms floor that would be 600 polls; capped at 2 s (jittered
+    // down to 1 s at worst) it is at most ~35.
+    assert!(
+        (10..=40).contains(&idle_polls),
+        "{idle_polls} polls in 30 s idle"
+    );
+    let gaps: Vec<Duration> = log
+        .at
+        .lock()
+        .unwrap()
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .collect();
+    assert!(
+        gaps.iter().all(|gap| *gap <= Duration::from_secs(2)),
+        "never beyond the max: {gaps:?}"
+    );
+
+    queue.send("wake up", Duration::ZERO).await.unwrap();
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.stop().await;
+    let handled_at = handled_at.lock().unwrap().expect("handled");
+    let soon_after = log
+        .at
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|at| **at >= handled_at && **at <= handled_at + Duration::from_millis(400))
+        .count();
+    // Back at the floor: polls at about 0, 50, 150 and 350 ms, not 2 s apart.
+    assert!(soon_after >= 3, "backoff was reset: {soon_after} polls");
 }
