@@ -253,6 +253,26 @@ mod tests {
     }
 
     #[test]
+    fn signed_tokens_are_short_lived_and_cached_until_half_life() {
+        let policy = SasPolicy::new(SasSource::AccountKey {
+            account_name: "devstoreaccount1".into(),
+            key: Secret::new(crate::connection_string::DEVELOPMENT_ACCOUNT_KEY),
+            lifetime: Duration::from_secs(3600),
+        });
+        let first = policy.current_pairs().unwrap();
+        let expiry = &first.iter().find(|(k, _)| k == "se").unwrap().1;
+        let expiry = OffsetDateTime::parse(expiry, &Rfc3339).unwrap();
+        let from_now = expiry - OffsetDateTime::now_utc();
+        assert!(
+            from_now > time::Duration::minutes(59) && from_now <= time::Duration::hours(1),
+            "{from_now}"
+        );
+        // Not re-signed on every request.
+        assert_eq!(policy.current_pairs().unwrap(), first);
+        assert!(!format!("{policy:?}").contains("sig"));
+    }
+
+    #[test]
     fn fixed_tokens_are_decoded_once_and_reapplied() {
         let policy = SasPolicy::new(SasSource::Fixed(Secret::new("sv=1&sig=a%2Bb%3D")));
         let pairs = policy.current_pairs().unwrap();
