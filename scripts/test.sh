@@ -9,6 +9,45 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 
+# Installs a dependency only when its lockfile changed since the last
+# install, so repeated runs are fast and a fresh machine gets everything.
+# usage: install_if_changed LOCKFILE STAMP COMMAND...
+install_if_changed() {
+  local lockfile="$1" stamp="$2"
+  shift 2
+  local want
+  want="$(sha256sum "$lockfile" | cut -d' ' -f1)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  "$@"
+  mkdir -p "$(dirname "$stamp")"
+  echo "$want" >"$stamp"
+}
+
+install_azurite() {
+  npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
+}
+
+install_python_venv() {
+  rm -rf tools/python/.venv
+  "${PYTHON:-python3}" -m venv tools/python/.venv
+  tools/python/.venv/bin/pip install --quiet --disable-pip-version-check -r tools/python/requirements.txt
+}
+
+echo "==> Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
+install_if_changed tools/azurite/package-lock.json tools/azurite/node_modules/.installed-lock-sha256 install_azurite
+
+# Python interop tests (crates/azure/tests/python_interop.rs) are on unless
+# SPOT_WORKER_PYTHON_INTEROP=0; then the venv is not needed.
+case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
+  0 | false | disabled) echo "==> Python interop disabled" ;;
+  *)
+    echo "==> Python venv (tools/python/requirements.txt)"
+    install_if_changed tools/python/requirements.txt tools/python/.venv/.installed-requirements-sha256 install_python_venv
+    ;;
+esac
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 

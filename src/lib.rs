@@ -7,9 +7,17 @@
 //! and is re-exported here:
 //!
 //! - [`imds`]: the Scheduled Events client, watcher and shutdown policy.
+//! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
+//!   in-memory implementations for unit tests.
+//! - `azure` (default feature `azure`): Azure Storage Queue and Blob
+//!   implementations of the storage traits.
 //! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
 
 pub use spot_worker_imds as imds;
+pub use spot_worker_storage as storage;
+
+#[cfg(feature = "azure")]
+pub use spot_worker_azure as azure;
 
 #[cfg(feature = "emulator")]
 pub use spot_worker_imds_emulator as emulator;

@@ -1,0 +1,336 @@
+//! Where the storage account is and how to authenticate to it: a connection
+//! string (local runs, Azurite), a managed identity (Azure VMs, client id
+//! from `AZURE_CLIENT_ID`) or the Azure CLI's login (laptops); plus the
+//! bounded retry policy every client uses.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::credentials::TokenCredential;
+use azure_core::http::{ExponentialRetryOptions, RetryOptions, Url};
+use azure_identity::{
+    AzureCliCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
+};
+
+use crate::connection_string::{ConnectionString, ConnectionStringError};
+use crate::redact::redact;
+
+/// The environment variable naming a user-assigned managed identity's client id.
+pub const CLIENT_ID_ENV: &str = "AZURE_CLIENT_ID";
+
+/// Storage configuration could not be built. Never contains secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The connection string is unusable.
+    #[error(transparent)]
+    ConnectionString(#[from] ConnectionStringError),
+    /// An account URL is invalid.
+    #[error("invalid storage account URL {url}: {reason}")]
+    InvalidUrl {
+        /// The URL, redacted.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A credential could not be created.
+    #[error("cannot create the {kind} credential: {reason}")]
+    Credential {
+        /// Which credential.
+        kind: &'static str,
+        /// Why, redacted.
+        reason: String,
+    },
+    /// A name (queue, container) is invalid.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// The blob and queue service URLs of a storage account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountEndpoints {
+    /// `https://<account>.blob.core.windows.net`
+    pub blob: Url,
+    /// `https://<account>.queue.core.windows.net`
+    pub queue: Url,
+}
+
+impl AccountEndpoints {
+    /// The public-cloud endpoints of account `account_name`.
+    pub fn for_account(account_name: &str) -> Result<Self, ConfigError> {
+        Ok(AccountEndpoints {
+            blob: parse_url(&format!("https://{account_name}.blob.core.windows.net"))?,
+            queue: parse_url(&format!("https://{account_name}.queue.core.windows.net"))?,
+        })
+    }
+
+    /// Explicit service URLs (sovereign clouds, private endpoints).
+    pub fn new(blob: &str, queue: &str) -> Result<Self, ConfigError> {
+        Ok(AccountEndpoints {
+            blob: parse_url(blob)?,
+            queue: parse_url(queue)?,
+        })
+    }
+}
+
+fn parse_url(text: &str) -> Result<Url, ConfigError> {
+    Url::parse(text).map_err(|e| ConfigError::InvalidUrl {
+        url: redact(text),
+        reason: e.to_string(),
+    })
+}
+
+/// How to authenticate.
+#[derive(Clone)]
+pub enum Credentials {
+    /// A connection string: its account key signs short-lived SAS tokens, or
+    /// its SAS is used as is.
+    ConnectionString(ConnectionString),
+    /// An Entra ID token credential (managed identity, Azure CLI, or any
+    /// other `TokenCredential`).
+    Token {
+        /// The account's service URLs.
+        endpoints: AccountEndpoints,
+        /// The credential.
+        credential: Arc<dyn TokenCredential>,
+        /// What it is, for logs (`managed identity`, `Azure CLI`, ...).
+        kind: &'static str,
+    },
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::ConnectionString(cs) => {
+                f.debug_tuple("ConnectionString").field(cs).finish()
+            }
+            Credentials::Token {
+                endpoints, kind, ..
+            } => f
+                .debug_struct("Token")
+                .field("kind", kind)
+                .field("endpoints", endpoints)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Credentials {
+    /// A managed identity; a user-assigned one when `client_id` is given.
+    pub fn managed_identity(
+        endpoints: AccountEndpoints,
+        client_id: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let options = ManagedIdentityCredentialOptions {
+            user_assigned_id: client_id.map(UserAssignedId::ClientId),
+            ..Default::default()
+        };
+        let credential =
+            ManagedIdentityCredential::new(Some(options)).map_err(|e| ConfigError::Credential {
+                kind: "managed identity",
+                reason: redact(&e.to_string()),
+            })?;
+        Ok(Credentials::Token {
+            endpoints,
+            credential,
+            kind: "managed identity",
+        })
+    }
+
+    /// The developer's `az login` session.
+    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, ConfigError> {
+        let credential = AzureCliCredential::new(None).map_err(|e| ConfigError::Credential {
+            kind: "Azure CLI",
+            reason: redact(&e.to_string()),
+        })?;
+        Ok(Credentials::Token {
+            endpoints,
+            credential,
+            kind: "Azure CLI",
+        })
+    }
+
+    /// Chooses from the environment: `AZURE_STORAGE_CONNECTION_STRING` if set;
+    /// otherwise a managed identity if `AZURE_CLIENT_ID` is set (the VM's
+    /// user-assigned identity); otherwise the Azure CLI. `endpoints` is the
+    /// account from configuration, used unless a connection string is set.
+    pub fn from_env(endpoints: Option<AccountEndpoints>) -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok(), endpoints)
+    }
+
+    /// [`Credentials::from_env`] with variables from `lookup` instead of the
+    /// process environment (for tests and configuration files).
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        endpoints: Option<AccountEndpoints>,
+    ) -> Result<Self, ConfigError> {
+        let connection_string = lookup(crate::connection_string::CONNECTION_STRING_ENV);
+        if let Some(parsed) = ConnectionString::from_optional(connection_string.as_deref())? {
+            return Ok(Credentials::ConnectionString(parsed));
+        }
+        let endpoints = endpoints.ok_or_else(|| ConfigError::InvalidUrl {
+            url: String::new(),
+            reason: "no connection string and no storage account URL configured".to_owned(),
+        })?;
+        match lookup(CLIENT_ID_ENV) {
+            Some(client_id) if !client_id.trim().is_empty() => {
+                Self::managed_identity(endpoints, Some(client_id.trim().to_owned()))
+            }
+            _ => Self::azure_cli(endpoints),
+        }
+    }
+
+    /// Which kind of credential this is, for logs: `connection string`,
+    /// `managed identity` or `Azure CLI`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Credentials::ConnectionString(_) => "connection string",
+            Credentials::Token { kind, .. } => kind,
+        }
+    }
+}
+
+/// The bounded, jittered exponential retry policy of every request. The
+/// SDK's own retry policy applies it, honouring `Retry-After` on 429/503 and
+/// retrying 408, 429, 500, 502, 503, 504 and connection failures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Delay before the first retry.
+    pub initial_delay: Duration,
+    /// Longest delay between retries.
+    pub max_delay: Duration,
+    /// Give up once this much time has passed since the first attempt, so a
+    /// storage outage surfaces in seconds (the SDK default is over a minute).
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_retries: 4,
+            initial_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(2),
+            max_elapsed: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryConfig {
+    pub(crate) fn to_options(&self) -> RetryOptions {
+        RetryOptions::exponential(ExponentialRetryOptions {
+            initial_delay: self
+                .initial_delay
+                .try_into()
+                .unwrap_or(time::Duration::ZERO),
+            max_retries: self.max_retries,
+            max_total_elapsed: self.max_elapsed.try_into().unwrap_or(time::Duration::ZERO),
+            max_delay: self.max_delay.try_into().unwrap_or(time::Duration::ZERO),
+        })
+    }
+}
+
+/// Everything needed to reach the storage account.
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// Where and how to authenticate.
+    pub credentials: Credentials,
+    /// Request retries.
+    pub retry: RetryConfig,
+    /// Lifetime of SAS tokens signed from an account key (re-signed at half).
+    pub sas_lifetime: Duration,
+}
+
+impl StorageConfig {
+    /// A configuration with default retries and a one-hour SAS lifetime.
+    pub fn new(credentials: Credentials) -> Self {
+        StorageConfig {
+            credentials,
+            retry: RetryConfig::default(),
+            sas_lifetime: Duration::from_secs(3600),
+        }
+    }
+
+    /// From a connection string's text.
+    pub fn from_connection_string(text: &str) -> Result<Self, ConfigError> {
+        Ok(Self::new(Credentials::ConnectionString(text.parse()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| vars.get(name).cloned()
+    }
+
+    fn account() -> Option<AccountEndpoints> {
+        Some(AccountEndpoints::for_account("acct").unwrap())
+    }
+
+    #[test]
+    fn a_connection_string_wins() {
+        let vars = lookup(&[
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "UseDevelopmentStorage=true",
+            ),
+            ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001"),
+        ]);
+        assert_eq!(
+            Credentials::from_lookup(vars, account()).unwrap().kind(),
+            "connection string"
+        );
+    }
+
+    #[test]
+    fn a_client_id_selects_the_user_assigned_managed_identity() {
+        let vars = lookup(&[("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001")]);
+        let credentials = Credentials::from_lookup(vars, account()).unwrap();
+        assert_eq!(credentials.kind(), "managed identity");
+        let Credentials::Token { endpoints, .. } = credentials else {
+            panic!("a token credential");
+        };
+        assert_eq!(
+            endpoints.queue.as_str(),
+            "https://acct.queue.core.windows.net/"
+        );
+    }
+
+    #[test]
+    fn otherwise_the_azure_cli_and_an_account_is_required() {
+        let none = lookup(&[("AZURE_STORAGE_CONNECTION_STRING", "  ")]);
+        assert_eq!(
+            Credentials::from_lookup(&none, account()).unwrap().kind(),
+            "Azure CLI"
+        );
+        assert!(Credentials::from_lookup(&none, None).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let config = StorageConfig::from_connection_string("UseDevelopmentStorage=true").unwrap();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("Eby8vdM02"), "{debug}");
+        assert!(debug.contains("AccountKey(REDACTED)"), "{debug}");
+    }
+
+    #[test]
+    fn retry_options_are_bounded() {
+        let retry = RetryConfig::default();
+        assert!(retry.max_elapsed <= Duration::from_secs(10));
+        assert!(retry.max_retries <= 5);
+    }
+}

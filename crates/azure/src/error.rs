@@ -1,0 +1,104 @@
+//! Turns Azure SDK errors into [`StorageError`]s the consumer understands
+//! (lease lost, conflict, not found, transient, rejected), with every SAS
+//! signature and account key redacted from the text: SDK errors quote the
+//! request URL, which carries the SAS.
+
+use std::error::Error as _;
+
+use azure_core::error::ErrorKind;
+use azure_core::http::StatusCode;
+use spot_worker_storage::{MessageId, StorageError};
+
+use crate::redact::redact;
+
+/// What was being done, for messages and for deciding what a 404 means.
+pub(crate) enum Operation<'a> {
+    /// A call on a received message (renew, delete): 404 and 400
+    /// `PopReceiptMismatch` mean the lease is gone.
+    Message(&'a MessageId),
+    /// A checkpoint write: 409/412 mean someone else wrote first.
+    CheckpointWrite(&'a str),
+    /// Anything else; `what` names the resource for `NotFound`.
+    Other(&'a str),
+}
+
+/// The error's full text (all sources), redacted.
+pub(crate) fn describe(error: &azure_core::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    if let ErrorKind::HttpResponse {
+        status,
+        error_code: Some(code),
+        ..
+    } = error.kind()
+        && !text.contains(code.as_str())
+    {
+        text = format!("{status} {code}: {text}");
+    }
+    redact(&text)
+}
+
+pub(crate) fn error_code(error: &azure_core::Error) -> Option<&str> {
+    match error.kind() {
+        ErrorKind::HttpResponse { error_code, .. } => error_code.as_deref(),
+        _ => None,
+    }
+}
+
+pub(crate) fn map_error(error: azure_core::Error, operation: Operation<'_>) -> StorageError {
+    let message = describe(&error);
+    let code = error_code(&error).unwrap_or_default().to_owned();
+    let Some(status) = error.http_status() else {
+        // No response at all: connection refused/reset, timeout, DNS.
+        return match error.kind() {
+            ErrorKind::Connection | ErrorKind::Io => StorageError::Unavailable { message },
+            ErrorKind::DataConversion => StorageError::InvalidData {
+                what: "storage response".to_owned(),
+                reason: message,
+            },
+            _ => StorageError::Unavailable { message },
+        };
+    };
+    match (status, &operation) {
+        (StatusCode::NotFound, Operation::Message(id)) if code != "QueueNotFound" => {
+            StorageError::LeaseLost {
+                message_id: (*id).clone(),
+            }
+        }
+        (StatusCode::BadRequest, Operation::Message(id)) if code == "PopReceiptMismatch" => {
+            StorageError::LeaseLost {
+                message_id: (*id).clone(),
+            }
+        }
+        (
+            StatusCode::Conflict | StatusCode::PreconditionFailed,
+            Operation::CheckpointWrite(key),
+        ) => StorageError::Conflict {
+            key: (*key).to_owned(),
+        },
+        (StatusCode::NotFound, _) => StorageError::NotFound {
+            what: match operation {
+                Operation::Other(what) | Operation::CheckpointWrite(what) => {
+                    format!("{what} ({code})")
+                }
+                Operation::Message(id) => format!("message {id} ({code})"),
+            },
+        },
+        (StatusCode::RequestTimeout | StatusCode::TooManyRequests, _) => {
+            StorageError::Unavailable { message }
+        }
+        (status, _) if u16::from(status) >= 500 => StorageError::Unavailable { message },
+        (status, _) => StorageError::Rejected {
+            status: u16::from(status),
+            message,
+        },
+    }
+}

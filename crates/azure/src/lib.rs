@@ -1,0 +1,56 @@
+//! # spot-worker-azure
+//!
+//! Azure Storage implementations of the `spot-worker-storage` traits, on the
+//! official Azure SDK for Rust 1.x:
+//!
+//! - [`AzureQueue`] implements
+//!   [`MessageQueue`](spot_worker_storage::MessageQueue) on Azure Storage
+//!   Queues.
+//! - [`BlobCheckpointStore`] implements
+//!   [`CheckpointStore`](spot_worker_storage::CheckpointStore) on Blob
+//!   Storage, fenced with ETags.
+//! - [`AzureStorage`] builds both from a [`StorageConfig`]: a connection
+//!   string (an account key signs short-lived account SAS tokens, since the
+//!   1.x crates have no shared-key auth), a managed identity, or the Azure CLI.
+//!
+//! Errors and logs never contain an account key or a SAS signature
+//! ([`redact`]).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use spot_worker_azure::{AzureStorage, StorageConfig};
+//! use spot_worker_storage::{Consumer, ConsumerConfig, poison_queue_name};
+//!
+//! let storage = AzureStorage::new(StorageConfig::from_connection_string("UseDevelopmentStorage=true")?)?;
+//! let queue = storage.queue("jobs")?;
+//! queue.create_if_missing().await?;
+//! let poison = storage.queue(&poison_queue_name("jobs"))?;
+//! let checkpoints = storage.checkpoint_store("checkpoints")?;
+//! checkpoints.create_container_if_missing().await?;
+//! let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), ConsumerConfig::default())?
+//!     .with_checkpoints(Arc::new(checkpoints));
+//! # Ok(()) }
+//! ```
+
+mod checkpoint;
+mod client;
+mod config;
+mod connection_string;
+mod error;
+mod queue;
+mod redact;
+mod sas;
+
+pub use checkpoint::BlobCheckpointStore;
+pub use client::AzureStorage;
+pub use config::{
+    AccountEndpoints, CLIENT_ID_ENV, ConfigError, Credentials, RetryConfig, StorageConfig,
+};
+pub use connection_string::{
+    CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
+    DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
+};
+pub use queue::AzureQueue;
+pub use redact::{REDACTED, redact};
+pub use sas::{SasError, sign_account_sas};

@@ -1,0 +1,71 @@
+//! Shared setup for the Azurite integration tests: a fresh Azurite per test,
+//! clients with short retries (so outages surface in seconds), unique queue
+//! and container names, and bounded polling helpers.
+
+#![allow(dead_code)] // Each test binary uses a different subset.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use spot_worker_azure::{AzureStorage, RetryConfig, StorageConfig};
+use spot_worker_azurite_harness::Azurite;
+
+/// Upper bound of every wait in these tests: generous, so a slow machine
+/// does not fail them, yet bounded.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(90);
+
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+pub fn start_azurite() -> Azurite {
+    init_logs();
+    // Tests only talk to loopback; a proxy must never intercept them.
+    Azurite::start().expect("azurite starts (run `npm ci --prefix tools/azurite`)")
+}
+
+pub fn short_retries() -> RetryConfig {
+    RetryConfig {
+        max_retries: 2,
+        initial_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(500),
+        max_elapsed: Duration::from_secs(3),
+    }
+}
+
+pub fn storage(azurite: &Azurite) -> AzureStorage {
+    let mut config = StorageConfig::from_connection_string(&azurite.connection_string())
+        .expect("valid connection string");
+    config.retry = short_retries();
+    AzureStorage::new(config).expect("storage client")
+}
+
+/// A name unique to this test run: `<prefix>-<12 hex digits>`.
+pub fn unique(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}-{}", &id[..12])
+}
+
+/// Polls `check` every 100 ms until it yields `Some`, for at most `limit`.
+pub async fn poll_until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,501 @@
+//! AzureQueue and the consumer against a real Azurite: batches, pop
+//! receipts, lease renewal, lost leases, release on shutdown, retry and
+//! poison, and message encodings.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use serde_json::json;
+use spot_worker_azure::{AzureQueue, AzureStorage};
+use spot_worker_storage::{
+    Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageEncoding,
+    MessageHandler, MessageId, MessageQueue, PoisonRecord, PopReceipt, QueueMessage, StorageError,
+    async_trait, handler_fn, poison_queue_name,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const VISIBILITY: Duration = Duration::from_secs(2);
+
+fn config() -> ConsumerConfig {
+    ConsumerConfig {
+        batch_size: 8,
+        max_in_flight: 8,
+        visibility_timeout: VISIBILITY,
+        idle_backoff_floor: Duration::from_millis(50),
+        idle_backoff_max: Duration::from_millis(500),
+        retry_backoff_base: Duration::from_secs(1),
+        retry_backoff_max: Duration::from_secs(2),
+        max_dequeue_count: 3,
+        settle_timeout: Duration::from_secs(10),
+        ..ConsumerConfig::default()
+    }
+}
+
+async fn queues(storage: &AzureStorage) -> (AzureQueue, AzureQueue) {
+    let name = unique("jobs");
+    let queue = storage.queue(&name).unwrap();
+    queue.create_if_missing().await.unwrap();
+    // The poison queue is created on first use.
+    (queue, storage.queue(&poison_queue_name(&name)).unwrap())
+}
+
+struct Running {
+    consumer: Consumer,
+    shutdown: CancellationToken,
+    task: JoinHandle<ConsumerStats>,
+}
+
+impl Running {
+    fn start(consumer: Consumer, handler: impl MessageHandler) -> Self {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+            async move { consumer.run(handler, shutdown).await }
+        });
+        Running {
+            consumer,
+            shutdown,
+            task,
+        }
+    }
+
+    async fn wait_for(&self, what: &str, done: impl Fn(ConsumerStats) -> bool) {
+        let consumer = self.consumer.clone();
+        poll_until(what, WAIT_LIMIT, || {
+            let stats = consumer.stats();
+            let ok = done(stats);
+            async move { ok.then_some(()) }
+        })
+        .await;
+    }
+
+    async fn stop(self) -> ConsumerStats {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT_LIMIT, self.task)
+            .await
+            .expect("consumer stops")
+            .expect("consumer task")
+    }
+}
+
+/// Receives everything visible (with a long lease) until the queue is empty
+/// (at most 100 batches).
+async fn drain(queue: &AzureQueue) -> Vec<QueueMessage> {
+    let mut all = Vec::new();
+    for _ in 0..100 {
+        let batch = queue.receive(32, Duration::from_secs(60)).await.unwrap();
+        if batch.is_empty() {
+            return all;
+        }
+        all.extend(batch);
+    }
+    panic!("the queue did not drain in 100 batches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_receive_pop_receipts_and_delete() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, _) = queues(&storage).await;
+    for i in 0..5 {
+        queue.send(&format!("m{i}"), Duration::ZERO).await.unwrap();
+    }
+    let batch = queue.receive(3, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(batch.len(), 3, "batch size is honoured");
+    let rest = queue.receive(32, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(
+        queue
+            .receive(32, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first = &batch[0];
+    assert_eq!(first.dequeue_count, 1);
+    assert!(first.inserted_at.is_some());
+    assert_eq!(first.body, "m0");
+
+    // The new pop receipt comes from the x-ms-popreceipt header.
+    let renewed = queue
+        .update_visibility(&first.id, &first.pop_receipt, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_ne!(renewed, first.pop_receipt);
+    let stale = queue
+        .delete(&first.id, &first.pop_receipt)
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, StorageError::LeaseLost { .. }), "{stale:?}");
+    let bogus = queue
+        .update_visibility(
+            &first.id,
+            &PopReceipt::new("AgAAAAMAAAAAAAAAbogus"),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(bogus, StorageError::LeaseLost { .. }), "{bogus:?}");
+    queue.delete(&first.id, &renewed).await.unwrap();
+    let gone = queue.delete(&first.id, &renewed).await.unwrap_err();
+    assert!(matches!(gone, StorageError::LeaseLost { .. }), "{gone:?}");
+
+    // Visibility 0 makes a message visible again at once.
+    queue
+        .update_visibility(&batch[1].id, &batch[1].pop_receipt, Duration::ZERO)
+        .await
+        .unwrap();
+    let again = queue.receive(32, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].dequeue_count, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_handles_a_batch_and_renews_leases_across_several_visibility_periods() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    for i in 0..4 {
+        queue
+            .send(&format!("long-{i}"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let handler = handler_fn(|_job: Job| async {
+        // Three and a half 2-second visibility periods.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison), config()).unwrap(),
+        handler,
+    );
+    running.wait_for("all received", |s| s.received == 4).await;
+    // Another consumer polling meanwhile never gets any of them.
+    let thief = storage.queue(queue.name()).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let stolen = thief.receive(32, Duration::from_secs(1)).await.unwrap();
+        assert!(stolen.is_empty(), "lease was not renewed: {stolen:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    running.wait_for("all handled", |s| s.succeeded == 4).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.leases_lost, 0);
+    assert!(drain(&queue).await.is_empty(), "all deleted");
+}
+
+/// Lets a test make visibility updates fail, so the lease runs out.
+struct FlakyRenewals {
+    inner: AzureQueue,
+    failing: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl MessageQueue for FlakyRenewals {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn receive(
+        &self,
+        max: u8,
+        visibility: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
+        self.inner.receive(max, visibility).await
+    }
+    async fn update_visibility(
+        &self,
+        id: &MessageId,
+        receipt: &PopReceipt,
+        visibility: Duration,
+    ) -> Result<PopReceipt, StorageError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable {
+                message: "simulated outage".into(),
+            });
+        }
+        self.inner.update_visibility(id, receipt, visibility).await
+    }
+    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.inner.delete(id, receipt).await
+    }
+    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
+        self.inner.send(body, delay).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    let checkpoints = storage.checkpoint_store(&unique("ckpt")).unwrap();
+    checkpoints.create_container_if_missing().await.unwrap();
+    let id = queue.send("contested", Duration::ZERO).await.unwrap();
+    let failing = Arc::new(AtomicBool::new(false));
+    let flaky = FlakyRenewals {
+        inner: queue.clone(),
+        failing: failing.clone(),
+    };
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let handler = handler_fn({
+        let cancelled = cancelled.clone();
+        move |job: Job| {
+            let cancelled = cancelled.clone();
+            async move {
+                let mut checkpoint = job.checkpoint().await?;
+                checkpoint.save_progress(json!({"step": 1})).await?;
+                job.cancellation().cancelled().await;
+                cancelled.store(true, Ordering::SeqCst);
+                // Even a handler that carries on cannot write any more.
+                let refused = checkpoint.save_progress(json!({"step": 2})).await;
+                assert!(
+                    matches!(refused, Err(StorageError::JobCancelled { .. })),
+                    "{refused:?}"
+                );
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    // One message in flight at a time, so the consumer itself cannot
+    // re-receive the message when its lease runs out: only the thief can.
+    let one_at_a_time = ConsumerConfig {
+        batch_size: 1,
+        max_in_flight: 1,
+        ..config()
+    };
+    let consumer = Consumer::new(Arc::new(flaky), Arc::new(poison), one_at_a_time)
+        .unwrap()
+        .with_checkpoints(Arc::new(checkpoints.clone()));
+    let running = Running::start(consumer, handler);
+    poll_until("first checkpoint", WAIT_LIMIT, || async {
+        use spot_worker_storage::CheckpointStore as _;
+        checkpoints.read(id.as_str()).await.unwrap().map(|_| ())
+    })
+    .await;
+    failing.store(true, Ordering::SeqCst);
+    // The lease runs out; another consumer takes the message.
+    let thief = storage.queue(queue.name()).unwrap();
+    let stolen = poll_until("the lease to run out", WAIT_LIMIT, || async {
+        thief
+            .receive(1, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .pop()
+    })
+    .await;
+    failing.store(false, Ordering::SeqCst);
+    running.wait_for("lease lost", |s| s.leases_lost == 1).await;
+    let stats = running.stop().await;
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the handler saw the cancellation"
+    );
+    assert_eq!(
+        (
+            stats.succeeded,
+            stats.retried,
+            stats.released,
+            stats.poisoned
+        ),
+        (0, 0, 0, 0)
+    );
+    // The thief's lease is untouched, and the checkpoint still says step 1.
+    thief.delete(&stolen.id, &stolen.pop_receipt).await.unwrap();
+    use spot_worker_storage::CheckpointStore as _;
+    let (saved, _) = checkpoints.read(id.as_str()).await.unwrap().unwrap();
+    assert_eq!(
+        saved,
+        Checkpoint::InProgress {
+            progress: json!({"step": 1})
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_makes_in_flight_messages_visible_again_within_a_second() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    for _ in 0..3 {
+        queue.send("slow", Duration::ZERO).await.unwrap();
+    }
+    let handler = handler_fn(|job: Job| async move {
+        job.cancellation().cancelled().await;
+        Err::<(), HandlerError>("interrupted by shutdown".into())
+    });
+    // A long lease: without the release these would stay hidden for minutes.
+    let config = ConsumerConfig {
+        visibility_timeout: Duration::from_secs(300),
+        ..config()
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison), config).unwrap(),
+        handler,
+    );
+    running.wait_for("all received", |s| s.received == 3).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.released, 3);
+    let released_at = Instant::now();
+    let mut seen = BTreeSet::new();
+    while seen.len() < 3 && released_at.elapsed() < Duration::from_secs(1) {
+        for message in queue.receive(32, Duration::from_secs(60)).await.unwrap() {
+            seen.insert(message.id);
+        }
+    }
+    assert_eq!(seen.len(), 3, "all visible again within a second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_back_off_then_poison_with_the_original_metadata() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    let id = queue
+        .send("doomed <&> payload", Duration::ZERO)
+        .await
+        .unwrap();
+    let attempts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handler = handler_fn({
+        let attempts = attempts.clone();
+        move |job: Job| {
+            let attempts = attempts.clone();
+            async move {
+                attempts.lock().unwrap().push(Instant::now());
+                Err::<(), HandlerError>(format!("boom on attempt {}", job.dequeue_count()).into())
+            }
+        }
+    });
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config()).unwrap(),
+        handler,
+    );
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.retried, 2);
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 3);
+    // Retry delays of 1 s then 2 s, jittered into their upper half, rounded
+    // up to whole seconds by the service.
+    assert!(
+        attempts[1] - attempts[0] >= Duration::from_millis(500),
+        "{:?}",
+        attempts[1] - attempts[0]
+    );
+    assert!(
+        attempts[2] - attempts[1] >= Duration::from_millis(1000),
+        "{:?}",
+        attempts[2] - attempts[1]
+    );
+    assert!(drain(&queue).await.is_empty(), "the original was deleted");
+    let poisoned = drain(&poison).await;
+    assert_eq!(poisoned.len(), 1);
+    let record: PoisonRecord = serde_json::from_str(&poisoned[0].body).unwrap();
+    assert_eq!(record.original_id, id.as_str());
+    assert_eq!(record.queue, queue.name());
+    assert_eq!(record.dequeue_count, 3);
+    assert_eq!(record.last_error, "boom on attempt 3");
+    assert_eq!(record.body, "doomed <&> payload");
+    assert!(record.inserted_at.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base64_and_text_encodings() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+
+    // Text: the body is the message text, XML-special characters included.
+    let (text_queue, text_poison) = queues(&storage).await;
+    text_queue
+        .send("plain <text> & more", Duration::ZERO)
+        .await
+        .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = |seen: Arc<std::sync::Mutex<Vec<Vec<u8>>>>| {
+        handler_fn(move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(job.body().to_vec());
+                Ok::<(), HandlerError>(())
+            }
+        })
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(text_queue), Arc::new(text_poison), config()).unwrap(),
+        record(seen.clone()),
+    );
+    running.wait_for("text handled", |s| s.succeeded == 1).await;
+    running.stop().await;
+    assert_eq!(seen.lock().unwrap().pop().unwrap(), b"plain <text> & more");
+
+    // Base64: decoded before the handler; an undecodable body is poisoned.
+    let (queue, poison) = queues(&storage).await;
+    let encoding = MessageEncoding::Base64;
+    queue
+        .send(
+            &encoding.encode(&[0, 1, 2, 254, 255]).unwrap(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let bad = queue
+        .send("this is not base64!", Duration::ZERO)
+        .await
+        .unwrap();
+    let config = ConsumerConfig {
+        encoding,
+        ..config()
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(queue), Arc::new(poison.clone()), config).unwrap(),
+        record(seen.clone()),
+    );
+    running
+        .wait_for("both settled", |s| s.succeeded == 1 && s.poisoned == 1)
+        .await;
+    running.stop().await;
+    assert_eq!(seen.lock().unwrap().pop().unwrap(), vec![0, 1, 2, 254, 255]);
+    let poisoned = drain(&poison).await;
+    let record: PoisonRecord =
+        serde_json::from_slice(&encoding.decode(&poisoned[0].body).unwrap()).unwrap();
+    assert_eq!(record.original_id, bad.as_str());
+    assert!(
+        record.last_error.contains("not valid Base64"),
+        "{}",
+        record.last_error
+    );
+    assert_eq!(record.body, "this is not base64!");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_near_the_size_limit_still_reaches_the_poison_queue() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    let big = "x".repeat(60 * 1024);
+    queue.send(&big, Duration::ZERO).await.unwrap();
+    let handler =
+        handler_fn(|_job: Job| async { Err::<(), HandlerError>("too big to handle".into()) });
+    let config = ConsumerConfig {
+        max_dequeue_count: 1,
+        ..config()
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).unwrap(),
+        handler,
+    );
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.settle_failures, 0);
+    let poisoned = drain(&poison).await;
+    let record: PoisonRecord = serde_json::from_str(&poisoned[0].body).unwrap();
+    assert!(record.body_truncated);
+    assert!(big.starts_with(&record.body) && record.body.len() > 32 * 1024);
+    assert!(drain(&queue).await.is_empty());
+}

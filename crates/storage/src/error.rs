@@ -1,0 +1,77 @@
+//! The one error type every storage operation returns, so the consumer can
+//! decide between "retry later", "lease lost" and "give up" without knowing
+//! which backend produced it.
+
+use crate::queue::MessageId;
+
+/// What went wrong talking to a queue or a checkpoint store.
+///
+/// Backends must never put secrets (account keys, SAS signatures) into the
+/// messages carried here: they are logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The message's pop receipt no longer matches: another consumer received
+    /// it after our visibility timeout ran out, or it was deleted. Whatever we
+    /// were doing with it must stop without writing anything further.
+    #[error("lease on message {message_id} was lost: its pop receipt no longer matches")]
+    LeaseLost {
+        /// The message whose lease was lost.
+        message_id: MessageId,
+    },
+    /// A checkpoint write's ETag precondition failed: someone else wrote
+    /// newer progress (or created it first). The job must stop.
+    #[error("checkpoint {key} was changed by another writer (ETag precondition failed)")]
+    Conflict {
+        /// The checkpoint key.
+        key: String,
+    },
+    /// A queue, container or blob does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The job's lease was lost or the worker is shutting down, so writes
+    /// for it are refused before they reach storage.
+    #[error("job {key} was cancelled; refusing to write its checkpoint")]
+    JobCancelled {
+        /// The checkpoint key of the cancelled job.
+        key: String,
+    },
+    /// A transient failure (connection refused, timeout, throttling, 5xx)
+    /// that survived the backend's own bounded retries. Worth retrying later.
+    #[error("storage unavailable: {message}")]
+    Unavailable {
+        /// A description, with secrets redacted.
+        message: String,
+    },
+    /// The service rejected the request for a reason retrying will not fix.
+    #[error("storage request rejected (status {status}): {message}")]
+    Rejected {
+        /// HTTP status code, or 0 when there was none.
+        status: u16,
+        /// A description, with secrets redacted.
+        message: String,
+    },
+    /// Stored data could not be understood (for example a checkpoint blob
+    /// that is not the JSON this crate writes).
+    #[error("invalid data in {what}: {reason}")]
+    InvalidData {
+        /// Where the data came from.
+        what: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The caller passed something the backend cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl StorageError {
+    /// True for failures that may go away by themselves (network, throttling,
+    /// server errors); false for lost leases, conflicts and bad requests.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StorageError::Unavailable { .. })
+    }
+}

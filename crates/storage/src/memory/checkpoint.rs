@@ -1,0 +1,126 @@
+//! [`InMemoryCheckpointStore`]: checkpoints in a map, with ETags that change
+//! on every write and the same preconditions as blob storage.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
+use crate::error::StorageError;
+
+/// An in-memory [`CheckpointStore`]. Clones share the same checkpoints.
+#[derive(Clone, Debug, Default)]
+pub struct InMemoryCheckpointStore {
+    entries: Arc<Mutex<HashMap<String, (Checkpoint, ETag)>>>,
+}
+
+impl InMemoryCheckpointStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The stored checkpoint for `key`, for assertions in tests.
+    pub fn get(&self, key: &str) -> Option<Checkpoint> {
+        self.lock()
+            .get(key)
+            .map(|(checkpoint, _)| checkpoint.clone())
+    }
+
+    /// How many checkpoints are stored.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when no checkpoint is stored.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (Checkpoint, ETag)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for InMemoryCheckpointStore {
+    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+        Ok(self.lock().get(key).cloned())
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+    ) -> Result<ETag, StorageError> {
+        let mut entries = self.lock();
+        let current = entries.get(key).map(|(_, etag)| etag);
+        let allowed = match (&precondition, current) {
+            (WritePrecondition::Create, None) => true,
+            (WritePrecondition::IfMatch(expected), Some(actual)) => expected == actual,
+            _ => false,
+        };
+        if !allowed {
+            return Err(StorageError::Conflict {
+                key: key.to_owned(),
+            });
+        }
+        let etag = ETag::new(format!("\"{}\"", uuid::Uuid::new_v4()));
+        entries.insert(key.to_owned(), (checkpoint.clone(), etag.clone()));
+        Ok(etag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn progress(n: i64) -> Checkpoint {
+        Checkpoint::InProgress { progress: json!(n) }
+    }
+
+    #[tokio::test]
+    async fn create_then_if_match_and_conflicts() {
+        let store = InMemoryCheckpointStore::new();
+        assert!(store.read("k").await.unwrap().is_none());
+        let first = store
+            .write("k", &progress(1), WritePrecondition::Create)
+            .await
+            .unwrap();
+        let err = store
+            .write("k", &progress(2), WritePrecondition::Create)
+            .await
+            .unwrap_err();
+        assert_eq!(err, StorageError::Conflict { key: "k".into() });
+        let second = store
+            .write("k", &progress(2), WritePrecondition::IfMatch(first.clone()))
+            .await
+            .unwrap();
+        assert_ne!(first, second);
+        let err = store
+            .write("k", &progress(3), WritePrecondition::IfMatch(first))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Conflict { .. }));
+        assert_eq!(store.read("k").await.unwrap(), Some((progress(2), second)));
+    }
+
+    #[tokio::test]
+    async fn if_match_on_a_missing_checkpoint_conflicts() {
+        let store = InMemoryCheckpointStore::new();
+        let err = store
+            .write(
+                "k",
+                &progress(1),
+                WritePrecondition::IfMatch(ETag::new("\"x\"")),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Conflict { .. }));
+    }
+}

@@ -1,0 +1,249 @@
+//! [`InMemoryQueue`]: a queue with visibility timeouts, changing pop
+//! receipts and dequeue counts, on the tokio clock (so paused-time tests work).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::time::Instant;
+
+use crate::error::StorageError;
+use crate::queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
+
+/// A message held by an [`InMemoryQueue`], as tests see it.
+#[derive(Clone, Debug)]
+pub struct StoredMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The message text.
+    pub body: String,
+    /// How many times it was received.
+    pub dequeue_count: u32,
+    /// When it was sent.
+    pub inserted_at: OffsetDateTime,
+    /// Whether a receive would return it now.
+    pub visible: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: MessageId,
+    body: String,
+    dequeue_count: u32,
+    inserted_at: OffsetDateTime,
+    visible_at: Instant,
+    pop_receipt: Option<PopReceipt>,
+}
+
+/// An in-memory [`MessageQueue`]. Clones share the same messages, like two
+/// clients of one queue.
+#[derive(Clone, Debug)]
+pub struct InMemoryQueue {
+    name: Arc<str>,
+    entries: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl InMemoryQueue {
+    /// An empty queue called `name`.
+    pub fn new(name: &str) -> Self {
+        InMemoryQueue {
+            name: Arc::from(name),
+            entries: Arc::default(),
+        }
+    }
+
+    /// Every message still in the queue, visible or not, oldest first.
+    pub fn messages(&self) -> Vec<StoredMessage> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|entry| StoredMessage {
+                id: entry.id.clone(),
+                body: entry.body.clone(),
+                dequeue_count: entry.dequeue_count,
+                inserted_at: entry.inserted_at,
+                visible: entry.visible_at <= now,
+            })
+            .collect()
+    }
+
+    /// How many messages the queue holds, visible or not.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when the queue holds no messages at all.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    // A poisoned lock only means a test panicked elsewhere; the data is
+    // still consistent because every critical section is panic-free.
+    fn lock(&self) -> MutexGuard<'_, Vec<Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lease_lost(id: &MessageId) -> StorageError {
+        StorageError::LeaseLost {
+            message_id: id.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl MessageQueue for InMemoryQueue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn receive(
+        &self,
+        max_messages: u8,
+        visibility_timeout: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
+        if max_messages == 0 || max_messages > MAX_RECEIVE_BATCH {
+            return Err(StorageError::InvalidArgument(format!(
+                "max_messages must be 1..={MAX_RECEIVE_BATCH}, got {max_messages}"
+            )));
+        }
+        let now = Instant::now();
+        let mut entries = self.lock();
+        let received = entries
+            .iter_mut()
+            .filter(|entry| entry.visible_at <= now)
+            .take(usize::from(max_messages))
+            .map(|entry| {
+                entry.dequeue_count += 1;
+                entry.visible_at = now + visibility_timeout;
+                let receipt = PopReceipt::new(uuid::Uuid::new_v4().to_string());
+                entry.pop_receipt = Some(receipt.clone());
+                QueueMessage {
+                    id: entry.id.clone(),
+                    pop_receipt: receipt,
+                    body: entry.body.clone(),
+                    dequeue_count: entry.dequeue_count,
+                    inserted_at: Some(entry.inserted_at),
+                }
+            })
+            .collect();
+        Ok(received)
+    }
+
+    async fn update_visibility(
+        &self,
+        id: &MessageId,
+        pop_receipt: &PopReceipt,
+        visibility_timeout: Duration,
+    ) -> Result<PopReceipt, StorageError> {
+        let mut entries = self.lock();
+        let entry = entries
+            .iter_mut()
+            .find(|entry| &entry.id == id && entry.pop_receipt.as_ref() == Some(pop_receipt))
+            .ok_or_else(|| Self::lease_lost(id))?;
+        entry.visible_at = Instant::now() + visibility_timeout;
+        let receipt = PopReceipt::new(uuid::Uuid::new_v4().to_string());
+        entry.pop_receipt = Some(receipt.clone());
+        Ok(receipt)
+    }
+
+    async fn delete(&self, id: &MessageId, pop_receipt: &PopReceipt) -> Result<(), StorageError> {
+        let mut entries = self.lock();
+        let index = entries
+            .iter()
+            .position(|entry| &entry.id == id && entry.pop_receipt.as_ref() == Some(pop_receipt))
+            .ok_or_else(|| Self::lease_lost(id))?;
+        entries.remove(index);
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        body: &str,
+        initial_visibility_delay: Duration,
+    ) -> Result<MessageId, StorageError> {
+        let id = MessageId::new(uuid::Uuid::new_v4().to_string());
+        self.lock().push(Entry {
+            id: id.clone(),
+            body: body.to_owned(),
+            dequeue_count: 0,
+            inserted_at: OffsetDateTime::now_utc(),
+            visible_at: Instant::now() + initial_visibility_delay,
+            pop_receipt: None,
+        });
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VISIBILITY: Duration = Duration::from_secs(30);
+
+    #[tokio::test(start_paused = true)]
+    async fn received_messages_hide_until_their_visibility_timeout_ends() {
+        let queue = InMemoryQueue::new("q");
+        queue.send("a", Duration::ZERO).await.unwrap();
+        let first = queue.receive(32, VISIBILITY).await.unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].dequeue_count, 1);
+        assert!(queue.receive(32, VISIBILITY).await.unwrap().is_empty());
+        tokio::time::advance(VISIBILITY).await;
+        let again = queue.receive(32, VISIBILITY).await.unwrap();
+        assert_eq!(again[0].dequeue_count, 2);
+        // The first receipt is stale now.
+        let err = queue
+            .delete(&first[0].id, &first[0].pop_receipt)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::LeaseLost { .. }));
+        queue
+            .delete(&again[0].id, &again[0].pop_receipt)
+            .await
+            .unwrap();
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn update_visibility_replaces_the_pop_receipt() {
+        let queue = InMemoryQueue::new("q");
+        queue.send("a", Duration::ZERO).await.unwrap();
+        let message = queue.receive(1, VISIBILITY).await.unwrap().remove(0);
+        let renewed = queue
+            .update_visibility(&message.id, &message.pop_receipt, VISIBILITY)
+            .await
+            .unwrap();
+        assert_ne!(renewed, message.pop_receipt);
+        assert!(
+            queue
+                .update_visibility(&message.id, &message.pop_receipt, VISIBILITY)
+                .await
+                .is_err()
+        );
+        queue
+            .update_visibility(&message.id, &renewed, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(queue.receive(1, VISIBILITY).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn receive_respects_batch_size_and_initial_delay() {
+        let queue = InMemoryQueue::new("q");
+        for i in 0..5 {
+            queue.send(&i.to_string(), Duration::ZERO).await.unwrap();
+        }
+        queue.send("later", Duration::from_secs(10)).await.unwrap();
+        assert_eq!(queue.receive(3, VISIBILITY).await.unwrap().len(), 3);
+        assert_eq!(queue.receive(32, VISIBILITY).await.unwrap().len(), 2);
+        assert!(queue.receive(0, VISIBILITY).await.is_err());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            queue.receive(32, VISIBILITY).await.unwrap()[0].body,
+            "later"
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! The [`MessageQueue`] trait: the four queue operations the consumer needs
+//! (receive with a visibility timeout, renew, delete, send), and the message
+//! types they exchange.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use crate::error::StorageError;
+
+/// The most messages one receive call may ask for (an Azure Storage limit).
+pub const MAX_RECEIVE_BATCH: u8 = 32;
+
+/// A queue message's id, assigned by the queue when the message is sent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(String);
+
+impl MessageId {
+    /// Wraps an id string.
+    pub fn new(id: impl Into<String>) -> Self {
+        MessageId(id.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Proof of the current lease on a received message. Every receive and every
+/// visibility update returns a new one, and only the newest is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PopReceipt(String);
+
+impl PopReceipt {
+    /// Wraps a pop receipt string.
+    pub fn new(receipt: impl Into<String>) -> Self {
+        PopReceipt(receipt.into())
+    }
+
+    /// The receipt as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A message as received: invisible to other consumers until its
+/// visibility timeout runs out or it is renewed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The lease proof to renew, delete or release with.
+    pub pop_receipt: PopReceipt,
+    /// The message text exactly as stored (still base64 if it was sent so).
+    pub body: String,
+    /// How many times the message has been received, including this time.
+    pub dequeue_count: u32,
+    /// When the message was first sent, if the queue reports it.
+    pub inserted_at: Option<OffsetDateTime>,
+}
+
+/// A storage queue with visibility-timeout leases (the Azure Storage Queue
+/// model). Implementations: `InMemoryQueue` here, `AzureQueue` in
+/// `spot-worker-azure`.
+#[async_trait]
+pub trait MessageQueue: Send + Sync + 'static {
+    /// The queue's name (used for logs and to name its poison queue).
+    fn name(&self) -> &str;
+
+    /// Receives up to `max_messages` (1 to [`MAX_RECEIVE_BATCH`]) visible
+    /// messages, hiding each for `visibility_timeout`. An empty vector means
+    /// the queue had nothing visible.
+    async fn receive(
+        &self,
+        max_messages: u8,
+        visibility_timeout: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError>;
+
+    /// Hides a received message for `visibility_timeout` from now (zero makes
+    /// it visible at once) and returns the new pop receipt, which replaces
+    /// the old one. Fails with [`StorageError::LeaseLost`] if `pop_receipt`
+    /// is no longer current.
+    async fn update_visibility(
+        &self,
+        id: &MessageId,
+        pop_receipt: &PopReceipt,
+        visibility_timeout: Duration,
+    ) -> Result<PopReceipt, StorageError>;
+
+    /// Deletes a received message. Fails with [`StorageError::LeaseLost`] if
+    /// `pop_receipt` is no longer current.
+    async fn delete(&self, id: &MessageId, pop_receipt: &PopReceipt) -> Result<(), StorageError>;
+
+    /// Sends a message whose text is `body` (already encoded), visible after
+    /// `initial_visibility_delay`.
+    async fn send(
+        &self,
+        body: &str,
+        initial_visibility_delay: Duration,
+    ) -> Result<MessageId, StorageError>;
+}
