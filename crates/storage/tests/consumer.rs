@@ -496,18 +496,18 @@ async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_t
         Ok::<(), HandlerError>(())
     });
     let consumer = consumer(&queue, &poison, config());
-    let signals = ShutdownSignals::default();
+    let signals = ShutdownSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }
     });
     wait_until("both received", || consumer.stats().received == 2).await;
-    signals.stop_receiving.cancel();
+    signals.stop_receiving();
     let late = queue.send("late", Duration::ZERO).await.unwrap();
     // The short job finishes (its lease renewed past several periods).
     wait_until("short job done", || consumer.stats().succeeded == 1).await;
     assert!(!task.is_finished(), "the long job is still running");
-    signals.release.cancel();
+    signals.release();
     let stats = tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .unwrap()
@@ -520,6 +520,63 @@ async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_t
         left.iter().any(|m| m.id == late && m.dequeue_count == 0),
         "nothing new was received"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn winding_down_lets_handlers_checkpoint_then_releases_their_messages() {
+    let (queue, poison) = queues();
+    let cooperative = queue.send("cooperative", Duration::ZERO).await.unwrap();
+    let stubborn = queue.send("stubborn", Duration::ZERO).await.unwrap();
+    let store = InMemoryCheckpointStore::new();
+    let handler = handler_fn(|job: Job| async move {
+        if job.text()? == "stubborn" {
+            // Ignores cancellation entirely: only a release stops it.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return Ok(());
+        }
+        job.cancellation().cancelled().await;
+        assert!(
+            job.deadline().is_some(),
+            "the deadline is known when winding down"
+        );
+        let mut checkpoint = job.checkpoint().await?;
+        checkpoint.save_progress(json!({"cursor": 7})).await?;
+        Err::<(), HandlerError>("interrupted by shutdown".into())
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let signals = ShutdownSignals::new();
+    let task = tokio::spawn({
+        let (consumer, signals) = (consumer.clone(), signals.clone());
+        async move { consumer.run_until(handler, signals).await }
+    });
+    wait_until("both received", || consumer.stats().received == 2).await;
+
+    signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
+    wait_until("the cooperative job released", || {
+        consumer.stats().released == 1
+    })
+    .await;
+    assert!(!task.is_finished(), "the stubborn job is still running");
+    let saved = store
+        .get(cooperative.as_str())
+        .expect("progress saved while winding down");
+    assert_eq!(
+        saved,
+        Checkpoint::InProgress {
+            progress: json!({"cursor": 7})
+        }
+    );
+
+    signals.release();
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((stats.released, stats.retried, stats.succeeded), (2, 0, 0));
+    let left = queue.messages();
+    assert!(left.iter().all(|m| m.visible), "both visible again at once");
+    assert!(left.iter().any(|m| m.id == stubborn));
+    assert!(poison.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

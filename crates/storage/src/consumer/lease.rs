@@ -27,6 +27,9 @@ pub(crate) struct Lease {
     // receipt that a concurrent renewal is about to replace.
     receipt: Mutex<PopReceipt>,
     lost: AtomicBool,
+    /// Cancelled when the lease is found lost, so the handler can be dropped
+    /// at once: nothing more may be written for this delivery.
+    lost_signal: CancellationToken,
 }
 
 impl Lease {
@@ -35,6 +38,7 @@ impl Lease {
             id,
             receipt: Mutex::new(receipt),
             lost: AtomicBool::new(false),
+            lost_signal: CancellationToken::new(),
         })
     }
 
@@ -48,6 +52,12 @@ impl Lease {
 
     pub(crate) fn mark_lost(&self) {
         self.lost.store(true, Ordering::SeqCst);
+        self.lost_signal.cancel();
+    }
+
+    /// Resolves once the lease is found lost.
+    pub(crate) async fn lost(&self) {
+        self.lost_signal.cancelled().await
     }
 }
 
@@ -59,8 +69,8 @@ pub(crate) struct Renewal {
 }
 
 impl Renewal {
-    /// Renews `lease` every half `visibility_timeout`; cancels `job` if the
-    /// lease is lost.
+    /// Renews `lease` every half `visibility_timeout`; cancels `job` (the
+    /// delivery's checkpoint fence) if the lease is lost.
     pub(crate) fn start(
         queue: Arc<dyn MessageQueue>,
         lease: Arc<Lease>,

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -145,6 +146,8 @@ pub struct Job {
     inserted_at: Option<OffsetDateTime>,
     body: Vec<u8>,
     cancelled: CancellationToken,
+    fence: CancellationToken,
+    deadline: watch::Receiver<Option<Instant>>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
 }
 
@@ -174,10 +177,18 @@ impl Job {
         std::str::from_utf8(&self.body)
     }
 
-    /// Cancelled when the lease is lost or the worker shuts down; long
-    /// handlers can watch it to stop early.
+    /// Cancelled when the lease is lost or the worker winds down; long
+    /// handlers watch it, save their progress and return an error (the
+    /// message is then released at once for another worker).
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancelled
+    }
+
+    /// The instant by which a winding-down handler must have returned (after
+    /// it, the handler is dropped and its message released); `None` while
+    /// the worker is not shutting down or has no deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline.borrow()
     }
 
     /// This job's checkpoint, keyed by the message id.
@@ -186,14 +197,15 @@ impl Job {
     }
 
     /// A checkpoint under a key the handler chooses (for example a job id
-    /// inside the message). Its writes are refused once the job is cancelled.
+    /// inside the message). Its writes are refused once the lease is lost or
+    /// the message released, but allowed while winding down.
     pub async fn checkpoint_for(&self, key: &str) -> Result<JobCheckpoint, StorageError> {
         let store = self.checkpoints.clone().ok_or_else(|| {
             StorageError::InvalidArgument("the consumer has no checkpoint store".to_owned())
         })?;
         Ok(JobCheckpoint::load(store, key)
             .await?
-            .fenced_by(self.cancelled.clone()))
+            .fenced_by(self.fence.clone()))
     }
 }
 
@@ -263,24 +275,83 @@ impl Counters {
     }
 }
 
-/// The two stages of stopping a consumer ([`Consumer::run_until`]), so a
-/// worker with some notice (a Spot eviction gives 30 s) can let short jobs
-/// finish before handing the rest back.
-#[derive(Clone, Debug, Default)]
+/// The three stages of stopping a consumer ([`Consumer::run_until`]), so a
+/// worker with some notice (a Spot eviction gives 30 s) stops taking work at
+/// once, lets handlers save their progress, and hands back what is left.
+///
+/// Each stage implies the ones before it. Clones share the same stages.
+///
+/// ```
+/// use spot_worker_storage::ShutdownSignals;
+///
+/// let signals = ShutdownSignals::new();
+/// signals.wind_down(None);
+/// assert!(signals.is_receiving_stopped());
+/// assert!(!signals.is_released());
+/// ```
+#[derive(Clone, Debug)]
 pub struct ShutdownSignals {
-    /// Stop receiving; in-flight handlers keep running until they finish.
-    pub stop_receiving: CancellationToken,
-    /// Cancel in-flight handlers and make their messages visible again now.
-    pub release: CancellationToken,
+    release: CancellationToken,
+    wind_down: CancellationToken,
+    stop_receiving: CancellationToken,
+    deadline: Arc<watch::Sender<Option<Instant>>>,
+}
+
+impl Default for ShutdownSignals {
+    fn default() -> Self {
+        ShutdownSignals::new()
+    }
 }
 
 impl ShutdownSignals {
-    /// Resolves once either stage has begun.
-    async fn stopping(&self) {
-        tokio::select! {
-            _ = self.stop_receiving.cancelled() => {}
-            _ = self.release.cancelled() => {}
+    /// Signals with no stage begun.
+    pub fn new() -> Self {
+        let release = CancellationToken::new();
+        let wind_down = release.child_token();
+        let stop_receiving = wind_down.child_token();
+        ShutdownSignals {
+            release,
+            wind_down,
+            stop_receiving,
+            deadline: Arc::new(watch::channel(None).0),
         }
+    }
+
+    /// Stage 1: receive no more messages; in-flight handlers keep running
+    /// (their leases renewed) until they finish.
+    pub fn stop_receiving(&self) {
+        self.stop_receiving.cancel();
+    }
+
+    /// Stage 2: also cancel every handler's token ([`Job::cancellation`]) so
+    /// it can save its progress and return; `deadline` is what
+    /// [`Job::deadline`] reports. A handler that returns `Ok` is settled as
+    /// usual; one that returns an error has its message made visible again at
+    /// once, without counting towards the poison queue.
+    pub fn wind_down(&self, deadline: Option<Instant>) {
+        self.deadline.send_replace(deadline);
+        self.wind_down.cancel();
+    }
+
+    /// Stage 3: drop every handler still running and make its message
+    /// visible again at once, so another worker can take it now.
+    pub fn release(&self) {
+        self.release.cancel();
+    }
+
+    /// Whether stage 1 (or a later one) has begun.
+    pub fn is_receiving_stopped(&self) -> bool {
+        self.stop_receiving.is_cancelled()
+    }
+
+    /// Whether stage 3 has begun.
+    pub fn is_released(&self) -> bool {
+        self.release.is_cancelled()
+    }
+
+    /// Resolves once stage 1 (or a later one) has begun.
+    async fn stopping(&self) {
+        self.stop_receiving.cancelled().await
     }
 }
 
@@ -377,7 +448,7 @@ impl Consumer {
         self.counters.snapshot()
     }
 
-    /// Consumes until `shutdown` is cancelled, then cancels every handler,
+    /// Consumes until `shutdown` is cancelled, then drops every handler,
     /// makes its message visible again at once, and returns the statistics.
     /// Storage errors are logged and retried with backoff, never returned:
     /// a worker keeps trying until it is told to stop.
@@ -386,19 +457,20 @@ impl Consumer {
         handler: H,
         shutdown: CancellationToken,
     ) -> ConsumerStats {
-        let signals = ShutdownSignals {
-            stop_receiving: shutdown.clone(),
-            release: shutdown,
-        };
-        self.run_until(handler, signals).await
+        let signals = ShutdownSignals::new();
+        let release = signals.clone();
+        let forward = tokio::spawn(async move {
+            shutdown.cancelled().await;
+            release.release();
+        });
+        let stats = self.run_until(handler, signals).await;
+        forward.abort();
+        stats
     }
 
-    /// Consumes until told to stop, in two stages: after
-    /// [`ShutdownSignals::stop_receiving`] no new message is received but
-    /// in-flight handlers finish (their leases still renewed); after
-    /// [`ShutdownSignals::release`] every remaining handler is cancelled and
-    /// its message made visible again at once. Returns when no message is
-    /// in flight any more.
+    /// Consumes until told to stop, in the stages of [`ShutdownSignals`]:
+    /// stop receiving, wind handlers down, release what is left. Returns when
+    /// no message is in flight any more.
     pub async fn run_until<H: MessageHandler>(
         &self,
         handler: H,
@@ -441,15 +513,21 @@ impl Consumer {
                         bump(&self.counters.received);
                         let worker = self.clone();
                         let handler = Arc::clone(&handler);
-                        let job_token = shutdown.release.child_token();
+                        let job_token = shutdown.wind_down.child_token();
                         let span = tracing::info_span!(
                             "message",
                             queue = self.queue.name(),
                             message_id = %message.id,
                             dequeue_count = message.dequeue_count
                         );
+                        let signals = shutdown.clone();
                         jobs.spawn(
-                            async move { worker.process(message, handler, job_token, permit).await }.instrument(span),
+                            async move {
+                                worker
+                                    .process(message, handler, job_token, signals, permit)
+                                    .await
+                            }
+                            .instrument(span),
                         );
                     }
                     continue;
@@ -504,6 +582,7 @@ impl Consumer {
         message: QueueMessage,
         handler: Arc<H>,
         job_token: CancellationToken,
+        signals: ShutdownSignals,
         _slot: OwnedSemaphorePermit,
     ) {
         let config = Arc::clone(&self.config);
@@ -525,11 +604,15 @@ impl Consumer {
                 return;
             }
         };
+        // Checkpoint writes stop when the delivery is no longer ours (lease
+        // lost) or handed back (released), but not while winding down: that
+        // is when a handler saves its progress.
+        let fence = signals.release.child_token();
         let renewal = Renewal::start(
             Arc::clone(&self.queue),
             Arc::clone(&lease),
             config.visibility_timeout,
-            job_token.clone(),
+            fence.clone(),
         );
         let job = Job {
             id: message.id.clone(),
@@ -537,6 +620,8 @@ impl Consumer {
             inserted_at: message.inserted_at,
             body,
             cancelled: job_token.clone(),
+            fence,
+            deadline: signals.deadline.subscribe(),
             checkpoints: self.checkpoints.clone(),
         };
         let outcome = match self.completed_checkpoint(&message.id).await {
@@ -552,11 +637,16 @@ impl Consumer {
                 let handle = handler.handle(job);
                 tokio::pin!(handle);
                 // The handler comes first so a result that is ready is kept
-                // even if cancellation arrived at the same moment.
+                // even if a release arrived at the same moment. Winding down
+                // only cancels its token: it still gets to save progress.
                 tokio::select! {
                     biased;
                     result = &mut handle => Outcome::Finished(result),
-                    _ = job_token.cancelled() => Outcome::Cancelled,
+                    () = signals.release.cancelled() => Outcome::Cancelled,
+                    () = lease.lost() => {
+                        job_token.cancel();
+                        Outcome::Cancelled
+                    }
                 }
             }
             // Counted as a failed attempt: the delivery already counts towards
