@@ -3,7 +3,6 @@
 //! `If-None-Match: *` (create) or `If-Match` (update).
 
 use std::fmt;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use azure_core::Bytes;
@@ -12,24 +11,21 @@ use azure_storage_blob::BlobContainerClient;
 use azure_storage_blob::models::BlobClientUploadOptions;
 use spot_worker_storage::{Checkpoint, CheckpointStore, ETag, StorageError, WritePrecondition};
 
-use crate::error::{Operation, error_code, map_error};
-
-/// Blob names may be up to 1024 characters.
-const MAX_KEY_LEN: usize = 1024;
+use crate::container::{Container, validate_blob_name};
+use crate::error::{Operation, map_error};
 
 /// Checkpoints as blobs named by job key in one container. Build it with
 /// [`AzureStorage::checkpoint_store`](crate::AzureStorage::checkpoint_store).
 #[derive(Clone)]
 pub struct BlobCheckpointStore {
-    container: String,
-    client: Arc<BlobContainerClient>,
+    container: Container,
 }
 
 impl fmt::Debug for BlobCheckpointStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Only the name: the client's URL could carry a SAS.
         f.debug_struct("BlobCheckpointStore")
-            .field("container", &self.container)
+            .field("container", &self.container.name)
             .finish_non_exhaustive()
     }
 }
@@ -37,58 +33,44 @@ impl fmt::Debug for BlobCheckpointStore {
 impl BlobCheckpointStore {
     pub(crate) fn new(container: String, client: BlobContainerClient) -> Self {
         BlobCheckpointStore {
-            container,
-            client: Arc::new(client),
+            container: Container::new(container, client),
         }
     }
 
-    /// Creates the container if it does not exist yet.
+    /// Creates the container if it does not exist yet (without the write
+    /// probe of [`CheckpointStore::prepare`]).
     pub async fn create_container_if_missing(&self) -> Result<(), StorageError> {
-        match self.client.create(None).await {
-            Ok(_) => Ok(()),
-            Err(e) if error_code(&e) == Some("ContainerAlreadyExists") => Ok(()),
-            Err(e) => Err(map_error(e, Operation::Other(&self.container))),
-        }
+        self.container.create_if_missing().await
     }
 
     fn what(&self, key: &str) -> String {
-        format!("checkpoint {}/{key}", self.container)
+        format!("checkpoint {}/{key}", self.container.name)
     }
 }
 
 fn validate_key(key: &str) -> Result<(), StorageError> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN || key.chars().any(char::is_control) {
-        return Err(StorageError::InvalidArgument(format!(
-            "checkpoint key must be 1 to {MAX_KEY_LEN} characters without control characters"
-        )));
-    }
-    Ok(())
+    validate_blob_name(key, "checkpoint key")
 }
 
 #[async_trait]
 impl CheckpointStore for BlobCheckpointStore {
+    /// Creates the container if it is missing, then writes and deletes a
+    /// probe blob `.spot-worker/probe-<random>` to prove write access.
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.container.prepare().await
+    }
+
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
         validate_key(key)?;
-        let blob = self.client.blob_client(key);
-        let downloaded = match blob.download(None).await {
-            Ok(downloaded) => downloaded,
-            Err(e) if error_code(&e) == Some("BlobNotFound") => return Ok(None),
-            Err(e) => return Err(map_error(e, Operation::Other(&self.what(key)))),
+        let what = self.what(key);
+        let Some(downloaded) = self.container.download(key, &what).await? else {
+            return Ok(None);
         };
-        let etag = downloaded
-            .properties
-            .etag
-            .clone()
-            .ok_or_else(|| StorageError::InvalidData {
-                what: self.what(key),
-                reason: "the download response has no ETag".to_owned(),
-            })?;
-        let bytes = downloaded
-            .body
-            .collect()
-            .await
-            .map_err(|e| map_error(e, Operation::Other(&self.what(key))))?;
-        let checkpoint = Checkpoint::from_json_bytes(&bytes, &self.what(key))?;
+        let etag = downloaded.etag.ok_or_else(|| StorageError::InvalidData {
+            what: what.clone(),
+            reason: "the download response has no ETag".to_owned(),
+        })?;
+        let checkpoint = Checkpoint::from_json_bytes(&downloaded.bytes, &what)?;
         Ok(Some((checkpoint, ETag::new(etag.to_string()))))
     }
 
@@ -110,11 +92,12 @@ impl CheckpointStore for BlobCheckpointStore {
         }
         let content: RequestContent<Bytes, _> = Bytes::from(json).into();
         let uploaded = self
+            .container
             .client
             .blob_client(key)
             .upload(content, Some(options))
             .await
-            .map_err(|e| map_error(e, Operation::CheckpointWrite(key)))?;
+            .map_err(|e| map_error(e, Operation::ConditionalWrite(key)))?;
         uploaded
             .etag
             .map(|etag| ETag::new(etag.to_string()))

@@ -1,5 +1,5 @@
-//! [`AzureStorage`]: turns a [`StorageConfig`] into queue and checkpoint
-//! clients that share one authentication setup and retry policy.
+//! [`AzureStorage`]: turns a [`StorageConfig`] into queue, checkpoint and
+//! result clients that share one authentication setup and retry policy.
 
 use std::sync::Arc;
 
@@ -14,9 +14,11 @@ use crate::config::{AccountEndpoints, ConfigError, Credentials, StorageConfig};
 use crate::connection_string::SharedKeyOrSas;
 use crate::queue::AzureQueue;
 use crate::redact::redact;
+use crate::result::BlobResultStore;
 use crate::sas::{SasPolicy, SasSource};
 
-/// A storage account, ready to hand out queues and checkpoint stores.
+/// A storage account, ready to hand out queues, checkpoint stores and
+/// result stores.
 #[derive(Clone, Debug)]
 pub struct AzureStorage {
     config: StorageConfig,
@@ -93,22 +95,34 @@ impl AzureStorage {
     }
 
     /// A checkpoint store keeping one blob per job in `container` (created by
-    /// [`BlobCheckpointStore::create_container_if_missing`]).
+    /// [`CheckpointStore::prepare`](spot_worker_storage::CheckpointStore::prepare)
+    /// or [`BlobCheckpointStore::create_container_if_missing`]).
     pub fn checkpoint_store(&self, container: &str) -> Result<BlobCheckpointStore, ConfigError> {
+        let client = self.container_client(container)?;
+        Ok(BlobCheckpointStore::new(container.to_owned(), client))
+    }
+
+    /// A create-only result store keeping one blob per result in
+    /// `container` (created by
+    /// [`ResultStore::prepare`](spot_worker_storage::ResultStore::prepare)).
+    pub fn result_store(&self, container: &str) -> Result<BlobResultStore, ConfigError> {
+        let client = self.container_client(container)?;
+        Ok(BlobResultStore::new(container.to_owned(), client))
+    }
+
+    fn container_client(&self, container: &str) -> Result<BlobContainerClient, ConfigError> {
         validate_name(container)?;
         let url = child_url(&self.endpoints.blob, container)?;
         let options = BlobContainerClientOptions {
             client_options: self.client_options(),
             ..Default::default()
         };
-        let client =
-            BlobContainerClient::new(url, self.credential(), Some(options)).map_err(|e| {
-                ConfigError::InvalidUrl {
-                    url: redact(self.endpoints.blob.as_str()),
-                    reason: redact(&e.to_string()),
-                }
-            })?;
-        Ok(BlobCheckpointStore::new(container.to_owned(), client))
+        BlobContainerClient::new(url, self.credential(), Some(options)).map_err(|e| {
+            ConfigError::InvalidUrl {
+                url: redact(self.endpoints.blob.as_str()),
+                reason: redact(&e.to_string()),
+            }
+        })
     }
 
     fn credential(&self) -> Option<Arc<dyn TokenCredential>> {

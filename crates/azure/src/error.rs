@@ -16,8 +16,9 @@ pub(crate) enum Operation<'a> {
     /// A call on a received message (renew, delete): 404 and 400
     /// `PopReceiptMismatch` mean the lease is gone.
     Message(&'a MessageId),
-    /// A checkpoint write: 409/412 mean someone else wrote first.
-    CheckpointWrite(&'a str),
+    /// A write fenced by `If-Match` or `If-None-Match: *` (a checkpoint, a
+    /// create-only result): 409/412 mean someone else wrote first.
+    ConditionalWrite(&'a str),
     /// Anything else; `what` names the resource for `NotFound`.
     Other(&'a str),
 }
@@ -80,13 +81,13 @@ pub(crate) fn map_error(error: azure_core::Error, operation: Operation<'_>) -> S
         }
         (
             StatusCode::Conflict | StatusCode::PreconditionFailed,
-            Operation::CheckpointWrite(key),
+            Operation::ConditionalWrite(key),
         ) => StorageError::Conflict {
             key: (*key).to_owned(),
         },
         (StatusCode::NotFound, _) => StorageError::NotFound {
             what: match operation {
-                Operation::Other(what) | Operation::CheckpointWrite(what) => {
+                Operation::Other(what) | Operation::ConditionalWrite(what) => {
                     format!("{what} ({code})")
                 }
                 Operation::Message(id) => format!("message {id} ({code})"),

@@ -9,25 +9,35 @@
 //! - [`BlobCheckpointStore`] implements
 //!   [`CheckpointStore`](spot_worker_storage::CheckpointStore) on Blob
 //!   Storage, fenced with ETags.
-//! - [`AzureStorage`] builds both from a [`StorageConfig`]: a connection
+//! - [`BlobResultStore`] implements
+//!   [`ResultStore`](spot_worker_storage::ResultStore) on Blob Storage,
+//!   create-only (`If-None-Match: *`).
+//! - [`AzureStorage`] builds them from a [`StorageConfig`]: a connection
 //!   string (an account key signs short-lived account SAS tokens, since the
 //!   1.x crates have no shared-key auth), a managed identity, or the Azure CLI.
 //!
-//! Errors and logs never contain an account key or a SAS signature
-//! ([`redact`]).
+//! Each store's `prepare` (from the storage traits) creates the queue or
+//! container if it is missing and proves this worker can write to it, for a
+//! warmup gate. Errors and logs never contain an account key or a SAS
+//! signature ([`redact`]).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use spot_worker_azure::{AzureStorage, StorageConfig};
-//! use spot_worker_storage::{Consumer, ConsumerConfig, poison_queue_name};
+//! use spot_worker_storage::{
+//!     CheckpointStore, Consumer, ConsumerConfig, MessageQueue, ResultStore, poison_queue_name,
+//! };
 //!
 //! let storage = AzureStorage::new(StorageConfig::from_connection_string("UseDevelopmentStorage=true")?)?;
 //! let queue = storage.queue("jobs")?;
-//! queue.create_if_missing().await?;
+//! queue.prepare().await?; // created if missing, proven writable
 //! let poison = storage.queue(&poison_queue_name("jobs"))?;
+//! poison.prepare().await?;
 //! let checkpoints = storage.checkpoint_store("checkpoints")?;
-//! checkpoints.create_container_if_missing().await?;
+//! checkpoints.prepare().await?;
+//! let results = storage.result_store("results")?;
+//! results.prepare().await?;
 //! let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), ConsumerConfig::default())?
 //!     .with_checkpoints(Arc::new(checkpoints));
 //! # Ok(()) }
@@ -37,9 +47,11 @@ mod checkpoint;
 mod client;
 mod config;
 mod connection_string;
+mod container;
 mod error;
 mod queue;
 mod redact;
+mod result;
 mod sas;
 
 pub use checkpoint::BlobCheckpointStore;
@@ -53,4 +65,5 @@ pub use connection_string::{
 };
 pub use queue::AzureQueue;
 pub use redact::{REDACTED, redact};
+pub use result::BlobResultStore;
 pub use sas::{SasError, sign_account_sas};

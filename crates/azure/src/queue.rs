@@ -119,6 +119,14 @@ impl MessageQueue for AzureQueue {
         &self.name
     }
 
+    /// Creates the queue if it is missing (a write the service authorizes
+    /// even when the queue exists) and reads its properties. Nothing is put
+    /// into the queue: a probe message could be received as work.
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.create_if_missing().await?;
+        self.approximate_message_count().await.map(drop)
+    }
+
     async fn receive(
         &self,
         max_messages: u8,

@@ -202,6 +202,9 @@ impl MessageQueue for FlakyRenewals {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
     async fn receive(
         &self,
         max: u8,

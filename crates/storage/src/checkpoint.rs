@@ -89,6 +89,13 @@ impl Checkpoint {
 /// here, `BlobCheckpointStore` in `spot-worker-azure`.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync + 'static {
+    /// Makes the store ready for a worker: creates its container if it is
+    /// missing and proves this worker can write to it (`BlobCheckpointStore`
+    /// writes and deletes a small probe blob under `.spot-worker/`), so a
+    /// warmup gate can refuse to take work while storage is unreachable or
+    /// misconfigured. Idempotent; call it again after a failure.
+    async fn prepare(&self) -> Result<(), StorageError>;
+
     /// The latest checkpoint for `key` and its ETag, or `None` if there is none.
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError>;
 

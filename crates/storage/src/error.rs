@@ -19,11 +19,13 @@ pub enum StorageError {
         /// The message whose lease was lost.
         message_id: MessageId,
     },
-    /// A checkpoint write's ETag precondition failed: someone else wrote
-    /// newer progress (or created it first). The job must stop.
-    #[error("checkpoint {key} was changed by another writer (ETag precondition failed)")]
+    /// A conditional write lost to another writer: a checkpoint's ETag
+    /// precondition failed (someone else wrote newer progress, or created it
+    /// first), or a create-only result already exists with different
+    /// content. The job must stop.
+    #[error("{key} was written by another writer first (write precondition failed)")]
     Conflict {
-        /// The checkpoint key.
+        /// The checkpoint key or result name.
         key: String,
     },
     /// A queue, container or blob does not exist.

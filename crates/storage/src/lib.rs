@@ -7,12 +7,18 @@
 //! - [`CheckpointStore`]: small per-job documents whose every write is fenced
 //!   by an ETag ([`WritePrecondition`]), failing with
 //!   [`StorageError::Conflict`]; [`JobCheckpoint`] carries the ETag for you.
+//! - [`ResultStore`]: create-only job results; writing the same result
+//!   twice is fine, a different one is a [`StorageError::Conflict`].
 //! - [`Consumer`]: batches, a concurrency limit, idle backoff with jitter, a
 //!   renewed lease per message, settle (delete / retry / poison) and release
 //!   on shutdown, for any [`MessageHandler`].
-//! - [`InMemoryQueue`] and [`InMemoryCheckpointStore`]: the same semantics in
-//!   memory, to unit-test handlers. The Azure implementations live in
-//!   `spot-worker-azure`.
+//! - [`InMemoryQueue`], [`InMemoryCheckpointStore`] and
+//!   [`InMemoryResultStore`]: the same semantics in memory, to unit-test
+//!   handlers, with a switch to simulate an outage (`set_available`). The
+//!   Azure implementations live in `spot-worker-azure`.
+//!
+//! Every store has a `prepare` method (create what is missing, prove this
+//! worker can write) for a worker's warmup gate to call before it takes work.
 
 mod checkpoint;
 mod consumer;
@@ -20,6 +26,7 @@ mod encoding;
 mod error;
 pub mod memory;
 mod queue;
+mod result;
 
 pub use checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint, WritePrecondition};
 pub use consumer::{
@@ -28,8 +35,9 @@ pub use consumer::{
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;
-pub use memory::{InMemoryCheckpointStore, InMemoryQueue, StoredMessage};
+pub use memory::{InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, StoredMessage};
 pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
+pub use result::{PutOutcome, ResultStore};
 
 // Re-exported so users name the same types the traits use.
 pub use async_trait::async_trait;

@@ -76,6 +76,17 @@ pub trait MessageQueue: Send + Sync + 'static {
     /// The queue's name (used for logs and to name its poison queue).
     fn name(&self) -> &str;
 
+    /// Makes the queue ready for a worker: creates it if it is missing and
+    /// proves this worker is allowed to write to it, so a warmup gate can
+    /// refuse to take work while storage is unreachable or misconfigured.
+    ///
+    /// It must not put anything into the queue that a consumer could
+    /// receive (no probe messages in a work queue). Creating the queue (a
+    /// write the service authorizes even when the queue exists) and reading
+    /// its properties is what `AzureQueue` does. Idempotent; call it again
+    /// after a failure.
+    async fn prepare(&self) -> Result<(), StorageError>;
+
     /// Receives up to `max_messages` (1 to [`MAX_RECEIVE_BATCH`]) visible
     /// messages, hiding each for `visibility_timeout`. An empty vector means
     /// the queue had nothing visible.

@@ -2,7 +2,7 @@
 //! on tokio's paused clock so multi-second leases take no real time.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
@@ -15,11 +15,14 @@ use spot_worker_storage::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Just above the 5 s minimum: renewed every 3 s.
+const VISIBILITY: Duration = Duration::from_secs(6);
+
 fn config() -> ConsumerConfig {
     ConsumerConfig {
         batch_size: 4,
         max_in_flight: 4,
-        visibility_timeout: Duration::from_secs(2),
+        visibility_timeout: VISIBILITY,
         idle_backoff_floor: Duration::from_millis(50),
         idle_backoff_max: Duration::from_millis(500),
         retry_backoff_base: Duration::from_secs(1),
@@ -72,6 +75,27 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Polls `done` every 10 ms of the paused clock; fails after `limit`.
+async fn wait_within(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sets its flag when dropped: shows that a handler future was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 fn queues() -> (InMemoryQueue, InMemoryQueue) {
@@ -128,23 +152,17 @@ async fn renews_the_lease_across_several_visibility_periods() {
     let (queue, poison) = queues();
     queue.send("long job", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|_job: Job| async {
-        // Five visibility periods of 2 s.
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Five visibility periods.
+        tokio::time::sleep(VISIBILITY * 5).await;
         Ok::<(), HandlerError>(())
     });
     let running = Running::start(consumer(&queue, &poison, config()), handler);
     wait_until("received", || running.consumer.stats().received == 1).await;
     // Another consumer polling all along never sees the message.
     let thief = queue.clone();
-    for _ in 0..18 {
+    for _ in 0..58 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            thief
-                .receive(32, Duration::from_secs(2))
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(thief.receive(32, VISIBILITY).await.unwrap().is_empty());
     }
     running.wait_for("handled", |s| s.succeeded == 1).await;
     let stats = running.stop().await;
@@ -152,25 +170,76 @@ async fn renews_the_lease_across_several_visibility_periods() {
     assert!(queue.is_empty());
 }
 
-/// A queue whose visibility updates can be made to fail, to simulate a
-/// renewal outage long enough for the lease to run out.
+/// Faults a [`Faulty`] queue can be told to have. Each is off by default.
+#[derive(Default)]
+struct Faults {
+    /// Visibility renewals fail with `Unavailable`.
+    renewals_failing: AtomicBool,
+    /// Renewals hang without reaching the queue (releases still work).
+    renewals_hang: AtomicBool,
+    /// The next renewal is applied at once but answered only this much later.
+    slow_renewal_answer: std::sync::Mutex<Option<Duration>>,
+    /// Every call fails, as if this worker were cut off from storage.
+    cut_off: AtomicBool,
+    /// Receives return every visible message, however few were asked for.
+    receive_ignores_max: AtomicBool,
+    /// Receives are answered this many milliseconds after they took effect.
+    receive_delay_ms: AtomicU64,
+    /// Sends take this many milliseconds.
+    send_delay_ms: AtomicU64,
+    /// Renewals asked for (visibility updates with a non-zero timeout).
+    renewals: AtomicU32,
+}
+
+/// An in-memory queue with switchable faults; like Azure, it refuses
+/// messages over 64 KiB.
 #[derive(Clone)]
-struct FlakyRenewals {
+struct Faulty {
     inner: InMemoryQueue,
-    failing: Arc<AtomicBool>,
+    faults: Arc<Faults>,
+}
+
+impl Faulty {
+    fn new(inner: &InMemoryQueue) -> Self {
+        Faulty {
+            inner: inner.clone(),
+            faults: Arc::default(),
+        }
+    }
+
+    fn check_cut_off(&self) -> Result<(), StorageError> {
+        if self.faults.cut_off.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable {
+                message: "simulated network partition".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
-impl MessageQueue for FlakyRenewals {
+impl MessageQueue for Faulty {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
     }
     async fn receive(
         &self,
         max: u8,
         visibility: Duration,
     ) -> Result<Vec<QueueMessage>, StorageError> {
-        self.inner.receive(max, visibility).await
+        self.check_cut_off()?;
+        let max = if self.faults.receive_ignores_max.load(Ordering::SeqCst) {
+            32
+        } else {
+            max
+        };
+        let received = self.inner.receive(max, visibility).await?;
+        let delay = self.faults.receive_delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        Ok(received)
     }
     async fn update_visibility(
         &self,
@@ -178,17 +247,40 @@ impl MessageQueue for FlakyRenewals {
         receipt: &PopReceipt,
         visibility: Duration,
     ) -> Result<PopReceipt, StorageError> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(StorageError::Unavailable {
-                message: "simulated outage".into(),
-            });
+        self.check_cut_off()?;
+        if !visibility.is_zero() {
+            self.faults.renewals.fetch_add(1, Ordering::SeqCst);
+            if self.faults.renewals_hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if self.faults.renewals_failing.load(Ordering::SeqCst) {
+                return Err(StorageError::Unavailable {
+                    message: "simulated renewal outage".into(),
+                });
+            }
+            let slow = self.faults.slow_renewal_answer.lock().unwrap().take();
+            if let Some(delay) = slow {
+                let renewed = self.inner.update_visibility(id, receipt, visibility).await;
+                tokio::time::sleep(delay).await;
+                return renewed;
+            }
         }
         self.inner.update_visibility(id, receipt, visibility).await
     }
     async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.check_cut_off()?;
         self.inner.delete(id, receipt).await
     }
     async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
+        self.check_cut_off()?;
+        let send_delay = self.faults.send_delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(send_delay)).await;
+        if body.len() > 64 * 1024 {
+            return Err(StorageError::Rejected {
+                status: 413,
+                message: format!("message of {} bytes is over 64 KiB", body.len()),
+            });
+        }
         self.inner.send(body, delay).await
     }
 }
@@ -197,10 +289,7 @@ impl MessageQueue for FlakyRenewals {
 async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     let (queue, poison) = queues();
     let id = queue.send("contested", Duration::ZERO).await.unwrap();
-    let flaky = FlakyRenewals {
-        inner: queue.clone(),
-        failing: Arc::new(AtomicBool::new(false)),
-    };
+    let flaky = Faulty::new(&queue);
     let store = InMemoryCheckpointStore::new();
     let cancelled = Arc::new(AtomicBool::new(false));
     let handler = handler_fn({
@@ -235,7 +324,8 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     .with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
     wait_until("first checkpoint", || store.get(id.as_str()).is_some()).await;
-    flaky.failing.store(true, Ordering::SeqCst);
+    // This worker is cut off from the queue; another one is not.
+    flaky.faults.cut_off.store(true, Ordering::SeqCst);
     // Let the lease expire, then another consumer takes the message.
     let mut stolen = Vec::new();
     for _ in 0..100 {
@@ -246,7 +336,7 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(stolen.len(), 1, "the lease ran out");
-    flaky.failing.store(false, Ordering::SeqCst);
+    flaky.faults.cut_off.store(false, Ordering::SeqCst);
     running.wait_for("lease lost", |s| s.leases_lost == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.succeeded, stats.retried, stats.released), (0, 0, 0));
@@ -477,11 +567,30 @@ fn invalid_configs_are_rejected() {
             ..config()
         },
         ConsumerConfig {
+            visibility_timeout: Duration::from_secs(1),
+            ..config()
+        },
+        ConsumerConfig {
+            visibility_timeout: Duration::from_millis(4999),
+            ..config()
+        },
+        ConsumerConfig {
+            visibility_timeout: Duration::from_secs(7 * 24 * 3600 + 1),
+            ..config()
+        },
+        ConsumerConfig {
             max_dequeue_count: 0,
             ..config()
         },
     ] {
         assert!(Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), bad).is_err());
+    }
+    for good in [Duration::from_secs(5), Duration::from_secs(7 * 24 * 3600)] {
+        let config = ConsumerConfig {
+            visibility_timeout: good,
+            ..config()
+        };
+        assert!(Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).is_ok());
     }
 }
 
@@ -491,7 +600,7 @@ async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_t
     queue.send("short", Duration::ZERO).await.unwrap();
     queue.send("long", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|job: Job| async move {
-        let secs = if job.text()? == "short" { 5 } else { 3600 };
+        let secs = if job.text()? == "short" { 20 } else { 3600 };
         tokio::time::sleep(Duration::from_secs(secs)).await;
         Ok::<(), HandlerError>(())
     });
@@ -639,6 +748,9 @@ impl MessageQueue for ReceiveLog {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
     async fn receive(
         &self,
         max: u8,
@@ -722,4 +834,376 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
         .count();
     // Back at the floor: polls at about 0, 50, 150 and 350 ms, not 2 s apart.
     assert!(soon_after >= 3, "backoff was reset: {soon_after} polls");
+}
+
+// Finding 1: a panic is a failed attempt, and no renewal outlives it.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_retried_then_poisoned_and_never_kept_hidden() {
+    let (queue, poison) = queues();
+    queue.send("fine", Duration::ZERO).await.unwrap();
+    let id = queue.send("explode", Duration::ZERO).await.unwrap();
+    let handler = handler_fn(|job: Job| async move {
+        if job.text()? == "explode" {
+            panic!("exploded on attempt {}", job.dequeue_count());
+        }
+        Ok::<(), HandlerError>(())
+    });
+    let running = Running::start(consumer(&queue, &poison, config()), handler);
+    running
+        .wait_for("poisoned", |s| s.poisoned == 1 && s.succeeded == 1)
+        .await;
+    let stats = running.stop().await;
+    // Redelivered after each backoff: nothing kept renewing its lease.
+    assert_eq!((stats.retried, stats.leases_lost), (2, 0));
+    assert!(queue.is_empty());
+    let record: PoisonRecord = serde_json::from_str(&poison.messages()[0].body).unwrap();
+    assert_eq!(record.original_id, id.as_str());
+    assert_eq!(record.dequeue_count, 3);
+    assert_eq!(record.last_error, "handler panicked: exploded on attempt 3");
+}
+
+// Finding 3: an error text of any size still fits into a poison message.
+#[tokio::test(start_paused = true)]
+async fn a_100_kib_error_text_is_capped_so_the_poison_record_fits() {
+    let (queue, poison) = queues();
+    queue.send("verbose", Duration::ZERO).await.unwrap();
+    let handler =
+        handler_fn(|_job: Job| async { Err::<(), HandlerError>("é".repeat(50 * 1024).into()) });
+    let config = ConsumerConfig {
+        max_dequeue_count: 1,
+        ..config()
+    };
+    // The poison queue refuses messages over 64 KiB, like Azure.
+    let consumer = Consumer::new(
+        Arc::new(queue.clone()),
+        Arc::new(Faulty::new(&poison)),
+        config,
+    )
+    .unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.settle_failures, 0);
+    let stored = poison.messages();
+    assert!(stored[0].body.len() <= 48 * 1024);
+    let record: PoisonRecord = serde_json::from_str(&stored[0].body).unwrap();
+    assert!(record.last_error_truncated);
+    assert!(record.last_error.len() <= 4 * 1024);
+    assert!(record.last_error.starts_with("éé"));
+    assert_eq!(
+        (record.body.as_str(), record.body_truncated),
+        ("verbose", false)
+    );
+}
+
+// Finding 4: a lease that cannot be renewed ends when it runs out.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_out() {
+    let (queue, poison) = queues();
+    let id = queue.send("long job", Duration::ZERO).await.unwrap();
+    let faulty = Faulty::new(&queue);
+    let store = InMemoryCheckpointStore::new();
+    let leaked = Arc::new(std::sync::Mutex::new(None));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let handler = handler_fn({
+        let (leaked, dropped) = (leaked.clone(), dropped.clone());
+        move |job: Job| {
+            let (leaked, dropped) = (leaked.clone(), dropped.clone());
+            async move {
+                if job.dequeue_count() > 1 {
+                    return Ok(());
+                }
+                let _dropped = DropFlag(dropped);
+                let mut checkpoint = job.checkpoint().await?;
+                checkpoint.save_progress(json!({"step": 1})).await?;
+                // Hands its checkpoint to work that outlives the handler.
+                *leaked.lock().unwrap() = Some(checkpoint);
+                std::future::pending::<()>().await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
+        .unwrap()
+        .with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    wait_until("the handler is working", || {
+        leaked.lock().unwrap().is_some()
+    })
+    .await;
+    let outage_began = tokio::time::Instant::now();
+    faulty.faults.renewals_failing.store(true, Ordering::SeqCst);
+    running.wait_for("lease lost", |s| s.leases_lost == 1).await;
+    // It was last renewed before the outage: given up no later than one
+    // visibility timeout into it, without waiting for renewals to succeed.
+    assert!(
+        outage_began.elapsed() <= VISIBILITY + Duration::from_millis(100),
+        "{:?}",
+        outage_began.elapsed()
+    );
+    assert!(faulty.faults.renewals.load(Ordering::SeqCst) >= 2);
+    assert!(dropped.load(Ordering::SeqCst), "the handler was dropped");
+    let mut checkpoint = leaked.lock().unwrap().take().unwrap();
+    let refused = checkpoint.save_progress(json!({"step": 2})).await;
+    assert!(
+        matches!(refused, Err(StorageError::JobCancelled { .. })),
+        "{refused:?}"
+    );
+    faulty
+        .faults
+        .renewals_failing
+        .store(false, Ordering::SeqCst);
+    // Nothing was settled for that delivery: the message comes back.
+    running.wait_for("redelivered", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(
+        (
+            stats.leases_lost,
+            stats.retried,
+            stats.released,
+            stats.poisoned
+        ),
+        (1, 0, 0, 0)
+    );
+    assert!(queue.is_empty());
+    assert_eq!(
+        store.get(id.as_str()),
+        Some(Checkpoint::InProgress {
+            progress: json!({"step": 1})
+        })
+    );
+}
+
+// Finding 5: a renewal answered after a whole renewal period is still ours.
+#[tokio::test(start_paused = true)]
+async fn a_slow_renewal_answer_does_not_cost_the_lease() {
+    let (queue, poison) = queues();
+    queue.send("long job", Duration::ZERO).await.unwrap();
+    let faulty = Faulty::new(&queue);
+    // Renewed every 10 s; the first renewal is applied but answered 17 s
+    // later, more than a period (and half the lease) but within the lease.
+    *faulty.faults.slow_renewal_answer.lock().unwrap() = Some(Duration::from_secs(17));
+    let handler = handler_fn(|_job: Job| async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let config = ConsumerConfig {
+        visibility_timeout: Duration::from_secs(30),
+        ..config()
+    };
+    let consumer =
+        Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config).unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.leases_lost, 0);
+    assert!(queue.is_empty());
+}
+
+// Finding 7: a renewal in flight does not hold up the release.
+#[tokio::test(start_paused = true)]
+async fn release_does_not_wait_for_a_hanging_renewal() {
+    let (queue, poison) = queues();
+    queue.send("slow", Duration::ZERO).await.unwrap();
+    let faulty = Faulty::new(&queue);
+    faulty.faults.renewals_hang.store(true, Ordering::SeqCst);
+    let handler = handler_fn(|_job: Job| async {
+        std::future::pending::<()>().await;
+        Ok::<(), HandlerError>(())
+    });
+    let config = ConsumerConfig {
+        visibility_timeout: Duration::from_secs(60),
+        ..config()
+    };
+    let consumer =
+        Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config).unwrap();
+    let running = Running::start(consumer, handler);
+    wait_until("a renewal is in flight", || {
+        faulty.faults.renewals.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let asked = tokio::time::Instant::now();
+    let stats = running.stop().await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "released after {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(stats.released, 1);
+    assert!(queue.messages()[0].visible);
+}
+
+// Finding 9: a checkpoint-store outage does not poison anything.
+#[tokio::test(start_paused = true)]
+async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
+    let (queue, poison) = queues();
+    let done = queue.send("done before", Duration::ZERO).await.unwrap();
+    queue.send("new", Duration::ZERO).await.unwrap();
+    let store = InMemoryCheckpointStore::new();
+    store
+        .write(
+            done.as_str(),
+            &Checkpoint::Completed { result: json!(1) },
+            WritePrecondition::Create,
+        )
+        .await
+        .unwrap();
+    store.set_available(false);
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = handler_fn({
+        let runs = runs.clone();
+        move |job: Job| {
+            let runs = runs.clone();
+            async move {
+                assert_eq!(job.text()?, "new");
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("both received", |s| s.received == 2).await;
+    // Many retry backoffs and leases long, with max_dequeue_count 3.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let stats = running.consumer.stats();
+    assert_eq!(
+        (stats.poisoned, stats.retried, stats.leases_lost),
+        (0, 0, 0)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(
+        queue
+            .messages()
+            .iter()
+            .all(|m| m.dequeue_count == 1 && !m.visible),
+        "held under their leases, not redelivered: {:?}",
+        queue.messages()
+    );
+    store.set_available(true);
+    running
+        .wait_for("settled", |s| s.succeeded == 1 && s.skipped_completed == 1)
+        .await;
+    running.stop().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(queue.is_empty() && poison.is_empty());
+}
+
+// Finding 10: moving a message to the poison queue happens under a lease.
+#[tokio::test(start_paused = true)]
+async fn early_poisoning_renews_the_lease_while_the_poison_queue_is_slow() {
+    let (queue, poison) = queues();
+    let encoding = MessageEncoding::Base64;
+    queue
+        .send(&encoding.encode(b"crashy").unwrap(), Duration::ZERO)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        queue.receive(1, Duration::ZERO).await.unwrap();
+    }
+    queue.send("%%% not base64", Duration::ZERO).await.unwrap();
+    let slow_poison = Faulty::new(&poison);
+    // Longer than the 6 s visibility timeout.
+    slow_poison
+        .faults
+        .send_delay_ms
+        .store(8_000, Ordering::SeqCst);
+    let handler = handler_fn(|_job: Job| async { panic!("must not run") });
+    let config = ConsumerConfig {
+        encoding,
+        ..config()
+    };
+    let consumer = Consumer::new(Arc::new(queue.clone()), Arc::new(slow_poison), config).unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("both received", |s| s.received == 2).await;
+    for _ in 0..24 {
+        assert!(
+            queue.receive(32, VISIBILITY).await.unwrap().is_empty(),
+            "another consumer took a message being poisoned"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    running.wait_for("poisoned", |s| s.poisoned == 2).await;
+    let stats = running.stop().await;
+    assert_eq!((stats.received, stats.leases_lost), (2, 0));
+    assert!(queue.is_empty());
+    assert_eq!(poison.len(), 2, "no duplicates");
+}
+
+// Finding 13: the first renewal is due a half lease after the receive was
+// sent, however late the answer came.
+#[tokio::test(start_paused = true)]
+async fn the_first_renewal_is_timed_from_the_receive_not_from_the_answer() {
+    let (queue, poison) = queues();
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let faulty = Faulty::new(&queue);
+    // Answered 4 s after the 6 s lease began: timed from the answer, the
+    // first renewal would come at 7 s, after the lease ran out.
+    faulty
+        .faults
+        .receive_delay_ms
+        .store(4_000, Ordering::SeqCst);
+    let handler = handler_fn(|_job: Job| async {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let consumer = Consumer::new(Arc::new(faulty), Arc::new(poison.clone()), config()).unwrap();
+    let running = Running::start(consumer, handler);
+    while queue.messages()[0].dequeue_count == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..40 {
+        assert!(
+            queue.receive(32, VISIBILITY).await.unwrap().is_empty(),
+            "the lease ran out before its first renewal"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.leases_lost, 0);
+}
+
+// Finding 18: messages beyond the free slots are handed back at once.
+#[tokio::test(start_paused = true)]
+async fn extra_messages_from_the_queue_are_released_at_once() {
+    let (queue, poison) = queues();
+    for i in 0..3 {
+        queue.send(&format!("m{i}"), Duration::ZERO).await.unwrap();
+    }
+    let faulty = Faulty::new(&queue);
+    faulty
+        .faults
+        .receive_ignores_max
+        .store(true, Ordering::SeqCst);
+    let gate = CancellationToken::new();
+    let handler = handler_fn({
+        let gate = gate.clone();
+        move |_job: Job| {
+            let gate = gate.clone();
+            async move {
+                gate.cancelled().await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let config = ConsumerConfig {
+        batch_size: 1,
+        max_in_flight: 1,
+        ..config()
+    };
+    let consumer = Consumer::new(Arc::new(faulty), Arc::new(poison.clone()), config).unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("one started", |s| s.received == 1).await;
+    wait_within(
+        "the extras are visible again",
+        Duration::from_secs(1),
+        || queue.messages().iter().filter(|m| m.visible).count() == 2,
+    )
+    .await;
+    assert_eq!(running.consumer.stats().released, 2);
+    gate.cancel();
+    running.wait_for("all handled", |s| s.succeeded == 3).await;
+    running.stop().await;
+    assert!(queue.is_empty());
 }

@@ -7,13 +7,16 @@ mod backoff;
 mod lease;
 mod poison;
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::str::Utf8Error;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::FutureExt as _;
 use time::OffsetDateTime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -37,8 +40,11 @@ pub struct ConsumerConfig {
     pub batch_size: u8,
     /// Most messages being handled at once.
     pub max_in_flight: usize,
-    /// How long a received message stays hidden; renewed every half of it
-    /// while its handler runs. Azure counts whole seconds, at least 1.
+    /// How long a received message stays hidden, 5 s to 7 days (Azure
+    /// counts whole seconds). Renewed every half of it, at most 10 s apart,
+    /// while its handler runs; if no renewal gets through before it runs out
+    /// (a storage outage), the lease counts as lost and the handler is
+    /// dropped, because another consumer may have the message by then.
     pub visibility_timeout: Duration,
     /// First delay after an empty receive.
     pub idle_backoff_floor: Duration,
@@ -75,6 +81,11 @@ impl Default for ConsumerConfig {
     }
 }
 
+/// The shortest lease [`ConsumerConfig::validate`] accepts.
+const MIN_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest visibility timeout the queue service accepts.
+const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
 impl ConsumerConfig {
     /// Checks the limits the queue service imposes.
     pub fn validate(&self) -> Result<(), StorageError> {
@@ -85,8 +96,12 @@ impl ConsumerConfig {
         if self.max_in_flight == 0 {
             return invalid("max_in_flight must be at least 1");
         }
-        if self.visibility_timeout < Duration::from_secs(1) {
-            return invalid("visibility_timeout must be at least 1 second");
+        // Below 5 s a renewal has too little time to get through before the
+        // lease runs out; 7 days is the queue service's own limit.
+        if self.visibility_timeout < MIN_VISIBILITY_TIMEOUT
+            || self.visibility_timeout > MAX_VISIBILITY_TIMEOUT
+        {
+            return invalid("visibility_timeout must be between 5 seconds and 7 days");
         }
         if self.max_dequeue_count == 0 {
             return invalid("max_dequeue_count must be at least 1");
@@ -106,9 +121,10 @@ impl ConsumerConfig {
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// User code that processes one message. Returning `Ok` deletes the message;
-/// returning `Err` retries it later (and poisons it after
-/// `max_dequeue_count` attempts). The future is dropped if the lease is
-/// lost or the worker shuts down, so keep work between awaits restartable.
+/// returning `Err` (or panicking, unless built with `panic = "abort"`)
+/// retries it later and poisons it after `max_dequeue_count` attempts. The
+/// future is dropped if the lease is lost or the worker shuts down, so keep
+/// work between awaits restartable.
 #[async_trait]
 pub trait MessageHandler: Send + Sync + 'static {
     /// Processes one message.
@@ -220,7 +236,8 @@ pub struct ConsumerStats {
     pub retried: u64,
     /// Moved to the poison queue.
     pub poisoned: u64,
-    /// Made visible again at once because the worker shut down.
+    /// Made visible again at once: because the worker shut down, or because
+    /// the queue returned more messages than were asked for.
     pub released: u64,
     /// Given up because another consumer took the message.
     pub leases_lost: u64,
@@ -412,6 +429,28 @@ enum Outcome {
     Cancelled,
 }
 
+/// What the completed-checkpoint check found.
+enum PreCheck {
+    /// No completed checkpoint (or no store): run the handler.
+    Run,
+    /// Done on an earlier delivery: delete without running the handler.
+    Completed,
+    /// The lease was lost or the worker is shutting down.
+    Interrupted,
+    /// The store failed in a way that waiting will not fix.
+    Failed(StorageError),
+}
+
+/// What to do with a message once its handler has stopped.
+enum Settlement {
+    Delete,
+    Release,
+    Abandon(HandlerError),
+    Poison(HandlerError),
+    Retry(HandlerError),
+    Unexplained,
+}
+
 impl Consumer {
     /// A consumer of `queue` that moves given-up messages to `poison_queue`
     /// (by convention named [`poison_queue_name`]).
@@ -432,7 +471,9 @@ impl Consumer {
 
     /// Gives handlers checkpoints ([`Job::checkpoint`]) and deletes
     /// redelivered messages whose checkpoint (keyed by message id) is
-    /// completed, without running the handler again.
+    /// completed, without running the handler again. While the store is
+    /// unavailable, received messages wait under their renewed leases
+    /// instead of counting as failed attempts.
     pub fn with_checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.checkpoints = Some(store);
         self
@@ -492,6 +533,9 @@ impl Consumer {
             };
             let visibility = config.visibility_timeout;
             let wanted = u8::try_from(permits.len()).unwrap_or(config.batch_size);
+            // Leases are timed from before the request: the service starts
+            // the visibility timeout somewhere between sending and answering.
+            let received_at = Instant::now();
             let receive = self.queue.receive(wanted, visibility);
             tokio::pin!(receive);
             let received = tokio::select! {
@@ -509,7 +553,13 @@ impl Consumer {
             let delay = match received {
                 Ok(messages) if !messages.is_empty() => {
                     idle.reset();
-                    for (message, permit) in messages.into_iter().zip(permits) {
+                    let mut permits = permits.into_iter();
+                    let mut extras = Vec::new();
+                    for message in messages {
+                        let Some(permit) = permits.next() else {
+                            extras.push(message);
+                            continue;
+                        };
                         bump(&self.counters.received);
                         let worker = self.clone();
                         let handler = Arc::clone(&handler);
@@ -524,11 +574,30 @@ impl Consumer {
                         jobs.spawn(
                             async move {
                                 worker
-                                    .process(message, handler, job_token, signals, permit)
+                                    .process(
+                                        message,
+                                        received_at,
+                                        handler,
+                                        job_token,
+                                        signals,
+                                        permit,
+                                    )
                                     .await
                             }
                             .instrument(span),
                         );
+                    }
+                    if !extras.is_empty() {
+                        // Nothing would renew or settle them: they would stay
+                        // hidden for a whole visibility timeout for nothing.
+                        tracing::warn!(
+                            queue = self.queue.name(),
+                            asked_for = wanted,
+                            extra = extras.len(),
+                            "the queue returned more messages than asked for; releasing the extra ones"
+                        );
+                        let worker = self.clone();
+                        jobs.spawn(async move { worker.release_unstarted(extras).await });
                     }
                     continue;
                 }
@@ -580,6 +649,7 @@ impl Consumer {
     async fn process<H: MessageHandler>(
         self,
         message: QueueMessage,
+        received_at: Instant,
         handler: Arc<H>,
         job_token: CancellationToken,
         signals: ShutdownSignals,
@@ -587,61 +657,77 @@ impl Consumer {
     ) {
         let config = Arc::clone(&self.config);
         let lease = Lease::new(message.id.clone(), message.pop_receipt.clone());
+        // Checkpoint writes stop when the delivery is no longer ours (lease
+        // lost) or handed back (released), but not while winding down: that
+        // is when a handler saves its progress.
+        let fence = signals.release.child_token();
+        // Renewed from the start, so that even moving a message to the poison
+        // queue (two calls, each up to settle_timeout) happens under a lease.
+        let renewal = Renewal::start(
+            Arc::clone(&self.queue),
+            Arc::clone(&lease),
+            received_at,
+            config.visibility_timeout,
+            fence.clone(),
+        );
         if message.dequeue_count > config.max_dequeue_count {
             // A previous worker died (or was evicted) mid-job too often.
             let reason = format!(
                 "received {} times, more than max_dequeue_count {}, without a recorded outcome",
                 message.dequeue_count, config.max_dequeue_count
             );
-            self.poison_message(&message, &lease, reason).await;
+            self.poison_message(&message, &lease, renewal, &job_token, reason)
+                .await;
             return;
         }
         let body = match config.encoding.decode(&message.body) {
             Ok(body) => body,
             Err(error) => {
-                self.poison_message(&message, &lease, error.to_string())
+                self.poison_message(&message, &lease, renewal, &job_token, error.to_string())
                     .await;
                 return;
             }
         };
-        // Checkpoint writes stop when the delivery is no longer ours (lease
-        // lost) or handed back (released), but not while winding down: that
-        // is when a handler saves its progress.
-        let fence = signals.release.child_token();
-        let renewal = Renewal::start(
-            Arc::clone(&self.queue),
-            Arc::clone(&lease),
-            config.visibility_timeout,
-            fence.clone(),
-        );
-        let job = Job {
-            id: message.id.clone(),
-            dequeue_count: message.dequeue_count,
-            inserted_at: message.inserted_at,
-            body,
-            cancelled: job_token.clone(),
-            fence,
-            deadline: signals.deadline.subscribe(),
-            checkpoints: self.checkpoints.clone(),
-        };
-        let outcome = match self.completed_checkpoint(&message.id).await {
-            Ok(true) => {
-                renewal.stop().await;
-                if !lease.is_lost() && self.delete(&lease).await {
+        let outcome = match self.check_completed(&message.id, &lease, &job_token).await {
+            PreCheck::Completed => {
+                renewal.stop(&job_token).await;
+                if lease.is_lost() {
+                    bump(&self.counters.leases_lost);
+                } else if self.delete(&lease).await {
                     bump(&self.counters.skipped_completed);
                     tracing::info!("already completed on an earlier delivery; deleted");
                 }
                 return;
             }
-            Ok(false) => {
-                let handle = handler.handle(job);
+            PreCheck::Interrupted => Outcome::Cancelled,
+            PreCheck::Failed(error) => {
+                Outcome::Finished(Err(format!("reading the checkpoint failed: {error}").into()))
+            }
+            PreCheck::Run => {
+                let job = Job {
+                    id: message.id.clone(),
+                    dequeue_count: message.dequeue_count,
+                    inserted_at: message.inserted_at,
+                    body,
+                    cancelled: job_token.clone(),
+                    fence,
+                    deadline: signals.deadline.subscribe(),
+                    checkpoints: self.checkpoints.clone(),
+                };
+                // A panic is one more failed attempt: left to unwind, it would
+                // end this task without settling, and a crash-looping message
+                // would never reach the poison queue. Nothing the handler
+                // shares with the consumer is left half-updated by it.
+                let handle = AssertUnwindSafe(async { handler.handle(job).await }).catch_unwind();
                 tokio::pin!(handle);
                 // The handler comes first so a result that is ready is kept
                 // even if a release arrived at the same moment. Winding down
                 // only cancels its token: it still gets to save progress.
                 tokio::select! {
                     biased;
-                    result = &mut handle => Outcome::Finished(result),
+                    result = &mut handle => {
+                        Outcome::Finished(result.unwrap_or_else(|panic| Err(panic_error(panic.as_ref()))))
+                    }
                     () = signals.release.cancelled() => Outcome::Cancelled,
                     () = lease.lost() => {
                         job_token.cancel();
@@ -649,14 +735,30 @@ impl Consumer {
                     }
                 }
             }
-            // Counted as a failed attempt: the delivery already counts towards
-            // max_dequeue_count, and exponential retry delays give a storage
-            // outage minutes to pass before the message is poisoned.
-            Err(error) => {
-                Outcome::Finished(Err(format!("reading the checkpoint failed: {error}").into()))
-            }
         };
-        renewal.stop().await;
+        let settlement = match outcome {
+            Outcome::Finished(Ok(())) => Settlement::Delete,
+            // A handler that gave up because of shutdown did not fail on its
+            // own: hand the message to another worker now, and don't let this
+            // attempt push it towards the poison queue.
+            Outcome::Cancelled | Outcome::Finished(Err(_)) if job_token.is_cancelled() => {
+                Settlement::Release
+            }
+            Outcome::Finished(Err(error)) if is_fenced_out(error.as_ref()) => {
+                Settlement::Abandon(error)
+            }
+            Outcome::Finished(Err(error)) if message.dequeue_count >= config.max_dequeue_count => {
+                Settlement::Poison(error)
+            }
+            Outcome::Finished(Err(error)) => Settlement::Retry(error),
+            Outcome::Cancelled => Settlement::Unexplained,
+        };
+        if let Settlement::Poison(error) = settlement {
+            self.poison_message(&message, &lease, renewal, &job_token, error.to_string())
+                .await;
+            return;
+        }
+        renewal.stop(&job_token).await;
         if lease.is_lost() {
             bump(&self.counters.leases_lost);
             tracing::warn!(
@@ -664,17 +766,14 @@ impl Consumer {
             );
             return;
         }
-        match outcome {
-            Outcome::Finished(Ok(())) => {
+        match settlement {
+            Settlement::Delete => {
                 if self.delete(&lease).await {
                     bump(&self.counters.succeeded);
                     tracing::debug!("handled and deleted");
                 }
             }
-            // A handler that gave up because of shutdown did not fail on its
-            // own: hand the message to another worker now, and don't let this
-            // attempt push it towards the poison queue.
-            Outcome::Cancelled | Outcome::Finished(Err(_)) if job_token.is_cancelled() => {
+            Settlement::Release => {
                 if self.make_visible_after(&lease, Duration::ZERO).await {
                     bump(&self.counters.released);
                     tracing::info!("released on shutdown");
@@ -683,15 +782,11 @@ impl Consumer {
             // Another worker wrote newer progress for this job: it owns the job
             // now. Stop without touching the message; if it is still ours it
             // reappears after its lease and resumes from the newer checkpoint.
-            Outcome::Finished(Err(error)) if is_fenced_out(error.as_ref()) => {
+            Settlement::Abandon(error) => {
                 bump(&self.counters.abandoned);
                 tracing::warn!(%error, "checkpoint fenced out by another worker; abandoning this delivery");
             }
-            Outcome::Finished(Err(error)) if message.dequeue_count >= config.max_dequeue_count => {
-                self.poison_message(&message, &lease, error.to_string())
-                    .await;
-            }
-            Outcome::Finished(Err(error)) => {
+            Settlement::Retry(error) => {
                 let delay = retry_delay(
                     config.retry_backoff_base,
                     config.retry_backoff_max,
@@ -702,7 +797,9 @@ impl Consumer {
                     bump(&self.counters.retried);
                 }
             }
-            Outcome::Cancelled => {
+            // Taken care of before the renewal was stopped.
+            Settlement::Poison(_) => {}
+            Settlement::Unexplained => {
                 // Only shutdown or a lost lease cancel a job; both were handled above.
                 tracing::error!(
                     "job cancelled for no known reason; leaving it to its visibility timeout"
@@ -711,13 +808,60 @@ impl Consumer {
         }
     }
 
-    async fn completed_checkpoint(&self, id: &MessageId) -> Result<bool, StorageError> {
-        match &self.checkpoints {
-            Some(store) => Ok(store
-                .read(id.as_str())
-                .await?
-                .is_some_and(|(checkpoint, _)| checkpoint.is_completed())),
-            None => Ok(false),
+    /// Whether a completed checkpoint makes the handler unnecessary.
+    ///
+    /// A checkpoint store that is unavailable (a transient error, or
+    /// `NotFound` while its container is missing) never pushes a message
+    /// towards the poison queue: the read is retried with the retry backoff
+    /// while the message stays leased. Making the message visible again
+    /// instead would not help, because every redelivery raises its dequeue
+    /// count and a long outage would then poison it on a later delivery
+    /// anyway. The slot stays taken meanwhile, so the consumer stops
+    /// receiving work it could not start. Other errors (the store refuses
+    /// the request, or the checkpoint does not parse) will not go away by
+    /// waiting and count as a failed attempt.
+    async fn check_completed(
+        &self,
+        id: &MessageId,
+        lease: &Lease,
+        job_token: &CancellationToken,
+    ) -> PreCheck {
+        let Some(store) = &self.checkpoints else {
+            return PreCheck::Run;
+        };
+        let mut attempt = 0u32;
+        loop {
+            let read = tokio::select! {
+                biased;
+                () = lease.lost() => return PreCheck::Interrupted,
+                () = job_token.cancelled() => return PreCheck::Interrupted,
+                read = store.read(id.as_str()) => read,
+            };
+            let error = match read {
+                Ok(Some((checkpoint, _))) if checkpoint.is_completed() => {
+                    return PreCheck::Completed;
+                }
+                Ok(_) => return PreCheck::Run,
+                Err(error)
+                    if error.is_transient() || matches!(error, StorageError::NotFound { .. }) =>
+                {
+                    error
+                }
+                Err(error) => return PreCheck::Failed(error),
+            };
+            attempt = attempt.saturating_add(1);
+            let delay = retry_delay(
+                self.config.retry_backoff_base,
+                self.config.retry_backoff_max,
+                attempt,
+            );
+            tracing::warn!(%error, retry_in = ?delay, "reading the checkpoint failed; keeping the message leased and retrying (this does not count towards the poison queue)");
+            tokio::select! {
+                biased;
+                () = lease.lost() => return PreCheck::Interrupted,
+                () = job_token.cancelled() => return PreCheck::Interrupted,
+                () = tokio::time::sleep(delay) => {}
+            }
         }
     }
 
@@ -771,10 +915,42 @@ impl Consumer {
     }
 
     /// Copies the message and its history to the poison queue, then deletes
-    /// the original. If the copy fails the original stays (it reappears and
-    /// is poisoned again later), so nothing is lost; if the delete fails the
-    /// poison queue may hold a duplicate.
-    async fn poison_message(&self, message: &QueueMessage, lease: &Lease, last_error: String) {
+    /// the original, renewing the lease until the copy is made. If the copy
+    /// fails the original stays (it reappears and is poisoned again later),
+    /// so nothing is lost; if the delete fails the poison queue may hold a
+    /// duplicate.
+    async fn poison_message(
+        &self,
+        message: &QueueMessage,
+        lease: &Lease,
+        renewal: Renewal,
+        hurry: &CancellationToken,
+        last_error: String,
+    ) {
+        let sent = if lease.is_lost() {
+            None
+        } else {
+            self.send_to_poison(message, last_error).await
+        };
+        renewal.stop(hurry).await;
+        if lease.is_lost() {
+            bump(&self.counters.leases_lost);
+            tracing::warn!(
+                copied = sent.is_some(),
+                "lease lost while moving the message to the poison queue; another consumer has it"
+            );
+            return;
+        }
+        let Some(last_error) = sent else { return };
+        if self.delete(lease).await {
+            bump(&self.counters.poisoned);
+            tracing::warn!(poison_queue = self.poison.name(), %last_error, "moved to the poison queue");
+        }
+    }
+
+    /// Sends the poison record for `message`; the `last_error` it kept, or
+    /// `None` if it was not sent.
+    async fn send_to_poison(&self, message: &QueueMessage, last_error: String) -> Option<String> {
         let record = PoisonRecord {
             queue: self.queue.name().to_owned(),
             original_id: message.id.to_string(),
@@ -782,6 +958,7 @@ impl Consumer {
             inserted_at: message.inserted_at,
             poisoned_at: OffsetDateTime::now_utc(),
             last_error,
+            last_error_truncated: false,
             body: message.body.clone(),
             body_truncated: false,
         };
@@ -791,23 +968,15 @@ impl Consumer {
                 Err(error) => {
                     bump(&self.counters.settle_failures);
                     tracing::error!(%error, "could not build the poison record");
-                    return;
+                    return None;
                 }
             };
-        if self
-            .settle(
-                "send to poison queue",
-                self.poison.send(&text, Duration::ZERO),
-            )
-            .await
-            .is_none()
-        {
-            return;
-        }
-        if self.delete(lease).await {
-            bump(&self.counters.poisoned);
-            tracing::warn!(poison_queue = self.poison.name(), last_error = %record.last_error, "moved to the poison queue");
-        }
+        self.settle(
+            "send to poison queue",
+            self.poison.send(&text, Duration::ZERO),
+        )
+        .await
+        .map(|_| record.last_error)
     }
 
     /// Makes messages visible again that were received but never started.
@@ -839,6 +1008,16 @@ fn is_fenced_out(error: &(dyn std::error::Error + 'static)) -> bool {
         current = e.source();
     }
     false
+}
+
+/// The failure a panicking handler counts as.
+fn panic_error(payload: &(dyn Any + Send)) -> HandlerError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic payload that is not text");
+    format!("handler panicked: {message}").into()
 }
 
 fn log_join_error(result: Result<(), tokio::task::JoinError>) {

@@ -8,17 +8,32 @@ use async_trait::async_trait;
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
 use crate::error::StorageError;
+use crate::memory::outage::Outage;
 
-/// An in-memory [`CheckpointStore`]. Clones share the same checkpoints.
+/// An in-memory [`CheckpointStore`]. Clones share the same checkpoints (and
+/// the same outage switch).
 #[derive(Clone, Debug, Default)]
 pub struct InMemoryCheckpointStore {
     entries: Arc<Mutex<HashMap<String, (Checkpoint, ETag)>>>,
+    outage: Outage,
 }
 
 impl InMemoryCheckpointStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Simulates an outage: while `false`, every [`CheckpointStore`] call
+    /// (`prepare` included) fails with [`StorageError::Unavailable`] and
+    /// changes nothing. The inspection methods below keep working.
+    pub fn set_available(&self, available: bool) {
+        self.outage.set_available(available);
+    }
+
+    /// False while an outage is simulated.
+    pub fn is_available(&self) -> bool {
+        self.outage.is_available()
     }
 
     /// The stored checkpoint for `key`, for assertions in tests.
@@ -47,7 +62,14 @@ impl InMemoryCheckpointStore {
 
 #[async_trait]
 impl CheckpointStore for InMemoryCheckpointStore {
+    /// Nothing to create in memory; this only fails during a simulated
+    /// outage.
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.outage.check("checkpoint store")
+    }
+
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+        self.outage.check("checkpoint store")?;
         Ok(self.lock().get(key).cloned())
     }
 
@@ -57,6 +79,7 @@ impl CheckpointStore for InMemoryCheckpointStore {
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
     ) -> Result<ETag, StorageError> {
+        self.outage.check("checkpoint store")?;
         let mut entries = self.lock();
         let current = entries.get(key).map(|(_, etag)| etag);
         let allowed = match (&precondition, current) {
@@ -108,6 +131,32 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, StorageError::Conflict { .. }));
         assert_eq!(store.read("k").await.unwrap(), Some((progress(2), second)));
+    }
+
+    #[tokio::test]
+    async fn an_outage_fails_every_call_and_changes_nothing() {
+        let store = InMemoryCheckpointStore::new();
+        store.prepare().await.unwrap();
+        store.clone().set_available(false);
+        assert!(!store.is_available(), "clones share the outage");
+        let errors = [
+            store.prepare().await.unwrap_err(),
+            store.read("k").await.unwrap_err(),
+            store
+                .write("k", &progress(1), WritePrecondition::Create)
+                .await
+                .unwrap_err(),
+        ];
+        for error in errors {
+            assert!(error.is_transient(), "{error:?}");
+        }
+        assert!(store.is_empty());
+        store.set_available(true);
+        store.prepare().await.unwrap();
+        store
+            .write("k", &progress(1), WritePrecondition::Create)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

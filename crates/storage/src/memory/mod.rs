@@ -1,9 +1,14 @@
-//! In-memory implementations of [`MessageQueue`](crate::MessageQueue) and
-//! [`CheckpointStore`](crate::CheckpointStore) with the same semantics as
-//! Azure Storage, for unit-testing handlers without a storage account.
+//! In-memory implementations of [`MessageQueue`](crate::MessageQueue),
+//! [`CheckpointStore`](crate::CheckpointStore) and
+//! [`ResultStore`](crate::ResultStore) with the same semantics as Azure
+//! Storage, for unit-testing handlers without a storage account. Each can be
+//! switched off (`set_available(false)`) to simulate a storage outage.
 
 mod checkpoint;
+mod outage;
 mod queue;
+mod result;
 
 pub use checkpoint::InMemoryCheckpointStore;
 pub use queue::{InMemoryQueue, StoredMessage};
+pub use result::InMemoryResultStore;

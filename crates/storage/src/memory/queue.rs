@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 
 use crate::error::StorageError;
+use crate::memory::outage::Outage;
 use crate::queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
 
 /// A message held by an [`InMemoryQueue`], as tests see it.
@@ -36,12 +37,13 @@ struct Entry {
     pop_receipt: Option<PopReceipt>,
 }
 
-/// An in-memory [`MessageQueue`]. Clones share the same messages, like two
-/// clients of one queue.
+/// An in-memory [`MessageQueue`]. Clones share the same messages (and the
+/// same outage switch), like two clients of one queue.
 #[derive(Clone, Debug)]
 pub struct InMemoryQueue {
     name: Arc<str>,
     entries: Arc<Mutex<Vec<Entry>>>,
+    outage: Outage,
 }
 
 impl InMemoryQueue {
@@ -50,7 +52,20 @@ impl InMemoryQueue {
         InMemoryQueue {
             name: Arc::from(name),
             entries: Arc::default(),
+            outage: Outage::default(),
         }
+    }
+
+    /// Simulates an outage: while `false`, every [`MessageQueue`] call
+    /// (`prepare` included) fails with [`StorageError::Unavailable`] and
+    /// changes nothing. The inspection methods below keep working.
+    pub fn set_available(&self, available: bool) {
+        self.outage.set_available(available);
+    }
+
+    /// False while an outage is simulated.
+    pub fn is_available(&self) -> bool {
+        self.outage.is_available()
     }
 
     /// Every message still in the queue, visible or not, oldest first.
@@ -91,6 +106,10 @@ impl InMemoryQueue {
             message_id: id.clone(),
         }
     }
+
+    fn check_available(&self) -> Result<(), StorageError> {
+        self.outage.check(&format!("queue {}", self.name))
+    }
 }
 
 #[async_trait]
@@ -99,11 +118,18 @@ impl MessageQueue for InMemoryQueue {
         &self.name
     }
 
+    /// An in-memory queue always exists; this only fails during a
+    /// simulated outage.
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.check_available()
+    }
+
     async fn receive(
         &self,
         max_messages: u8,
         visibility_timeout: Duration,
     ) -> Result<Vec<QueueMessage>, StorageError> {
+        self.check_available()?;
         if max_messages == 0 || max_messages > MAX_RECEIVE_BATCH {
             return Err(StorageError::InvalidArgument(format!(
                 "max_messages must be 1..={MAX_RECEIVE_BATCH}, got {max_messages}"
@@ -138,6 +164,7 @@ impl MessageQueue for InMemoryQueue {
         pop_receipt: &PopReceipt,
         visibility_timeout: Duration,
     ) -> Result<PopReceipt, StorageError> {
+        self.check_available()?;
         let mut entries = self.lock();
         let entry = entries
             .iter_mut()
@@ -150,6 +177,7 @@ impl MessageQueue for InMemoryQueue {
     }
 
     async fn delete(&self, id: &MessageId, pop_receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.check_available()?;
         let mut entries = self.lock();
         let index = entries
             .iter()
@@ -164,6 +192,7 @@ impl MessageQueue for InMemoryQueue {
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
+        self.check_available()?;
         let id = MessageId::new(uuid::Uuid::new_v4().to_string());
         self.lock().push(Entry {
             id: id.clone(),
@@ -228,6 +257,44 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(queue.receive(1, VISIBILITY).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_fails_every_call_and_changes_nothing() {
+        let queue = InMemoryQueue::new("q");
+        queue.prepare().await.unwrap();
+        queue.send("a", Duration::ZERO).await.unwrap();
+        let message = queue.receive(1, VISIBILITY).await.unwrap().remove(0);
+
+        let client = queue.clone();
+        client.set_available(false);
+        assert!(!queue.is_available(), "clones share the outage");
+        let errors = [
+            queue.prepare().await.unwrap_err(),
+            queue.receive(1, VISIBILITY).await.unwrap_err(),
+            queue.send("b", Duration::ZERO).await.unwrap_err(),
+            queue
+                .update_visibility(&message.id, &message.pop_receipt, Duration::ZERO)
+                .await
+                .unwrap_err(),
+            queue
+                .delete(&message.id, &message.pop_receipt)
+                .await
+                .unwrap_err(),
+        ];
+        for error in errors {
+            assert!(error.is_transient(), "{error:?}");
+            assert!(error.to_string().contains("queue q"), "{error}");
+        }
+        assert_eq!(queue.len(), 1);
+
+        queue.set_available(true);
+        queue.prepare().await.unwrap();
+        queue
+            .delete(&message.id, &message.pop_receipt)
+            .await
+            .unwrap();
+        assert!(queue.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,128 @@
+//! [`Container`]: the blob container operations the checkpoint and result
+//! stores share — create if missing, the write probe of `prepare`, and
+//! downloading a small blob — so each is done one way only.
+
+use std::fmt;
+use std::sync::Arc;
+
+use azure_core::Bytes;
+use azure_core::http::{Etag, RequestContent};
+use azure_storage_blob::BlobContainerClient;
+use azure_storage_blob::models::BlobClientUploadOptions;
+use spot_worker_storage::StorageError;
+
+use crate::error::{Operation, error_code, map_error};
+
+/// Where `prepare` writes its probe blobs. The leading dot keeps them apart
+/// from job keys and result names in listings.
+const PROBE_PREFIX: &str = ".spot-worker/probe-";
+
+/// Blob names may be up to 1024 characters.
+pub(crate) const MAX_BLOB_NAME_LEN: usize = 1024;
+
+/// One container of the account, named for messages.
+#[derive(Clone)]
+pub(crate) struct Container {
+    pub(crate) name: String,
+    pub(crate) client: Arc<BlobContainerClient>,
+}
+
+impl fmt::Debug for Container {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only the name: the client's URL could carry a SAS.
+        f.debug_struct("Container")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A blob as downloaded: its bytes and its ETag, if the service sent one.
+pub(crate) struct Downloaded {
+    pub(crate) bytes: Bytes,
+    pub(crate) etag: Option<Etag>,
+}
+
+impl Container {
+    pub(crate) fn new(name: String, client: BlobContainerClient) -> Self {
+        Container {
+            name,
+            client: Arc::new(client),
+        }
+    }
+
+    /// Creates the container if it does not exist yet.
+    pub(crate) async fn create_if_missing(&self) -> Result<(), StorageError> {
+        match self.client.create(None).await {
+            Ok(_) => Ok(()),
+            Err(e) if error_code(&e) == Some("ContainerAlreadyExists") => Ok(()),
+            Err(e) => Err(map_error(e, Operation::Other(&self.what("container")))),
+        }
+    }
+
+    /// Creates the container if it is missing, then writes and deletes a
+    /// probe blob with a random name: the write proves this worker may
+    /// create blobs here (the permission a job needs), which neither
+    /// creating nor reading the container would.
+    pub(crate) async fn prepare(&self) -> Result<(), StorageError> {
+        self.create_if_missing().await?;
+        let probe = format!("{PROBE_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let blob = self.client.blob_client(&probe);
+        let content: RequestContent<Bytes, _> = Bytes::from_static(b"spot-worker probe").into();
+        let options = BlobClientUploadOptions {
+            // A fresh random name never exists; refusing to overwrite makes
+            // sure a probe can never clobber anything.
+            if_none_match: Some(Etag::from("*")),
+            ..Default::default()
+        };
+        blob.upload(content, Some(options)).await.map_err(|e| {
+            map_error(
+                e,
+                Operation::Other(&format!("write probe {}/{probe}", self.name)),
+            )
+        })?;
+        blob.delete(None).await.map_err(|e| {
+            map_error(
+                e,
+                Operation::Other(&format!("delete of probe {}/{probe}", self.name)),
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Downloads blob `name`; `None` if it does not exist. `what` names it
+    /// in errors.
+    pub(crate) async fn download(
+        &self,
+        name: &str,
+        what: &str,
+    ) -> Result<Option<Downloaded>, StorageError> {
+        let downloaded = match self.client.blob_client(name).download(None).await {
+            Ok(downloaded) => downloaded,
+            Err(e) if error_code(&e) == Some("BlobNotFound") => return Ok(None),
+            Err(e) => return Err(map_error(e, Operation::Other(what))),
+        };
+        let etag = downloaded.properties.etag.clone();
+        let bytes = downloaded
+            .body
+            .collect()
+            .await
+            .map_err(|e| map_error(e, Operation::Other(what)))?;
+        Ok(Some(Downloaded { bytes, etag }))
+    }
+
+    /// Something in this container, for error messages.
+    pub(crate) fn what(&self, kind: &str) -> String {
+        format!("{kind} {}", self.name)
+    }
+}
+
+/// Blob names this crate accepts: 1 to 1024 characters, none of them a
+/// control character. `kind` names the caller's notion of a name.
+pub(crate) fn validate_blob_name(name: &str, kind: &str) -> Result<(), StorageError> {
+    if name.is_empty() || name.len() > MAX_BLOB_NAME_LEN || name.chars().any(char::is_control) {
+        return Err(StorageError::InvalidArgument(format!(
+            "{kind} must be 1 to {MAX_BLOB_NAME_LEN} characters without control characters"
+        )));
+    }
+    Ok(())
+}

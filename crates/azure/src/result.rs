@@ -1,0 +1,126 @@
+//! [`BlobResultStore`]: the [`ResultStore`] trait on Azure Blob Storage. Each
+//! result is a blob written with `If-None-Match: *`, so the first writer wins
+//! and a later writer learns whether it agrees (same bytes) or conflicts.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use azure_core::Bytes;
+use azure_core::http::{Etag, RequestContent};
+use azure_storage_blob::BlobContainerClient;
+use azure_storage_blob::models::BlobClientUploadOptions;
+use spot_worker_storage::{PutOutcome, ResultStore, StorageError};
+
+use crate::container::{Container, validate_blob_name};
+use crate::error::{Operation, map_error};
+
+/// Create-only results as blobs in one container. Build it with
+/// [`AzureStorage::result_store`](crate::AzureStorage::result_store).
+#[derive(Clone)]
+pub struct BlobResultStore {
+    container: Container,
+}
+
+impl fmt::Debug for BlobResultStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only the name: the client's URL could carry a SAS.
+        f.debug_struct("BlobResultStore")
+            .field("container", &self.container.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlobResultStore {
+    pub(crate) fn new(container: String, client: BlobContainerClient) -> Self {
+        BlobResultStore {
+            container: Container::new(container, client),
+        }
+    }
+
+    fn what(&self, name: &str) -> String {
+        format!("result {}/{name}", self.container.name)
+    }
+
+    /// One create-only upload; `Conflict` if the blob exists.
+    async fn create(&self, name: &str, body: &[u8]) -> Result<(), StorageError> {
+        let options = BlobClientUploadOptions {
+            if_none_match: Some(Etag::from("*")),
+            blob_content_type: Some(content_type(name).to_owned()),
+            ..Default::default()
+        };
+        let content: RequestContent<Bytes, _> = Bytes::copy_from_slice(body).into();
+        self.container
+            .client
+            .blob_client(name)
+            .upload(content, Some(options))
+            .await
+            .map(drop)
+            .map_err(|e| map_error(e, Operation::ConditionalWrite(name)))
+    }
+}
+
+/// Results are usually JSON documents; anything else is stored as bytes.
+fn content_type(name: &str) -> &'static str {
+    if name.ends_with(".json") {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    }
+}
+
+#[async_trait]
+impl ResultStore for BlobResultStore {
+    fn name(&self) -> &str {
+        &self.container.name
+    }
+
+    /// Creates the container if it is missing, then writes and deletes a
+    /// probe blob `.spot-worker/probe-<random>` to prove write access.
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.container.prepare().await
+    }
+
+    /// Uploads with `If-None-Match: *`; if the blob exists (409 or 412),
+    /// reads it back and compares.
+    async fn put_new(&self, name: &str, body: &[u8]) -> Result<PutOutcome, StorageError> {
+        validate_blob_name(name, "result name")?;
+        // Two attempts: the second only runs if the blob that made the first
+        // one conflict was deleted before it could be read back.
+        for _ in 0..2 {
+            match self.create(name, body).await {
+                Ok(()) => return Ok(PutOutcome::Created),
+                Err(StorageError::Conflict { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            match self.get(name).await? {
+                Some(stored) if stored == body => return Ok(PutOutcome::AlreadyExistsIdentical),
+                Some(_) => {
+                    return Err(StorageError::Conflict {
+                        key: name.to_owned(),
+                    });
+                }
+                None => continue,
+            }
+        }
+        Err(StorageError::Conflict {
+            key: name.to_owned(),
+        })
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        validate_blob_name(name, "result name")?;
+        let downloaded = self.container.download(name, &self.what(name)).await?;
+        Ok(downloaded.map(|blob| blob.bytes.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_results_are_labelled_as_json() {
+        assert_eq!(content_type("j1.json"), "application/json");
+        assert_eq!(content_type("j1.bin"), "application/octet-stream");
+    }
+}

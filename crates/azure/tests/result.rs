@@ -1,0 +1,222 @@
+//! BlobResultStore and every store's `prepare` against a real Azurite:
+//! create-only results (create, identical re-put, conflicting put, missing
+//! name), containers and queues created by `prepare`, probes cleaned up, and
+//! a clear, redacted error while storage is down.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{start_azurite, storage, unique};
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, MessageQueue, PutOutcome, ResultStore, StorageError,
+    WritePrecondition,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_create_only_and_identical_rewrites_succeed() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let container = unique("results");
+    let results = storage.result_store(&container).unwrap();
+    assert_eq!(results.name(), container);
+    // Prepare creates the missing container; a second call is harmless.
+    results.prepare().await.unwrap();
+    results.prepare().await.unwrap();
+
+    assert_eq!(results.get("j1.json").await.unwrap(), None);
+    let body = br#"{"job_id":"j1","primes":25}"#;
+    assert_eq!(
+        results.put_new("j1.json", body).await.unwrap(),
+        PutOutcome::Created
+    );
+    // A second worker that computed the same thing: fine, nothing written.
+    let racer: Arc<dyn ResultStore> = Arc::new(storage.result_store(&container).unwrap());
+    assert_eq!(
+        racer.put_new("j1.json", body).await.unwrap(),
+        PutOutcome::AlreadyExistsIdentical
+    );
+    // A different result never replaces the first one.
+    let err = racer
+        .put_new("j1.json", br#"{"job_id":"j1","primes":26}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StorageError::Conflict {
+            key: "j1.json".into()
+        }
+    );
+    assert_eq!(
+        results.get("j1.json").await.unwrap().as_deref(),
+        Some(&body[..])
+    );
+    // Names may contain slashes (virtual directories); empty bodies are fine.
+    results.put_new("batch/7/empty", b"").await.unwrap();
+    assert_eq!(
+        results.get("batch/7/empty").await.unwrap(),
+        Some(Vec::new())
+    );
+    assert!(matches!(
+        results.put_new("", b"x").await,
+        Err(StorageError::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_creates_of_one_result_leave_exactly_one() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let results = storage.result_store(&unique("results")).unwrap();
+    results.prepare().await.unwrap();
+    // Eight writers with two different bodies race for one name: one body
+    // wins, every writer of that body succeeds, every other one conflicts.
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let results = results.clone();
+            tokio::spawn(async move {
+                let body = if i % 2 == 0 { "even" } else { "odd" };
+                (body, results.put_new("race.json", body.as_bytes()).await)
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    let stored = results.get("race.json").await.unwrap().unwrap();
+    let winner = String::from_utf8(stored).unwrap();
+    let created = outcomes
+        .iter()
+        .filter(|(_, r)| *r == Ok(PutOutcome::Created))
+        .count();
+    assert_eq!(created, 1, "{outcomes:?}");
+    for (body, outcome) in &outcomes {
+        if *body == winner {
+            assert!(outcome.is_ok(), "{outcomes:?}");
+        } else {
+            assert!(
+                matches!(outcome, Err(StorageError::Conflict { .. })),
+                "{outcomes:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_creates_missing_queues_and_containers_and_leaves_no_probe() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let queue = storage.queue(&unique("jobs")).unwrap();
+    // Missing at first: a receive fails.
+    assert!(matches!(
+        queue.receive(1, Duration::from_secs(1)).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    queue.prepare().await.unwrap();
+    queue.prepare().await.unwrap();
+    assert!(
+        queue
+            .receive(1, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty(),
+        "prepare put nothing into the queue"
+    );
+    assert_eq!(queue.approximate_message_count().await.unwrap(), 0);
+
+    let ckpt_container = unique("ckpt");
+    let checkpoints = storage.checkpoint_store(&ckpt_container).unwrap();
+    checkpoints.prepare().await.unwrap();
+    checkpoints.prepare().await.unwrap();
+    checkpoints
+        .write(
+            "job",
+            &Checkpoint::InProgress {
+                progress: serde_json::json!(1),
+            },
+            WritePrecondition::Create,
+        )
+        .await
+        .unwrap();
+    assert_eq!(list_blob_names(&azurite, &ckpt_container).await, ["job"]);
+
+    let container = unique("results");
+    let results = storage.result_store(&container).unwrap();
+    results.prepare().await.unwrap();
+    results.prepare().await.unwrap();
+    results.put_new("only.json", b"1").await.unwrap();
+    // Every probe blob was deleted again: only what jobs wrote is left.
+    assert_eq!(list_blob_names(&azurite, &container).await, ["only.json"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_fails_clearly_and_without_secrets_while_storage_is_down() {
+    let mut azurite = start_azurite();
+    let storage = storage(&azurite);
+    let queue = storage.queue(&unique("jobs")).unwrap();
+    let checkpoints = storage.checkpoint_store(&unique("ckpt")).unwrap();
+    let results = storage.result_store(&unique("results")).unwrap();
+    tokio::task::block_in_place(|| azurite.stop()).unwrap();
+
+    let errors = [
+        queue.prepare().await.unwrap_err(),
+        checkpoints.prepare().await.unwrap_err(),
+        results.prepare().await.unwrap_err(),
+        results.put_new("a.json", b"1").await.unwrap_err(),
+        results.get("a.json").await.unwrap_err(),
+    ];
+    for error in errors {
+        assert!(error.is_transient(), "{error:?}");
+        let text = format!("{error} {error:?}");
+        assert!(
+            !text.contains(spot_worker_azurite_harness::ACCOUNT_KEY),
+            "{text}"
+        );
+        let lower = text.to_ascii_lowercase();
+        for (at, _) in lower.match_indices("sig=") {
+            assert!(text[at + 4..].starts_with("REDACTED"), "{text}");
+        }
+    }
+
+    // Storage is back: prepare succeeds and creates what is missing.
+    tokio::task::block_in_place(|| azurite.start_again()).unwrap();
+    queue.prepare().await.unwrap();
+    checkpoints.prepare().await.unwrap();
+    results.prepare().await.unwrap();
+}
+
+/// Lists the names of the blobs in `container` with a List Blobs request
+/// made directly (account SAS, plain HTTP), so the check does not go through
+/// the code under test.
+async fn list_blob_names(
+    azurite: &spot_worker_azurite_harness::Azurite,
+    container: &str,
+) -> Vec<String> {
+    use azure_core::credentials::Secret;
+    use azure_core::http::{Method, Request, Url, new_http_client};
+    use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
+
+    let expiry = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    let sas = spot_worker_azure::sign_account_sas(ACCOUNT_NAME, &Secret::new(ACCOUNT_KEY), expiry)
+        .unwrap();
+    let url = format!(
+        "{}/{container}?restype=container&comp=list&{}",
+        azurite.blob_endpoint(),
+        sas.secret()
+    );
+    let mut request = Request::new(Url::parse(&url).unwrap(), Method::Get);
+    request.insert_header("x-ms-version", "2021-08-06");
+    let response = new_http_client(None)
+        .execute_request(&request)
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let xml = response.into_body().collect_string().await.unwrap();
+    xml.split("<Name>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</Name>").next())
+        .map(str::to_owned)
+        .collect()
+}
