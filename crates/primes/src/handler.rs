@@ -1,0 +1,334 @@
+//! The job as a [`MessageHandler`]: resume from the checkpoint, count chunk
+//! by chunk on the blocking pool (so the runtime, and with it the lease
+//! renewal, stays responsive), checkpoint after every chunk, save how far it
+//! got and stop when cancelled, and finish with a create-only result.
+
+use std::fmt;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use spot_worker_storage::{
+    CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultStore,
+    StorageError, async_trait,
+};
+
+use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
+use crate::sieve::{BasePrimes, Counted};
+
+/// Numbers per chunk unless configured otherwise: a few milliseconds of work
+/// in a release build, so cancellation is noticed quickly and a checkpoint
+/// write per chunk costs little next to the work.
+pub const DEFAULT_CHUNK_SIZE: NonZeroU64 = match NonZeroU64::new(1_000_000) {
+    Some(n) => n,
+    None => NonZeroU64::MIN,
+};
+
+/// Called after each computed chunk, once its progress is checkpointed (also
+/// for the part of a chunk counted before a cancellation, which is saved
+/// too).
+pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Where a job stands after a chunk, for progress reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The job.
+    pub job_id: String,
+    /// The job's range start.
+    pub start: u64,
+    /// The job's range end.
+    pub end: u64,
+    /// Where the numbers just counted began: `[chunk_start, cursor)` is the
+    /// work this report adds (a whole chunk, or the part of one counted
+    /// before a cancellation).
+    pub chunk_start: u64,
+    /// Where the saved progress ends and the next chunk begins; the job is
+    /// done when it reaches `end`.
+    pub cursor: u64,
+    /// Primes found in `[start, cursor)`.
+    pub primes: u64,
+}
+
+impl Progress {
+    /// The share of the range done, from 0.0 to 1.0 (1.0 for an empty range).
+    pub fn fraction(&self) -> f64 {
+        let total = self.end.saturating_sub(self.start);
+        if total == 0 {
+            return 1.0;
+        }
+        self.cursor.saturating_sub(self.start) as f64 / total as f64
+    }
+}
+
+/// How the job runs.
+#[derive(Clone)]
+pub struct PrimesConfig {
+    /// Numbers per chunk: the unit of work between checkpoints and
+    /// cancellation checks.
+    pub chunk_size: NonZeroU64,
+    /// Called after every chunk (for progress bars).
+    pub on_progress: Option<ProgressHook>,
+}
+
+impl Default for PrimesConfig {
+    fn default() -> Self {
+        PrimesConfig {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            on_progress: None,
+        }
+    }
+}
+
+impl fmt::Debug for PrimesConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrimesConfig")
+            .field("chunk_size", &self.chunk_size)
+            .field("on_progress", &self.on_progress.as_ref().map(|_| "set"))
+            .finish()
+    }
+}
+
+impl PrimesConfig {
+    /// Sets the chunk size.
+    pub fn with_chunk_size(mut self, chunk_size: NonZeroU64) -> Self {
+        self.chunk_size = chunk_size;
+        self
+    }
+
+    /// Sets the progress hook.
+    pub fn with_progress(mut self, hook: impl Fn(&Progress) + Send + Sync + 'static) -> Self {
+        self.on_progress = Some(Arc::new(hook));
+        self
+    }
+}
+
+/// The primes job as a [`MessageHandler`]; build it with [`handler`].
+///
+/// For each message: parse the [`PrimesJob`]; if its checkpoint (keyed by
+/// `job_id`) is completed, make sure the result exists and succeed without
+/// recomputing; otherwise resume from the saved cursor and partial count,
+/// count the rest chunk by chunk (checkpointing `{"cursor", "primes"}` after
+/// each), write `{job_id}.json` = `{"job_id":…,"primes":N}` create-only,
+/// and mark the checkpoint completed with the same document.
+///
+/// When [`Job::cancellation`] fires (the worker winds down, or the lease is
+/// lost) the current chunk stops at its next segment (256 Ki numbers), the
+/// part counted so far is saved if the checkpoint still accepts writes, and
+/// the handler returns [`PrimesError::Interrupted`]; the consumer then
+/// releases the message for the next worker, which resumes from there.
+#[derive(Clone, Debug)]
+pub struct PrimesHandler {
+    results: Arc<dyn ResultStore>,
+    config: PrimesConfig,
+}
+
+/// The primes job, writing its results to `results`. The consumer running
+/// it must have a checkpoint store
+/// ([`Consumer::with_checkpoints`](spot_worker_storage::Consumer::with_checkpoints)).
+pub fn handler(results: Arc<dyn ResultStore>, config: PrimesConfig) -> PrimesHandler {
+    PrimesHandler { results, config }
+}
+
+#[async_trait]
+impl MessageHandler for PrimesHandler {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        self.run(&job).await.map_err(HandlerError::from)
+    }
+}
+
+impl PrimesHandler {
+    async fn run(&self, job: &Job) -> Result<(), PrimesError> {
+        let spec = PrimesJob::parse(job.body())?;
+        let storage = |action: &'static str| {
+            let job_id = spec.job_id.clone();
+            move |source: StorageError| PrimesError::Storage {
+                job_id,
+                action,
+                source,
+            }
+        };
+        let mut checkpoint = job
+            .checkpoint_for(&spec.job_id)
+            .await
+            .map_err(storage("reading the checkpoint"))?;
+
+        if let Some(result) = checkpoint.result() {
+            let done = serde_json::from_value::<PrimesResult>(result.clone())
+                .ok()
+                .filter(|done| done.job_id == spec.job_id)
+                .ok_or_else(|| PrimesError::BadCheckpoint {
+                    job_id: spec.job_id.clone(),
+                    reason: format!("the completed checkpoint holds {result}"),
+                })?;
+            // The result is written before the checkpoint completes, so it
+            // exists; one create-only write makes sure (and costs nothing
+            // but a request) instead of trusting that nobody deleted it.
+            self.put_result(&spec, &done).await?;
+            tracing::info!(job_id = %spec.job_id, primes = done.primes, "already completed; not recomputed");
+            return Ok(());
+        }
+
+        let resumed = resume_point(&spec, &checkpoint)?;
+        let SavedProgress {
+            mut cursor,
+            mut primes,
+        } = resumed;
+        if cursor > spec.start {
+            tracing::info!(job_id = %spec.job_id, cursor, primes, "resuming from the checkpoint");
+        }
+        let cancelled = job.cancellation().clone();
+        let interrupted = |saved_cursor| PrimesError::Interrupted {
+            job_id: spec.job_id.clone(),
+            saved_cursor,
+            start: spec.start,
+            end: spec.end,
+        };
+
+        let end = spec.end;
+        let base = Arc::new(
+            tokio::task::spawn_blocking(move || BasePrimes::covering(end))
+                .await
+                .map_err(|e| self.sieve_failed(&spec, &e))?,
+        );
+        let mut chunks = 0_u64;
+        while cursor < spec.end {
+            // Progress up to `cursor` is saved already (after every chunk),
+            // so stopping here loses nothing.
+            if cancelled.is_cancelled() {
+                return Err(interrupted(cursor));
+            }
+            let chunk_start = cursor;
+            let chunk_end = cursor
+                .saturating_add(self.config.chunk_size.get())
+                .min(spec.end);
+            let counted = count_chunk(&base, chunk_start, chunk_end, &cancelled)
+                .await
+                .map_err(|e| self.sieve_failed(&spec, &e))?;
+            if counted.reached > chunk_start {
+                // A chunk cut short by cancellation is saved as far as it
+                // got: while the worker winds down, checkpoint writes are
+                // still allowed, and the next delivery resumes mid-chunk.
+                let progress = SavedProgress {
+                    cursor: counted.reached,
+                    primes: primes + counted.primes,
+                };
+                match checkpoint.save_progress(progress.to_value()).await {
+                    Ok(()) => {}
+                    // The message was released or its lease lost: writes are
+                    // refused, and the last saved progress is where the next
+                    // delivery resumes.
+                    Err(StorageError::JobCancelled { .. }) => return Err(interrupted(cursor)),
+                    Err(e) => return Err(storage("saving progress")(e)),
+                }
+                (cursor, primes) = (progress.cursor, progress.primes);
+                chunks += 1;
+                if let Some(hook) = &self.config.on_progress {
+                    hook(&Progress {
+                        job_id: spec.job_id.clone(),
+                        start: spec.start,
+                        end: spec.end,
+                        chunk_start,
+                        cursor,
+                        primes,
+                    });
+                }
+            }
+            if counted.reached < chunk_end {
+                return Err(interrupted(cursor));
+            }
+        }
+
+        let done = PrimesResult {
+            job_id: spec.job_id.clone(),
+            primes,
+        };
+        self.put_result(&spec, &done).await?;
+        checkpoint
+            .complete(done.to_value())
+            .await
+            .map_err(storage("marking the checkpoint completed"))?;
+        tracing::info!(
+            job_id = %spec.job_id,
+            primes,
+            chunks,
+            resumed_from = resumed.cursor,
+            "job completed"
+        );
+        Ok(())
+    }
+
+    /// Writes the result create-only; an identical existing result (from an
+    /// earlier attempt or a racing worker) is success.
+    async fn put_result(&self, spec: &PrimesJob, done: &PrimesResult) -> Result<(), PrimesError> {
+        let name = spec.result_name();
+        match self.results.put_new(&name, &done.to_bytes()).await {
+            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::AlreadyExistsIdentical) => {
+                tracing::info!(job_id = %spec.job_id, result = %name, "the identical result already existed");
+                Ok(())
+            }
+            Err(source) => Err(PrimesError::Storage {
+                job_id: spec.job_id.clone(),
+                action: match source {
+                    StorageError::Conflict { .. } => {
+                        "writing the result (a different result already exists and was kept)"
+                    }
+                    _ => "writing the result",
+                },
+                source,
+            }),
+        }
+    }
+
+    fn sieve_failed(&self, spec: &PrimesJob, error: &tokio::task::JoinError) -> PrimesError {
+        PrimesError::Sieve {
+            job_id: spec.job_id.clone(),
+            reason: error.to_string(),
+        }
+    }
+}
+
+/// Counts `[lo, hi)` on the blocking pool, stopping early (at a segment
+/// boundary, within milliseconds) once `cancelled` fires, so a cancelled job
+/// stops burning CPU even if its handler future was dropped meanwhile.
+async fn count_chunk(
+    base: &Arc<BasePrimes>,
+    lo: u64,
+    hi: u64,
+    cancelled: &CancellationToken,
+) -> Result<Counted, tokio::task::JoinError> {
+    let (base, cancelled) = (Arc::clone(base), cancelled.clone());
+    tokio::task::spawn_blocking(move || base.count(lo, hi, || cancelled.is_cancelled())).await
+}
+
+/// Where to start: the saved progress, checked against the job, or the
+/// beginning.
+fn resume_point(
+    spec: &PrimesJob,
+    checkpoint: &JobCheckpoint,
+) -> Result<SavedProgress, PrimesError> {
+    let Some(saved) = checkpoint.progress() else {
+        return Ok(SavedProgress {
+            cursor: spec.start,
+            primes: 0,
+        });
+    };
+    let bad = |reason: String| PrimesError::BadCheckpoint {
+        job_id: spec.job_id.clone(),
+        reason,
+    };
+    let progress: SavedProgress = serde_json::from_value(saved.clone()).map_err(|e| {
+        bad(format!(
+            "progress {saved} is not {{\"cursor\",\"primes\"}}: {e}"
+        ))
+    })?;
+    let in_range = (spec.start..=spec.end).contains(&progress.cursor);
+    // More primes than numbers would mean the progress is from another job
+    // (`||` keeps the subtraction to cursors inside the range).
+    if !in_range || progress.primes > progress.cursor - spec.start {
+        return Err(bad(format!(
+            "progress {saved} does not fit the range [{}, {})",
+            spec.start, spec.end
+        )));
+    }
+    Ok(progress)
+}
