@@ -1,0 +1,390 @@
+//! The worker's metrics: one OpenTelemetry instrument per fact the runtime
+//! reports, behind a cheap-to-clone [`Metrics`] handle with one method each.
+//!
+//! Attributes are kept to bounded sets (queue name, outcome enums, the five
+//! IMDS event types): message ids and free-form errors belong on spans, never
+//! here, or every value would become its own time series.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
+
+use crate::span::MESSAGING_DESTINATION_NAME;
+
+/// Instrument names, so dashboards and tests do not repeat string literals.
+pub mod names {
+    /// Counter of messages processed successfully (`{message}`).
+    pub const MESSAGES_PROCESSED: &str = "spot_worker.messages.processed";
+    /// Counter of messages whose handler failed (`{message}`).
+    pub const MESSAGES_FAILED: &str = "spot_worker.messages.failed";
+    /// Counter of messages moved aside as poison (`{message}`).
+    pub const MESSAGES_POISONED: &str = "spot_worker.messages.poisoned";
+    /// Counter of messages handed back to the queue unprocessed (`{message}`).
+    pub const MESSAGES_RELEASED: &str = "spot_worker.messages.released";
+    /// Histogram of successful processing time (`s`).
+    pub const MESSAGE_PROCESS_DURATION: &str = "spot_worker.message.process.duration";
+    /// Counter of lease (visibility timeout) renewals by result (`{renewal}`).
+    pub const LEASE_RENEWALS: &str = "spot_worker.lease.renewals";
+    /// Counter of checkpoint writes by result (`{write}`).
+    pub const CHECKPOINT_WRITES: &str = "spot_worker.checkpoint.writes";
+    /// Histogram of checkpoint write latency (`s`).
+    pub const CHECKPOINT_WRITE_DURATION: &str = "spot_worker.checkpoint.write.duration";
+    /// Counter of IMDS scheduled-event notices by event type (`{notice}`).
+    pub const EVICTION_NOTICES: &str = "spot_worker.eviction.notices";
+    /// Histogram of time from eviction notice to fully drained (`s`).
+    pub const DRAIN_DURATION: &str = "spot_worker.drain.duration";
+    /// Gauge: 1 while the worker reports ready, else 0 (`1`).
+    pub const READY: &str = "spot_worker.ready";
+}
+
+/// Attribute keys used on metrics (besides `messaging.destination.name`).
+pub mod attributes {
+    /// Outcome of a lease renewal or checkpoint write.
+    pub const RESULT: &str = "result";
+    /// IMDS scheduled-event type (`Preempt`, `Terminate`, ...).
+    pub const EVENT_TYPE: &str = "spot_worker.scheduled_event.type";
+}
+
+// Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
+const PROCESS_BOUNDARIES: [f64; 18] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+];
+const CHECKPOINT_BOUNDARIES: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+// Azure's Spot notice is 30 s; the interesting part is around it.
+const DRAIN_BOUNDARIES: [f64; 12] = [
+    0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 45.0, 60.0, 120.0,
+];
+
+/// Result of renewing a message's lease (its visibility timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseOutcome {
+    /// Renewed.
+    Ok,
+    /// The message's pop receipt no longer matches: another consumer may
+    /// have it now.
+    Lost,
+    /// The renewal failed for another reason (network, throttling...).
+    Error,
+}
+
+impl LeaseOutcome {
+    /// The `result` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Lost => "lost",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Result of writing a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CheckpointOutcome {
+    /// Written.
+    Ok,
+    /// Rejected because someone else wrote first (ETag mismatch).
+    Conflict,
+    /// The write failed for another reason.
+    Error,
+}
+
+impl CheckpointOutcome {
+    /// The `result` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Conflict => "conflict",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The known IMDS scheduled-event types; anything else is reported as
+/// `other` so a surprise value cannot grow the series count.
+fn event_type_attribute(event_type: &str) -> &'static str {
+    const KNOWN: [&str; 5] = ["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"];
+    KNOWN
+        .into_iter()
+        .find(|known| known.eq_ignore_ascii_case(event_type.trim()))
+        .unwrap_or("other")
+}
+
+/// The worker's metric instruments.
+///
+/// Cloning is cheap (one `Arc`); every clone records into the same
+/// instruments and shares the readiness state. Built by
+/// [`Telemetry::metrics`](crate::Telemetry::metrics) or, with no exporter,
+/// [`Metrics::noop`], which records nothing and needs no setup.
+///
+/// ```
+/// use std::time::Duration;
+/// use spot_worker_telemetry::{LeaseOutcome, Metrics};
+///
+/// let metrics = Metrics::noop();
+/// metrics.message_processed("orders", Duration::from_millis(120));
+/// metrics.lease_renewed("orders", LeaseOutcome::Lost);
+/// metrics.set_ready(true);
+/// assert!(metrics.is_ready());
+/// ```
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Instruments>,
+}
+
+struct Instruments {
+    processed: Counter<u64>,
+    failed: Counter<u64>,
+    poisoned: Counter<u64>,
+    released: Counter<u64>,
+    process_duration: Histogram<f64>,
+    lease_renewals: Counter<u64>,
+    checkpoint_writes: Counter<u64>,
+    checkpoint_duration: Histogram<f64>,
+    eviction_notices: Counter<u64>,
+    drain_duration: Histogram<f64>,
+    ready: Arc<AtomicBool>,
+    // Held so the callback's registration lives as long as the handle.
+    _ready_gauge: ObservableGauge<i64>,
+}
+
+impl Metrics {
+    /// Creates the instruments on `meter`.
+    ///
+    /// Call it once per meter provider and clone the result: each call
+    /// registers another readiness callback.
+    pub fn new(meter: &Meter) -> Self {
+        let ready = Arc::new(AtomicBool::new(false));
+        let observed = Arc::clone(&ready);
+        let counter = |name: &'static str, unit: &'static str, description: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_unit(unit)
+                .with_description(description)
+                .build()
+        };
+        let histogram = |name: &'static str, description: &'static str, boundaries: &[f64]| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(boundaries.to_vec())
+                .build()
+        };
+        let inner = Instruments {
+            processed: counter(
+                names::MESSAGES_PROCESSED,
+                "{message}",
+                "Messages processed successfully and deleted from the queue.",
+            ),
+            failed: counter(
+                names::MESSAGES_FAILED,
+                "{message}",
+                "Messages whose handler returned an error.",
+            ),
+            poisoned: counter(
+                names::MESSAGES_POISONED,
+                "{message}",
+                "Messages moved to the poison queue after too many dequeues.",
+            ),
+            released: counter(
+                names::MESSAGES_RELEASED,
+                "{message}",
+                "Messages made visible again without being processed (for example on drain).",
+            ),
+            process_duration: histogram(
+                names::MESSAGE_PROCESS_DURATION,
+                "Time from receiving a message to settling it, for successful messages.",
+                &PROCESS_BOUNDARIES,
+            ),
+            lease_renewals: counter(
+                names::LEASE_RENEWALS,
+                "{renewal}",
+                "Visibility-timeout renewals of in-flight messages, by result.",
+            ),
+            checkpoint_writes: counter(
+                names::CHECKPOINT_WRITES,
+                "{write}",
+                "Checkpoint writes, by result.",
+            ),
+            checkpoint_duration: histogram(
+                names::CHECKPOINT_WRITE_DURATION,
+                "Latency of checkpoint writes.",
+                &CHECKPOINT_BOUNDARIES,
+            ),
+            eviction_notices: counter(
+                names::EVICTION_NOTICES,
+                "{notice}",
+                "IMDS scheduled-event notices seen, by event type.",
+            ),
+            drain_duration: histogram(
+                names::DRAIN_DURATION,
+                "Time from an eviction notice to the worker being fully drained.",
+                &DRAIN_BOUNDARIES,
+            ),
+            ready,
+            _ready_gauge: meter
+                .i64_observable_gauge(names::READY)
+                .with_unit("1")
+                .with_description("1 while the worker reports ready to take messages, else 0.")
+                .with_callback(move |observer| {
+                    observer.observe(i64::from(observed.load(Ordering::Relaxed)), &[]);
+                })
+                .build(),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Metrics that go nowhere, for tests and for running without an
+    /// exporter. Readiness is still tracked in memory.
+    pub fn noop() -> Self {
+        let provider = opentelemetry::metrics::NoopMeterProvider::new();
+        Self::new(&provider.meter("spot-worker"))
+    }
+
+    /// A message was processed successfully in `duration`.
+    pub fn message_processed(&self, queue: &str, duration: Duration) {
+        let attributes = queue_attributes(queue);
+        self.inner.processed.add(1, &attributes);
+        self.inner
+            .process_duration
+            .record(duration.as_secs_f64(), &attributes);
+    }
+
+    /// A message's handler failed; the message will become visible again.
+    pub fn message_failed(&self, queue: &str) {
+        self.inner.failed.add(1, &queue_attributes(queue));
+    }
+
+    /// A message exceeded its dequeue limit and was moved aside as poison.
+    pub fn message_poisoned(&self, queue: &str) {
+        self.inner.poisoned.add(1, &queue_attributes(queue));
+    }
+
+    /// A message was handed back to the queue unprocessed (drain, shutdown).
+    pub fn message_released(&self, queue: &str) {
+        self.inner.released.add(1, &queue_attributes(queue));
+    }
+
+    /// A lease renewal finished with `outcome`.
+    pub fn lease_renewed(&self, queue: &str, outcome: LeaseOutcome) {
+        self.inner.lease_renewals.add(
+            1,
+            &[
+                KeyValue::new(MESSAGING_DESTINATION_NAME, queue.to_owned()),
+                KeyValue::new(attributes::RESULT, outcome.as_str()),
+            ],
+        );
+    }
+
+    /// A checkpoint write finished with `outcome` after `duration`.
+    pub fn checkpoint_written(&self, outcome: CheckpointOutcome, duration: Duration) {
+        let attributes = [KeyValue::new(attributes::RESULT, outcome.as_str())];
+        self.inner.checkpoint_writes.add(1, &attributes);
+        self.inner
+            .checkpoint_duration
+            .record(duration.as_secs_f64(), &attributes);
+    }
+
+    /// An IMDS scheduled event was noticed. Types other than the five IMDS
+    /// defines are counted as `other`.
+    pub fn eviction_notice(&self, event_type: &str) {
+        self.inner.eviction_notices.add(
+            1,
+            &[KeyValue::new(
+                attributes::EVENT_TYPE,
+                event_type_attribute(event_type),
+            )],
+        );
+    }
+
+    /// The worker finished draining `duration` after the eviction notice.
+    pub fn drained(&self, duration: Duration) {
+        self.inner
+            .drain_duration
+            .record(duration.as_secs_f64(), &[]);
+    }
+
+    /// Sets the readiness gauge; it is observed at every export, so it
+    /// reports the current value even when it has not changed.
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Metrics {
+    /// Same as [`Metrics::noop`].
+    fn default() -> Self {
+        Self::noop()
+    }
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
+
+fn queue_attributes(queue: &str) -> [KeyValue; 1] {
+    [KeyValue::new(MESSAGING_DESTINATION_NAME, queue.to_owned())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_types_are_bounded() {
+        assert_eq!(event_type_attribute("Preempt"), "Preempt");
+        assert_eq!(event_type_attribute("preempt"), "Preempt");
+        assert_eq!(event_type_attribute(" Terminate "), "Terminate");
+        assert_eq!(event_type_attribute("Freeze"), "Freeze");
+        assert_eq!(event_type_attribute("msg-1234"), "other");
+        assert_eq!(event_type_attribute(""), "other");
+    }
+
+    #[test]
+    fn outcome_attribute_values() {
+        assert_eq!(LeaseOutcome::Ok.as_str(), "ok");
+        assert_eq!(LeaseOutcome::Lost.as_str(), "lost");
+        assert_eq!(LeaseOutcome::Error.as_str(), "error");
+        assert_eq!(CheckpointOutcome::Ok.as_str(), "ok");
+        assert_eq!(CheckpointOutcome::Conflict.as_str(), "conflict");
+        assert_eq!(CheckpointOutcome::Error.as_str(), "error");
+    }
+
+    #[test]
+    fn noop_metrics_accept_every_call_and_share_readiness_across_clones() {
+        let metrics = Metrics::noop();
+        let clone = metrics.clone();
+        metrics.message_processed("q", Duration::from_millis(5));
+        metrics.message_failed("q");
+        metrics.message_poisoned("q");
+        metrics.message_released("q");
+        metrics.lease_renewed("q", LeaseOutcome::Ok);
+        metrics.checkpoint_written(CheckpointOutcome::Conflict, Duration::from_millis(3));
+        metrics.eviction_notice("Preempt");
+        metrics.drained(Duration::from_secs(12));
+        assert!(!clone.is_ready());
+        metrics.set_ready(true);
+        assert!(clone.is_ready());
+        clone.set_ready(false);
+        assert!(!metrics.is_ready());
+    }
+}

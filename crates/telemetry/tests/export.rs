@@ -1,0 +1,584 @@
+//! End-to-end export: real exporters posting over HTTP to receivers on
+//! 127.0.0.1 that decode what arrives (OTLP protobuf, App Insights JSON).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
+use opentelemetry_proto::tonic::trace::v1::{Span, span};
+use spot_worker_telemetry::{
+    CheckpointOutcome, LeaseOutcome, Telemetry, TelemetryConfig, TelemetryError, message_span,
+    names,
+};
+use tokio::sync::Notify;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+const WAIT: Duration = Duration::from_secs(15);
+const IKEY: &str = "11111111-2222-3333-4444-555555555555";
+
+#[derive(Default)]
+struct Received {
+    traces: Vec<ExportTraceServiceRequest>,
+    metrics: Vec<ExportMetricsServiceRequest>,
+    /// (path, decoded JSON body) of each App Insights post.
+    app_insights: Vec<(String, serde_json::Value)>,
+    bad_requests: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct Collector {
+    received: Arc<Mutex<Received>>,
+    changed: Arc<Notify>,
+}
+
+impl Collector {
+    /// Serves OTLP/HTTP (`/v1/traces`, `/v1/metrics`) and App Insights
+    /// (`/v2/track`) on 127.0.0.1; returns the base URL.
+    async fn start(&self) -> String {
+        let app = Router::new()
+            .route("/v1/traces", post(traces))
+            .route("/v1/metrics", post(metrics))
+            .route("/v2/track", post(track))
+            .fallback(unexpected)
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{address}")
+    }
+
+    fn record(&self, update: impl FnOnce(&mut Received)) {
+        update(&mut self.received.lock().unwrap());
+        self.changed.notify_waiters();
+    }
+
+    /// Waits (bounded) until `check` finds what it looks for.
+    async fn wait_for<T>(&self, what: &str, check: impl Fn(&Received) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let received = self.received.lock().unwrap();
+                assert!(
+                    received.bad_requests.is_empty(),
+                    "{:?}",
+                    received.bad_requests
+                );
+                if let Some(found) = check(&received) {
+                    return found;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("timed out after {WAIT:?} waiting for {what}");
+            }
+        }
+    }
+}
+
+async fn traces(State(collector): State<Collector>, body: Bytes) -> StatusCode {
+    decode(&collector, body, |r, request| r.traces.push(request))
+}
+
+async fn metrics(State(collector): State<Collector>, body: Bytes) -> StatusCode {
+    decode(&collector, body, |r, request| r.metrics.push(request))
+}
+
+fn decode<M: prost::Message + Default>(
+    collector: &Collector,
+    body: Bytes,
+    store: impl FnOnce(&mut Received, M),
+) -> StatusCode {
+    match M::decode(body) {
+        Ok(request) => {
+            collector.record(|r| store(r, request));
+            StatusCode::OK
+        }
+        Err(error) => {
+            collector.record(|r| {
+                r.bad_requests
+                    .push(format!("undecodable OTLP body: {error}"))
+            });
+            StatusCode::BAD_REQUEST
+        }
+    }
+}
+
+async fn track(
+    State(collector): State<Collector>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, String) {
+    let gzip = headers
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes() == b"gzip");
+    let mut json = Vec::new();
+    let decoded = if gzip {
+        use std::io::Read as _;
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut json)
+            .map_err(|e| e.to_string())
+    } else {
+        json.extend_from_slice(&body);
+        Ok(0)
+    };
+    match decoded
+        .and_then(|_| serde_json::from_slice::<serde_json::Value>(&json).map_err(|e| e.to_string()))
+    {
+        Ok(value) => {
+            let items = value.as_array().map_or(1, Vec::len);
+            collector.record(|r| r.app_insights.push((uri.path().to_owned(), value)));
+            (
+                StatusCode::OK,
+                format!(r#"{{"itemsReceived":{items},"itemsAccepted":{items},"errors":[]}}"#),
+            )
+        }
+        Err(error) => {
+            collector.record(|r| {
+                r.bad_requests
+                    .push(format!("bad App Insights body: {error}"))
+            });
+            (StatusCode::BAD_REQUEST, String::new())
+        }
+    }
+}
+
+async fn unexpected(State(collector): State<Collector>, uri: Uri) -> StatusCode {
+    collector.record(|r| r.bad_requests.push(format!("unexpected path {uri}")));
+    StatusCode::NOT_FOUND
+}
+
+fn string_attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match &kv.value {
+            Some(AnyValue {
+                value: Some(any_value::Value::StringValue(s)),
+            }) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+fn int_attribute(attributes: &[KeyValue], key: &str) -> Option<i64> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match &kv.value {
+            Some(AnyValue {
+                value: Some(any_value::Value::IntValue(i)),
+            }) => Some(*i),
+            _ => None,
+        })
+}
+
+fn find_span<'a>(received: &'a Received, name: &str) -> Option<&'a Span> {
+    received
+        .traces
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .find(|span| span.name == name)
+}
+
+fn all_metrics(received: &Received) -> Vec<&Metric> {
+    received
+        .metrics
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .collect()
+}
+
+/// Sum of a counter's points whose attributes include all of `matching`.
+fn counter_value(metrics: &[&Metric], name: &str, matching: &[(&str, &str)]) -> Option<i64> {
+    let metric = metrics.iter().rev().find(|m| m.name == name)?;
+    let Some(metric::Data::Sum(sum)) = &metric.data else {
+        panic!("{name} is not a sum: {:?}", metric.data);
+    };
+    Some(
+        sum.data_points
+            .iter()
+            .filter(|p| {
+                matching
+                    .iter()
+                    .all(|(k, v)| string_attribute(&p.attributes, k) == Some(v))
+            })
+            .map(|p| match p.value {
+                Some(number_data_point::Value::AsInt(i)) => i,
+                other => panic!("{name}: unexpected value {other:?}"),
+            })
+            .sum(),
+    )
+}
+
+fn record_sample_telemetry(telemetry: &Telemetry) {
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        let span = message_span("orders", "msg-0001", 3);
+        let _entered = span.enter();
+        tracing::info!("handling the message");
+    });
+    let metrics = telemetry.metrics();
+    metrics.message_processed("orders", Duration::from_millis(250));
+    metrics.message_processed("orders", Duration::from_millis(750));
+    metrics.message_failed("orders");
+    metrics.message_poisoned("orders");
+    metrics.message_released("orders");
+    metrics.lease_renewed("orders", LeaseOutcome::Ok);
+    metrics.lease_renewed("orders", LeaseOutcome::Lost);
+    metrics.checkpoint_written(CheckpointOutcome::Conflict, Duration::from_millis(20));
+    metrics.eviction_notice("Preempt");
+    metrics.drained(Duration::from_secs(12));
+    metrics.set_ready(true);
+}
+
+#[tokio::test]
+async fn otlp_receives_the_message_span_and_metrics() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let config = TelemetryConfig::default()
+        .with_service_name("telemetry-test")
+        .with_resource_attribute("service.instance.id", "vm-7")
+        .with_otlp_endpoint(format!("{endpoint}/"))
+        // Only the flush should export: the test owns the timing.
+        .with_metric_export_interval(Duration::from_secs(3600))
+        .with_export_timeout(Duration::from_secs(5));
+    let telemetry = Telemetry::build(&config).unwrap();
+    assert!(telemetry.exports_otlp());
+    record_sample_telemetry(&telemetry);
+
+    telemetry.flush(WAIT).await.unwrap();
+
+    let (span, resource_attributes) = collector
+        .wait_for("the message span", |r| {
+            let span = find_span(r, "process orders")?.clone();
+            let resource = r
+                .traces
+                .iter()
+                .flat_map(|t| &t.resource_spans)
+                .find_map(|rs| {
+                    rs.scope_spans
+                        .iter()
+                        .any(|ss| ss.spans.iter().any(|s| s.name == "process orders"))
+                        .then(|| rs.resource.clone().unwrap_or_default().attributes)
+                })?;
+            Some((span, resource))
+        })
+        .await;
+    assert_eq!(span.kind, span::SpanKind::Consumer as i32);
+    let attrs = &span.attributes;
+    assert_eq!(
+        string_attribute(attrs, "messaging.system"),
+        Some("azure_storage_queue")
+    );
+    assert_eq!(
+        string_attribute(attrs, "messaging.operation.type"),
+        Some("process")
+    );
+    assert_eq!(
+        string_attribute(attrs, "messaging.operation.name"),
+        Some("process")
+    );
+    assert_eq!(
+        string_attribute(attrs, "messaging.destination.name"),
+        Some("orders")
+    );
+    assert_eq!(
+        string_attribute(attrs, "messaging.message.id"),
+        Some("msg-0001")
+    );
+    assert_eq!(
+        int_attribute(attrs, "messaging.azure_storage_queue.message.dequeue_count"),
+        Some(3)
+    );
+    assert!(span.events.iter().any(|e| e.name == "handling the message"));
+    assert_eq!(
+        string_attribute(&resource_attributes, "service.name"),
+        Some("telemetry-test")
+    );
+    assert_eq!(
+        string_attribute(&resource_attributes, "service.instance.id"),
+        Some("vm-7")
+    );
+
+    collector
+        .wait_for("all metrics", |r| {
+            let metrics = all_metrics(r);
+            let queue = [("messaging.destination.name", "orders")];
+            (counter_value(&metrics, names::MESSAGES_PROCESSED, &queue)? == 2).then_some(())?;
+            assert_eq!(
+                counter_value(&metrics, names::MESSAGES_FAILED, &queue),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(&metrics, names::MESSAGES_POISONED, &queue),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(&metrics, names::MESSAGES_RELEASED, &queue),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(&metrics, names::LEASE_RENEWALS, &[("result", "lost")]),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(&metrics, names::LEASE_RENEWALS, &[("result", "ok")]),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(
+                    &metrics,
+                    names::CHECKPOINT_WRITES,
+                    &[("result", "conflict")]
+                ),
+                Some(1)
+            );
+            assert_eq!(
+                counter_value(
+                    &metrics,
+                    names::EVICTION_NOTICES,
+                    &[("spot_worker.scheduled_event.type", "Preempt")]
+                ),
+                Some(1)
+            );
+
+            let histogram = |name: &str| {
+                let metric = metrics.iter().find(|m| m.name == name).unwrap();
+                assert_eq!(metric.unit, "s", "{name}");
+                match &metric.data {
+                    Some(metric::Data::Histogram(h)) => h.data_points.clone(),
+                    other => panic!("{name} is not a histogram: {other:?}"),
+                }
+            };
+            let process = histogram(names::MESSAGE_PROCESS_DURATION);
+            assert_eq!(process.len(), 1);
+            assert_eq!(process[0].count, 2);
+            assert!((process[0].sum.unwrap() - 1.0).abs() < 1e-9);
+            assert!(process[0].explicit_bounds.contains(&0.25));
+            let drain = histogram(names::DRAIN_DURATION);
+            assert_eq!((drain[0].count, drain[0].sum), (1, Some(12.0)));
+            assert_eq!(histogram(names::CHECKPOINT_WRITE_DURATION)[0].count, 1);
+
+            let ready = metrics.iter().find(|m| m.name == names::READY).unwrap();
+            let Some(metric::Data::Gauge(gauge)) = &ready.data else {
+                panic!("ready is not a gauge: {:?}", ready.data);
+            };
+            assert_eq!(
+                gauge.data_points[0].value,
+                Some(number_data_point::Value::AsInt(1))
+            );
+
+            // Bounded cardinality: message ids never reach metric attributes.
+            for metric in &metrics {
+                let text = format!("{:?}", metric.data);
+                assert!(
+                    !text.contains("msg-0001"),
+                    "{} carries a message id",
+                    metric.name
+                );
+                assert!(!text.contains("messaging.message.id"), "{}", metric.name);
+            }
+            Some(())
+        })
+        .await;
+
+    telemetry.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn app_insights_and_otlp_both_receive_telemetry() {
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let config = TelemetryConfig::default()
+        .with_service_name("telemetry-test")
+        .with_otlp_endpoint(&endpoint)
+        .with_app_insights_connection_string(format!(
+            "InstrumentationKey={IKEY};IngestionEndpoint={endpoint}/;LiveEndpoint=https://example.invalid/"
+        ))
+        .with_metric_export_interval(Duration::from_secs(3600))
+        .with_export_timeout(Duration::from_secs(5));
+    let telemetry = Telemetry::build(&config).unwrap();
+    assert!(telemetry.exports_otlp() && telemetry.exports_app_insights());
+    assert!(!format!("{telemetry:?} {config:?}").contains(IKEY));
+    record_sample_telemetry(&telemetry);
+
+    telemetry.flush(WAIT).await.unwrap();
+
+    collector
+        .wait_for("the span and a metric in App Insights", |r| {
+            let mut span = false;
+            let mut metric = false;
+            for (path, body) in &r.app_insights {
+                assert_eq!(path, "/v2/track");
+                for envelope in body.as_array().unwrap() {
+                    assert_eq!(envelope["iKey"], IKEY, "{envelope}");
+                    let text = envelope.to_string();
+                    span |= envelope["data"]["baseType"] == "RequestData"
+                        && text.contains("process orders")
+                        && text.contains("msg-0001");
+                    metric |= envelope["data"]["baseType"] == "MetricData"
+                        && text.contains(names::MESSAGES_PROCESSED);
+                }
+            }
+            (span && metric).then_some(())
+        })
+        .await;
+    collector
+        .wait_for("the span over OTLP too", |r| {
+            find_span(r, "process orders").map(drop)
+        })
+        .await;
+
+    telemetry.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn init_installs_the_global_subscriber_and_meter_provider() {
+    // A bad filter is rejected before anything global is installed.
+    let error = spot_worker_telemetry::init(TelemetryConfig::default().with_log_filter("x=loud"))
+        .unwrap_err();
+    assert!(
+        matches!(error, TelemetryError::InvalidLogFilter(_)),
+        "{error:?}"
+    );
+
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let config = TelemetryConfig::default()
+        .with_service_name("init-test")
+        .with_json_logs(true)
+        .with_otlp_endpoint(endpoint)
+        .with_metric_export_interval(Duration::from_secs(3600));
+    let telemetry = spot_worker_telemetry::init(config.clone()).unwrap();
+
+    // No `with_default`: these go through the global subscriber.
+    drop(message_span("global-queue", "msg-global", 1));
+    drop(tracing::debug_span!("below_the_default_info_filter"));
+    telemetry.metrics().message_failed("global-queue");
+    telemetry.shutdown(WAIT).await.unwrap();
+
+    collector
+        .wait_for("the globally recorded span", |r| {
+            find_span(r, "process global-queue").map(drop)
+        })
+        .await;
+    collector
+        .wait_for("the globally recorded metric", |r| {
+            let metrics = all_metrics(r);
+            let queue = [("messaging.destination.name", "global-queue")];
+            (counter_value(&metrics, names::MESSAGES_FAILED, &queue)? == 1).then_some(())
+        })
+        .await;
+    assert!(
+        find_span(
+            &collector.received.lock().unwrap(),
+            "below_the_default_info_filter"
+        )
+        .is_none()
+    );
+
+    let again = spot_worker_telemetry::init(config);
+    assert!(
+        matches!(again, Err(TelemetryError::AlreadyInitialized(_))),
+        "{again:?}"
+    );
+}
+
+/// A collector that accepts connections and never answers.
+async fn silent_collector() -> (String, Arc<AtomicUsize>, Arc<Notify>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let notify = Arc::new(Notify::new());
+    let (count, wake) = (Arc::clone(&accepted), Arc::clone(&notify));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            count.fetch_add(1, Ordering::SeqCst);
+            wake.notify_waiters();
+        }
+    });
+    (format!("http://{address}"), accepted, notify)
+}
+
+async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let output = future.await;
+    (output, started.elapsed())
+}
+
+#[tokio::test]
+async fn flush_and_shutdown_are_bounded_when_the_collector_never_answers() {
+    let (endpoint, accepted, connected) = silent_collector().await;
+    let config = TelemetryConfig::default()
+        .with_otlp_endpoint(endpoint)
+        .with_metric_export_interval(Duration::from_secs(3600))
+        // Far longer than the test may take: only our bound can end the wait.
+        .with_export_timeout(Duration::from_secs(60));
+    let telemetry = Telemetry::build(&config).unwrap();
+    record_sample_telemetry(&telemetry);
+
+    let budget = Duration::from_secs(1);
+    let (result, elapsed) = timed(telemetry.flush(budget)).await;
+    assert!(
+        matches!(
+            result,
+            Err(TelemetryError::Timeout {
+                operation: "flush",
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        elapsed < budget + Duration::from_secs(2),
+        "flush took {elapsed:?}"
+    );
+
+    // The exporter really did reach the collector and is stuck waiting on it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let notified = connected.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if accepted.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::timeout_at(deadline, notified)
+            .await
+            .expect("the exporter never connected");
+    }
+
+    let (result, elapsed) = timed(telemetry.shutdown(budget)).await;
+    assert!(
+        matches!(
+            result,
+            Err(TelemetryError::Timeout {
+                operation: "shutdown",
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        elapsed < budget + Duration::from_secs(2),
+        "shutdown took {elapsed:?}"
+    );
+}
