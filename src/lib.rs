@@ -6,15 +6,28 @@
 //! This crate is the facade users depend on; each part lives in its own crate
 //! and is re-exported here:
 //!
+//! - [`runtime`]: the [`Worker`] users build: warmup gate, health endpoints,
+//!   a drain that fits a Spot VM's 30 s eviction notice.
 //! - [`imds`]: the Scheduled Events client, watcher and shutdown policy.
 //! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
 //!   in-memory implementations for unit tests.
 //! - `azure` (default feature `azure`): Azure Storage Queue and Blob
 //!   implementations of the storage traits.
+//! - [`telemetry`]: `tracing` + OpenTelemetry export and the worker's metrics.
+//! - `setup` (feature `azure`): the documented environment contract wired to
+//!   Azure Storage.
 //! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
 
 pub use spot_worker_imds as imds;
+pub use spot_worker_runtime as runtime;
 pub use spot_worker_storage as storage;
+pub use spot_worker_telemetry as telemetry;
+
+pub use spot_worker_runtime::{Worker, WorkerConfig};
+pub use spot_worker_storage::{HandlerError, Job, MessageHandler, handler_fn};
+
+#[cfg(feature = "azure")]
+pub mod setup;
 
 #[cfg(feature = "azure")]
 pub use spot_worker_azure as azure;

@@ -1,0 +1,32 @@
+//! # spot-worker-runtime
+//!
+//! The framework users write against: a [`Worker`] that takes messages from a
+//! queue only once a warmup gate is open, runs a handler on each with bounded
+//! concurrency, and drains well inside a Spot VM's 30-second eviction notice.
+//!
+//! It depends on traits only: the Scheduled Events watcher from
+//! `spot-worker-imds`, the queue and checkpoint traits from
+//! `spot-worker-storage` (Azure implementations live in `spot-worker-azure`),
+//! and the instruments of `spot-worker-telemetry`.
+//!
+//! - [`config`]: settings from code, environment and an optional TOML file;
+//! - `gate`: the warmup gate (IMDS, storage, the application's warmup);
+//! - [`health`]: `/healthz` and `/readyz`;
+//! - [`shutdown`]: triggers, the drain plan and the watchdog;
+//! - `metered`: spans and metrics around the storage traits and the handler;
+//! - [`Worker`]: the lifecycle that ties them together.
+
+pub mod config;
+mod error;
+mod gate;
+pub mod health;
+mod metered;
+pub mod shutdown;
+mod worker;
+
+pub use config::{ImdsSettings, ShutdownSettings, WorkerConfig, parse_duration};
+pub use error::{ConfigError, WorkerError};
+pub use gate::{WarmupError, WarmupFn};
+pub use health::{Gate, Readiness};
+pub use shutdown::{Plan, Trigger, WATCHDOG_EXIT_CODE};
+pub use worker::{RunReport, ShutdownReport, Worker};

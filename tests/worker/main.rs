@@ -1,0 +1,250 @@
+//! The whole worker end to end, on a real Azurite and the IMDS emulator: the
+//! example primes job evicted mid-way and resumed elsewhere, a handler that
+//! ignores cancellation, two workers on one queue, and the warmup gate.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::*;
+use spot_worker::imds::EventType;
+use spot_worker::runtime::{Gate, Trigger};
+use spot_worker::storage::{HandlerError, Job, handler_fn};
+use spot_worker_imds_emulator::{EventSpec, Fault};
+use spot_worker_primes::PrimesJob;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempt_mid_job_drains_in_time_and_another_worker_resumes() {
+    let env = Env::start().await;
+    // Big enough (about 2 s in a debug build) that the eviction lands mid-job.
+    let job = PrimesJob::new("j1", 0, 100_000_000).unwrap();
+    env.enqueue(&job).await;
+
+    // Worker A, on spotvmss_0, is evicted once a third of the job is done.
+    let a = env.primes_worker(VM_A);
+    let progress = a.progress.clone();
+    let running = tokio::spawn(a.worker.run(a.handler));
+    within("a third of the job", progress.reached("j1", 33_000_000)).await;
+    let eviction = env
+        .emulator
+        .schedule(EventSpec::preempt().resources([VM_A]))
+        .unwrap();
+    let report = within("worker A to drain", running).await.unwrap().unwrap();
+
+    let Trigger::Event(notice) = &report.shutdown.trigger else {
+        panic!("drained for {:?}", report.shutdown.trigger);
+    };
+    assert_eq!(notice.event_type, EventType::Preempt);
+    assert_eq!(notice.event_id.as_str(), eviction.id);
+    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert!(
+        report.shutdown.notice_to_drained < Duration::from_secs(5),
+        "a cooperative handler drains in well under the 30 s notice: {:?}",
+        report.shutdown.notice_to_drained
+    );
+    assert!(
+        !report.shutdown.released_running_handlers,
+        "it checkpointed and returned"
+    );
+    assert_eq!(report.stats.released, 1);
+    assert!(
+        report.shutdown.approved_event,
+        "the eviction was approved after the drain"
+    );
+    assert!(
+        env.emulator
+            .approvals()
+            .iter()
+            .any(|a| a.event_id == eviction.id)
+    );
+    let stopped_at = env
+        .checkpoint_cursor("j1")
+        .await
+        .expect("progress checkpointed");
+    assert!(
+        (33_000_000..100_000_000).contains(&stopped_at),
+        "{stopped_at}"
+    );
+
+    // Worker B, on another VM, takes the released message at once and
+    // resumes from the checkpoint.
+    let b = env.primes_worker(VM_B);
+    let progress = b.progress.clone();
+    let stop = b.worker.shutdown_token();
+    let running = tokio::spawn(b.worker.run(b.handler));
+    let result = within("the result", env.result("j1")).await;
+    stop.cancel();
+    within("worker B to stop", running).await.unwrap().unwrap();
+
+    assert_eq!(result, spot_worker_primes::expected_result(&job));
+    let resumed_from = progress.first_cursor("j1").expect("B made progress");
+    assert!(
+        resumed_from >= stopped_at,
+        "B resumed at {resumed_from}, not before A's checkpoint at {stopped_at}"
+    );
+    env.assert_queues_empty().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ignores_cancellation_is_cut_off_and_its_message_released() {
+    let env = Env::start().await;
+    env.queue.send("stubborn", Duration::ZERO).await.unwrap();
+    let mut config = env.config(VM_A);
+    config.shutdown.drain_budget = Duration::from_secs(4);
+    config.shutdown.release_margin = Duration::from_secs(2);
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let handler = handler_fn({
+        let started = started.clone();
+        move |_job: Job| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                // Never looks at its cancellation token.
+                std::future::pending::<()>().await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let worker = env.worker(config);
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within("the handler to start", started.notified()).await;
+    stop.cancel();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    assert!(report.shutdown.released_running_handlers);
+    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert_eq!(report.stats.released, 1);
+    // Released at the release instant (budget minus margin), not later.
+    let took = report.shutdown.notice_to_drained;
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    // Visible again at once for another consumer.
+    let again = env.queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "the message is back on the queue");
+    assert_eq!(again[0].body, "stubborn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_on_one_queue_never_write_conflicting_results() {
+    let env = Env::start().await;
+    let jobs: Vec<PrimesJob> = (0..6)
+        .map(|i| {
+            PrimesJob::new(format!("job{i}"), i * 400_000, (i + 1) * 400_000 + 150_000).unwrap()
+        })
+        .collect();
+    for job in &jobs {
+        env.enqueue(job).await;
+    }
+    let a = env.primes_worker(VM_A);
+    let b = env.primes_worker(VM_B);
+    let progress_a = a.progress.clone();
+    let (stop_b,) = (b.worker.shutdown_token(),);
+    let running_a = tokio::spawn(a.worker.run(a.handler));
+    let running_b = tokio::spawn(b.worker.run(b.handler));
+    // Evict A once it is busy, so B also takes over a half-done job.
+    within("A to make progress", progress_a.any_progress()).await;
+    env.emulator
+        .schedule(EventSpec::preempt().resources([VM_A]))
+        .unwrap();
+    within("A to drain", running_a).await.unwrap().unwrap();
+
+    for job in &jobs {
+        let result = within("every result", env.result(&job.job_id)).await;
+        assert_eq!(
+            result,
+            spot_worker_primes::expected_result(job),
+            "{}",
+            job.job_id
+        );
+    }
+    stop_b.cancel();
+    within("B to stop", running_b).await.unwrap().unwrap();
+    env.assert_queues_empty().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_keeps_the_worker_idle_while_imds_is_down() {
+    let env = Env::start().await;
+    env.queue.send("waiting", Duration::ZERO).await.unwrap();
+    env.emulator.inject_faults(
+        Fault::Status(reqwest::StatusCode::SERVICE_UNAVAILABLE),
+        1000,
+    );
+    let handled = Handled::default();
+    let handler = handled.handler();
+    let (worker, health_url) = env.worker_with_health(env.config(VM_A)).await;
+    let readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+
+    // IMDS fails again and again; the gate stays closed and says why.
+    within("IMDS to be retried", async {
+        while env.emulator.stats().faults_served < 3 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let (status, body) = get(&format!("{health_url}/readyz")).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["imds"]["state"], "waiting");
+    assert!(matches!(readiness.borrow().imds, Gate::Waiting(_)));
+    assert!(
+        !handled.happened(),
+        "nothing taken while the gate is closed"
+    );
+
+    // IMDS recovers: the gate opens and the message is handled.
+    env.emulator.clear_faults();
+    within("the message to be handled", handled.wait()).await;
+    let (status, body) = get(&format!("{health_url}/readyz")).await;
+    assert_eq!(
+        (status, body["ready"].clone()),
+        (200, serde_json::Value::Bool(true))
+    );
+    stop.cancel();
+    within("the worker to stop", running)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_keeps_the_worker_idle_while_storage_is_down() {
+    let mut env = Env::start().await;
+    env.queue.send("waiting", Duration::ZERO).await.unwrap();
+    env.azurite.stop().expect("azurite stops");
+    let handled = Handled::default();
+    let handler = handled.handler();
+    let worker = env.worker(env.config(VM_A));
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+
+    within(
+        "the storage gate to report the outage",
+        readiness.wait_for(|r| matches!(&r.storage, Gate::Waiting(detail) if detail != "checking")),
+    )
+    .await
+    .unwrap();
+    assert!(!readiness.borrow().is_ready());
+    assert!(
+        !handled.happened(),
+        "nothing taken while the gate is closed"
+    );
+
+    env.azurite
+        .start_again()
+        .expect("azurite restarts on its data");
+    within("the message to be handled", handled.wait()).await;
+    assert!(readiness.borrow().is_ready());
+    stop.cancel();
+    within("the worker to stop", running)
+        .await
+        .unwrap()
+        .unwrap();
+}
