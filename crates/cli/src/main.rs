@@ -3,13 +3,16 @@
 //! This binary only wires: argument parsing, logging and output formatting
 //! live here; everything it does is a call into the library crates.
 
+mod demo;
 mod emulator;
 mod events;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+// Durations on the command line read like the configuration's: `1s`,
+// `250ms`, `2m` or a bare number of seconds.
+use spot_worker_runtime::parse_duration;
 use tracing_subscriber::EnvFilter;
 
 /// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
@@ -27,9 +30,10 @@ struct Cli {
     )]
     imds_endpoint: String,
 
-    /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`.
-    #[arg(long, global = true, env = "RUST_LOG", default_value = "warn")]
-    log: String,
+    /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`
+    /// [default: warn; error for `demo`, whose drain warnings are expected].
+    #[arg(long, global = true, env = "RUST_LOG")]
+    log: Option<String>,
 
     #[command(subcommand)]
     command: Command,
@@ -42,11 +46,19 @@ enum Command {
     /// Run an IMDS emulator (Scheduled Events and instance metadata) with a
     /// control API under /emulator/.
     ImdsEmulator(emulator::EmulatorArgs),
+    /// Rehearse a Spot eviction on this machine, with nothing to set up:
+    /// jobs, a Preempt mid-job, the drain, a second worker resuming from
+    /// the checkpoints, and checks that nothing was lost or done twice.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    let default_log = match cli.command {
+        Command::Demo(_) => "error",
+        _ => "warn",
+    };
+    init_logging(cli.log.as_deref().unwrap_or(default_log));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -59,6 +71,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
             Command::ImdsEmulator(args) => emulator::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
         }
     });
     match result {
@@ -99,28 +112,6 @@ fn init_logging(filter: &str) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-}
-
-/// Parses `1s`, `250ms`, `2m` or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "s"), |at| text.split_at(at));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 1s, 250ms or 2m"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "s" | "" => value,
-        "m" | "min" => value * 60.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s or m)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// Waits for Ctrl-C or, on Unix, SIGTERM.
@@ -169,16 +160,5 @@ mod tests {
         );
         let cli = Cli::try_parse_from(["spot-worker", "--imds-endpoint", "", "events"]).unwrap();
         assert_eq!(cli.imds_endpoint, spot_worker_imds::DEFAULT_ENDPOINT);
-    }
-
-    #[test]
-    fn parses_durations() {
-        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("3h").is_err());
-        assert!(parse_duration("-1s").is_err());
     }
 }

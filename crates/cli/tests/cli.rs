@@ -296,3 +296,98 @@ async fn watch_policy_flags_change_what_counts_as_a_notice() {
         .collect();
     assert_eq!(ids, [reboot.id, freeze.id]);
 }
+
+/// Bound on a whole demo run: a few seconds of counting in a debug build,
+/// more on a loaded CI machine, never a hang.
+const DEMO_PATIENCE: Duration = Duration::from_secs(120);
+
+/// `spot-worker demo` with small jobs (about a second each in a debug build).
+async fn demo(extra: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+    command
+        .args([
+            "demo",
+            "--jobs",
+            "2",
+            "--size",
+            "40_000_000",
+            "--chunk-size",
+            "1_000_000",
+        ])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(DEMO_PATIENCE, command.output())
+        .await
+        .expect("the demo finishes in time")
+        .expect("the binary runs");
+    Output {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The summary of a successful demo: every check holds, and nothing but the
+/// demo's own output was printed.
+fn assert_demo_succeeded(output: &Output) {
+    assert_eq!(output.code, Some(0), "{}\n{}", output.stdout, output.stderr);
+    assert!(output.stderr.is_empty(), "{}", output.stderr);
+    let lines: Vec<&str> = output.stdout.lines().map(str::trim).collect();
+    let has = |prefix: &str| lines.iter().any(|l| l.starts_with(prefix));
+    for expected in [
+        "IMDS emulator (plays Azure's Scheduled Events): http://127.0.0.1:",
+        ">>> ",
+        "A saw the notice ",
+        "event approved after the drain: yes",
+        "every job has its result",
+        "jobs done 2/2",
+        "results verified 2/2",
+        "lost 0 (0 messages left in the queue, 0 in the poison queue)",
+        "duplicates 0",
+        "drain ",
+        "B resumed every job where its checkpoint was",
+        "work redone after the eviction ",
+        "wall time ",
+    ] {
+        assert!(
+            has(expected),
+            "no line starting {expected:?} in:\n{}",
+            output.stdout
+        );
+    }
+    assert!(!output.stdout.contains("FAILED"), "{}", output.stdout);
+}
+
+#[tokio::test]
+async fn demo_evicts_a_worker_and_a_second_one_finishes_the_jobs() {
+    let output = demo(&[]).await;
+    assert_demo_succeeded(&output);
+    assert!(
+        output.stdout.contains("storage: in memory"),
+        "{}",
+        output.stdout
+    );
+}
+
+#[tokio::test]
+async fn demo_runs_on_azurite() {
+    let output = demo(&["--azurite"]).await;
+    assert_demo_succeeded(&output);
+    assert!(
+        output.stdout.contains("storage: Azurite"),
+        "{}",
+        output.stdout
+    );
+}
+
+#[tokio::test]
+async fn demo_without_azurite_installed_says_how_to_install_it() {
+    let output = run(Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+        .args(["demo", "--azurite"])
+        .env("AZURITE_BIN", "/nonexistent/azurite")
+        .stdin(Stdio::null()))
+    .await;
+    assert_clean_failure(&output, "npm ci --prefix tools/azurite");
+}

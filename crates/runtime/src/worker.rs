@@ -149,7 +149,8 @@ impl Worker {
         self
     }
 
-    /// Records metrics through `telemetry` and flushes it before returning.
+    /// Records metrics through `telemetry`, and flushes and shuts it down
+    /// (within 2 s) before returning.
     pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
         self.metrics = telemetry.metrics();
         self.telemetry = Some(telemetry);
@@ -187,8 +188,10 @@ impl Worker {
             .gate_then_consume(handler, &triggers, watcher.as_ref())
             .await;
         self.metrics.set_ready(false);
-        if let Some(telemetry) = &self.telemetry
-            && let Err(error) = telemetry.flush(Duration::from_secs(2)).await
+        // Shut the exporters down within a bound: merely dropping them would
+        // make the SDK block on a final export for as long as it likes.
+        if let Some(telemetry) = self.telemetry.take()
+            && let Err(error) = telemetry.shutdown(Duration::from_secs(2)).await
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }

@@ -1,0 +1,399 @@
+//! The worker's own telemetry reaches an OTLP collector when an endpoint is
+//! configured (the `OTEL_EXPORTER_OTLP_ENDPOINT` path): a real [`Worker`]
+//! over in-memory queues processes three messages (one fails) and a local
+//! OTLP/HTTP receiver decodes the `process {queue}` spans and the worker's
+//! metrics that arrive.
+//!
+//! Nothing here records telemetry by hand: every span and data point comes
+//! from the runtime's instrumentation around the handler and the queues.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
+use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
+use spot_worker::storage::{InMemoryQueue, MessageId, MessageQueue};
+use spot_worker::telemetry::{Telemetry, TelemetryConfig, names};
+use spot_worker::{HandlerError, Job, MessageHandler, Worker, WorkerConfig, handler_fn};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+const QUEUE: &str = "telemetry-jobs";
+const FAILING_BODY: &str = "reject me";
+/// Bound of every wait; generous because CI machines stall.
+const WAIT: Duration = Duration::from_secs(15);
+
+#[derive(Default)]
+struct Received {
+    traces: Vec<ExportTraceServiceRequest>,
+    metrics: Vec<ExportMetricsServiceRequest>,
+    bad_requests: Vec<String>,
+}
+
+/// What the OTLP receiver decoded, shared with the test.
+#[derive(Clone, Default)]
+struct Collector {
+    received: Arc<Mutex<Received>>,
+    changed: Arc<Notify>,
+}
+
+impl Collector {
+    /// Serves OTLP/HTTP (`/v1/traces`, `/v1/metrics`) on 127.0.0.1 and
+    /// returns its base URL and a guard that stops it.
+    ///
+    /// It runs on a thread and runtime of its own: the worker drops its
+    /// `Telemetry` at the end of `run()`, and that drop makes a blocking
+    /// final export on the test's only runtime thread. A receiver sharing
+    /// that thread could not answer it.
+    fn start(&self) -> (String, DropGuard) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/v1/traces", post(traces))
+            .route("/v1/metrics", post(metrics))
+            .fallback(unexpected)
+            .with_state(self.clone());
+        let stop = CancellationToken::new();
+        let stopped = stop.clone().cancelled_owned();
+        std::thread::Builder::new()
+            .name("otlp-receiver".to_owned())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    let serving = axum::serve(listener, app).with_graceful_shutdown(stopped);
+                    serving.await.unwrap();
+                });
+            })
+            .unwrap();
+        (url, stop.drop_guard())
+    }
+
+    fn record(&self, update: impl FnOnce(&mut Received)) {
+        update(&mut self.received.lock().unwrap());
+        self.changed.notify_waiters();
+    }
+
+    /// Waits (bounded) until `check` finds what it looks for in what has
+    /// arrived, re-checking on every request rather than on a timer.
+    async fn wait_for<T>(&self, what: &str, check: impl Fn(&Received) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            // Registered before checking, so a request landing in between
+            // still wakes us.
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let received = self.received.lock().unwrap();
+                let bad = &received.bad_requests;
+                assert!(bad.is_empty(), "the receiver rejected requests: {bad:?}");
+                if let Some(found) = check(&received) {
+                    return found;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("timed out after {WAIT:?} waiting for {what}");
+            }
+        }
+    }
+}
+
+async fn traces(State(collector): State<Collector>, body: Bytes) -> StatusCode {
+    decode(&collector, body, |r, request| r.traces.push(request))
+}
+
+async fn metrics(State(collector): State<Collector>, body: Bytes) -> StatusCode {
+    decode(&collector, body, |r, request| r.metrics.push(request))
+}
+
+/// Decodes an OTLP protobuf body; anything undecodable fails the test.
+fn decode<M: prost::Message + Default>(
+    collector: &Collector,
+    body: Bytes,
+    store: impl FnOnce(&mut Received, M),
+) -> StatusCode {
+    match M::decode(body) {
+        Ok(request) => {
+            collector.record(|r| store(r, request));
+            StatusCode::OK
+        }
+        Err(error) => {
+            let problem = format!("undecodable OTLP body: {error}");
+            collector.record(|r| r.bad_requests.push(problem));
+            StatusCode::BAD_REQUEST
+        }
+    }
+}
+
+async fn unexpected(State(collector): State<Collector>, uri: Uri) -> StatusCode {
+    collector.record(|r| r.bad_requests.push(format!("unexpected path {uri}")));
+    StatusCode::NOT_FOUND
+}
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
+
+fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    let kv = attributes.iter().find(|kv| kv.key == key)?;
+    kv.value.as_ref()?.value.as_ref()
+}
+
+fn string_attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    match attribute(attributes, key)? {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn process_spans(received: &Received) -> Vec<Span> {
+    let name = format!("process {QUEUE}");
+    received
+        .traces
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .filter(|span| span.name == name)
+        .cloned()
+        .collect()
+}
+
+/// Every metric of every export, in arrival order.
+fn all_metrics(received: &Received) -> Vec<&Metric> {
+    received
+        .metrics
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .collect()
+}
+
+/// The most recent export of `name`: temporality is cumulative, so it holds
+/// the totals.
+fn latest<'a>(metrics: &[&'a Metric], name: &str) -> Option<&'a Metric> {
+    metrics.iter().rev().find(|m| m.name == name).copied()
+}
+
+fn int_value(point: &NumberDataPoint) -> i64 {
+    match point.value {
+        Some(number_data_point::Value::AsInt(i)) => i,
+        other => panic!("not an integer point: {other:?}"),
+    }
+}
+
+/// A counter's latest total for this test's queue.
+fn queue_counter(metrics: &[&Metric], name: &str) -> Option<i64> {
+    let Some(metric::Data::Sum(sum)) = &latest(metrics, name)?.data else {
+        panic!("{name} is not a sum");
+    };
+    let for_queue = |p: &&NumberDataPoint| {
+        string_attribute(&p.attributes, "messaging.destination.name") == Some(QUEUE)
+    };
+    Some(
+        sum.data_points
+            .iter()
+            .filter(for_queue)
+            .map(int_value)
+            .sum(),
+    )
+}
+
+/// Every value the readiness gauge was exported with, in arrival order.
+fn ready_values(received: &Received) -> Vec<i64> {
+    let metrics = all_metrics(received);
+    let gauges = metrics.iter().filter(|m| m.name == names::READY);
+    gauges
+        .flat_map(|m| match &m.data {
+            Some(metric::Data::Gauge(gauge)) => gauge.data_points.iter().map(int_value),
+            other => panic!("{} is not a gauge: {other:?}", names::READY),
+        })
+        .collect()
+}
+
+/// Accepts every message except [`FAILING_BODY`], reporting each id it saw.
+fn handler(seen: mpsc::UnboundedSender<MessageId>) -> impl MessageHandler {
+    handler_fn(move |job: Job| {
+        let seen = seen.clone();
+        async move {
+            let failing = job.text()? == FAILING_BODY;
+            let _ = seen.send(job.id().clone());
+            if failing {
+                return Err(HandlerError::from("rejected on purpose"));
+            }
+            Ok(())
+        }
+    })
+}
+
+fn worker_config() -> WorkerConfig {
+    let mut config = WorkerConfig {
+        queue: QUEUE.to_owned(),
+        health_addr: "127.0.0.1:0".parse().unwrap(),
+        concurrency: 3,
+        // The failure is final at once: it is poisoned, never retried, so
+        // the counts below are exact whatever the timing.
+        max_dequeue_count: 1,
+        ..WorkerConfig::default()
+    };
+    config.imds.enabled = false; // not on an Azure VM
+    config.shutdown.handle_signals = false;
+    config.shutdown.watchdog = false;
+    config
+}
+
+// Current-thread: the worker's tasks all run on this thread, where the
+// subscriber carrying the OpenTelemetry layer is the default. `init()`
+// would install globals instead, which a test binary can do only once.
+#[tokio::test(flavor = "current_thread")]
+async fn the_workers_spans_and_metrics_reach_the_otlp_collector() {
+    let collector = Collector::default();
+    let (endpoint, _stop_receiver) = collector.start();
+    let config = TelemetryConfig::default()
+        .with_otlp_endpoint(endpoint)
+        // Frequent periodic exports, so readiness is seen while running.
+        .with_metric_export_interval(Duration::from_millis(100))
+        .with_export_timeout(Duration::from_secs(5));
+    let telemetry = Telemetry::build(&config).unwrap();
+    assert!(telemetry.exports_otlp());
+    let layer = telemetry.layer().expect("spans are exported over OTLP");
+    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+
+    let queue = InMemoryQueue::new(QUEUE);
+    let mut good = Vec::new();
+    for body in ["first", "second"] {
+        good.push(queue.send(body, Duration::ZERO).await.unwrap());
+    }
+    let bad = queue.send(FAILING_BODY, Duration::ZERO).await.unwrap();
+    let ids = [good[0].as_str(), good[1].as_str(), bad.as_str()];
+
+    let poison = Arc::new(InMemoryQueue::new(&format!("{QUEUE}-poison")));
+    let worker =
+        Worker::new(worker_config(), Arc::new(queue.clone()), poison).with_telemetry(telemetry);
+    let stop = worker.shutdown_token();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let running = tokio::spawn(worker.run(handler(seen_tx)));
+
+    let mut handled = Vec::new();
+    for _ in 0..3 {
+        handled.push(within("the handler", seen.recv()).await.unwrap());
+    }
+    handled.sort();
+    let mut expected = vec![good[0].clone(), good[1].clone(), bad.clone()];
+    expected.sort();
+    assert_eq!(handled, expected, "each message handled once");
+    // A periodic export while the gate is open shows the worker ready.
+    collector
+        .wait_for("spot_worker.ready = 1", |r| {
+            ready_values(r).contains(&1).then_some(())
+        })
+        .await;
+
+    // run() flushes the telemetry itself (bounded) before returning.
+    stop.cancel();
+    let report = within("the drain", running).await.unwrap().unwrap();
+    assert_eq!(report.stats.succeeded, 2, "{:?}", report.stats);
+    assert_eq!(report.stats.poisoned, 1, "{:?}", report.stats);
+    assert!(queue.is_empty());
+
+    let spans = collector
+        .wait_for("three process spans", |r| {
+            let spans = process_spans(r);
+            (spans.len() >= 3).then_some(spans)
+        })
+        .await;
+    assert_process_spans(&spans, &ids, bad.as_str());
+
+    collector
+        .wait_for("the final metrics", |r| {
+            let metrics = all_metrics(r);
+            latest(&metrics, names::MESSAGES_PROCESSED)?;
+            // Readiness drops before the final flush: its point comes last.
+            (ready_values(r).last() == Some(&0)).then_some(())
+        })
+        .await;
+    let received = collector.received.lock().unwrap();
+    assert_metrics(&all_metrics(&received), &ids);
+}
+
+/// One span per message, following the messaging conventions; only the
+/// failed message's span is marked as an error.
+fn assert_process_spans(spans: &[Span], ids: &[&str], failed_id: &str) {
+    assert_eq!(spans.len(), 3, "one span per delivery: {spans:#?}");
+    let mut span_ids = Vec::new();
+    for span in spans {
+        let attrs = &span.attributes;
+        let attr = |key| string_attribute(attrs, key);
+        assert_eq!(span.kind, span::SpanKind::Consumer as i32, "{span:?}");
+        assert_eq!(attr("messaging.system"), Some("azure_storage_queue"));
+        assert_eq!(attr("messaging.operation.type"), Some("process"));
+        assert_eq!(attr("messaging.destination.name"), Some(QUEUE));
+        let id = attr("messaging.message.id").expect("a message id");
+        assert!(ids.contains(&id), "{id} is not one of {ids:?}");
+        span_ids.push(id);
+        let status = span.status.as_ref().map_or(0, |s| s.code);
+        if id == failed_id {
+            assert_eq!(attr("error.type"), Some("handler"), "{span:?}");
+            assert_eq!(status, status::StatusCode::Error as i32, "{span:?}");
+        } else {
+            assert_eq!(attr("error.type"), None, "{span:?}");
+            assert_ne!(status, status::StatusCode::Error as i32, "{span:?}");
+        }
+    }
+    span_ids.sort_unstable();
+    span_ids.dedup();
+    assert_eq!(span_ids.len(), 3, "a span for each message");
+}
+
+fn assert_metrics(metrics: &[&Metric], ids: &[&str]) {
+    let counter = |name| queue_counter(metrics, name).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(counter(names::MESSAGES_PROCESSED), 2);
+    assert_eq!(counter(names::MESSAGES_FAILED), 1);
+    assert_eq!(counter(names::MESSAGES_POISONED), 1);
+
+    let duration = latest(metrics, names::MESSAGE_PROCESS_DURATION).expect("process duration");
+    let Some(metric::Data::Histogram(histogram)) = &duration.data else {
+        panic!("{} is not a histogram", duration.name);
+    };
+    let [point] = histogram.data_points.as_slice() else {
+        panic!("one series, for the one queue: {histogram:?}");
+    };
+    assert_eq!(
+        string_attribute(&point.attributes, "messaging.destination.name"),
+        Some(QUEUE)
+    );
+    assert_eq!(point.count, 2, "successful messages only");
+    assert!(latest(metrics, names::READY).is_some());
+
+    // Bounded cardinality: no data point of any export names a message.
+    for metric in metrics {
+        let text = format!("{:?}", metric.data);
+        assert!(!text.contains("messaging.message.id"), "{}", metric.name);
+        for id in ids {
+            assert!(
+                !text.contains(id),
+                "{} carries message id {id}",
+                metric.name
+            );
+        }
+    }
+}
