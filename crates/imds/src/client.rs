@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::error::ImdsError;
-use crate::model::{EventId, EventStatus, ScheduledEvents};
+use crate::model::{EventId, EventStatus, ScheduledEvent, ScheduledEvents};
 
 /// The link-local address IMDS answers on in every Azure VM.
 pub const DEFAULT_ENDPOINT: &str = "http://169.254.169.254";
@@ -220,11 +220,23 @@ impl ImdsClient {
         let event = document
             .event(event_id)
             .ok_or_else(|| ImdsError::EventNotFound(event_id.clone()))?;
+        self.approve_event(event, scope).await
+    }
+
+    /// Approves `event` as last seen in a recent document, without reading
+    /// the document again: for callers that already have it (a watcher), so
+    /// approval costs one request. The same checks apply: the scope, and no
+    /// POST for an event already started.
+    pub async fn approve_event(
+        &self,
+        event: &ScheduledEvent,
+        scope: &ApprovalScope,
+    ) -> Result<Approval, ImdsError> {
         if let ApprovalScope::ThisVm(vm_name) = scope
             && !event.concerns(vm_name)
         {
             return Err(ImdsError::NotThisVm {
-                event_id: event_id.clone(),
+                event_id: event.id.clone(),
                 resources: event.resources.clone(),
                 vm_name: vm_name.clone(),
             });

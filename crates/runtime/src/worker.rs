@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_imds::{
-    ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ShutdownPolicy, ShutdownSignal, Watcher,
-    WatcherConfig,
+    ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvents, ShutdownPolicy,
+    ShutdownSignal, Watcher, WatcherConfig,
 };
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
@@ -184,9 +184,18 @@ impl Worker {
             triggers.listen_for_signals();
         }
 
-        let result = self
+        let mut result = self
             .gate_then_consume(handler, &triggers, watcher.as_ref())
             .await;
+        // Stop polling before approving: IMDS allows 5 requests a second,
+        // and the approval must not queue behind (or be throttled by) polls.
+        let approval = watcher.as_ref().map(Approval::capture);
+        if let Some(watcher) = watcher {
+            watcher.stop().await;
+        }
+        if let (Ok(report), Some(approval)) = (&mut result, approval) {
+            report.shutdown.approved_event = self.approve(&report.shutdown.trigger, approval).await;
+        }
         self.metrics.set_ready(false);
         // Shut the exporters down within a bound: merely dropping them would
         // make the SDK block on a final export for as long as it likes.
@@ -194,9 +203,6 @@ impl Worker {
             && let Err(error) = telemetry.shutdown(Duration::from_secs(2)).await
         {
             tracing::warn!(%error, "flushing telemetry failed");
-        }
-        if let Some(watcher) = watcher {
-            watcher.stop().await;
         }
         stop_health.cancel();
         let _ = health_task.await;
@@ -286,7 +292,7 @@ impl Worker {
         }
         tracing::info!(queue = self.queue.name(), "warmup gate open; taking work");
         self.metrics.set_ready(true);
-        self.consume(handler, triggers, watcher).await
+        self.consume(handler, triggers).await
     }
 
     fn stopped_before_start(&self, trigger: Trigger) -> RunReport {
@@ -308,7 +314,6 @@ impl Worker {
         &self,
         handler: H,
         triggers: &Triggers,
-        watcher: Option<&RunningWatcher>,
     ) -> Result<RunReport, WorkerError> {
         let consumer = self.consumer()?;
         let handler = MeteredHandler {
@@ -369,7 +374,6 @@ impl Worker {
             released = stats.released,
             "drained"
         );
-        let approved_event = self.approve(&trigger, watcher).await;
         Ok(RunReport {
             stats,
             shutdown: ShutdownReport {
@@ -377,7 +381,8 @@ impl Worker {
                 notice_to_drained,
                 released_running_handlers,
                 met_deadline,
-                approved_event,
+                // Set by `run` once the watcher is stopped.
+                approved_event: false,
             },
         })
     }
@@ -408,16 +413,26 @@ impl Worker {
 
     /// Approves the event that caused the drain, so Azure need not wait for
     /// `NotBefore`. Only this VM's events ever trigger a drain; the scope
-    /// check in the client makes sure of it again.
-    async fn approve(&self, trigger: &Trigger, watcher: Option<&RunningWatcher>) -> bool {
-        let (Trigger::Event(notice), Some(watcher)) = (trigger, watcher) else {
+    /// check in the client makes sure of it again. One request: the event is
+    /// taken from the watcher's last document.
+    async fn approve(&self, trigger: &Trigger, approval: Approval) -> bool {
+        let Trigger::Event(notice) = trigger else {
             return false;
         };
         if !self.config.shutdown.approve_events {
             return false;
         }
-        let Some(vm_name) = watcher.health().borrow().vm_name.clone() else {
+        let Some(vm_name) = approval.vm_name else {
             tracing::warn!("not approving: this VM's name is not known");
+            return false;
+        };
+        let Some(event) = approval
+            .document
+            .as_deref()
+            .and_then(|d| d.event(&notice.event_id))
+            .cloned()
+        else {
+            tracing::info!(event_id = %notice.event_id, "not approving: the event is gone already");
             return false;
         };
         let client = match ImdsClient::new(self.imds_config()) {
@@ -428,7 +443,7 @@ impl Worker {
             }
         };
         let scope = ApprovalScope::ThisVm(vm_name);
-        let approval = client.approve(&notice.event_id, &scope);
+        let approval = client.approve_event(&event, &scope);
         match tokio::time::timeout(Duration::from_secs(2), approval).await {
             Ok(Ok(outcome)) => {
                 tracing::info!(event_id = %notice.event_id, ?outcome, "approved the event after draining");
@@ -442,6 +457,21 @@ impl Worker {
                 tracing::warn!("approving the event timed out");
                 false
             }
+        }
+    }
+}
+
+/// What approving needs from the watcher, taken before it is stopped.
+struct Approval {
+    vm_name: Option<String>,
+    document: Option<Arc<ScheduledEvents>>,
+}
+
+impl Approval {
+    fn capture(watcher: &RunningWatcher) -> Self {
+        Approval {
+            vm_name: watcher.health().borrow().vm_name.clone(),
+            document: watcher.document().borrow().clone(),
         }
     }
 }
