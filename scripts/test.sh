@@ -33,6 +33,20 @@ install_python_venv() {
   rm -rf tools/python/.venv
   "${PYTHON:-python3}" -m venv tools/python/.venv
   tools/python/.venv/bin/pip install --quiet --disable-pip-version-check -r tools/python/requirements.txt
+  # requirements.txt pins the full resolved set; fail if anything else got
+  # in (a new transitive dependency must be pinned too).
+  if ! diff <(grep -Ev '^[[:space:]]*(#|$)' tools/python/requirements.txt | sort -f) \
+    <(tools/python/.venv/bin/pip freeze --disable-pip-version-check | sort -f); then
+    echo "tools/python/.venv differs from tools/python/requirements.txt (< pinned, > installed)" >&2
+    rm -rf tools/python/.venv
+    return 1
+  fi
+}
+
+# The interpreter the venv is built from: a different Python (version or
+# install) needs a fresh venv even when requirements.txt is unchanged.
+python_identity() {
+  "${PYTHON:-python3}" -c 'import platform, sys; print(sys.version.replace("\n", " "), platform.machine(), sys.executable)'
 }
 
 echo "==> Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
@@ -44,7 +58,11 @@ case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
   0 | false | disabled) echo "==> Python interop disabled" ;;
   *)
     echo "==> Python venv (tools/python/requirements.txt)"
-    install_if_changed tools/python/requirements.txt tools/python/.venv/.installed-requirements-sha256 install_python_venv
+    python_id="$(python_identity)"
+    echo "    interpreter: $python_id"
+    # The stamp covers the requirements and the interpreter.
+    install_if_changed <(cat tools/python/requirements.txt && echo "python: $python_id") \
+      tools/python/.venv/.installed-requirements-sha256 install_python_venv
     ;;
 esac
 

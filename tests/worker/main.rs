@@ -107,9 +107,22 @@ async fn a_handler_that_ignores_cancellation_is_cut_off_and_its_message_released
     });
     let worker = env.worker(config);
     let stop = worker.shutdown_token();
+    let mut readiness = worker.readiness();
     let running = tokio::spawn(worker.run(handler));
     within("the handler to start", started.notified()).await;
+    assert!(readiness.borrow().is_ready());
     stop.cancel();
+    // Readiness turns false the moment the drain starts, while the handler
+    // is still running (it is only cut off at the release instant).
+    let draining = within("readiness to drop", readiness.wait_for(|r| !r.is_ready()))
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        draining.shutting_down.as_deref(),
+        Some("shutdown requested")
+    );
+    assert!(!running.is_finished());
     let report = within("the drain", running).await.unwrap().unwrap();
 
     assert!(report.shutdown.released_running_handlers);

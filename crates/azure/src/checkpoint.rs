@@ -1,8 +1,12 @@
 //! [`BlobCheckpointStore`]: the [`CheckpointStore`] trait on Azure Blob
 //! Storage, one small JSON blob per job, every write fenced with
-//! `If-None-Match: *` (create) or `If-Match` (update).
+//! `If-None-Match: *` (create) or `If-Match` (update). Writes through
+//! [`JobCheckpoint`](spot_worker_storage::JobCheckpoint) carry a write stamp
+//! in the document (`written_by`), which is how a handle recognises its own
+//! retried write after a conflict.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::Bytes;
@@ -31,9 +35,9 @@ impl fmt::Debug for BlobCheckpointStore {
 }
 
 impl BlobCheckpointStore {
-    pub(crate) fn new(container: String, client: BlobContainerClient) -> Self {
+    pub(crate) fn new(container: String, client: BlobContainerClient, deadline: Duration) -> Self {
         BlobCheckpointStore {
-            container: Container::new(container, client),
+            container: Container::new(container, client, deadline),
         }
     }
 
@@ -61,17 +65,10 @@ impl CheckpointStore for BlobCheckpointStore {
     }
 
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
-        validate_key(key)?;
-        let what = self.what(key);
-        let Some(downloaded) = self.container.download(key, &what).await? else {
-            return Ok(None);
-        };
-        let etag = downloaded.etag.ok_or_else(|| StorageError::InvalidData {
-            what: what.clone(),
-            reason: "the download response has no ETag".to_owned(),
-        })?;
-        let checkpoint = Checkpoint::from_json_bytes(&downloaded.bytes, &what)?;
-        Ok(Some((checkpoint, ETag::new(etag.to_string()))))
+        Ok(self
+            .read_stamped(key)
+            .await?
+            .map(|(checkpoint, etag, _)| (checkpoint, etag)))
     }
 
     async fn write(
@@ -81,7 +78,51 @@ impl CheckpointStore for BlobCheckpointStore {
         precondition: WritePrecondition,
     ) -> Result<ETag, StorageError> {
         validate_key(key)?;
-        let json = checkpoint.to_json_bytes()?;
+        self.upload(key, checkpoint.to_json_bytes()?, precondition)
+            .await
+    }
+
+    /// The stamp goes into the JSON document itself (`written_by`), so it is
+    /// replaced atomically with the checkpoint by the same fenced upload.
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        validate_key(key)?;
+        self.upload(key, checkpoint.to_json_bytes_stamped(stamp)?, precondition)
+            .await
+    }
+
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        validate_key(key)?;
+        let what = self.what(key);
+        let Some(downloaded) = self.container.download(key, &what).await? else {
+            return Ok(None);
+        };
+        let etag = downloaded.etag.ok_or_else(|| StorageError::InvalidData {
+            what: what.clone(),
+            reason: "the download response has no ETag".to_owned(),
+        })?;
+        let (checkpoint, stamp) = Checkpoint::from_json_bytes_stamped(&downloaded.bytes, &what)?;
+        Ok(Some((checkpoint, ETag::new(etag.to_string()), stamp)))
+    }
+}
+
+impl BlobCheckpointStore {
+    /// One upload of `json`, fenced by `precondition`, within the call
+    /// deadline.
+    async fn upload(
+        &self,
+        key: &str,
+        json: Vec<u8>,
+        precondition: WritePrecondition,
+    ) -> Result<ETag, StorageError> {
         let mut options = BlobClientUploadOptions {
             blob_content_type: Some("application/json".to_owned()),
             ..Default::default()
@@ -90,19 +131,22 @@ impl CheckpointStore for BlobCheckpointStore {
             WritePrecondition::Create => options.if_none_match = Some(Etag::from("*")),
             WritePrecondition::IfMatch(etag) => options.if_match = Some(Etag::from(etag.as_str())),
         }
+        let what = self.what(key);
         let content: RequestContent<Bytes, _> = Bytes::from(json).into();
-        let uploaded = self
-            .container
-            .client
-            .blob_client(key)
-            .upload(content, Some(options))
-            .await
-            .map_err(|e| map_error(e, Operation::ConditionalWrite(key)))?;
+        let upload = async {
+            self.container
+                .client
+                .blob_client(key)
+                .upload(content, Some(options))
+                .await
+                .map_err(|e| map_error(e, Operation::ConditionalWrite(key)))
+        };
+        let uploaded = self.container.bounded(&what, upload).await?;
         uploaded
             .etag
             .map(|etag| ETag::new(etag.to_string()))
             .ok_or_else(|| StorageError::InvalidData {
-                what: self.what(key),
+                what,
                 reason: "the upload response has no ETag".to_owned(),
             })
     }

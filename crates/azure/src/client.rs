@@ -10,9 +10,9 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use azure_storage_queue::{QueueClient, QueueClientOptions};
 
 use crate::checkpoint::BlobCheckpointStore;
-use crate::config::{AccountEndpoints, ConfigError, Credentials, StorageConfig};
-use crate::connection_string::SharedKeyOrSas;
-use crate::queue::AzureQueue;
+use crate::config::{AccountEndpoints, ConfigError, Credentials, StorageConfig, without_secrets};
+use crate::connection_string::{ConnectionStringError, SharedKeyOrSas};
+use crate::queue::{AzureQueue, MessageTtl};
 use crate::redact::redact;
 use crate::result::BlobResultStore;
 use crate::sas::{SasPolicy, SasSource};
@@ -40,7 +40,12 @@ impl AzureStorage {
             Credentials::ConnectionString(cs) => {
                 let source = match &cs.credentials {
                     SharedKeyOrSas::AccountKey(key) => SasSource::AccountKey {
-                        account_name: cs.account_name.clone(),
+                        // Parsing refuses an AccountKey without AccountName;
+                        // a hand-built ConnectionString is checked here.
+                        account_name: cs
+                            .account_name
+                            .clone()
+                            .ok_or(ConnectionStringError::MissingAccountName)?,
                         key: key.clone(),
                         lifetime: config.sas_lifetime,
                     },
@@ -78,7 +83,17 @@ impl AzureStorage {
 
     /// A client for queue `name` (which need not exist yet; see
     /// [`AzureQueue::create_if_missing`]).
+    ///
+    /// A name ending in [`POISON_SUFFIX`] is a poison queue (the
+    /// `poison_queue_name` convention of `spot-worker-storage`): messages sent
+    /// to it never expire ([`MessageTtl::Never`]), since the service's 7-day
+    /// default would silently delete poison records nobody has looked at
+    /// yet. Every other queue keeps the service default. Override either
+    /// with [`AzureQueue::with_message_ttl`].
     pub fn queue(&self, name: &str) -> Result<AzureQueue, ConfigError> {
+        if let Some(base) = name.strip_suffix(POISON_SUFFIX) {
+            validate_poison_base(base, name)?;
+        }
         validate_name(name)?;
         let url = child_url(&self.endpoints.queue, name)?;
         let options = QueueClientOptions {
@@ -91,7 +106,24 @@ impl AzureStorage {
                 reason: redact(&e.to_string()),
             }
         })?;
-        Ok(AzureQueue::new(name.to_owned(), client))
+        let ttl = if name.ends_with(POISON_SUFFIX) {
+            MessageTtl::Never
+        } else {
+            MessageTtl::ServiceDefault
+        };
+        Ok(
+            AzureQueue::new(name.to_owned(), client, self.config.retry.call_deadline())
+                .with_message_ttl(ttl),
+        )
+    }
+
+    /// The poison queue of queue `queue`: `<queue>-poison`, whose messages
+    /// never expire. Fails with a clear error if `queue` is not a valid queue
+    /// name or is too long to leave room for the suffix (at most
+    /// [`MAX_POISONED_QUEUE_NAME_LEN`] characters).
+    pub fn poison_queue(&self, queue: &str) -> Result<AzureQueue, ConfigError> {
+        validate_name(queue)?;
+        self.queue(&format!("{queue}{POISON_SUFFIX}"))
     }
 
     /// A checkpoint store keeping one blob per job in `container` (created by
@@ -99,7 +131,11 @@ impl AzureStorage {
     /// or [`BlobCheckpointStore::create_container_if_missing`]).
     pub fn checkpoint_store(&self, container: &str) -> Result<BlobCheckpointStore, ConfigError> {
         let client = self.container_client(container)?;
-        Ok(BlobCheckpointStore::new(container.to_owned(), client))
+        Ok(BlobCheckpointStore::new(
+            container.to_owned(),
+            client,
+            self.config.retry.call_deadline(),
+        ))
     }
 
     /// A create-only result store keeping one blob per result in
@@ -107,7 +143,11 @@ impl AzureStorage {
     /// [`ResultStore::prepare`](spot_worker_storage::ResultStore::prepare)).
     pub fn result_store(&self, container: &str) -> Result<BlobResultStore, ConfigError> {
         let client = self.container_client(container)?;
-        Ok(BlobResultStore::new(container.to_owned(), client))
+        Ok(BlobResultStore::new(
+            container.to_owned(),
+            client,
+            self.config.retry.call_deadline(),
+        ))
     }
 
     fn container_client(&self, container: &str) -> Result<BlobContainerClient, ConfigError> {
@@ -146,12 +186,51 @@ impl AzureStorage {
     }
 }
 
+/// `base` with `name` appended as one more path segment. A base with a
+/// query or fragment is refused: appending after it would not name the
+/// queue or container, and a query there usually means a SAS that belongs in
+/// `SharedAccessSignature` (connection strings and [`AccountEndpoints::new`]
+/// refuse it already; this guards hand-built [`AccountEndpoints`]).
 fn child_url(base: &Url, name: &str) -> Result<Url, ConfigError> {
-    let text = format!("{}/{name}", base.as_str().trim_end_matches('/'));
-    Url::parse(&text).map_err(|e| ConfigError::InvalidUrl {
-        url: redact(&text),
-        reason: e.to_string(),
-    })
+    let invalid = |reason: &str| ConfigError::InvalidUrl {
+        url: without_secrets(base),
+        reason: reason.to_owned(),
+    };
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(invalid(
+            "a service URL must not have a query string or fragment (a SAS goes into SharedAccessSignature)",
+        ));
+    }
+    let mut url = base.clone();
+    url.path_segments_mut()
+        .map_err(|()| invalid("not a base URL"))?
+        .pop_if_empty()
+        .push(name);
+    Ok(url)
+}
+
+/// The suffix of poison queue names (`spot_worker_storage::poison_queue_name`).
+pub const POISON_SUFFIX: &str = "-poison";
+
+/// The longest queue name that still has a poison queue: queue names may
+/// have 63 characters, and [`POISON_SUFFIX`] takes 7.
+pub const MAX_POISONED_QUEUE_NAME_LEN: usize = MAX_NAME_LEN - POISON_SUFFIX.len();
+
+const MIN_NAME_LEN: usize = 3;
+const MAX_NAME_LEN: usize = 63;
+
+/// A poison queue name is checked for its base queue's sake first, so that
+/// a too-long name says which queue name to shorten rather than just
+/// "must be 3 to 63 characters".
+fn validate_poison_base(base: &str, name: &str) -> Result<(), ConfigError> {
+    if base.len() > MAX_POISONED_QUEUE_NAME_LEN {
+        return Err(ConfigError::InvalidName {
+            name: name.to_owned(),
+            reason: "is the poison queue of a queue name longer than 56 characters; queue names \
+                     may have at most 56 characters so that `<queue>-poison` fits the 63 allowed",
+        });
+    }
+    Ok(())
 }
 
 /// Queue and container names: 3 to 63 lowercase letters, digits and
@@ -163,7 +242,7 @@ fn validate_name(name: &str) -> Result<(), ConfigError> {
             reason,
         })
     };
-    if !(3..=63).contains(&name.len()) {
+    if !(MIN_NAME_LEN..=MAX_NAME_LEN).contains(&name.len()) {
         return invalid("must be 3 to 63 characters long");
     }
     if !name
@@ -181,6 +260,80 @@ fn validate_name(name: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn storage() -> AzureStorage {
+        AzureStorage::new(
+            StorageConfig::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn poison_queues_never_expire_and_others_keep_the_service_default() {
+        let storage = storage();
+        assert_eq!(
+            storage.queue("jobs").unwrap().message_ttl(),
+            MessageTtl::ServiceDefault
+        );
+        assert_eq!(
+            storage.queue("jobs-poison").unwrap().message_ttl(),
+            MessageTtl::Never
+        );
+        let poison = storage.poison_queue("jobs").unwrap();
+        assert_eq!(poison.message_ttl(), MessageTtl::Never);
+        assert_eq!(
+            spot_worker_storage::MessageQueue::name(&poison),
+            "jobs-poison"
+        );
+    }
+
+    #[test]
+    fn a_queue_too_long_for_its_poison_queue_gets_a_clear_error() {
+        let storage = storage();
+        let longest = "q".repeat(MAX_POISONED_QUEUE_NAME_LEN);
+        assert!(storage.poison_queue(&longest).is_ok());
+        assert_eq!(
+            storage
+                .queue(&format!("{longest}-poison"))
+                .unwrap()
+                .message_ttl(),
+            MessageTtl::Never
+        );
+        let too_long = "q".repeat(MAX_POISONED_QUEUE_NAME_LEN + 1);
+        assert!(
+            storage.queue(&too_long).is_ok(),
+            "fine as a queue on its own"
+        );
+        for err in [
+            storage.poison_queue(&too_long).unwrap_err(),
+            storage
+                .queue(&spot_worker_storage::poison_queue_name(&too_long))
+                .unwrap_err(),
+        ] {
+            let text = err.to_string();
+            assert!(matches!(err, ConfigError::InvalidName { .. }), "{err:?}");
+            assert!(text.contains("at most 56 characters"), "{text}");
+        }
+        assert!(storage.poison_queue("Jobs").is_err());
+    }
+
+    #[test]
+    fn child_urls_append_a_path_segment_and_refuse_queries() {
+        let base = Url::parse("http://127.0.0.1:10001/devstoreaccount1").unwrap();
+        assert_eq!(
+            child_url(&base, "jobs").unwrap().as_str(),
+            "http://127.0.0.1:10001/devstoreaccount1/jobs"
+        );
+        let root = Url::parse("https://acct.queue.core.windows.net/").unwrap();
+        assert_eq!(
+            child_url(&root, "jobs").unwrap().as_str(),
+            "https://acct.queue.core.windows.net/jobs"
+        );
+        let with_sas =
+            Url::parse("https://acct.queue.core.windows.net/?sv=1&sig=c2VjcmV0").unwrap();
+        let err = child_url(&with_sas, "jobs").unwrap_err().to_string();
+        assert!(err.contains("query") && !err.contains("c2VjcmV0"), "{err}");
+    }
 
     #[test]
     fn names_follow_the_storage_rules() {

@@ -52,7 +52,7 @@ pub enum ConfigError {
 }
 
 /// The blob and queue service URLs of a storage account.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AccountEndpoints {
     /// `https://<account>.blob.core.windows.net`
     pub blob: Url,
@@ -78,11 +78,61 @@ impl AccountEndpoints {
     }
 }
 
+impl fmt::Debug for AccountEndpoints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Redacted all the same: the fields are public, so a hand-built
+        // value may carry a SAS in a query string.
+        f.debug_struct("AccountEndpoints")
+            .field("blob", &redact(self.blob.as_str()))
+            .field("queue", &redact(self.queue.as_str()))
+            .finish()
+    }
+}
+
 fn parse_url(text: &str) -> Result<Url, ConfigError> {
-    Url::parse(text).map_err(|e| ConfigError::InvalidUrl {
+    let url = Url::parse(text).map_err(|e| ConfigError::InvalidUrl {
         url: redact(text),
         reason: e.to_string(),
-    })
+    })?;
+    check_service_url(&url).map_err(|reason| ConfigError::InvalidUrl {
+        url: without_secrets(&url),
+        reason: reason.to_owned(),
+    })?;
+    Ok(url)
+}
+
+/// `url` without the parts that may hold secrets (user info, query,
+/// fragment), for messages about a URL that was refused for having them.
+pub(crate) fn without_secrets(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+/// What a storage service URL must look like: http(s), no credentials, no
+/// query string and no fragment. Queue and container names are appended to
+/// its path, which a query would end up after; and a query here is usually a
+/// SAS pasted into the wrong place, where it would be logged as part of the
+/// URL. Returns why not.
+pub(crate) fn check_service_url(url: &Url) -> Result<(), &'static str> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must be an http or https URL");
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not contain a user name or password");
+    }
+    if url.query().is_some() {
+        return Err(
+            "must not have a query string (a SAS goes into SharedAccessSignature, or the credentials)",
+        );
+    }
+    if url.fragment().is_some() {
+        return Err("must not have a fragment");
+    }
+    Ok(())
 }
 
 /// How to authenticate.
@@ -222,7 +272,23 @@ impl Default for RetryConfig {
     }
 }
 
+/// Slack on top of the retry budget before a call is abandoned: the last
+/// try may start just before `max_elapsed` and then needs time to answer.
+const CALL_DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+
 impl RetryConfig {
+    /// The total deadline of every storage call, retries included:
+    /// `max_elapsed + max_delay + 2 s`. The SDK's retry policy only checks
+    /// `max_elapsed` between tries, and its transport allows 20 s to connect
+    /// and 60 s per read, so without this a blackholed connection would hold
+    /// a call for a minute or more. A call past its deadline fails with
+    /// `StorageError::Unavailable` (transient).
+    pub fn call_deadline(&self) -> Duration {
+        self.max_elapsed
+            .saturating_add(self.max_delay)
+            .saturating_add(CALL_DEADLINE_MARGIN)
+    }
+
     pub(crate) fn to_options(&self) -> RetryOptions {
         RetryOptions::exponential(ExponentialRetryOptions {
             initial_delay: self
@@ -332,5 +398,33 @@ mod tests {
         let retry = RetryConfig::default();
         assert!(retry.max_elapsed <= Duration::from_secs(10));
         assert!(retry.max_retries <= 5);
+        assert_eq!(retry.call_deadline(), Duration::from_secs(14));
+    }
+
+    #[test]
+    fn endpoints_with_a_query_or_credentials_are_refused_and_never_shown() {
+        assert!(AccountEndpoints::new("http://127.0.0.1:1/a", "http://127.0.0.1:2/a").is_ok());
+        for bad in [
+            "https://acct.blob.core.windows.net/?sv=1&sig=c2VjcmV0",
+            "https://user:c2VjcmV0@acct.blob.core.windows.net/",
+            "https://acct.blob.core.windows.net/#c2VjcmV0",
+            "ftp://acct.blob.core.windows.net/",
+        ] {
+            let err = AccountEndpoints::new(bad, "https://acct.queue.core.windows.net")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("must"), "{err}");
+            assert!(!err.contains("c2VjcmV0"), "{err}");
+        }
+        // Hand-built endpoints bypass the check; Debug still redacts.
+        let endpoints = AccountEndpoints {
+            blob: Url::parse("https://acct.blob.core.windows.net/?sig=c2VjcmV0").unwrap(),
+            queue: Url::parse("https://acct.queue.core.windows.net").unwrap(),
+        };
+        let debug = format!("{endpoints:?}");
+        assert!(
+            !debug.contains("c2VjcmV0") && debug.contains("sig=REDACTED"),
+            "{debug}"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! downloading a small blob — so each is done one way only.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use azure_core::Bytes;
 use azure_core::http::{Etag, RequestContent};
@@ -11,7 +13,7 @@ use azure_storage_blob::BlobContainerClient;
 use azure_storage_blob::models::BlobClientUploadOptions;
 use spot_worker_storage::StorageError;
 
-use crate::error::{Operation, error_code, map_error};
+use crate::error::{Operation, bounded, error_code, map_error};
 
 /// Where `prepare` writes its probe blobs. The leading dot keeps them apart
 /// from job keys and result names in listings.
@@ -25,6 +27,10 @@ pub(crate) const MAX_BLOB_NAME_LEN: usize = 1024;
 pub(crate) struct Container {
     pub(crate) name: String,
     pub(crate) client: Arc<BlobContainerClient>,
+    /// Bound of every call, retries included ([`RetryConfig::call_deadline`]).
+    ///
+    /// [`RetryConfig::call_deadline`]: crate::RetryConfig::call_deadline
+    pub(crate) deadline: Duration,
 }
 
 impl fmt::Debug for Container {
@@ -43,20 +49,34 @@ pub(crate) struct Downloaded {
 }
 
 impl Container {
-    pub(crate) fn new(name: String, client: BlobContainerClient) -> Self {
+    pub(crate) fn new(name: String, client: BlobContainerClient, deadline: Duration) -> Self {
         Container {
             name,
             client: Arc::new(client),
+            deadline,
         }
+    }
+
+    /// Runs `call` within this container's deadline (see [`bounded`]).
+    pub(crate) async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        bounded(self.deadline, what, call).await
     }
 
     /// Creates the container if it does not exist yet.
     pub(crate) async fn create_if_missing(&self) -> Result<(), StorageError> {
-        match self.client.create(None).await {
-            Ok(_) => Ok(()),
-            Err(e) if error_code(&e) == Some("ContainerAlreadyExists") => Ok(()),
-            Err(e) => Err(map_error(e, Operation::Other(&self.what("container")))),
-        }
+        let what = self.what("container");
+        self.bounded(&what, async {
+            match self.client.create(None).await {
+                Ok(_) => Ok(()),
+                Err(e) if error_code(&e) == Some("ContainerAlreadyExists") => Ok(()),
+                Err(e) => Err(map_error(e, Operation::Other(&what))),
+            }
+        })
+        .await
     }
 
     /// Creates the container if it is missing, then writes and deletes a
@@ -74,18 +94,20 @@ impl Container {
             if_none_match: Some(Etag::from("*")),
             ..Default::default()
         };
-        blob.upload(content, Some(options)).await.map_err(|e| {
-            map_error(
-                e,
-                Operation::Other(&format!("write probe {}/{probe}", self.name)),
-            )
-        })?;
-        blob.delete(None).await.map_err(|e| {
-            map_error(
-                e,
-                Operation::Other(&format!("delete of probe {}/{probe}", self.name)),
-            )
-        })?;
+        let written = format!("write probe {}/{probe}", self.name);
+        self.bounded(&written, async {
+            blob.upload(content, Some(options))
+                .await
+                .map_err(|e| map_error(e, Operation::Other(&written)))
+        })
+        .await?;
+        let deleted = format!("delete of probe {}/{probe}", self.name);
+        self.bounded(&deleted, async {
+            blob.delete(None)
+                .await
+                .map_err(|e| map_error(e, Operation::Other(&deleted)))
+        })
+        .await?;
         Ok(())
     }
 
@@ -96,18 +118,23 @@ impl Container {
         name: &str,
         what: &str,
     ) -> Result<Option<Downloaded>, StorageError> {
-        let downloaded = match self.client.blob_client(name).download(None).await {
-            Ok(downloaded) => downloaded,
-            Err(e) if error_code(&e) == Some("BlobNotFound") => return Ok(None),
-            Err(e) => return Err(map_error(e, Operation::Other(what))),
-        };
-        let etag = downloaded.properties.etag.clone();
-        let bytes = downloaded
-            .body
-            .collect()
-            .await
-            .map_err(|e| map_error(e, Operation::Other(what)))?;
-        Ok(Some(Downloaded { bytes, etag }))
+        // The body streams after the response headers; the deadline covers
+        // both, since a connection can stall in either.
+        self.bounded(what, async {
+            let downloaded = match self.client.blob_client(name).download(None).await {
+                Ok(downloaded) => downloaded,
+                Err(e) if error_code(&e) == Some("BlobNotFound") => return Ok(None),
+                Err(e) => return Err(map_error(e, Operation::Other(what))),
+            };
+            let etag = downloaded.properties.etag.clone();
+            let bytes = downloaded
+                .body
+                .collect()
+                .await
+                .map_err(|e| map_error(e, Operation::Other(what)))?;
+            Ok(Some(Downloaded { bytes, etag }))
+        })
+        .await
     }
 
     /// Something in this container, for error messages.

@@ -4,6 +4,8 @@
 //! request URL, which carries the SAS.
 
 use std::error::Error as _;
+use std::future::Future;
+use std::time::Duration;
 
 use azure_core::error::ErrorKind;
 use azure_core::http::StatusCode;
@@ -101,5 +103,28 @@ pub(crate) fn map_error(error: azure_core::Error, operation: Operation<'_>) -> S
             status: u16::from(status),
             message,
         },
+    }
+}
+
+/// Runs one storage call (retries included) with a total deadline. The SDK
+/// transport allows 20 s to connect and 60 s per read, and its retry policy
+/// only checks the elapsed time between tries, so a blackholed connection
+/// would otherwise hold a receive, a renewal or a checkpoint read for a
+/// minute or more. Dropping the call on timeout also drops its connection,
+/// so the next call starts on a fresh one. A timeout is transient
+/// ([`StorageError::Unavailable`]): the request may or may not have been
+/// carried out, exactly as with a reset connection.
+pub(crate) async fn bounded<T>(
+    deadline: Duration,
+    what: &str,
+    call: impl Future<Output = Result<T, StorageError>>,
+) -> Result<T, StorageError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(StorageError::Unavailable {
+            message: redact(&format!(
+                "{what}: no answer within the call deadline of {deadline:?}"
+            )),
+        }),
     }
 }

@@ -18,21 +18,25 @@
 //!
 //! Each store's `prepare` (from the storage traits) creates the queue or
 //! container if it is missing and proves this worker can write to it, for a
-//! warmup gate. Errors and logs never contain an account key or a SAS
-//! signature ([`redact`]).
+//! warmup gate. Every storage call has a total deadline, retries included
+//! ([`RetryConfig::call_deadline`]), so an unreachable account surfaces in
+//! seconds as a transient error. Poison queues (`<queue>-poison`, or
+//! [`AzureStorage::poison_queue`]) keep their messages forever
+//! ([`MessageTtl::Never`]). Errors and logs never contain an account key or
+//! a SAS signature ([`redact`]).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use spot_worker_azure::{AzureStorage, StorageConfig};
 //! use spot_worker_storage::{
-//!     CheckpointStore, Consumer, ConsumerConfig, MessageQueue, ResultStore, poison_queue_name,
+//!     CheckpointStore, Consumer, ConsumerConfig, MessageQueue, ResultStore,
 //! };
 //!
 //! let storage = AzureStorage::new(StorageConfig::from_connection_string("UseDevelopmentStorage=true")?)?;
 //! let queue = storage.queue("jobs")?;
 //! queue.prepare().await?; // created if missing, proven writable
-//! let poison = storage.queue(&poison_queue_name("jobs"))?;
+//! let poison = storage.poison_queue("jobs")?; // "jobs-poison", never expires
 //! poison.prepare().await?;
 //! let checkpoints = storage.checkpoint_store("checkpoints")?;
 //! checkpoints.prepare().await?;
@@ -55,7 +59,7 @@ mod result;
 mod sas;
 
 pub use checkpoint::BlobCheckpointStore;
-pub use client::AzureStorage;
+pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
     AccountEndpoints, CLIENT_ID_ENV, ConfigError, Credentials, RetryConfig, StorageConfig,
 };
@@ -63,7 +67,7 @@ pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
     DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
 };
-pub use queue::AzureQueue;
+pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;
 pub use sas::{SasError, sign_account_sas};

@@ -1,6 +1,11 @@
 //! [`AzureQueue`]: the [`MessageQueue`] trait on Azure Storage Queues.
+//!
+//! Every call has a total deadline (retries included), so a blackholed
+//! connection surfaces in seconds as [`StorageError::Unavailable`]. Messages
+//! sent to a poison queue never expire (see [`MessageTtl`]).
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,14 +14,16 @@ use azure_core::http::headers::HeaderName;
 use azure_core::http::{RequestContent, XmlFormat};
 use azure_storage_queue::QueueClient;
 use azure_storage_queue::models::{
-    QueueClientGetPropertiesResultHeaders as _, QueueClientReceiveMessagesOptions,
-    QueueClientSendMessageOptions, QueueMessage as WireMessage,
+    QueueClientGetPropertiesResultHeaders as _, QueueClientPeekMessagesOptions,
+    QueueClientReceiveMessagesOptions, QueueClientSendMessageOptions, QueueMessage as WireMessage,
 };
 use spot_worker_storage::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
 };
 
-use crate::error::{Operation, error_code, map_error};
+use time::OffsetDateTime;
+
+use crate::error::{Operation, bounded, error_code, map_error};
 
 /// The header carrying the new pop receipt after an update; the response
 /// has no body.
@@ -24,12 +31,63 @@ const POP_RECEIPT_HEADER: HeaderName = HeaderName::from_static("x-ms-popreceipt"
 /// The service's upper bound for visibility timeouts.
 const MAX_VISIBILITY: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long messages this client sends stay in the queue before the
+/// service deletes them, whether or not anyone received them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MessageTtl {
+    /// The service default: 7 days. Right for work queues, whose messages
+    /// are either handled or poisoned well within that.
+    #[default]
+    ServiceDefault,
+    /// Never (`messagettl=-1`). Poison queues use it: a poison record is
+    /// there for a human to look at, and silently losing it after a week
+    /// loses the job.
+    Never,
+    /// After this long (rounded up to whole seconds).
+    After(Duration),
+}
+
+impl MessageTtl {
+    /// The `messagettl` parameter; `None` leaves it to the service.
+    fn seconds(self) -> Option<i32> {
+        match self {
+            MessageTtl::ServiceDefault => None,
+            MessageTtl::Never => Some(-1),
+            MessageTtl::After(ttl) => {
+                let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+                Some(i32::try_from(secs.max(1)).unwrap_or(i32::MAX))
+            }
+        }
+    }
+}
+
+/// A message looked at with [`AzureQueue::peek`], without receiving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekedMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The message text as stored.
+    pub body: String,
+    /// How often it was received so far.
+    pub dequeue_count: u32,
+    /// When it was sent.
+    pub inserted_at: Option<OffsetDateTime>,
+    /// When the service deletes it (year 9999 for messages that never
+    /// expire).
+    pub expires_at: Option<OffsetDateTime>,
+}
+
 /// An Azure Storage queue. Build it with
-/// [`AzureStorage::queue`](crate::AzureStorage::queue).
+/// [`AzureStorage::queue`](crate::AzureStorage::queue) or
+/// [`AzureStorage::poison_queue`](crate::AzureStorage::poison_queue).
 #[derive(Clone)]
 pub struct AzureQueue {
     name: String,
     client: Arc<QueueClient>,
+    ttl: MessageTtl,
+    /// Bound of every call, retries included
+    /// ([`RetryConfig::call_deadline`](crate::RetryConfig::call_deadline)).
+    deadline: Duration,
 }
 
 impl fmt::Debug for AzureQueue {
@@ -37,36 +95,110 @@ impl fmt::Debug for AzureQueue {
         // Only the name: the client's URL could carry a SAS.
         f.debug_struct("AzureQueue")
             .field("name", &self.name)
+            .field("ttl", &self.ttl)
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }
 
 impl AzureQueue {
-    pub(crate) fn new(name: String, client: QueueClient) -> Self {
+    pub(crate) fn new(name: String, client: QueueClient, deadline: Duration) -> Self {
         AzureQueue {
             name,
             client: Arc::new(client),
+            ttl: MessageTtl::ServiceDefault,
+            deadline,
         }
+    }
+
+    /// This client with messages it sends living for `ttl`.
+    /// [`AzureStorage::queue`](crate::AzureStorage::queue) chooses
+    /// [`MessageTtl::Never`] for `*-poison` queues and the service default
+    /// otherwise; this overrides that choice.
+    #[must_use]
+    pub fn with_message_ttl(mut self, ttl: MessageTtl) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long messages sent through this client live.
+    pub fn message_ttl(&self) -> MessageTtl {
+        self.ttl
+    }
+
+    /// Runs `call` within this queue's deadline.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        bounded(self.deadline, &format!("queue {}", self.name), call).await
+    }
+
+    /// Up to `max_messages` (1 to 32) messages from the front of the queue,
+    /// without receiving them: nothing is hidden or counted as a delivery.
+    /// For tools and tests that inspect a (poison) queue.
+    pub async fn peek(&self, max_messages: u8) -> Result<Vec<PeekedMessage>, StorageError> {
+        if max_messages == 0 || max_messages > MAX_RECEIVE_BATCH {
+            return Err(StorageError::InvalidArgument(format!(
+                "max_messages must be 1..={MAX_RECEIVE_BATCH}, got {max_messages}"
+            )));
+        }
+        let options = QueueClientPeekMessagesOptions {
+            number_of_messages: Some(i32::from(max_messages)),
+            ..Default::default()
+        };
+        let peeked = self
+            .bounded(async {
+                self.client
+                    .peek_messages(Some(options))
+                    .await
+                    .and_then(|response| response.into_model())
+                    .map_err(|e| map_error(e, Operation::Other(&self.name)))
+            })
+            .await?;
+        peeked
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                Ok(PeekedMessage {
+                    id: MessageId::new(m.message_id.ok_or_else(|| missing("message id"))?),
+                    body: m.message_text.unwrap_or_default(),
+                    dequeue_count: m
+                        .dequeue_count
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(0),
+                    inserted_at: m.insertion_time,
+                    expires_at: m.expiration_time,
+                })
+            })
+            .collect()
     }
 
     /// Creates the queue if it does not exist yet.
     pub async fn create_if_missing(&self) -> Result<(), StorageError> {
-        match self.client.create(None).await {
-            Ok(_) => Ok(()),
-            // 409 QueueAlreadyExists: exists with other metadata; fine for us.
-            Err(e) if error_code(&e) == Some("QueueAlreadyExists") => Ok(()),
-            Err(e) => Err(map_error(e, Operation::Other(&self.name))),
-        }
+        self.bounded(async {
+            match self.client.create(None).await {
+                Ok(_) => Ok(()),
+                // 409 QueueAlreadyExists: exists with other metadata; fine for us.
+                Err(e) if error_code(&e) == Some("QueueAlreadyExists") => Ok(()),
+                Err(e) => Err(map_error(e, Operation::Other(&self.name))),
+            }
+        })
+        .await
     }
 
     /// The service's approximate count of messages in the queue, visible
     /// or not.
     pub async fn approximate_message_count(&self) -> Result<u64, StorageError> {
         let response = self
-            .client
-            .get_properties(None)
-            .await
-            .map_err(|e| map_error(e, Operation::Other(&self.name)))?;
+            .bounded(async {
+                self.client
+                    .get_properties(None)
+                    .await
+                    .map_err(|e| map_error(e, Operation::Other(&self.name)))
+            })
+            .await?;
         let count = response
             .approximate_messages_count()
             .map_err(|e| map_error(e, Operation::Other(&self.name)))?
@@ -81,6 +213,7 @@ impl AzureQueue {
         let content: RequestContent<WireMessage, XmlFormat> = message.try_into()?;
         let options = QueueClientSendMessageOptions {
             visibility_timeout: (!delay.is_zero()).then(|| whole_seconds(delay)),
+            message_time_to_live: self.ttl.seconds(),
             ..Default::default()
         };
         let sent = self
@@ -143,11 +276,14 @@ impl MessageQueue for AzureQueue {
             ..Default::default()
         };
         let received = self
-            .client
-            .receive_messages(Some(options))
-            .await
-            .and_then(|response| response.into_model())
-            .map_err(|e| map_error(e, Operation::Other(&self.name)))?;
+            .bounded(async {
+                self.client
+                    .receive_messages(Some(options))
+                    .await
+                    .and_then(|response| response.into_model())
+                    .map_err(|e| map_error(e, Operation::Other(&self.name)))
+            })
+            .await?;
         received
             .items
             .unwrap_or_default()
@@ -176,15 +312,18 @@ impl MessageQueue for AzureQueue {
         visibility_timeout: Duration,
     ) -> Result<PopReceipt, StorageError> {
         let response = self
-            .client
-            .update_message(
-                id.as_str(),
-                pop_receipt.as_str(),
-                whole_seconds(visibility_timeout),
-                None,
-            )
-            .await
-            .map_err(|e| map_error(e, Operation::Message(id)))?;
+            .bounded(async {
+                self.client
+                    .update_message(
+                        id.as_str(),
+                        pop_receipt.as_str(),
+                        whole_seconds(visibility_timeout),
+                        None,
+                    )
+                    .await
+                    .map_err(|e| map_error(e, Operation::Message(id)))
+            })
+            .await?;
         response
             .headers()
             .get_optional_str(&POP_RECEIPT_HEADER)
@@ -193,36 +332,64 @@ impl MessageQueue for AzureQueue {
     }
 
     async fn delete(&self, id: &MessageId, pop_receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.client
-            .delete_message(id.as_str(), pop_receipt.as_str(), None)
-            .await
-            .map(drop)
-            .map_err(|e| map_error(e, Operation::Message(id)))
+        self.bounded(async {
+            self.client
+                .delete_message(id.as_str(), pop_receipt.as_str(), None)
+                .await
+                .map(drop)
+                .map_err(|e| map_error(e, Operation::Message(id)))
+        })
+        .await
     }
 
-    /// Sends a message; a missing queue (typically `<queue>-poison` on its
-    /// first use) is created and the send retried once.
+    /// Sends a message with this client's [`MessageTtl`]; a missing queue
+    /// (typically `<queue>-poison` on its first use) is created and the send
+    /// retried once.
     async fn send(
         &self,
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
-        match self.send_once(body, initial_visibility_delay).await {
-            Ok(id) => Ok(id),
-            Err(e) if error_code(&e) == Some("QueueNotFound") => {
-                self.create_if_missing().await?;
-                self.send_once(body, initial_visibility_delay)
-                    .await
-                    .map_err(|e| map_error(e, Operation::Other(&self.name)))
-            }
-            Err(e) => Err(map_error(e, Operation::Other(&self.name))),
+        let first = self
+            .bounded(async {
+                match self.send_once(body, initial_visibility_delay).await {
+                    Ok(id) => Ok(Some(id)),
+                    Err(e) if error_code(&e) == Some("QueueNotFound") => Ok(None),
+                    Err(e) => Err(map_error(e, Operation::Other(&self.name))),
+                }
+            })
+            .await?;
+        if let Some(id) = first {
+            return Ok(id);
         }
+        self.create_if_missing().await?;
+        self.bounded(async {
+            self.send_once(body, initial_visibility_delay)
+                .await
+                .map_err(|e| map_error(e, Operation::Other(&self.name)))
+        })
+        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn message_ttls_as_the_service_wants_them() {
+        assert_eq!(MessageTtl::ServiceDefault.seconds(), None);
+        assert_eq!(MessageTtl::Never.seconds(), Some(-1));
+        assert_eq!(
+            MessageTtl::After(Duration::from_millis(1500)).seconds(),
+            Some(2)
+        );
+        assert_eq!(MessageTtl::After(Duration::ZERO).seconds(), Some(1));
+        assert_eq!(
+            MessageTtl::After(Duration::from_secs(u64::MAX)).seconds(),
+            Some(i32::MAX)
+        );
+    }
 
     #[test]
     fn visibility_rounds_up_to_whole_seconds_and_caps_at_seven_days() {

@@ -3,6 +3,7 @@
 //! and a later writer learns whether it agrees (same bytes) or conflicts.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::Bytes;
@@ -31,9 +32,9 @@ impl fmt::Debug for BlobResultStore {
 }
 
 impl BlobResultStore {
-    pub(crate) fn new(container: String, client: BlobContainerClient) -> Self {
+    pub(crate) fn new(container: String, client: BlobContainerClient, deadline: Duration) -> Self {
         BlobResultStore {
-            container: Container::new(container, client),
+            container: Container::new(container, client, deadline),
         }
     }
 
@@ -49,13 +50,16 @@ impl BlobResultStore {
             ..Default::default()
         };
         let content: RequestContent<Bytes, _> = Bytes::copy_from_slice(body).into();
-        self.container
-            .client
-            .blob_client(name)
-            .upload(content, Some(options))
-            .await
-            .map(drop)
-            .map_err(|e| map_error(e, Operation::ConditionalWrite(name)))
+        let upload = async {
+            self.container
+                .client
+                .blob_client(name)
+                .upload(content, Some(options))
+                .await
+                .map(drop)
+                .map_err(|e| map_error(e, Operation::ConditionalWrite(name)))
+        };
+        self.container.bounded(&self.what(name), upload).await
     }
 }
 

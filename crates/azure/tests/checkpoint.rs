@@ -1,16 +1,19 @@
 //! BlobCheckpointStore against a real Azurite: ETag-fenced create, update
-//! and conflict, resume, idempotent writes, and completed jobs.
+//! and conflict, resume, write stamps (a handle's own landed write is
+//! recognised, another worker's equal write is not), and completed jobs.
 
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
 use serde_json::json;
+use spot_worker_azure::BlobCheckpointStore;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, HandlerError, JobCheckpoint,
-    MessageQueue, StorageError, WritePrecondition, handler_fn, poison_queue_name,
+    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ETag, HandlerError, JobCheckpoint,
+    MessageQueue, StorageError, WritePrecondition, async_trait, handler_fn, poison_queue_name,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -84,32 +87,101 @@ async fn create_update_conflict_and_resume_are_fenced_by_etags() {
     );
 }
 
+/// A blob store whose first stamped write lands and is then sent again, as
+/// the SDK's retry policy does when the first response is lost: the resend
+/// meets the new ETag and gets a real 412 from Azurite, which is what the
+/// caller sees.
+struct FirstResponseLost {
+    inner: BlobCheckpointStore,
+    lost: AtomicBool,
+}
+
+#[async_trait]
+impl CheckpointStore for FirstResponseLost {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+        self.inner.read(key).await
+    }
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+    ) -> Result<ETag, StorageError> {
+        self.inner.write(key, checkpoint, precondition).await
+    }
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        let etag = self
+            .inner
+            .write_stamped(key, checkpoint, precondition.clone(), stamp)
+            .await?;
+        if self.lost.swap(false, Ordering::SeqCst) {
+            return self
+                .inner
+                .write_stamped(key, checkpoint, precondition, stamp)
+                .await;
+        }
+        Ok(etag)
+    }
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        self.inner.read_stamped(key).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn job_checkpoints_are_idempotent_and_stop_a_worker_that_lost_the_race() {
+async fn only_a_handles_own_landed_write_is_accepted_after_a_conflict() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let store = storage.checkpoint_store(&unique("ckpt")).unwrap();
-    store.create_container_if_missing().await.unwrap();
-    let store: Arc<dyn CheckpointStore> = Arc::new(store);
+    let blobs = storage.checkpoint_store(&unique("ckpt")).unwrap();
+    blobs.create_container_if_missing().await.unwrap();
+    let store: Arc<dyn CheckpointStore> = Arc::new(blobs.clone());
 
-    let mut first = JobCheckpoint::load(store.clone(), "job").await.unwrap();
-    let mut second = JobCheckpoint::load(store.clone(), "job").await.unwrap();
-    first.save(progress(5)).await.unwrap();
-    // The same write again (a retry whose first attempt landed) leaves one result.
-    second.save(progress(5)).await.unwrap();
-    assert_eq!(second.etag(), first.etag());
-    // Different progress from a stale view is a conflict: stop the job.
-    first.save(progress(6)).await.unwrap();
-    let err = second.save(progress(7)).await.unwrap_err();
+    // A worker that lost its message writes the same progress as the new
+    // owner: equal payloads prove nothing, so it is fenced out and does not
+    // take over the owner's ETag.
+    let mut owner = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+    let mut stale = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+    owner.save(progress(5)).await.unwrap();
+    let err = stale.save(progress(5)).await.unwrap_err();
+    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
+    assert_eq!(stale.etag(), None);
+    owner.save(progress(6)).await.unwrap();
+    let err = stale.save(progress(6)).await.unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
 
-    let resumed = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+    // The stamp travels in the blob; plain reads ignore it.
+    let (stored, etag, stamp) = blobs.read_stamped("job").await.unwrap().unwrap();
+    assert_eq!(stored, progress(6));
+    assert_eq!(owner.etag(), Some(&etag));
+    assert!(stamp.is_some_and(|s| s.ends_with(":2")));
+    assert_eq!(blobs.read("job").await.unwrap(), Some((progress(6), etag)));
+
+    // A write whose first attempt landed and whose resend got 412 from the
+    // service is recognised by its stamp: the handle carries on.
+    let lossy: Arc<dyn CheckpointStore> = Arc::new(FirstResponseLost {
+        inner: blobs.clone(),
+        lost: AtomicBool::new(true),
+    });
+    let mut resumed = JobCheckpoint::load(lossy.clone(), "job").await.unwrap();
     assert_eq!(resumed.progress(), Some(&json!({"rows": 6})));
-    let mut resumed = resumed;
-    resumed.complete(json!({"total": 6})).await.unwrap();
+    resumed.save(progress(7)).await.unwrap();
+    let (stored, etag) = blobs.read("job").await.unwrap().unwrap();
+    assert_eq!((stored, Some(&etag)), (progress(7), resumed.etag()));
+    resumed.complete(json!({"total": 7})).await.unwrap();
     let reread = JobCheckpoint::load(store, "job").await.unwrap();
     assert!(reread.is_completed());
-    assert_eq!(reread.result(), Some(&json!({"total": 6})));
+    assert_eq!(reread.result(), Some(&json!({"total": 7})));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +209,7 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
     let handler =
         handler_fn(|_job| async { Err::<(), HandlerError>("the handler must not run".into()) });
     let config = ConsumerConfig {
-        visibility_timeout: Duration::from_secs(2),
+        visibility_timeout: Duration::from_secs(6),
         idle_backoff_floor: Duration::from_millis(50),
         idle_backoff_max: Duration::from_millis(500),
         ..ConsumerConfig::default()

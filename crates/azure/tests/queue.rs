@@ -11,16 +11,18 @@ use std::time::{Duration, Instant};
 
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
 use serde_json::json;
-use spot_worker_azure::{AzureQueue, AzureStorage};
+use spot_worker_azure::{AzureQueue, AzureStorage, MessageTtl};
 use spot_worker_storage::{
-    Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageEncoding,
-    MessageHandler, MessageId, MessageQueue, PoisonRecord, PopReceipt, QueueMessage, StorageError,
-    async_trait, handler_fn, poison_queue_name,
+    Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, JobCheckpoint,
+    MessageEncoding, MessageHandler, MessageId, MessageQueue, PoisonRecord, PopReceipt,
+    QueueMessage, StorageError, async_trait, handler_fn, poison_queue_name,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-const VISIBILITY: Duration = Duration::from_secs(2);
+/// The shortest visibility timeout the consumer accepts is 5 s; 6 s keeps
+/// the renewal interval (min(V/2, 10 s) = 3 s) well inside each period.
+const VISIBILITY: Duration = Duration::from_secs(6);
 
 fn config() -> ConsumerConfig {
     ConsumerConfig {
@@ -167,31 +169,63 @@ async fn consumer_handles_a_batch_and_renews_leases_across_several_visibility_pe
             .await
             .unwrap();
     }
-    let handler = handler_fn(|_job: Job| async {
-        // Three and a half 2-second visibility periods.
-        tokio::time::sleep(Duration::from_secs(7)).await;
-        Ok::<(), HandlerError>(())
+    // The handlers run until the test opens `release`, so how long they hold
+    // their leases is decided here, not by a sleep that races the thief.
+    let release = CancellationToken::new();
+    let handler = handler_fn({
+        let release = release.clone();
+        move |_job: Job| {
+            let release = release.clone();
+            async move {
+                release.cancelled().await;
+                Ok::<(), HandlerError>(())
+            }
+        }
     });
     let running = Running::start(
         Consumer::new(Arc::new(queue.clone()), Arc::new(poison), config()).unwrap(),
         handler,
     );
     running.wait_for("all received", |s| s.received == 4).await;
-    // Another consumer polling meanwhile never gets any of them.
+    let received_at = Instant::now();
+    // Another consumer polling meanwhile never gets any of them: it polls
+    // until the leases have been held for three and a half visibility
+    // periods (so renewals, not the first lease, kept them hidden), and for
+    // at least two periods itself.
     let thief = storage.queue(queue.name()).unwrap();
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
+    let hold = VISIBILITY * 7 / 2;
+    let thief_started = Instant::now();
+    while received_at.elapsed() < hold || thief_started.elapsed() < VISIBILITY * 2 {
         let stolen = thief.receive(32, Duration::from_secs(1)).await.unwrap();
         assert!(stolen.is_empty(), "lease was not renewed: {stolen:?}");
+        // A polling interval, not synchronisation: the loop's bound is the
+        // clock above.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    assert_eq!(running.consumer.stats().succeeded, 0, "still held");
+    release.cancel();
     running.wait_for("all handled", |s| s.succeeded == 4).await;
     let stats = running.stop().await;
     assert_eq!(stats.leases_lost, 0);
     assert!(drain(&queue).await.is_empty(), "all deleted");
 }
 
-/// Lets a test make visibility updates fail, so the lease runs out.
+/// Sets its flag when dropped: tells a test that a handler future ended,
+/// whether it returned or the consumer dropped it.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Lets a test cut this consumer off from the queue: while `failing`,
+/// visibility updates and receives fail, so the lease runs out and only
+/// another client (the test's thief) can take the message. Failing receives
+/// too matters: the consumer gives the lease up the moment it expires, which
+/// frees its slot exactly when the message becomes visible again, and it
+/// would otherwise race the thief for it.
 struct FlakyRenewals {
     inner: AzureQueue,
     failing: Arc<AtomicBool>,
@@ -210,6 +244,11 @@ impl MessageQueue for FlakyRenewals {
         max: u8,
         visibility: Duration,
     ) -> Result<Vec<QueueMessage>, StorageError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable {
+                message: "simulated outage".into(),
+            });
+        }
         self.inner.receive(max, visibility).await
     }
     async fn update_visibility(
@@ -246,28 +285,28 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
         inner: queue.clone(),
         failing: failing.clone(),
     };
-    let cancelled = Arc::new(AtomicBool::new(false));
+    // The consumer stops the handler when the lease is lost (it drops it);
+    // `stopped` is set when that happens. The handler hands its checkpoint
+    // handle to the test first, so the test can act as a handler that
+    // carries on regardless and try to write.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let handle = Arc::new(std::sync::Mutex::new(None::<JobCheckpoint>));
     let handler = handler_fn({
-        let cancelled = cancelled.clone();
+        let (stopped, handle) = (stopped.clone(), handle.clone());
         move |job: Job| {
-            let cancelled = cancelled.clone();
+            let (stopped, handle) = (stopped.clone(), handle.clone());
             async move {
+                let _stopped = SetOnDrop(stopped);
                 let mut checkpoint = job.checkpoint().await?;
                 checkpoint.save_progress(json!({"step": 1})).await?;
+                *handle.lock().unwrap() = Some(checkpoint);
                 job.cancellation().cancelled().await;
-                cancelled.store(true, Ordering::SeqCst);
-                // Even a handler that carries on cannot write any more.
-                let refused = checkpoint.save_progress(json!({"step": 2})).await;
-                assert!(
-                    matches!(refused, Err(StorageError::JobCancelled { .. })),
-                    "{refused:?}"
-                );
                 Ok::<(), HandlerError>(())
             }
         }
     });
-    // One message in flight at a time, so the consumer itself cannot
-    // re-receive the message when its lease runs out: only the thief can.
+    // One message in flight at a time; while renewals fail, receives fail
+    // too, so only the thief can take the message when the lease runs out.
     let one_at_a_time = ConsumerConfig {
         batch_size: 1,
         max_in_flight: 1,
@@ -295,11 +334,19 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
     .await;
     failing.store(false, Ordering::SeqCst);
     running.wait_for("lease lost", |s| s.leases_lost == 1).await;
-    let stats = running.stop().await;
+    assert!(stopped.load(Ordering::SeqCst), "the handler was stopped");
+    // Even a handler that carried on could not write any more.
+    let mut checkpoint = handle
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the handler's checkpoint");
+    let refused = checkpoint.save_progress(json!({"step": 2})).await;
     assert!(
-        cancelled.load(Ordering::SeqCst),
-        "the handler saw the cancellation"
+        matches!(refused, Err(StorageError::JobCancelled { .. })),
+        "{refused:?}"
     );
+    let stats = running.stop().await;
     assert_eq!(
         (
             stats.succeeded,
@@ -343,16 +390,25 @@ async fn shutdown_makes_in_flight_messages_visible_again_within_a_second() {
         handler,
     );
     running.wait_for("all received", |s| s.received == 3).await;
-    let stats = running.stop().await;
-    assert_eq!(stats.released, 3);
-    let released_at = Instant::now();
+    // The second starts when shutdown is requested, and another client
+    // watches the queue while the consumer is still stopping.
+    running.shutdown.cancel();
+    let shutdown_at = Instant::now();
+    let watcher = storage.queue(queue.name()).unwrap();
     let mut seen = BTreeSet::new();
-    while seen.len() < 3 && released_at.elapsed() < Duration::from_secs(1) {
-        for message in queue.receive(32, Duration::from_secs(60)).await.unwrap() {
+    while seen.len() < 3 && shutdown_at.elapsed() < Duration::from_secs(1) {
+        for message in watcher.receive(32, Duration::from_secs(60)).await.unwrap() {
             seen.insert(message.id);
         }
     }
-    assert_eq!(seen.len(), 3, "all visible again within a second");
+    let visible_after = shutdown_at.elapsed();
+    let stats = running.stop().await;
+    assert_eq!(stats.released, 3);
+    assert_eq!(
+        seen.len(),
+        3,
+        "all visible again within a second of the shutdown request ({visible_after:?})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,4 +557,52 @@ async fn a_message_near_the_size_limit_still_reaches_the_poison_queue() {
     assert!(record.body_truncated);
     assert!(big.starts_with(&record.body) && record.body.len() > 32 * 1024);
     assert!(drain(&queue).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_never_expire_while_work_keeps_the_service_default() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let (queue, poison) = queues(&storage).await;
+    queue.send("doomed", Duration::ZERO).await.unwrap();
+    let handler = handler_fn(|_job: Job| async { Err::<(), HandlerError>("no".into()) });
+    let config = ConsumerConfig {
+        max_dequeue_count: 1,
+        ..config()
+    };
+    let running = Running::start(
+        Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).unwrap(),
+        handler,
+    );
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    running.stop().await;
+
+    let now = time::OffsetDateTime::now_utc();
+    let record = poison
+        .peek(1)
+        .await
+        .unwrap()
+        .pop()
+        .expect("a poison record");
+    let expires = record.expires_at.expect("an expiration time");
+    assert!(
+        expires > now + time::Duration::days(365 * 100),
+        "the poison record expires at {expires}"
+    );
+    let record: PoisonRecord = serde_json::from_str(&record.body).unwrap();
+    assert_eq!(record.body, "doomed");
+
+    // The explicit constructor builds the same queue.
+    let by_name = storage.poison_queue(queue.name()).unwrap();
+    assert_eq!(by_name.name(), poison.name());
+    assert_eq!(by_name.message_ttl(), MessageTtl::Never);
+
+    // Work messages keep the service's 7 days.
+    queue.send("work", Duration::ZERO).await.unwrap();
+    let work = queue.peek(1).await.unwrap().pop().expect("a work message");
+    let expires = work.expires_at.expect("an expiration time");
+    assert!(
+        expires <= now + time::Duration::days(8),
+        "a work message expires at {expires}"
+    );
 }

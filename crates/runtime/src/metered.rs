@@ -146,13 +146,44 @@ impl CheckpointStore for MeteredCheckpoints {
     ) -> Result<ETag, StorageError> {
         let started = Instant::now();
         let result = self.inner.write(key, checkpoint, precondition).await;
-        let outcome = match &result {
+        self.record(&result, started);
+        result
+    }
+
+    // The stamped pair must be forwarded too: the checkpoint handle uses it
+    // to recognise its own retried write after a conflict.
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        let started = Instant::now();
+        let result = self
+            .inner
+            .write_stamped(key, checkpoint, precondition, stamp)
+            .await;
+        self.record(&result, started);
+        result
+    }
+
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        self.inner.read_stamped(key).await
+    }
+}
+
+impl MeteredCheckpoints {
+    fn record(&self, result: &Result<ETag, StorageError>, started: Instant) {
+        let outcome = match result {
             Ok(_) => CheckpointOutcome::Ok,
             Err(StorageError::Conflict { .. }) => CheckpointOutcome::Conflict,
             Err(_) => CheckpointOutcome::Error,
         };
         self.metrics.checkpoint_written(outcome, started.elapsed());
-        result
     }
 }
 

@@ -76,14 +76,59 @@ impl Checkpoint {
         })
     }
 
-    /// Parses a stored JSON document; `what` names it in the error.
+    /// Parses a stored JSON document; `what` names it in the error. A
+    /// write stamp in it (see [`Checkpoint::to_json_bytes_stamped`]) is
+    /// ignored.
     pub fn from_json_bytes(bytes: &[u8], what: &str) -> Result<Self, StorageError> {
-        serde_json::from_slice(bytes).map_err(|e| StorageError::InvalidData {
-            what: what.to_owned(),
-            reason: e.to_string(),
+        Self::from_json_bytes_stamped(bytes, what).map(|(checkpoint, _)| checkpoint)
+    }
+
+    /// Serializes to the JSON document stores keep, with `stamp` (see
+    /// [`CheckpointStore::write_stamped`]) in its `written_by` field:
+    /// `{"status":"in_progress","progress":…,"written_by":"…"}`. Readers that
+    /// do not know stamps ignore the extra field.
+    pub fn to_json_bytes_stamped(&self, stamp: &str) -> Result<Vec<u8>, StorageError> {
+        let mut document = serde_json::to_value(self).map_err(|e| {
+            StorageError::InvalidArgument(format!("checkpoint does not serialize: {e}"))
+        })?;
+        // Internally tagged: always an object with `status` and one payload
+        // field, so `written_by` cannot collide with anything.
+        let Some(fields) = document.as_object_mut() else {
+            return Err(StorageError::InvalidArgument(
+                "checkpoint does not serialize to a JSON object".to_owned(),
+            ));
+        };
+        fields.insert(STAMP_FIELD.to_owned(), Value::String(stamp.to_owned()));
+        serde_json::to_vec(&document).map_err(|e| {
+            StorageError::InvalidArgument(format!("checkpoint does not serialize: {e}"))
         })
     }
+
+    /// Parses a stored JSON document and its write stamp, if it has one (a
+    /// stamp that is not a string counts as none: it cannot prove anything).
+    pub fn from_json_bytes_stamped(
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<(Self, Option<String>), StorageError> {
+        let invalid = |e: serde_json::Error| StorageError::InvalidData {
+            what: what.to_owned(),
+            reason: e.to_string(),
+        };
+        let mut document: Value = serde_json::from_slice(bytes).map_err(invalid)?;
+        let stamp = document
+            .as_object_mut()
+            .and_then(|fields| fields.remove(STAMP_FIELD))
+            .and_then(|stamp| match stamp {
+                Value::String(stamp) => Some(stamp),
+                _ => None,
+            });
+        let checkpoint = serde_json::from_value(document).map_err(invalid)?;
+        Ok((checkpoint, stamp))
+    }
 }
+
+/// The field of a stored checkpoint document that holds its write stamp.
+const STAMP_FIELD: &str = "written_by";
 
 /// A store of checkpoints keyed by job. Implementations: `InMemoryCheckpointStore`
 /// here, `BlobCheckpointStore` in `spot-worker-azure`.
@@ -107,6 +152,45 @@ pub trait CheckpointStore: Send + Sync + 'static {
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
     ) -> Result<ETag, StorageError>;
+
+    /// [`CheckpointStore::write`], also storing `stamp`, an opaque token
+    /// naming this write, atomically with the checkpoint, so that
+    /// [`CheckpointStore::read_stamped`] returns it. [`JobCheckpoint`] stamps
+    /// every write with its own random writer id and a sequence number: after
+    /// a conflict, the stamp is what proves whether the stored checkpoint is
+    /// this handle's own earlier attempt (an SDK retry whose first try landed)
+    /// or another worker's write. The payload cannot prove that: a worker
+    /// that lost its message may well write the same progress as the new
+    /// owner.
+    ///
+    /// The default drops the stamp and calls `write`. Then no conflict can
+    /// be proven to be one's own and `JobCheckpoint` reports every conflict
+    /// (safe, but a retried write that landed stops the job). Stores, and
+    /// wrappers around a store, should implement or forward both
+    /// `write_stamped` and `read_stamped`.
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        let _ = stamp;
+        self.write(key, checkpoint, precondition).await
+    }
+
+    /// [`CheckpointStore::read`], with the stamp the checkpoint was written
+    /// with (`None` if it was written by [`CheckpointStore::write`], or if
+    /// the store keeps no stamps; the default).
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        Ok(self
+            .read(key)
+            .await?
+            .map(|(checkpoint, etag)| (checkpoint, etag, None)))
+    }
 }
 
 // Lets types holding a store derive Debug.
@@ -143,6 +227,12 @@ pub struct JobCheckpoint {
     key: String,
     latest: Option<(Checkpoint, ETag)>,
     cancelled: Option<CancellationToken>,
+    /// Random per handle: only this handle's writes carry it, so a stored
+    /// stamp with it proves the stored checkpoint is this handle's.
+    writer: String,
+    /// How many writes this handle attempted; the stamp of the next is one
+    /// more.
+    writes: u64,
 }
 
 impl fmt::Debug for JobCheckpoint {
@@ -150,8 +240,21 @@ impl fmt::Debug for JobCheckpoint {
         f.debug_struct("JobCheckpoint")
             .field("key", &self.key)
             .field("latest", &self.latest)
+            .field("writer", &self.writer)
+            .field("writes", &self.writes)
             .finish_non_exhaustive()
     }
+}
+
+/// What a stored stamp says about a write of this handle's.
+enum StampMatch {
+    /// Exactly this write: it landed.
+    ThisWrite,
+    /// An earlier, unacknowledged write of this handle (it failed, for
+    /// example timed out, after it landed): nobody wrote since.
+    EarlierWrite,
+    /// Another writer's, or unstamped: the conflict is real.
+    Other,
 }
 
 impl JobCheckpoint {
@@ -167,6 +270,8 @@ impl JobCheckpoint {
             key,
             latest,
             cancelled: None,
+            writer: uuid::Uuid::new_v4().simple().to_string(),
+            writes: 0,
         })
     }
 
@@ -225,37 +330,278 @@ impl JobCheckpoint {
 
     /// Writes `checkpoint`, fenced by the ETag this handle last saw.
     ///
-    /// Idempotent: if the write conflicts but the store already holds exactly
-    /// `checkpoint` (a retried write whose first attempt landed), it succeeds.
-    /// Any other conflict is returned as [`StorageError::Conflict`] and the
-    /// job should stop.
+    /// Every write is stamped with this handle's random writer id and its
+    /// sequence number ([`CheckpointStore::write_stamped`]). On a conflict,
+    /// the stored stamp decides:
+    ///
+    /// - this very write: an attempt whose response was lost landed (the
+    ///   SDK's retry then met its own new ETag); it succeeded.
+    /// - an earlier write of this handle whose call failed after it landed:
+    ///   nobody has written since, so this write is retried once on top of it.
+    /// - anything else (another handle's stamp, or none) is
+    ///   [`StorageError::Conflict`], even if the stored checkpoint equals
+    ///   `checkpoint`: a worker that lost its message must not adopt the new
+    ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        if self
-            .cancelled
-            .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
-        {
-            return Err(StorageError::JobCancelled {
-                key: self.key.clone(),
-            });
-        }
-        let precondition = match self.etag() {
-            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
-            None => WritePrecondition::Create,
-        };
-        match self.store.write(&self.key, &checkpoint, precondition).await {
-            Ok(etag) => {
-                self.latest = Some((checkpoint, etag));
-                Ok(())
+        // One retry at most: after an earlier write of ours is adopted, a
+        // second conflict can only be another writer's.
+        for _ in 0..2 {
+            if self
+                .cancelled
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+            {
+                return Err(StorageError::JobCancelled {
+                    key: self.key.clone(),
+                });
             }
-            Err(StorageError::Conflict { key }) => match self.store.read(&self.key).await? {
-                Some((stored, etag)) if stored == checkpoint => {
-                    self.latest = Some((stored, etag));
-                    Ok(())
+            let precondition = match self.etag() {
+                Some(etag) => WritePrecondition::IfMatch(etag.clone()),
+                None => WritePrecondition::Create,
+            };
+            self.writes += 1;
+            let stamp = self.stamp(self.writes);
+            let conflict = match self
+                .store
+                .write_stamped(&self.key, &checkpoint, precondition, &stamp)
+                .await
+            {
+                Ok(etag) => {
+                    self.latest = Some((checkpoint, etag));
+                    return Ok(());
                 }
-                _ => Err(StorageError::Conflict { key }),
-            },
-            Err(other) => Err(other),
+                Err(StorageError::Conflict { key }) => key,
+                Err(other) => return Err(other),
+            };
+            let Some((stored, etag, stored_stamp)) = self.store.read_stamped(&self.key).await?
+            else {
+                return Err(StorageError::Conflict { key: conflict });
+            };
+            match self.classify(stored_stamp.as_deref()) {
+                StampMatch::ThisWrite if stored == checkpoint => {
+                    self.latest = Some((stored, etag));
+                    return Ok(());
+                }
+                StampMatch::EarlierWrite => self.latest = Some((stored, etag)),
+                StampMatch::ThisWrite | StampMatch::Other => {
+                    return Err(StorageError::Conflict { key: conflict });
+                }
+            }
         }
+        Err(StorageError::Conflict {
+            key: self.key.clone(),
+        })
+    }
+
+    fn stamp(&self, sequence: u64) -> String {
+        format!("{}:{sequence}", self.writer)
+    }
+
+    fn classify(&self, stored: Option<&str>) -> StampMatch {
+        let Some((writer, sequence)) = stored.and_then(|stamp| stamp.split_once(':')) else {
+            return StampMatch::Other;
+        };
+        match sequence.parse::<u64>() {
+            Ok(n) if writer == self.writer && n == self.writes => StampMatch::ThisWrite,
+            Ok(n) if writer == self.writer && n < self.writes => StampMatch::EarlierWrite,
+            _ => StampMatch::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::memory::InMemoryCheckpointStore;
+
+    fn progress(n: u64) -> Checkpoint {
+        Checkpoint::InProgress {
+            progress: json!({"rows": n}),
+        }
+    }
+
+    /// Performs each write, then fails the call with the next planned error:
+    /// a write that landed although its caller saw a failure (a lost
+    /// response, which the SDK's retry turns into 412 Precondition Failed).
+    /// With `keeps_stamps: false` it is a wrapper that forwards only `read`
+    /// and `write`, so the trait's defaults apply.
+    struct LandsThenFails {
+        inner: InMemoryCheckpointStore,
+        planned: Mutex<Vec<StorageError>>,
+        keeps_stamps: bool,
+    }
+
+    impl LandsThenFails {
+        fn new(keeps_stamps: bool, planned: Vec<StorageError>) -> Arc<Self> {
+            Arc::new(LandsThenFails {
+                inner: InMemoryCheckpointStore::new(),
+                planned: Mutex::new(planned),
+                keeps_stamps,
+            })
+        }
+
+        fn planned_failure(&self) -> Result<(), StorageError> {
+            match self.planned.lock().unwrap().pop() {
+                Some(error) => Err(error),
+                None => Ok(()),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl CheckpointStore for LandsThenFails {
+        async fn prepare(&self) -> Result<(), StorageError> {
+            Ok(())
+        }
+        async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+            self.inner.read(key).await
+        }
+        async fn write(
+            &self,
+            key: &str,
+            checkpoint: &Checkpoint,
+            precondition: WritePrecondition,
+        ) -> Result<ETag, StorageError> {
+            let etag = self.inner.write(key, checkpoint, precondition).await?;
+            self.planned_failure().map(|()| etag)
+        }
+        async fn write_stamped(
+            &self,
+            key: &str,
+            checkpoint: &Checkpoint,
+            precondition: WritePrecondition,
+            stamp: &str,
+        ) -> Result<ETag, StorageError> {
+            if !self.keeps_stamps {
+                return self.write(key, checkpoint, precondition).await;
+            }
+            let etag = self
+                .inner
+                .write_stamped(key, checkpoint, precondition, stamp)
+                .await?;
+            self.planned_failure().map(|()| etag)
+        }
+        async fn read_stamped(
+            &self,
+            key: &str,
+        ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+            if self.keeps_stamps {
+                self.inner.read_stamped(key).await
+            } else {
+                Ok(self.read(key).await?.map(|(c, e)| (c, e, None)))
+            }
+        }
+    }
+
+    fn conflict() -> StorageError {
+        StorageError::Conflict { key: "job".into() }
+    }
+
+    #[tokio::test]
+    async fn a_stale_handle_writing_the_same_progress_is_still_fenced_out() {
+        let store = Arc::new(InMemoryCheckpointStore::new());
+        let mut owner = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        let mut stale = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        owner.save(progress(5)).await.unwrap();
+        // Equal payloads prove nothing: the stale handle must not take over
+        // the owner's ETag.
+        let err = stale.save(progress(5)).await.unwrap_err();
+        assert_eq!(err, conflict());
+        assert_eq!(stale.etag(), None);
+        owner.save(progress(6)).await.unwrap();
+        assert_eq!(store.get("job"), Some(progress(6)));
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_response_was_lost_is_recognised_as_this_handles() {
+        let store = LandsThenFails::new(true, vec![conflict(), conflict()]);
+        let mut job = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        // Create, then update: each lands, then the call reports a conflict.
+        job.save(progress(1)).await.unwrap();
+        job.save(progress(2)).await.unwrap();
+        let (stored, etag, stamp) = store.read_stamped("job").await.unwrap().unwrap();
+        assert_eq!(stored, progress(2));
+        assert_eq!(
+            job.etag(),
+            Some(&etag),
+            "the handle carries the stored ETag"
+        );
+        assert!(stamp.is_some_and(|s| s.ends_with(":2")));
+        job.save(progress(3)).await.unwrap();
+        assert_eq!(store.inner.get("job"), Some(progress(3)));
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_that_landed_is_built_upon_by_the_next_save() {
+        let unavailable = StorageError::Unavailable {
+            message: "timed out".into(),
+        };
+        let store = LandsThenFails::new(true, vec![unavailable]);
+        let mut job = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        assert!(job.save(progress(1)).await.unwrap_err().is_transient());
+        // The handle still expects no checkpoint; the stored one is its own.
+        job.save(progress(2)).await.unwrap();
+        assert_eq!(store.inner.get("job"), Some(progress(2)));
+    }
+
+    #[tokio::test]
+    async fn without_stamps_no_conflict_is_taken_for_ones_own() {
+        let store = LandsThenFails::new(false, vec![conflict()]);
+        let mut job = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        assert_eq!(job.save(progress(1)).await.unwrap_err(), conflict());
+    }
+
+    #[tokio::test]
+    async fn another_handles_stamp_after_ours_is_a_conflict() {
+        let store = Arc::new(InMemoryCheckpointStore::new());
+        let mut mine = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        mine.save(progress(1)).await.unwrap();
+        let mut theirs = JobCheckpoint::load(store.clone(), "job").await.unwrap();
+        theirs.save(progress(2)).await.unwrap();
+        assert_eq!(mine.save(progress(2)).await.unwrap_err(), conflict());
+        let cancelled = CancellationToken::new();
+        let mut fenced = JobCheckpoint::load(store.clone(), "job")
+            .await
+            .unwrap()
+            .fenced_by(cancelled.clone());
+        cancelled.cancel();
+        assert!(matches!(
+            fenced.save(progress(3)).await,
+            Err(StorageError::JobCancelled { .. })
+        ));
+        assert_eq!(store.get("job"), Some(progress(2)));
+    }
+
+    #[test]
+    fn stamped_documents_round_trip_and_plain_readers_ignore_the_stamp() {
+        let checkpoint = Checkpoint::Completed {
+            result: json!({"written_by": "the result may use the name too"}),
+        };
+        let bytes = checkpoint.to_json_bytes_stamped("w:7").unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.contains(r#""written_by":"w:7""#), "{text}");
+        assert_eq!(
+            Checkpoint::from_json_bytes_stamped(&bytes, "doc").unwrap(),
+            (checkpoint.clone(), Some("w:7".to_owned()))
+        );
+        assert_eq!(
+            Checkpoint::from_json_bytes(&bytes, "doc").unwrap(),
+            checkpoint
+        );
+        // Unstamped documents (older writers) and odd stamps prove nothing.
+        let plain = checkpoint.to_json_bytes().unwrap();
+        assert_eq!(
+            Checkpoint::from_json_bytes_stamped(&plain, "doc").unwrap(),
+            (checkpoint.clone(), None)
+        );
+        let odd = br#"{"status":"in_progress","progress":1,"written_by":7}"#;
+        assert_eq!(
+            Checkpoint::from_json_bytes_stamped(odd, "doc").unwrap(),
+            (Checkpoint::InProgress { progress: json!(1) }, None)
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! [`InMemoryCheckpointStore`]: checkpoints in a map, with ETags that change
-//! on every write and the same preconditions as blob storage.
+//! on every write, the same preconditions as blob storage, and write stamps
+//! kept with each checkpoint (as the blob store keeps them in the document).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,11 +11,14 @@ use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
 use crate::error::StorageError;
 use crate::memory::outage::Outage;
 
+/// A stored checkpoint, its ETag and the stamp it was written with.
+type Entry = (Checkpoint, ETag, Option<String>);
+
 /// An in-memory [`CheckpointStore`]. Clones share the same checkpoints (and
 /// the same outage switch).
 #[derive(Clone, Debug, Default)]
 pub struct InMemoryCheckpointStore {
-    entries: Arc<Mutex<HashMap<String, (Checkpoint, ETag)>>>,
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
     outage: Outage,
 }
 
@@ -40,7 +44,7 @@ impl InMemoryCheckpointStore {
     pub fn get(&self, key: &str) -> Option<Checkpoint> {
         self.lock()
             .get(key)
-            .map(|(checkpoint, _)| checkpoint.clone())
+            .map(|(checkpoint, _, _)| checkpoint.clone())
     }
 
     /// How many checkpoints are stored.
@@ -53,7 +57,7 @@ impl InMemoryCheckpointStore {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (Checkpoint, ETag)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
         self.entries
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -69,8 +73,10 @@ impl CheckpointStore for InMemoryCheckpointStore {
     }
 
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
-        self.outage.check("checkpoint store")?;
-        Ok(self.lock().get(key).cloned())
+        Ok(self
+            .read_stamped(key)
+            .await?
+            .map(|(checkpoint, etag, _)| (checkpoint, etag)))
     }
 
     async fn write(
@@ -79,9 +85,42 @@ impl CheckpointStore for InMemoryCheckpointStore {
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
     ) -> Result<ETag, StorageError> {
+        self.store(key, checkpoint, precondition, None)
+    }
+
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        self.store(key, checkpoint, precondition, Some(stamp))
+    }
+
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        self.outage.check("checkpoint store")?;
+        Ok(self.lock().get(key).cloned())
+    }
+}
+
+impl InMemoryCheckpointStore {
+    /// One write: checks the precondition and replaces checkpoint and stamp
+    /// together (an unstamped write clears the stamp, as a blob upload
+    /// replaces the whole document).
+    fn store(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: Option<&str>,
+    ) -> Result<ETag, StorageError> {
         self.outage.check("checkpoint store")?;
         let mut entries = self.lock();
-        let current = entries.get(key).map(|(_, etag)| etag);
+        let current = entries.get(key).map(|(_, etag, _)| etag);
         let allowed = match (&precondition, current) {
             (WritePrecondition::Create, None) => true,
             (WritePrecondition::IfMatch(expected), Some(actual)) => expected == actual,
@@ -93,7 +132,10 @@ impl CheckpointStore for InMemoryCheckpointStore {
             });
         }
         let etag = ETag::new(format!("\"{}\"", uuid::Uuid::new_v4()));
-        entries.insert(key.to_owned(), (checkpoint.clone(), etag.clone()));
+        entries.insert(
+            key.to_owned(),
+            (checkpoint.clone(), etag.clone(), stamp.map(str::to_owned)),
+        );
         Ok(etag)
     }
 }
@@ -157,6 +199,32 @@ mod tests {
             .write("k", &progress(1), WritePrecondition::Create)
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn stamps_are_kept_with_the_checkpoint_and_replaced_by_every_write() {
+        let store = InMemoryCheckpointStore::new();
+        let first = store
+            .write_stamped("k", &progress(1), WritePrecondition::Create, "w:1")
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read_stamped("k").await.unwrap(),
+            Some((progress(1), first.clone(), Some("w:1".to_owned())))
+        );
+        assert_eq!(
+            store.read("k").await.unwrap(),
+            Some((progress(1), first.clone()))
+        );
+        // A plain write leaves no stale stamp behind.
+        let second = store
+            .write("k", &progress(2), WritePrecondition::IfMatch(first))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read_stamped("k").await.unwrap(),
+            Some((progress(2), second, None))
+        );
     }
 
     #[tokio::test]
