@@ -43,6 +43,33 @@ install_python_venv() {
   fi
 }
 
+install_infra_venv() {
+  rm -rf tools/infra/.venv
+  "${PYTHON:-python3}" -m venv tools/infra/.venv
+  tools/infra/.venv/bin/pip install --quiet --disable-pip-version-check -r tools/infra/requirements.txt
+  if ! diff <(grep -Ev '^[[:space:]]*(#|$)' tools/infra/requirements.txt | sort -f) \
+    <(tools/infra/.venv/bin/pip freeze --disable-pip-version-check | sort -f); then
+    echo "tools/infra/.venv differs from tools/infra/requirements.txt (< pinned, > installed)" >&2
+    rm -rf tools/infra/.venv
+    return 1
+  fi
+}
+
+# Debian packages the infra checks run: installed only when their command is
+# missing (CI runs as root; elsewhere sudo is used if present).
+install_debian_tools() {
+  local missing=() pair
+  for pair in cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck; do
+    command -v "${pair#*:}" >/dev/null || missing+=("${pair%%:*}")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  local sudo=()
+  [[ "$(id -u)" == 0 ]] || sudo=(sudo)
+  echo "    apt-get install ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
 # The interpreter the venv is built from: a different Python (version or
 # install) needs a fresh venv even when requirements.txt is unchanged.
 python_identity() {
@@ -66,11 +93,42 @@ case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
     ;;
 esac
 
+# Infra checks of bicep/ and scripts/ (tools/infra/check_infra.py, checkov and
+# ShellCheck) are on unless SPOT_WORKER_INFRA_CHECKS=0.
+infra_checks="${SPOT_WORKER_INFRA_CHECKS:-1}"
+case "$infra_checks" in
+  0 | false | disabled) echo "==> infra checks disabled" ;;
+  *)
+    echo "==> Debian tools for the infra checks (cloud-init, systemd-analyze, shellcheck)"
+    install_debian_tools
+    echo "==> infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
+    python_id="$(python_identity)"
+    install_if_changed <(cat tools/infra/requirements.txt && echo "python: $python_id") \
+      tools/infra/.venv/.installed-requirements-sha256 install_infra_venv
+    ;;
+esac
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+case "$infra_checks" in
+  0 | false | disabled) ;;
+  *)
+    echo "==> infra: bicep parses, cloud-init schema, systemd-analyze verify, workbook"
+    # The unit is verified with ExecStart at the real worker binary.
+    cargo build --locked --example primes
+    tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
+    echo "==> infra: checkov (bicep/; every skip justified inline)"
+    # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
+    BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
+      --skip-download --quiet --compact
+    echo "==> infra: shellcheck scripts/"
+    shellcheck -x scripts/*.sh
+    ;;
+esac
 
 echo "==> cargo test"
 cargo test --workspace --all-targets --locked

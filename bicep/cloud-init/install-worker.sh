@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Run once by cloud-init (runcmd): downloads the worker binary from the
+# deployment's artifacts container with the scale set's user-assigned managed
+# identity (an IMDS token; no key, no SAS), checks its SHA-256, installs it and
+# starts spot-worker.service. {{...}} are filled in by ../modules/compute.bicep.
+set -euo pipefail
+
+readonly BINARY_URL='{{workerBinaryUrl}}'
+readonly BINARY_SHA256='{{workerBinarySha256}}'
+readonly CLIENT_ID='{{clientId}}'
+readonly DEST=/opt/spot-worker/bin/spot-worker-primes
+readonly IMDS=http://169.254.169.254
+# Role assignments can take minutes to propagate after a deployment, and the
+# deploy script uploads the binary after the storage exists: keep trying for
+# about 30 minutes before giving up (the health probe then fails and automatic
+# repairs replace the VM).
+readonly ATTEMPTS=70
+
+log() { echo "install-worker: $*" >&2; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+fetch_token() {
+  curl -fsS --noproxy '*' --max-time 10 -H 'Metadata: true' \
+    "${IMDS}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fstorage.azure.com%2F&client_id=${CLIENT_ID}" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])'
+}
+
+download() {
+  local token
+  token="$(fetch_token)" || return 1
+  # The token goes to curl through a file, never on a command line (ps).
+  printf 'Authorization: Bearer %s\n' "$token" >"$work/auth-header"
+  curl -fsS --max-time 300 --retry 3 \
+    -H "@$work/auth-header" -H 'x-ms-version: 2021-08-06' \
+    -o "$work/worker" "$BINARY_URL" || return 1
+  echo "${BINARY_SHA256}  $work/worker" | sha256sum --check --status
+}
+
+attempt=1
+until download; do
+  if ((attempt >= ATTEMPTS)); then
+    log "giving up after $attempt attempts to download $BINARY_URL"
+    exit 1
+  fi
+  delay=$((attempt < 6 ? attempt * 5 : 30))
+  log "download attempt $attempt failed; retrying in ${delay}s"
+  sleep "$delay"
+  attempt=$((attempt + 1))
+done
+
+install -D -m 0755 -o root -g root "$work/worker" "$DEST"
+systemctl daemon-reload
+systemctl enable --now spot-worker.service
+log "installed $DEST (sha256 $BINARY_SHA256) and started spot-worker.service"

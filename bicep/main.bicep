@@ -1,0 +1,221 @@
+// spot-worker: the example worker (examples/primes.rs) on a Spot VM scale set.
+// One resource group: storage (queue, poison queue, checkpoints, results,
+// artifacts), a user-assigned identity with queue- and container-scoped roles,
+// a private network with NAT egress, the scale set, autoscale on the queue, and
+// Log Analytics + Application Insights + a workbook. scripts/deploy.sh runs it
+// twice: first with deployCompute=false (storage exists, the binary can be
+// uploaded), then in full.
+
+targetScope = 'resourceGroup'
+
+@description('Azure region for everything.')
+param location string = resourceGroup().location
+
+@description('Prefix of every resource name (letters, digits, dashes).')
+@minLength(3)
+@maxLength(16)
+param namePrefix string = 'spotworker'
+
+@description('The queue the workers consume (SPOT_WORKER_QUEUE); the poison queue is "<queue>-poison".')
+@minLength(3)
+@maxLength(56)
+param queueName string = 'jobs'
+
+@description('VM sizes the scale set may use (instance mix, up to five). Similar sizes spread the eviction risk across capacity pools.')
+@minLength(1)
+@maxLength(5)
+param vmSizes array = [
+  'Standard_D2as_v5'
+  'Standard_D2s_v5'
+  'Standard_D2as_v4'
+  'Standard_D2s_v4'
+]
+
+@description('How the platform picks among vmSizes: LowestPrice (default), CapacityOptimized (fewest evictions) or Prioritized.')
+@allowed([
+  'LowestPrice'
+  'CapacityOptimized'
+  'Prioritized'
+])
+param allocationStrategy string = 'CapacityOptimized'
+
+@description('Spot max price in USD per hour, as a string: "-1" = up to the pay-as-you-go price (evicted for capacity only), e.g. "0.05" to cap it (evicted on price too).')
+param maxPrice string = '-1'
+
+@description('Fewest workers (when the queue is empty).')
+@minValue(1)
+param minInstances int = 1
+
+@description('Most workers.')
+@minValue(1)
+@maxValue(100)
+param maxInstances int = 10
+
+@description('Waiting messages per worker above which autoscale adds workers.')
+@minValue(1)
+param backlogPerInstance int = 20
+
+@description('Workers added per scale-out.')
+@minValue(1)
+param scaleOutStep int = 2
+
+@description('Admin user on the VMs (SSH key only; reachable only from inside the virtual network).')
+param adminUsername string = 'azureuser'
+
+@description('SSH public key for adminUsername.')
+param sshPublicKey string
+
+@description('Blob name of the worker binary in the artifacts container (deploy.sh uploads it there).')
+param workerBinaryName string = 'spot-worker-primes'
+
+@description('SHA-256 (hex) of the uploaded worker binary; deploy.sh computes it.')
+@minLength(64)
+@maxLength(64)
+param workerBinarySha256 string
+
+@description('Deploy the scale set and autoscale (false: storage, identity, network and telemetry only, so the binary can be uploaded first).')
+param deployCompute bool = true
+
+@description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/ (deploy.sh fills in its own address).')
+param operatorIpRanges array = []
+
+@description('Object id of the operator (deploy.sh: the signed-in user), granted upload, enqueue and read-results rights; empty = none.')
+param operatorPrincipalId string = ''
+
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string = 'User'
+
+@description('Days Log Analytics and Application Insights keep data.')
+@minValue(30)
+@maxValue(730)
+param retentionInDays int = 30
+
+param tags object = {
+  workload: 'spot-worker'
+}
+
+var storageName = '${take(toLower(replace(namePrefix, '-', '')), 11)}${uniqueString(resourceGroup().id)}'
+var checkpointContainer = 'checkpoints'
+var resultsContainer = 'results'
+var artifactsContainer = 'artifacts'
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    retentionInDays: retentionInDays
+    tags: tags
+  }
+}
+
+module network 'modules/network.bicep' = {
+  name: 'network'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    addressPrefix: '10.42.0.0/16'
+    subnetPrefix: '10.42.0.0/22'
+    tags: tags
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    location: location
+    name: storageName
+    queueName: queueName
+    checkpointContainer: checkpointContainer
+    resultsContainer: resultsContainer
+    artifactsContainer: artifactsContainer
+    workerSubnetId: network.outputs.subnetId
+    allowedIpRanges: operatorIpRanges
+    workspaceId: monitoring.outputs.workspaceId
+    tags: tags
+  }
+}
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    location: location
+    name: '${namePrefix}-worker-id'
+    storageAccountName: storage.outputs.name
+    queueName: storage.outputs.jobQueueName
+    poisonQueueName: storage.outputs.poisonQueueName
+    checkpointContainer: storage.outputs.checkpointContainerName
+    resultsContainer: storage.outputs.resultsContainerName
+    artifactsContainer: storage.outputs.artifactsContainerName
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+    tags: tags
+  }
+}
+
+module workbook 'modules/workbook.bicep' = {
+  name: 'workbook'
+  params: {
+    location: location
+    displayName: '${namePrefix} spot workers'
+    appInsightsId: monitoring.outputs.appInsightsId
+    queueServiceId: storage.outputs.queueServiceId
+    tags: tags
+  }
+}
+
+module compute 'modules/compute.bicep' = if (deployCompute) {
+  name: 'compute'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    vmSizes: vmSizes
+    allocationStrategy: allocationStrategy
+    maxPrice: maxPrice
+    instanceCount: minInstances
+    adminUsername: adminUsername
+    sshPublicKey: sshPublicKey
+    subnetId: network.outputs.subnetId
+    nsgId: network.outputs.nsgId
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageBlobEndpoint: storage.outputs.blobEndpoint
+    queueName: storage.outputs.jobQueueName
+    checkpointContainer: checkpointContainer
+    resultsContainer: resultsContainer
+    workerBinaryUrl: '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBinaryName}'
+    workerBinarySha256: workerBinarySha256
+    appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+    tags: tags
+  }
+}
+
+module autoscale 'modules/autoscale.bicep' = if (deployCompute) {
+  name: 'autoscale'
+  params: {
+    location: location
+    name: '${namePrefix}-autoscale'
+    vmssId: compute.outputs.id
+    queueMetricsId: '${storage.outputs.id}/services/queue/queues/${queueName}'
+    minInstances: minInstances
+    maxInstances: maxInstances
+    backlogPerInstance: backlogPerInstance
+    scaleOutStep: scaleOutStep
+    tags: tags
+  }
+}
+
+output storageAccountName string = storage.outputs.name
+output blobEndpoint string = storage.outputs.blobEndpoint
+output queueEndpoint string = storage.outputs.queueEndpoint
+output queueName string = queueName
+output artifactsContainer string = artifactsContainer
+output resultsContainer string = resultsContainer
+output workerBinaryName string = workerBinaryName
+output vmssName string = deployCompute ? compute.outputs.name : ''
+output appInsightsName string = monitoring.outputs.appInsightsName
+output natPublicIp string = network.outputs.natPublicIp

@@ -1,0 +1,25 @@
+// An example parameter file: `az deployment group create -g RG --parameters bicep/main.bicepparam`.
+// scripts/deploy.sh passes its own values (SSH key, binary hash, operator) on
+// top of this file.
+using './main.bicep'
+
+param namePrefix = 'spotworker'
+param queueName = 'jobs'
+param vmSizes = [
+  'Standard_D2as_v5'
+  'Standard_D2s_v5'
+  'Standard_D2as_v4'
+  'Standard_D2s_v4'
+]
+param allocationStrategy = 'CapacityOptimized'
+param maxPrice = '-1'
+param minInstances = 1
+param maxInstances = 10
+param backlogPerInstance = 20
+param scaleOutStep = 2
+param adminUsername = 'azureuser'
+// Replace with your key (deploy.sh uses ~/.ssh/id_ed25519.pub or SSH_PUBLIC_KEY).
+param sshPublicKey = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIReplaceWithYourOwnPublicKey0000000000000000 you@example'
+// deploy.sh computes it from the binary it uploads.
+param workerBinarySha256 = '0000000000000000000000000000000000000000000000000000000000000000'
+param retentionInDays = 30

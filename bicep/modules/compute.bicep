@@ -1,0 +1,236 @@
+// The workers: a Flexible-orchestration scale set of Spot VMs (eviction policy
+// Delete, several VM sizes), Ubuntu with SSH keys only and no public IP, the
+// Application Health extension probing the worker's /readyz with automatic
+// repairs, Scheduled Events published for user reboots and redeploys, and
+// cloud-init installing the worker as a systemd service.
+
+param location string
+param namePrefix string
+
+@description('VM sizes the scale set may use (instance mix, up to five); any of them must run the worker.')
+@minLength(1)
+@maxLength(5)
+param vmSizes array
+
+@description('How the platform picks among vmSizes.')
+@allowed([
+  'LowestPrice'
+  'CapacityOptimized'
+  'Prioritized'
+])
+param allocationStrategy string
+
+@description('Highest price per hour in USD a VM may cost before it is evicted; -1 = up to the pay-as-you-go price (evicted for capacity only).')
+param maxPrice string
+
+@description('Instances at creation; autoscale takes over from there.')
+param instanceCount int
+
+param adminUsername string
+
+@description('SSH public key for adminUsername (there is no password).')
+param sshPublicKey string
+
+param subnetId string
+param nsgId string
+param identityId string
+param identityClientId string
+param storageBlobEndpoint string
+param queueName string
+param checkpointContainer string
+param resultsContainer string
+param workerBinaryUrl string
+
+@description('SHA-256 of the worker binary (hex); the VM refuses a binary that does not match.')
+param workerBinarySha256 string
+
+param appInsightsConnectionString string
+param tags object
+
+// The files cloud-init writes, filled in. tests/deploy.rs and
+// tools/infra/check_infra.py fill the same {{placeholders}}.
+var envTemplate = loadTextContent('../cloud-init/worker.env')
+var env1 = replace(envTemplate, '{{storageAccountUrl}}', storageBlobEndpoint)
+var env2 = replace(env1, '{{clientId}}', identityClientId)
+var env3 = replace(env2, '{{queueName}}', queueName)
+var env4 = replace(env3, '{{checkpointContainer}}', checkpointContainer)
+var env5 = replace(env4, '{{resultsContainer}}', resultsContainer)
+var workerEnv = replace(env5, '{{appInsightsConnectionString}}', appInsightsConnectionString)
+var workerUnit = loadTextContent('../cloud-init/spot-worker.service')
+var installTemplate = loadTextContent('../cloud-init/install-worker.sh')
+var install1 = replace(installTemplate, '{{workerBinaryUrl}}', workerBinaryUrl)
+var install2 = replace(install1, '{{workerBinarySha256}}', workerBinarySha256)
+var installScript = replace(install2, '{{clientId}}', identityClientId)
+var cloudInitTemplate = loadTextContent('../cloud-init/cloud-init.yaml')
+var cloudInit1 = replace(cloudInitTemplate, '{{workerEnvB64}}', base64(workerEnv))
+var cloudInit2 = replace(cloudInit1, '{{workerUnitB64}}', base64(workerUnit))
+var cloudInit = replace(cloudInit2, '{{installScriptB64}}', base64(installScript))
+
+resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
+  //checkov:skip=CKV_AZURE_95:No automatic OS image upgrades: they reimage running workers without a Scheduled Event. Spot VMs with eviction policy Delete are short-lived and every new one boots imageReference version 'latest'; Ubuntu's unattended-upgrades (patchMode ImageDefault) applies security updates meanwhile.
+  name: '${namePrefix}-vmss'
+  location: location
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  sku: {
+    // Instance mix: the sizes are in skuProfile.
+    name: 'Mix'
+    capacity: instanceCount
+  }
+  properties: {
+    orchestrationMode: 'Flexible'
+    platformFaultDomainCount: 1
+    singlePlacementGroup: false
+    skuProfile: {
+      vmSizes: [for size in vmSizes: {
+        name: size
+      }]
+      allocationStrategy: allocationStrategy
+    }
+    // A VM whose worker stays unready (health extension: /readyz not 200)
+    // after the grace period is replaced. The grace period covers boot,
+    // cloud-init, the binary download and the first IMDS call (up to 2 min).
+    automaticRepairsPolicy: {
+      enabled: true
+      gracePeriod: 'PT30M'
+      repairAction: 'Replace'
+    }
+    // Scheduled Events: user reboots and redeploys are announced, not auto-
+    // approved (the worker drains, then approves), and every event is also
+    // published to Event Grid and Resource Graph, so evictions are visible from
+    // outside the VM. (No terminateNotificationProfile: not with Spot.)
+    scheduledEventsPolicy: {
+      userInitiatedReboot: {
+        automaticallyApprove: false
+      }
+      userInitiatedRedeploy: {
+        automaticallyApprove: false
+      }
+      scheduledEventsAdditionalPublishingTargets: {
+        eventGridAndResourceGraph: {
+          enable: true
+        }
+      }
+    }
+    upgradePolicy: {
+      mode: 'Manual'
+    }
+    virtualMachineProfile: {
+      priority: 'Spot'
+      evictionPolicy: 'Delete'
+      billingProfile: {
+        maxPrice: json(maxPrice)
+      }
+      osProfile: {
+        computerNamePrefix: take(replace(namePrefix, '-', ''), 9)
+        adminUsername: adminUsername
+        customData: base64(cloudInit)
+        allowExtensionOperations: true
+        linuxConfiguration: {
+          disablePasswordAuthentication: true
+          provisionVMAgent: true
+          ssh: {
+            publicKeys: [
+              {
+                path: '/home/${adminUsername}/.ssh/authorized_keys'
+                keyData: sshPublicKey
+              }
+            ]
+          }
+          patchSettings: {
+            patchMode: 'ImageDefault'
+            assessmentMode: 'ImageDefault'
+          }
+        }
+      }
+      storageProfile: {
+        imageReference: {
+          publisher: 'Canonical'
+          offer: 'ubuntu-24_04-lts'
+          sku: 'server'
+          version: 'latest'
+        }
+        osDisk: {
+          createOption: 'FromImage'
+          caching: 'ReadWrite'
+          deleteOption: 'Delete'
+          diskSizeGB: 30
+          managedDisk: {
+            storageAccountType: 'StandardSSD_LRS'
+          }
+        }
+      }
+      securityProfile: {
+        securityType: 'TrustedLaunch'
+        uefiSettings: {
+          secureBootEnabled: true
+          vTpmEnabled: true
+        }
+        encryptionAtHost: true
+      }
+      diagnosticsProfile: {
+        // Managed boot diagnostics: the serial console log shows cloud-init.
+        bootDiagnostics: {
+          enabled: true
+        }
+      }
+      networkProfile: {
+        networkApiVersion: '2020-11-01'
+        networkInterfaceConfigurations: [
+          {
+            name: 'nic'
+            properties: {
+              primary: true
+              deleteOption: 'Delete'
+              networkSecurityGroup: {
+                id: nsgId
+              }
+              ipConfigurations: [
+                {
+                  name: 'ipconfig'
+                  properties: {
+                    primary: true
+                    privateIPAddressVersion: 'IPv4'
+                    subnet: {
+                      id: subnetId
+                    }
+                    // No publicIPAddressConfiguration: no public IP, ever.
+                  }
+                }
+              ]
+            }
+          }
+        ]
+      }
+      extensionProfile: {
+        extensions: [
+          {
+            name: 'health'
+            properties: {
+              publisher: 'Microsoft.ManagedServices'
+              type: 'ApplicationHealthLinux'
+              // 1.0: binary health (HTTP 200 = healthy). 2.0 would expect an
+              // ApplicationHealthState field in the body, which /readyz does
+              // not have.
+              typeHandlerVersion: '1.0'
+              autoUpgradeMinorVersion: true
+              settings: {
+                protocol: 'http'
+                port: 8080
+                requestPath: '/readyz'
+              }
+            }
+          }
+        ]
+      }
+    }
+  }
+}
+
+output id string = vmss.id
+output name string = vmss.name

@@ -1,0 +1,181 @@
+// The workers' user-assigned managed identity and its role assignments, each
+// scoped to the one queue or container it is for: nothing account-wide.
+//
+// Why these roles (built-in role definition ids):
+// - Storage Queue Data Contributor on the job queue and on the poison queue.
+//   The worker receives, renews (Update Message: the lease), releases (Update
+//   Message with visibility 0) and deletes messages, and its warmup gate calls
+//   Create Queue (a no-op: the queue exists) and Get Queue Properties. The
+//   narrower built-ins do not cover that: Message Processor has no Update
+//   Message and no queue read/write; Message Sender only adds messages.
+// - Storage Blob Data Contributor on the checkpoint and result containers:
+//   create-only and ETag-fenced writes, reads, deletes of the warmup gate's
+//   write probes, and Create Container (a no-op: the container exists).
+// - Storage Blob Data Reader on the artifacts container: cloud-init downloads
+//   the worker binary with the identity.
+// Because this template creates the queues and containers, the identity needs
+// no account-level right: the worker's create-if-missing calls are answered
+// "already exists" under the queue/container-scoped assignments above.
+// Application Insights is reached with its connection string (the telemetry
+// crate has no Entra token path), so no Monitoring Metrics Publisher role.
+
+param location string
+param name string
+param storageAccountName string
+param queueName string
+param poisonQueueName string
+param checkpointContainer string
+param resultsContainer string
+param artifactsContainer string
+
+@description('Object id of the operator running scripts/ (upload the binary, enqueue jobs, read results); empty = none.')
+param operatorPrincipalId string
+
+@description('Kind of principal operatorPrincipalId names.')
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string
+
+param tags object
+
+var roles = {
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
+  storageBlobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1'
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+  storageQueueDataMessageSender: 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
+}
+
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: name
+  location: location
+  tags: tags
+}
+
+resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+
+  resource queueService 'queueServices' existing = {
+    name: 'default'
+
+    resource jobQueue 'queues' existing = {
+      name: queueName
+    }
+
+    resource poisonQueue 'queues' existing = {
+      name: poisonQueueName
+    }
+  }
+
+  resource blobService 'blobServices' existing = {
+    name: 'default'
+
+    resource checkpoints 'containers' existing = {
+      name: checkpointContainer
+    }
+
+    resource results 'containers' existing = {
+      name: resultsContainer
+    }
+
+    resource artifacts 'containers' existing = {
+      name: artifactsContainer
+    }
+  }
+}
+
+resource workerJobQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::queueService::jobQueue.id, identity.id, roles.storageQueueDataContributor)
+  scope: account::queueService::jobQueue
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+    description: 'spot-worker: receive, renew, release and delete job messages'
+  }
+}
+
+resource workerPoisonQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::queueService::poisonQueue.id, identity.id, roles.storageQueueDataContributor)
+  scope: account::queueService::poisonQueue
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+    description: 'spot-worker: move poison messages aside'
+  }
+}
+
+resource workerCheckpoints 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::blobService::checkpoints.id, identity.id, roles.storageBlobDataContributor)
+  scope: account::blobService::checkpoints
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker: read and write checkpoints'
+  }
+}
+
+resource workerResults 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::blobService::results.id, identity.id, roles.storageBlobDataContributor)
+  scope: account::blobService::results
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker: write results'
+  }
+}
+
+resource workerArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::blobService::artifacts.id, identity.id, roles.storageBlobDataReader)
+  scope: account::blobService::artifacts
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataReader)
+    description: 'spot-worker: download the worker binary at boot'
+  }
+}
+
+// The operator: upload the binary, enqueue jobs, read results. Scoped the
+// same way; nothing here grants access to checkpoints.
+resource operatorArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::blobService::artifacts.id, operatorPrincipalId, roles.storageBlobDataContributor)
+  scope: account::blobService::artifacts
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker operator: upload the worker binary'
+  }
+}
+
+resource operatorJobQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::queueService::jobQueue.id, operatorPrincipalId, roles.storageQueueDataMessageSender)
+  scope: account::queueService::jobQueue
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataMessageSender)
+    description: 'spot-worker operator: enqueue jobs'
+  }
+}
+
+resource operatorResults 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::blobService::results.id, operatorPrincipalId, roles.storageBlobDataReader)
+  scope: account::blobService::results
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataReader)
+    description: 'spot-worker operator: read results'
+  }
+}
+
+output id string = identity.id
+output clientId string = identity.properties.clientId
+output principalId string = identity.properties.principalId

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Offline checks of bicep/ (run by scripts/test.sh; no Azure needed).
+
+1. Every .bicep file parses with pycep-parser; main.bicepparam names only
+   parameters main.bicep declares and sets every one without a default.
+2. The cloud-init document is rendered the way modules/compute.bicep renders
+   it (its `var x = replace(...)` chain is evaluated literally, with sample
+   values for the deployment's outputs) and nothing is left unfilled.
+3. `cloud-init schema --config-file` accepts the rendered document.
+4. The systemd unit cloud-init writes passes `systemd-analyze verify`, with
+   ExecStart pointed at a real binary (--worker-binary) and EnvironmentFile at
+   the rendered env file.
+5. The workbook is valid JSON and every spot_worker.* name it queries is a
+   metric the telemetry crate defines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+from pycep import BicepParser
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BICEP = ROOT / "bicep"
+COMPUTE = BICEP / "modules" / "compute.bicep"
+METRICS_RS = ROOT / "crates" / "telemetry" / "src" / "metrics.rs"
+
+# What the deployment would pass to modules/compute.bicep.
+SAMPLE_PARAMS = {
+    "storageBlobEndpoint": "https://spotworkerabc123.blob.core.windows.net/",
+    "identityClientId": "00000000-0000-0000-0000-000000000001",
+    "queueName": "jobs",
+    "checkpointContainer": "checkpoints",
+    "resultsContainer": "results",
+    "appInsightsConnectionString": "InstrumentationKey=00000000-0000-0000-0000-000000000002;"
+    "IngestionEndpoint=https://westeurope-5.in.applicationinsights.azure.com/",
+    "workerBinaryUrl": "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes",
+    "workerBinarySha256": "0" * 64,
+}
+
+failures: list[str] = []
+
+
+def fail(message: str) -> None:
+    failures.append(message)
+    print(f"FAIL {message}", file=sys.stderr)
+
+
+def step(title: str):
+    print(f"--> {title}", flush=True)
+    return time.monotonic()
+
+
+def done(started: float, detail: str = "") -> None:
+    print(f"    ok ({time.monotonic() - started:.2f} s){' ' + detail if detail else ''}", flush=True)
+
+
+def parse_bicep() -> None:
+    started = step("pycep-parser: every .bicep file parses")
+    files = sorted(BICEP.rglob("*.bicep"))
+    if not files:
+        fail("no .bicep files under bicep/")
+    for path in files:
+        try:
+            BicepParser().parse(file_path=path)
+        except Exception as error:  # pycep raises lark errors of many kinds
+            fail(f"{path.relative_to(ROOT)} does not parse: {str(error).splitlines()[0]}")
+    done(started, f"{len(files)} files")
+
+
+def check_bicepparam() -> None:
+    started = step("main.bicepparam matches main.bicep's parameters")
+    main = (BICEP / "main.bicep").read_text()
+    declared = dict(re.findall(r"^param (\w+) [\w.]+( =)?", main, flags=re.M))
+    params = (BICEP / "main.bicepparam").read_text()
+    if not re.search(r"^using '\./main\.bicep'$", params, flags=re.M):
+        fail("main.bicepparam does not start with using './main.bicep'")
+    given = re.findall(r"^param (\w+) =", params, flags=re.M)
+    for name in given:
+        if name not in declared:
+            fail(f"main.bicepparam sets {name}, which main.bicep does not declare")
+    for name, has_default in declared.items():
+        if not has_default and name not in given:
+            fail(f"main.bicepparam does not set required parameter {name}")
+    done(started, f"{len(given)} of {len(declared)} parameters set")
+
+
+def render_cloud_init() -> dict[str, str]:
+    """Evaluates compute.bicep's template variables; returns them by name."""
+    started = step("render cloud-init as modules/compute.bicep does")
+    values: dict[str, str] = {}
+    for name, expr in re.findall(r"^var (\w+) = (.+)$", COMPUTE.read_text(), flags=re.M):
+        values[name] = evaluate(expr.strip(), values)
+    for name in ("workerEnv", "workerUnit", "installScript", "cloudInit"):
+        if name not in values:
+            fail(f"compute.bicep defines no var {name}")
+            continue
+        left = sorted(set(re.findall(r"\{\{\w+\}\}", values[name])))
+        if left:
+            fail(f"{name} still has unfilled placeholders after rendering: {left}")
+    done(started, f"{len(values.get('cloudInit', ''))} bytes of customData (limit 65535 after base64 decoding)")
+    if len(values.get("cloudInit", "")) > 65535:
+        fail("cloud-init document exceeds customData's 64 KiB")
+    return values
+
+
+def evaluate(expr: str, values: dict[str, str]) -> str:
+    if m := re.fullmatch(r"loadTextContent\('([^']+)'\)", expr):
+        return (COMPUTE.parent / m.group(1)).read_text()
+    if m := re.fullmatch(r"base64\((\w+)\)", expr):
+        return base64.b64encode(evaluate(m.group(1), values).encode()).decode()
+    if m := re.fullmatch(r"replace\((\w+), '([^']*)', (.+)\)", expr):
+        return evaluate(m.group(1), values).replace(m.group(2), evaluate(m.group(3), values))
+    if expr in values:
+        return values[expr]
+    if expr in SAMPLE_PARAMS:
+        return SAMPLE_PARAMS[expr]
+    raise SystemExit(f"check_infra.py cannot evaluate compute.bicep expression {expr!r}: extend evaluate()")
+
+
+def validate_cloud_init(document: str, workdir: pathlib.Path) -> dict[str, str]:
+    started = step("cloud-init schema --config-file (rendered document)")
+    path = workdir / "cloud-init.yaml"
+    path.write_text(document)
+    result = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        fail(f"cloud-init schema rejected the document:\n{result.stdout}{result.stderr}")
+    config = yaml.safe_load(document)
+    files = {}
+    for entry in config.get("write_files", []):
+        if entry.get("encoding") != "b64":
+            fail(f"write_files {entry.get('path')} is not base64-encoded")
+            continue
+        files[entry["path"]] = base64.b64decode(entry["content"]).decode()
+    for needed in (
+        "/etc/spot-worker/worker.env",
+        "/etc/systemd/system/spot-worker.service",
+        "/usr/local/lib/spot-worker/install-worker.sh",
+    ):
+        if needed not in files:
+            fail(f"cloud-init does not write {needed}")
+    done(started, (result.stdout.strip() or "valid"))
+    return files
+
+
+def verify_unit(files: dict[str, str], worker_binary: pathlib.Path, workdir: pathlib.Path) -> None:
+    started = step("systemd-analyze verify (the unit cloud-init writes)")
+    unit = files.get("/etc/systemd/system/spot-worker.service", "")
+    env_path = workdir / "worker.env"
+    env_path.write_text(files.get("/etc/spot-worker/worker.env", ""))
+    if not worker_binary.is_file():
+        fail(f"--worker-binary {worker_binary} does not exist (cargo build --example primes first)")
+        return
+    exec_start = re.search(r"^ExecStart=(\S+)", unit, flags=re.M)
+    if not exec_start:
+        fail("the unit has no ExecStart")
+        return
+    rendered = unit.replace(exec_start.group(1), str(worker_binary))
+    rendered = rendered.replace("EnvironmentFile=/etc/spot-worker/worker.env", f"EnvironmentFile={env_path}")
+    unit_path = workdir / "spot-worker.service"
+    unit_path.write_text(rendered)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit_path)], capture_output=True, text=True
+    )
+    # Warnings about the host's own units (not ours) are not our concern.
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if "spot-worker" in line]
+    if result.returncode != 0 or ours:
+        fail("systemd-analyze verify:\n" + (result.stdout + result.stderr))
+    for directive, wanted in (
+        ("Restart", "always"),
+        ("KillSignal", "SIGTERM"),
+        ("TimeoutStopSec", "28s"),
+    ):
+        if not re.search(rf"^{directive}={wanted}$", unit, flags=re.M):
+            fail(f"the unit does not say {directive}={wanted}")
+    done(started)
+
+
+def check_workbook() -> None:
+    started = step("workbook.json: valid, and queries only metrics the telemetry crate defines")
+    text = (BICEP / "workbook.json").read_text()
+    workbook = json.loads(text)
+    known = set(re.findall(r'"(spot_worker\.[a-z_.]+)"', METRICS_RS.read_text()))
+    used = set(re.findall(r"'(spot_worker\.[a-z_.]+)'", text))
+    for name in sorted(used - known):
+        fail(f"workbook queries {name}, which crates/telemetry does not define")
+    titles = " | ".join(i["content"].get("title", "") for i in workbook["items"])
+    for panel in ("Throughput", "Failures", "Poison", "Eviction", "Notice to drained", "Queue depth"):
+        if panel.lower() not in titles.lower():
+            fail(f"workbook has no {panel} panel")
+    done(started, f"{len(workbook['items'])} items, {len(used)} metric names")
+
+
+def check_skips() -> None:
+    started = step("every checkov skip in bicep/ gives its reason")
+    count = 0
+    for path in sorted(BICEP.rglob("*.bicep")):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if "checkov:skip" not in line:
+                continue
+            count += 1
+            m = re.search(r"checkov:skip=(CKV2?_[A-Z]+_\d+):(.*)$", line)
+            if not m or len(m.group(2).strip()) < 40:
+                fail(f"{path.relative_to(ROOT)}:{number}: a checkov skip needs an id and a reason")
+    done(started, f"{count} skips")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker-binary", type=pathlib.Path, required=True)
+    args = parser.parse_args()
+    parse_bicep()
+    check_bicepparam()
+    values = render_cloud_init()
+    with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
+        workdir = pathlib.Path(tmp)
+        files = validate_cloud_init(values["cloudInit"], workdir)
+        verify_unit(files, args.worker_binary.resolve(), workdir)
+        script = workdir / "install-worker.sh"
+        script.write_text(files.get("/usr/local/lib/spot-worker/install-worker.sh", ""))
+        started = step("shellcheck (the rendered install script)")
+        result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        if result.returncode != 0:
+            fail(f"shellcheck on the rendered install script:\n{result.stdout}")
+        done(started)
+    check_workbook()
+    check_skips()
+    if failures:
+        print(f"{len(failures)} infra check(s) failed", file=sys.stderr)
+        return 1
+    print("infra checks: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
