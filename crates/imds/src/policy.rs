@@ -260,7 +260,11 @@ impl ShutdownTrigger {
         );
         if pending && transition.concerns_this_vm && self.policy.triggers(event) {
             self.upsert(transition, now);
+            // Publish before cancelling: whoever wakes on the token reads
+            // the notice, and must never find it missing.
+            self.publish();
             self.token.cancel();
+            return;
         } else if let Some(gone) = self.active.remove(&event.id) {
             // Finished, cancelled, or no longer a reason to drain (this VM
             // dropped from its resources, a freeze shortened).
@@ -476,6 +480,30 @@ mod tests {
             wall,
         );
         assert_eq!(signal.deadline(), Some(start));
+    }
+
+    #[test]
+    fn the_notice_is_there_when_the_token_fires() {
+        // A waiter woken by the token on another thread reads the notice at
+        // once: it must already be published.
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let token = signal.token().clone();
+        let reader = std::thread::spawn(move || {
+            let give_up = std::time::Instant::now() + Duration::from_secs(10);
+            while !token.is_cancelled() && std::time::Instant::now() < give_up {
+                std::hint::spin_loop();
+            }
+            signal.notice()
+        });
+        let wall = SystemTime::now();
+        feed(
+            &mut trigger,
+            &[],
+            vec![event(EventType::Preempt, at(wall, 30))],
+            wall,
+        );
+        assert!(reader.join().unwrap().is_some());
     }
 
     #[tokio::test]
