@@ -1,0 +1,71 @@
+//! The long chaos run: `cargo bench --bench chaos [-- --seed N --jobs N
+//! --timeout SECS --keep-logs]`.
+//!
+//! Three worker processes of the example job (release build, built first if
+//! needed) on one Azurite queue, each on its own emulated Spot VM; a few
+//! hundred jobs and a few malformed messages; a seeded random schedule of
+//! about thirty faults (Preempt notices, SIGKILLs, short Freezes, Azurite
+//! outages, slow and failing IMDS). It then checks every result, the queues
+//! and the drains, prints the figures and exits non-zero if a check failed.
+//! The seed is printed; `--seed` replays the same schedule.
+//!
+//! Under `cargo test --all-targets` (no `--bench` flag) it does nothing:
+//! `tests/chaos.rs` runs the same harness, short and seed-fixed.
+
+#[path = "../tests/chaos/harness.rs"]
+mod harness;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use harness::{FaultMix, Options};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("chaos: the long run is `cargo bench --bench chaos`; CI runs tests/chaos.rs");
+        return ExitCode::SUCCESS;
+    }
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> anyhow::Result<bool> {
+    let mut options = Options {
+        seed: rand::random(),
+        workers: 3,
+        jobs: 300,
+        malformed: harness::MALFORMED.len(),
+        job_span: (50_000_000, 250_000_000),
+        faults: FaultMix {
+            preempt: 8,
+            kill: 6,
+            freeze: 4,
+            azurite_outage: 2,
+            imds_slow: 5,
+            imds_failing: 5,
+        },
+        gap: (Duration::from_secs(2), Duration::from_secs(8)),
+        concurrency: 2,
+        // The contract's defaults: 30 s leases, five deliveries.
+        visibility_timeout: Duration::from_secs(30),
+        max_dequeue_count: 5,
+        timeout: Duration::from_secs(20 * 60),
+        binary: Default::default(),
+        keep_logs: false,
+    };
+    harness::parse_args(&mut options, args)?;
+    options.binary = harness::worker_binary()?;
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(harness::run(options))?;
+    println!("{report}");
+    Ok(report.passed())
+}

@@ -1,0 +1,58 @@
+//! The chaos run in CI: short, bounded and seed-fixed. Three real worker
+//! processes (`examples/primes`) on one Azurite queue, each on its own
+//! emulated Spot VM, take a few dozen jobs and a few malformed messages
+//! while Preempt notices, SIGKILLs, a short Freeze, an Azurite outage and
+//! slow and failing IMDS hit them; then every job must have exactly one
+//! correct result, the queue must be empty, the poison queue must hold
+//! exactly the malformed messages, and every drain must have met its
+//! deadline with exit status 0.
+//!
+//! The long run is `cargo bench --bench chaos` (see the README).
+
+#[path = "chaos/harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::{FaultMix, Options};
+
+/// Fixed, so CI runs the same schedule every time; the long run draws one.
+const SEED: u64 = 20_260_606;
+
+#[test]
+fn chaos_run_loses_nothing() {
+    let options = Options {
+        seed: SEED,
+        workers: 3,
+        jobs: 30,
+        malformed: harness::MALFORMED.len(),
+        job_span: (20_000_000, 60_000_000),
+        faults: FaultMix {
+            preempt: 2,
+            kill: 2,
+            freeze: 1,
+            azurite_outage: 1,
+            imds_slow: 1,
+            imds_failing: 1,
+        },
+        gap: (Duration::from_millis(1500), Duration::from_millis(3000)),
+        concurrency: 2,
+        visibility_timeout: Duration::from_secs(10),
+        // Four deliveries poison a malformed message within about 35 s
+        // (retries back off 5, 10, 20 s); the default of five would take
+        // over a minute.
+        max_dequeue_count: 4,
+        timeout: Duration::from_secs(100),
+        binary: harness::worker_binary().expect("the worker binary"),
+        keep_logs: false,
+    };
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(harness::run(options))
+        .expect("the chaos run ran");
+    println!("{report}");
+    assert!(report.passed(), "{report}");
+}
