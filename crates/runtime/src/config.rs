@@ -40,6 +40,11 @@ pub struct WorkerConfig {
     /// Failed deliveries before a message goes to the poison queue
     /// (`SPOT_WORKER_MAX_DEQUEUE_COUNT`, default 5).
     pub max_dequeue_count: u32,
+    /// Longest pause between receives while the queue is empty
+    /// (`SPOT_WORKER_IDLE_POLL_MAX`, default 1s). It bounds how long a
+    /// message released by an evicted worker waits for an idle one; each
+    /// idle worker costs one receive per this interval.
+    pub idle_poll_max: Duration,
     /// Blob container for checkpoints (`SPOT_WORKER_CHECKPOINT_CONTAINER`,
     /// default `checkpoints`).
     pub checkpoint_container: String,
@@ -102,6 +107,7 @@ impl Default for WorkerConfig {
             concurrency: std::thread::available_parallelism().map_or(1, usize::from),
             visibility_timeout: Duration::from_secs(30),
             max_dequeue_count: 5,
+            idle_poll_max: Duration::from_secs(1),
             checkpoint_container: "checkpoints".to_owned(),
             health_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             imds: ImdsSettings {
@@ -132,6 +138,7 @@ struct FileConfig {
     concurrency: Option<usize>,
     visibility_timeout: Option<String>,
     max_dequeue_count: Option<u32>,
+    idle_poll_max: Option<String>,
     checkpoint_container: Option<String>,
     health_addr: Option<String>,
     imds: Option<String>,
@@ -185,6 +192,7 @@ impl WorkerConfig {
                 "CONCURRENCY" => file.concurrency.map(|n| n.to_string()),
                 "VISIBILITY_TIMEOUT" => file.visibility_timeout.clone(),
                 "MAX_DEQUEUE_COUNT" => file.max_dequeue_count.map(|n| n.to_string()),
+                "IDLE_POLL_MAX" => file.idle_poll_max.clone(),
                 "CHECKPOINT_CONTAINER" => file.checkpoint_container.clone(),
                 "HEALTH_ADDR" => file.health_addr.clone(),
                 "IMDS" => file.imds.clone(),
@@ -249,6 +257,9 @@ impl WorkerConfig {
                 .parse()
                 .map_err(|e| invalid("MAX_DEQUEUE_COUNT", &v, format!("{e}")))?;
         }
+        if let Some(v) = get("IDLE_POLL_MAX") {
+            self.idle_poll_max = parse_duration(&v).map_err(|e| invalid("IDLE_POLL_MAX", &v, e))?;
+        }
         if let Some(v) = get("CHECKPOINT_CONTAINER") {
             self.checkpoint_container = v;
         }
@@ -312,6 +323,13 @@ impl WorkerConfig {
                 "visibility_timeout",
                 format!("{:?}", self.visibility_timeout),
                 "must be between 5 s (time to renew) and 7 days (Azure's limit)",
+            );
+        }
+        if self.idle_poll_max < Duration::from_millis(200) {
+            return invalid(
+                "idle_poll_max",
+                format!("{:?}", self.idle_poll_max),
+                "at least 200ms (the first pause after an empty receive)",
             );
         }
         if self.shutdown.drain_budget <= self.shutdown.release_margin {

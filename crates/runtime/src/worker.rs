@@ -393,6 +393,7 @@ impl Worker {
             batch_size: u8::try_from(self.config.concurrency.min(32)).unwrap_or(32),
             visibility_timeout: self.config.visibility_timeout,
             max_dequeue_count: self.config.max_dequeue_count,
+            idle_backoff_max: self.config.idle_poll_max,
             encoding: self.config.encoding,
             ..ConsumerConfig::default()
         };
