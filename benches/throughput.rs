@@ -978,14 +978,7 @@ impl PrimesConsumer {
         results: Arc<dyn ResultStore>,
         chunk: u64,
     ) -> Result<PrimesConsumer> {
-        let config = ConsumerConfig {
-            max_in_flight: 1,
-            batch_size: 1,
-            visibility_timeout: VISIBILITY,
-            // What a `Worker` uses: its idle poll is capped (1 s by default).
-            idle_backoff_max: WorkerConfig::default().idle_poll_max,
-            ..ConsumerConfig::default()
-        };
+        let config = one_at_a_time();
         let consumer = Consumer::new(queue, poison, config)?.with_checkpoints(checkpoints);
         let reports: Reports = Arc::default();
         let hook_reports = Arc::clone(&reports);
@@ -1197,15 +1190,20 @@ impl Bench {
     }
 }
 
-async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result<Duration> {
-    let config = ConsumerConfig {
+/// A consumer taking one message at a time, idling like a `Worker` does (its
+/// idle poll is capped, 1 s by default).
+fn one_at_a_time() -> ConsumerConfig {
+    ConsumerConfig {
         max_in_flight: 1,
         batch_size: 1,
         visibility_timeout: VISIBILITY,
-        // What a `Worker` uses: its idle poll is capped (1 s by default).
         idle_backoff_max: WorkerConfig::default().idle_poll_max,
         ..ConsumerConfig::default()
-    };
+    }
+}
+
+async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result<Duration> {
+    let config = one_at_a_time();
     let queue = Counted::new(Arc::new(queues.queue), 0);
     let poison: Arc<dyn MessageQueue> = Arc::new(queues.poison);
     let holder = Consumer::new(

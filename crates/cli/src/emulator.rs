@@ -67,7 +67,9 @@ pub async fn run(args: EmulatorArgs) -> Result<()> {
         emulator.play(scenario, args.speed);
     }
     emulator
-        .serve(listener, crate::interrupted())
+        .serve(listener, async {
+            crate::interrupted().await;
+        })
         .await
         .context("serving the emulator")
 }

@@ -194,7 +194,7 @@ async fn watch(
     tokio::pin!(interrupted);
     loop {
         tokio::select! {
-            () = &mut interrupted => break,
+            _ = &mut interrupted => break,
             received = transitions.recv() => match received {
                 Ok(t) => {
                     print_transition(&mut stdout, &t, json)?;

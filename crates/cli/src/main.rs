@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 // Durations on the command line read like the configuration's: `1s`,
 // `250ms`, `2m` or a bare number of seconds.
-use spot_worker_runtime::parse_duration;
+use spot_worker_runtime::{interrupted, parse_duration};
 use tracing_subscriber::EnvFilter;
 
 /// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
@@ -112,29 +112,6 @@ fn init_logging(filter: &str) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-}
-
-/// Waits for Ctrl-C or, on Unix, SIGTERM.
-async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = sigterm.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 #[cfg(test)]

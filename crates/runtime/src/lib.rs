@@ -28,5 +28,5 @@ pub use config::{ImdsSettings, ShutdownSettings, WorkerConfig, parse_duration};
 pub use error::{ConfigError, WorkerError};
 pub use gate::{WarmupError, WarmupFn};
 pub use health::{Gate, Readiness};
-pub use shutdown::{Plan, Trigger, WATCHDOG_EXIT_CODE};
+pub use shutdown::{Plan, Trigger, WATCHDOG_EXIT_CODE, interrupted};
 pub use worker::{RunReport, ShutdownReport, Worker};

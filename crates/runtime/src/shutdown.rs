@@ -135,8 +135,9 @@ impl Triggers {
 }
 
 /// Installs SIGTERM (systemd's stop) and SIGINT (Ctrl-C) handlers now and
-/// returns a future that resolves with the first signal's name.
-fn interrupted() -> impl std::future::Future<Output = &'static str> + Send + 'static {
+/// returns a future that resolves with the first signal's name. Installing
+/// before awaiting means a signal sent meanwhile is neither lost nor fatal.
+pub fn interrupted() -> impl std::future::Future<Output = &'static str> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
