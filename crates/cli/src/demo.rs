@@ -657,6 +657,18 @@ impl MessageHandler for Reporting {
         self.tracker.finished();
         Ok(())
     }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        self.job.job_key(body)
+    }
+
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        self.job.verify_completed(body, result)
+    }
 }
 
 /// Where the jobs, checkpoints and results live.

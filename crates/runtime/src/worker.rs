@@ -392,7 +392,7 @@ impl Worker {
             max_in_flight: self.config.concurrency,
             batch_size: u8::try_from(self.config.concurrency.min(32)).unwrap_or(32),
             visibility_timeout: self.config.visibility_timeout,
-            max_dequeue_count: self.config.max_dequeue_count,
+            max_failures: self.config.max_dequeue_count,
             idle_backoff_max: self.config.idle_poll_max,
             encoding: self.config.encoding,
             ..ConsumerConfig::default()
