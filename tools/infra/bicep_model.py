@@ -13,6 +13,7 @@ name; then its value is not checked (never a false finding).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import re
 from typing import Any
@@ -78,8 +79,16 @@ class Template:
         return names | loop_variables(self.raw)
 
 
+@functools.cache
+def parser(add_line_numbers: bool = True) -> BicepParser:
+    """One parser per process: building the grammar is the slow part."""
+    return BicepParser(add_line_numbers=add_line_numbers)
+
+
+@functools.cache
 def load(path: pathlib.Path) -> Template:
-    raw = BicepParser(add_line_numbers=True).parse(file_path=path)
+    """The template at `path`, parsed once per process (the checks only read it)."""
+    raw = parser().parse(file_path=path)
     return from_pycep(path, raw)
 
 
@@ -197,6 +206,6 @@ def load_bicepparam(path: pathlib.Path) -> tuple[str | None, dict[str, Any]]:
     using = re.search(r"^using '([^']+)'\s*$", text, flags=re.M)
     body = re.sub(r"^using .*$", "", text, flags=re.M)
     body = re.sub(r"^param (\w+) =", r"var \1 =", body, flags=re.M)
-    raw = BicepParser().parse(text=body)
+    raw = parser(add_line_numbers=False).parse(text=body)
     values = {name: spec.get("value") for name, spec in raw.get("variables", {}).items()}
     return (using.group(1) if using else None), values

@@ -97,6 +97,14 @@ class BodyChecker:
             else:
                 self.add("wrong-type", where, f"a for-expression (array) where {describe(expected)} belongs")
             return
+        branches = conditional_branches(value)
+        if branches is not None:
+            # cond ? a : b - the condition is unknown offline, both branches
+            # are checked (null leaves the property out).
+            for branch in branches:
+                if branch is not None:
+                    self.check_value(branch, ref, where, description)
+            return
         literal, param = self.literal(value)
         if literal is UNKNOWN:
             if param is not None and "allowed" in param.decorators:
@@ -276,6 +284,13 @@ class BodyChecker:
 
     def add(self, kind: str, where: str, message: str) -> None:
         self.report.add(kind, self.template.path, self.resource.line, where, message)
+
+
+def conditional_branches(value: Any) -> tuple[Any, Any] | None:
+    if bicep_model.is_call(value) and value.get("operator", {}).get("type") == "conditional":
+        operands = value["operator"]["operands"]
+        return operands.get("true_value"), operands.get("false_value")
+    return None
 
 
 class _Unknown:

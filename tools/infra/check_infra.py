@@ -9,9 +9,11 @@
    outputs), and main.bicepparam against main.bicep's parameters and their
    decorators. First a self-test: the planted mistakes of
    tools/infra/fixtures/planted/ must each be reported, and nothing else.
-3. Autoscale (modules/autoscale.bicep) rendered and evaluated on a table of
-   (backlog, in flight, instances) cases: scale-in never removes an instance
-   while any message is held, and a backlog scales out (autoscale_model.py).
+3. The instance mix (vmSizes) has one local-disk configuration, and the
+   autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
+   of (backlog, in flight, instances) cases: scale-in never removes an
+   instance while any message is held, a backlog scales out
+   (autoscale_model.py).
 4. The cloud-init document is rendered the way modules/compute.bicep renders
    it (its `var x = replace(...)` chain is evaluated literally, with sample
    values for the deployment's outputs) and nothing is left unfilled.
@@ -37,9 +39,9 @@ import tempfile
 import time
 
 import yaml
-from pycep import BicepParser
 
 import autoscale_model
+import bicep_model
 import bicep_types
 import bicep_wiring
 from findings import KINDS, Report
@@ -88,7 +90,7 @@ def parse_bicep() -> None:
         fail("no .bicep files under bicep/")
     for path in files:
         try:
-            BicepParser().parse(file_path=path)
+            bicep_model.load(path.resolve())
         except Exception as error:  # pycep raises lark errors of many kinds
             fail(f"{path.relative_to(ROOT)} does not parse: {str(error).splitlines()[0]}")
     done(started, f"{len(files)} files")
@@ -125,6 +127,39 @@ def check_templates(library: bicep_types.TypeLibrary) -> None:
     for finding in report.findings:
         fail(str(finding))
     done(started, f"tally: {report.tally}; {len(report.findings)} findings")
+
+
+# Whether a VM size has a local temp disk (Azure's size pages: Dv4/Dsv4 and
+# Dv5/Dsv5/Dasv5 have none; Dav4/Dasv4 and every "d" size such as Ddsv5 have
+# one). Instance mix needs the same local-disk configuration across its sizes.
+LOCAL_TEMP_DISK = {
+    "Standard_D2s_v4": False,
+    "Standard_D2_v4": False,
+    "Standard_D2s_v5": False,
+    "Standard_D2as_v5": False,
+    "Standard_D2as_v4": True,
+    "Standard_D2ds_v4": True,
+    "Standard_D2ds_v5": True,
+    "Standard_D2ads_v5": True,
+    "Standard_D2s_v3": True,
+}
+
+
+def check_instance_mix() -> None:
+    started = step("instance mix: every vmSizes list has one local-disk configuration")
+    main = bicep_model.load(BICEP / "main.bicep")
+    _, given = bicep_model.load_bicepparam(BICEP / "main.bicepparam")
+    lists = {"main.bicep default": main.params["vmSizes"].default, "main.bicepparam": given.get("vmSizes")}
+    for where, sizes in lists.items():
+        if sizes is None:
+            continue
+        unknown = [size for size in sizes if size not in LOCAL_TEMP_DISK]
+        if unknown:
+            fail(f"{where}: vmSizes {unknown}: add each to LOCAL_TEMP_DISK with whether it has a temp disk")
+        disks = {LOCAL_TEMP_DISK[size] for size in sizes if size in LOCAL_TEMP_DISK}
+        if len(disks) > 1:
+            fail(f"{where}: vmSizes {sizes} mix sizes with and without a local temp disk")
+    done(started, "; ".join(f"{where}: {sizes}" for where, sizes in lists.items()))
 
 
 def check_autoscale() -> None:
@@ -242,6 +277,12 @@ def check_workbook() -> None:
     for panel in ("Throughput", "Failures", "Poison", "Eviction", "Notice to drained", "Queue depth"):
         if panel.lower() not in titles.lower():
             fail(f"workbook has no {panel} panel")
+    # QueueMessageCount is a capacity metric Azure emits hourly: a panel that
+    # does not say so reads as the live queue.
+    depth = [i["content"].get("title", "") for i in workbook["items"] if "queue depth" in
+             i["content"].get("title", "").lower()]
+    if not all("hourly" in title.lower() for title in depth):
+        fail(f"the queue-depth panel title must say its metric is refreshed hourly: {depth}")
     done(started, f"{len(workbook['items'])} items, {len(used)} metric names")
 
 
@@ -267,6 +308,7 @@ def main() -> int:
     library = bicep_types.TypeLibrary(TYPES)
     check_templates_self_test(library)
     check_templates(library)
+    check_instance_mix()
     check_autoscale()
     values = render_cloud_init()
     with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
