@@ -101,14 +101,20 @@ deploy() {
     --output none
 }
 
-# The scale set of an earlier deployment, if any: from the last full
-# deployment's outputs (read before step 2, whose outputs name no scale set),
-# else the resource group's only scale set (an earlier run stopped after step 2).
-EXISTING_VMSS="$(deployment_output vmssName 2>/dev/null || true)"
-if [[ -z "$EXISTING_VMSS" ]]; then
-  mapfile -t scale_sets < <(az vmss list --resource-group "$RESOURCE_GROUP" --query "[].name" --output tsv 2>/dev/null || true)
-  ((${#scale_sets[@]} <= 1)) || die "resource group $RESOURCE_GROUP holds several scale sets (${scale_sets[*]}): cannot tell which one to keep the count of"
-  EXISTING_VMSS="${scale_sets[0]:-}"
+# The scale set of an earlier deployment, if one still exists: the one the last
+# full deployment's outputs name (read before step 2, whose outputs name none),
+# else the resource group's only scale set (an earlier run stopped early).
+listed="$(az vmss list --resource-group "$RESOURCE_GROUP" --query "[].name" --output tsv)" ||
+  die "could not list the scale sets of $RESOURCE_GROUP; deploying without their instance count could delete running workers"
+mapfile -t scale_sets < <(printf '%s' "$listed" | sed '/^$/d')
+named="$(deployment_output vmssName 2>/dev/null || true)"
+EXISTING_VMSS=""
+if [[ -n "$named" && " ${scale_sets[*]} " == *" $named "* ]]; then
+  EXISTING_VMSS="$named"
+elif ((${#scale_sets[@]} == 1)); then
+  EXISTING_VMSS="${scale_sets[0]}"
+elif ((${#scale_sets[@]} > 1)); then
+  die "resource group $RESOURCE_GROUP holds several scale sets (${scale_sets[*]}): cannot tell which one's instance count to keep"
 fi
 
 log "deploying storage, identity, network and telemetry"
@@ -122,14 +128,17 @@ retry 10 30 az storage blob upload --auth-mode login --overwrite \
   --account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" \
   --file "$BINARY" --output none
 
-# Read as late as possible: autoscale may change the count until the
-# deployment starts (a scale-out in the remaining minute is undone by this
-# deployment, and autoscale adds the instances again).
+# Read as late as possible: autoscale may still change the count before the
+# deployment applies it. Instances it adds in that minute are still booting
+# (cloud-init takes minutes), so undoing them cuts no job, and autoscale adds
+# them again. If the count cannot be read, stop: guessing 0 would reset the
+# scale set to minInstances and delete busy workers.
 CURRENT=0
 if [[ -n "$EXISTING_VMSS" ]]; then
   CURRENT="$(az vmss show --resource-group "$RESOURCE_GROUP" --name "$EXISTING_VMSS" \
-    --query sku.capacity --output tsv 2>/dev/null || echo 0)"
-  [[ "$CURRENT" =~ ^[0-9]+$ ]] || CURRENT=0
+    --query sku.capacity --output tsv)" ||
+    die "could not read the instance count of scale set $EXISTING_VMSS; deploying without it could delete running workers"
+  [[ "$CURRENT" =~ ^[0-9]+$ ]] || die "scale set $EXISTING_VMSS reports instance count '$CURRENT', not a number"
   log "scale set $EXISTING_VMSS runs $CURRENT instances: the deployment keeps that count"
 fi
 
