@@ -222,31 +222,52 @@ def cases(profile: Profile, backlog_per_instance: int) -> list[Case]:
 
 
 def run_table(bicep_dir: pathlib.Path) -> tuple[list[list[str]], list[str]]:
+    """The table for the rules bicep/ deploys: (rows, problems)."""
     profile, values = render(bicep_dir)
+    return evaluate_table(profile, int(values.get("backlogPerInstance", 1)))
+
+
+def old_scale_in(profile: Profile) -> Profile:
+    """The same profile with the scale-in rule this project used to have
+    ("maximum over 10 minutes < 1"): the table must catch it (negative control)."""
+    rules = tuple(
+        dataclasses.replace(rule, operator="LessThan", threshold=1, time_window_minutes=10)
+        if rule.direction == "Decrease" else rule
+        for rule in profile.rules
+    )
+    return dataclasses.replace(profile, rules=rules)
+
+
+def evaluate_table(profile: Profile, per_instance: int) -> tuple[list[list[str]], list[str]]:
     problems = [] if profile.minimum >= 1 else [
         "minInstances 0: waking from zero instances needs the per-instance queue metric divided by zero, "
         "which Azure does not document; keep the minimum at 1 or more (see bicep/README.md)"
     ]
     rows = []
-    per_instance = int(values.get("backlogPerInstance", 1))
     for case in cases(profile, per_instance):
         outcomes = {reading: decide(profile, case, reading) for reading in READINGS}
         for reading, after in outcomes.items():
-            if after < case.instances and case.total > 0:
-                problems.append(f"'{case.name}' ({reading}): {case.instances} -> {after} instances while "
-                                f"{case.total} messages are held or waiting: a busy worker could be deleted")
-            if after < case.instances and case.earlier_total:
-                problems.append(f"'{case.name}' ({reading}): scaled in although the window saw "
-                                f"{case.earlier_total} messages")
-            backlog_each = case.backlog / case.instances
-            if (not case.metric_missing and backlog_each > per_instance and case.instances < profile.maximum
-                    and after <= case.instances):
-                problems.append(f"'{case.name}' ({reading}): a backlog of {case.backlog} "
-                                f"({backlog_each:.0f} per instance) does not scale out")
+            problems += case_problems(case, reading, after, profile, per_instance)
         rows.append([case.name, str(case.backlog), str(case.in_flight), str(case.instances),
                      "missing" if case.metric_missing else str(case.total),
                      *(str(outcomes[r]) for r in READINGS)])
     return rows, problems
+
+
+def case_problems(case: Case, reading: str, after: int, profile: Profile, per_instance: int) -> list[str]:
+    problems = []
+    if after < case.instances and case.total > 0:
+        problems.append(f"'{case.name}' ({reading}): {case.instances} -> {after} instances while "
+                        f"{case.total} messages are held or waiting: a busy worker could be deleted")
+    if after < case.instances and case.earlier_total:
+        problems.append(f"'{case.name}' ({reading}): scaled in although the window saw "
+                        f"{case.earlier_total} messages")
+    backlog_each = case.backlog / case.instances
+    if (not case.metric_missing and backlog_each > per_instance and case.instances < profile.maximum
+            and after <= case.instances):
+        problems.append(f"'{case.name}' ({reading}): a backlog of {case.backlog} "
+                        f"({backlog_each:.0f} per instance) does not scale out")
+    return problems
 
 
 def format_table(rows: list[list[str]]) -> list[str]:

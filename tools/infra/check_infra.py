@@ -169,7 +169,14 @@ def check_autoscale() -> None:
         print(f"    {line}")
     for problem in problems:
         fail(f"autoscale: {problem}")
-    done(started, f"{len(rows)} cases, each under both readings of the per-instance queue metric")
+    # Negative control: the old scale-in rule must fail the same table.
+    profile, values = autoscale_model.render(BICEP)
+    _, old_problems = autoscale_model.evaluate_table(
+        autoscale_model.old_scale_in(profile), int(values["backlogPerInstance"]))
+    if not old_problems:
+        fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
+    done(started, f"{len(rows)} cases, each under both readings of the per-instance queue metric; "
+                  f"the old rule ('< 1') fails it in {len(old_problems)} places")
 
 
 def render_cloud_init() -> dict[str, str]:
