@@ -256,18 +256,20 @@ class BodyChecker:
         elsewhere = self.where_defined(key)
         if elsewhere:
             self.add("misplaced-property", path,
-                     f"{key} is not a property of {expected.get('name')}; it belongs in {', '.join(elsewhere)}")
+                     f"{key} is not a property of {expected.get('name')}; it belongs at {', '.join(elsewhere)}")
         else:
             known = sorted(expected.get("properties", {}))
             self.add("unknown-property", path, f"{key} is not a property of {expected.get('name')} (known: {known})")
 
     def where_defined(self, key: str) -> list[str]:
-        """Names of the object types of this resource's type that do have `key`."""
-        found, seen = [], set()
+        """Where in this resource's body `key` is a settable property, as
+        paths from the body (breadth first: the shortest path to each type)."""
+        found: list[str] = []
+        seen: set[str] = set()
         _, resource_type = self.library.resource(self.resource.type, self.resource.api_version)
-        pending = [resource_type["body"]]
+        pending = [(resource_type["body"], self.resource.symbol)]
         while pending and len(seen) < 2000:
-            ref = pending.pop()
+            ref, path = pending.pop(0)
             if ref["$ref"] in seen:
                 continue
             seen.add(ref["$ref"])
@@ -275,12 +277,12 @@ class BodyChecker:
             props = dict(node.get("properties", {}))
             props.update(node.get("baseProperties", {}))
             if key in props and not props[key].get("flags", 0) & FLAG_READ_ONLY:
-                found.append(str(node.get("name")))
-            pending += [spec["type"] for spec in props.values()]
-            pending += [r for r in (node.get("itemType"), node.get("additionalProperties")) if r]
-            pending += list(node.get("elements", {}).values() if isinstance(node.get("elements"), dict)
-                            else node.get("elements", []))
-        return sorted(set(found))
+                found.append(f"{path}.{key}")
+            pending += [(spec["type"], f"{path}.{name}") for name, spec in props.items()]
+            pending += [(node[k], f"{path}[]") for k in ("itemType", "additionalProperties") if node.get(k)]
+            elements = node.get("elements", [])
+            pending += [(r, path) for r in (elements.values() if isinstance(elements, dict) else elements)]
+        return found
 
     def add(self, kind: str, where: str, message: str) -> None:
         self.report.add(kind, self.template.path, self.resource.line, where, message)
