@@ -125,6 +125,7 @@ param tags object = {
 var storageName = '${take(toLower(replace(namePrefix, '-', '')), 11)}${uniqueString(resourceGroup().id)}'
 var checkpointContainer = 'checkpoints'
 var resultsContainer = 'results'
+var poisonContainer = 'poison'
 var artifactsContainer = 'artifacts'
 
 module monitoring 'modules/monitoring.bicep' = {
@@ -156,6 +157,7 @@ module storage 'modules/storage.bicep' = {
     queueName: queueName
     checkpointContainer: checkpointContainer
     resultsContainer: resultsContainer
+    poisonContainer: poisonContainer
     artifactsContainer: artifactsContainer
     workerSubnetId: network.outputs.subnetId
     allowedIpRanges: operatorIpRanges
@@ -174,6 +176,7 @@ module identity 'modules/identity.bicep' = {
     poisonQueueName: storage.outputs.poisonQueueName
     checkpointContainer: storage.outputs.checkpointContainerName
     resultsContainer: storage.outputs.resultsContainerName
+    poisonContainer: storage.outputs.poisonContainerName
     artifactsContainer: storage.outputs.artifactsContainerName
     operatorPrincipalId: operatorPrincipalId
     operatorPrincipalType: operatorPrincipalType
