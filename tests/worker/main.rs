@@ -346,6 +346,67 @@ async fn a_shared_reboot_is_not_approved_and_the_worker_waits_then_resumes_when_
     env.assert_queues_empty().await;
 }
 
+/// Starts a worker as VM_A, schedules a Reboot of VM_A and VM_B, and waits
+/// until the worker has drained and parked.
+async fn parked_worker(
+    env: &Env,
+) -> (
+    tokio::task::JoinHandle<
+        Result<spot_worker::runtime::RunReport, spot_worker::runtime::WorkerError>,
+    >,
+    tokio_util::sync::CancellationToken,
+    String,
+) {
+    let (handler, _handled) = reporting_handler();
+    let worker = env.worker(env.config(VM_A));
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within("the gate", readiness.wait_for(|r| r.is_ready()))
+        .await
+        .unwrap();
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    within(
+        "the worker to park",
+        readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|why| why.contains("waiting for it to start"))
+        }),
+    )
+    .await
+    .unwrap();
+    (running, stop, reboot.id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_worker_exits_when_the_event_starts_or_it_is_told_to() {
+    let env = Env::start().await;
+    // A peer approved it (or NotBefore came): the VM is going down.
+    let (running, _stop, reboot) = parked_worker(&env).await;
+    env.emulator.start_event(&reboot).unwrap();
+    let report = within("the exit", running).await.unwrap().unwrap();
+    assert!(matches!(report.shutdown.trigger, Trigger::Event(_)));
+    assert!(!report.shutdown.approved_event);
+    assert!(env.emulator.approvals().is_empty());
+
+    // A stop while parked (SIGTERM takes the same path) exits at once.
+    env.emulator.complete_event(&reboot).unwrap();
+    let (running, stop, _) = parked_worker(&env).await;
+    let asked = tokio::time::Instant::now();
+    stop.cancel();
+    within("the exit", running).await.unwrap().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(env.emulator.approvals().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_event_is_approved_when_the_deployment_opts_in() {
     let env = Env::start().await;
