@@ -11,9 +11,12 @@
 //! nothing, until the event starts (then it exits as the VM goes down) or
 //! disappears (then it takes work again).
 
-use spot_worker_imds::{ApprovalScope, EventStatus, Notice, ScheduledEvent};
+use spot_worker_imds::{ApprovalScope, EventStatus, Notice, RunningWatcher, ScheduledEvent};
+use tokio::sync::watch;
 
 use crate::config::ShutdownSettings;
+use crate::health::Readiness;
+use crate::shutdown::{Trigger, Triggers, Watchdog};
 
 /// The next step after a drain for an event, from what is known now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +71,103 @@ pub(crate) fn after_drain(
         Ok(()) => AfterDrain::Approve(scope),
         Err(refused) => AfterDrain::Park(refused.to_string()),
     }
+}
+
+/// After a drain for an event: approve it, or park until it starts or is
+/// withdrawn (see [`after_drain`]), saying why in `readiness`. A signal
+/// or request while parked exits at once. Parking disarms the drain's
+/// `watchdog`: it has no deadline.
+pub(crate) async fn wait_after_drain(
+    trigger: &Trigger,
+    triggers: &Triggers,
+    watcher: Option<&RunningWatcher>,
+    watchdog: &mut Option<Watchdog>,
+    readiness: &watch::Sender<Readiness>,
+    settings: &ShutdownSettings,
+) -> Next {
+    let exit = |parked| Next::Exit {
+        approve: None,
+        parked,
+    };
+    let (Trigger::Event(_), Some(signal), Some(watcher)) =
+        (trigger, triggers.event_signal(), watcher)
+    else {
+        return exit(false);
+    };
+    // Re-decided whenever the notice or the document changes: an event
+    // that started and finished between two polls only leaves the
+    // document, without a new notice.
+    let mut notices = signal.clone();
+    let mut documents = watcher.document();
+    let mut parked = false;
+    loop {
+        let notice = signal.notice();
+        let event = notice.as_ref().and_then(|n| {
+            let document = watcher.document().borrow().clone();
+            document.and_then(|d| d.event(&n.event_id).cloned())
+        });
+        let vm_name = watcher.health().borrow().vm_name.clone();
+        let step = after_drain(
+            notice.as_ref(),
+            event.as_ref(),
+            vm_name.as_deref(),
+            settings,
+        );
+        match (step, event) {
+            (AfterDrain::Approve(scope), Some(event)) => {
+                return Next::Exit {
+                    approve: Some(Box::new(ToApprove { event, scope })),
+                    parked,
+                };
+            }
+            (AfterDrain::Resume, _) => return Next::Resume,
+            (AfterDrain::Park(why), _) => {
+                let described = notice.as_ref().map_or_else(String::new, |n| {
+                    format!("{} event {}", n.event_type, n.event_id)
+                });
+                let reason = format!(
+                    "drained for {described}, not approved ({why}); waiting for it to start or be cancelled"
+                );
+                if !parked {
+                    tracing::warn!("{reason}");
+                    *watchdog = None;
+                }
+                readiness.send_modify(|r| r.shutting_down = Some(reason.clone()));
+                parked = true;
+            }
+            (AfterDrain::Exit | AfterDrain::Approve(_), _) => return exit(parked),
+        }
+        tokio::select! {
+            trigger = triggers.external() => {
+                tracing::warn!(%trigger, "stopping while waiting for the event");
+                return exit(parked);
+            }
+            changed = notices.changed() => if !changed {
+                return exit(parked);
+            },
+            changed = documents.changed() => if changed.is_err() {
+                return exit(parked);
+            },
+        }
+    }
+}
+
+/// What the worker does once a drain is over.
+pub(crate) enum Next {
+    /// Take work again.
+    Resume,
+    /// Stop: approve this first, if anything.
+    Exit {
+        approve: Option<Box<ToApprove>>,
+        /// Whether it waited for the event after the drain.
+        parked: bool,
+    },
+}
+
+/// The event to approve once the watcher has stopped, and under what scope.
+pub(crate) struct ToApprove {
+    pub(crate) event: ScheduledEvent,
+    pub(crate) scope: ApprovalScope,
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::after_drain::{AfterDrain, after_drain};
+use crate::after_drain::{Next, ToApprove, wait_after_drain};
 use crate::config::{EXIT_MARGIN, WorkerConfig};
 use crate::error::{ConfigError, WorkerError};
 use crate::gate::{self, Checks, WarmupError, WarmupFn};
@@ -354,14 +354,15 @@ impl Worker {
                 .consume(&consumer, SharedHandler(Arc::clone(&handler)), triggers)
                 .await;
             drained.report.shutdown.resumed = resumed;
-            let next = self
-                .after_drain(
-                    &drained.report.shutdown.trigger,
-                    triggers,
-                    watcher,
-                    &mut drained.watchdog,
-                )
-                .await;
+            let next = wait_after_drain(
+                &drained.report.shutdown.trigger,
+                triggers,
+                watcher,
+                &mut drained.watchdog,
+                &self.readiness,
+                &self.config.shutdown,
+            )
+            .await;
             match next {
                 Next::Resume => {
                     resumed += 1;
@@ -478,78 +479,6 @@ impl Worker {
         }
     }
 
-    /// After a drain for an event: approve it, or park until it starts or is
-    /// withdrawn (see [`after_drain`]). A signal or request while parked
-    /// exits at once. Parking disarms the drain's `watchdog`: it has no
-    /// deadline.
-    async fn after_drain(
-        &self,
-        trigger: &Trigger,
-        triggers: &Triggers,
-        watcher: Option<&RunningWatcher>,
-        watchdog: &mut Option<Watchdog>,
-    ) -> Next {
-        let exit = |parked| Next::Exit {
-            approve: None,
-            parked,
-        };
-        let (Trigger::Event(_), Some(signal), Some(watcher)) =
-            (trigger, triggers.event_signal(), watcher)
-        else {
-            return exit(false);
-        };
-        let mut notices = signal.clone();
-        let mut parked = false;
-        loop {
-            let notice = signal.notice();
-            let event = notice.as_ref().and_then(|n| {
-                let document = watcher.document().borrow().clone();
-                document.and_then(|d| d.event(&n.event_id).cloned())
-            });
-            let vm_name = watcher.health().borrow().vm_name.clone();
-            let step = after_drain(
-                notice.as_ref(),
-                event.as_ref(),
-                vm_name.as_deref(),
-                &self.config.shutdown,
-            );
-            match (step, event) {
-                (AfterDrain::Approve(scope), Some(event)) => {
-                    return Next::Exit {
-                        approve: Some(Box::new(ToApprove { event, scope })),
-                        parked,
-                    };
-                }
-                (AfterDrain::Resume, _) => return Next::Resume,
-                (AfterDrain::Park(why), _) => {
-                    let described = notice.as_ref().map_or_else(String::new, |n| {
-                        format!("{} event {}", n.event_type, n.event_id)
-                    });
-                    let reason = format!(
-                        "drained for {described}, not approved ({why}); waiting for it to start or be cancelled"
-                    );
-                    if !parked {
-                        tracing::warn!("{reason}");
-                        *watchdog = None;
-                    }
-                    self.readiness
-                        .send_modify(|r| r.shutting_down = Some(reason.clone()));
-                    parked = true;
-                }
-                (AfterDrain::Exit | AfterDrain::Approve(_), _) => return exit(parked),
-            }
-            tokio::select! {
-                trigger = triggers.external() => {
-                    tracing::warn!(%trigger, "stopping while waiting for the event");
-                    return exit(parked);
-                }
-                changed = notices.changed() => if !changed {
-                    return exit(parked);
-                },
-            }
-        }
-    }
-
     fn consumer(&self) -> Result<Consumer, WorkerError> {
         let config = ConsumerConfig {
             max_in_flight: self.config.concurrency,
@@ -651,24 +580,6 @@ struct Drained {
     watchdog: Option<Watchdog>,
     /// The watchdog's deadline.
     exit_by: Option<Instant>,
-}
-
-/// What the worker does once a drain is over.
-enum Next {
-    /// Take work again.
-    Resume,
-    /// Stop: approve this first, if anything.
-    Exit {
-        approve: Option<Box<ToApprove>>,
-        /// Whether it waited for the event after the drain.
-        parked: bool,
-    },
-}
-
-/// The event to approve once the watcher has stopped, and under what scope.
-struct ToApprove {
-    event: ScheduledEvent,
-    scope: ApprovalScope,
 }
 
 /// Everything `run` needs for its last steps.
