@@ -408,6 +408,46 @@ async fn a_parked_worker_exits_when_the_event_starts_or_it_is_told_to() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_event_pending_at_start_does_not_make_the_worker_exit() {
+    let env = Env::start().await;
+    // What a restarted worker would find: the same pending shared Reboot.
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    env.queue.send("later", Duration::ZERO).await.unwrap();
+    let (handler, mut handled) = reporting_handler();
+    let worker = env.worker(env.config(VM_A));
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within(
+        "the worker to wait for the event",
+        readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|why| why.contains("waiting for it to start"))
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(!running.is_finished(), "no exit into a restart loop");
+    assert!(env.emulator.approvals().is_empty());
+
+    env.emulator.cancel_event(&reboot.id).unwrap();
+    assert_eq!(
+        within("the message", handled.recv()).await.unwrap(),
+        "later"
+    );
+    stop.cancel();
+    within("the worker to stop", running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(env.emulator.approvals().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_event_is_approved_when_the_deployment_opts_in() {
     let env = Env::start().await;
     let mut config = env.config(VM_A);

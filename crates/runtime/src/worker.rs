@@ -296,20 +296,48 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            () = gate => {}
-            trigger = triggers.first() => {
-                // Nothing was taken yet: there is nothing to drain.
-                tracing::info!(%trigger, "stopping before the warmup gate opened");
-                return Ok(Finished::at_once(self.stopped_before_start(trigger)));
-            }
-            error = wrong_name => return Err(error.into()),
-            () = gate_timeout => {
-                let waiting_for = self.readiness.borrow().waiting_for().join(", ");
-                return Err(WorkerError::GateTimeout {
-                    waited: self.config.gate_timeout.unwrap_or_default(),
-                    waiting_for,
-                });
+        tokio::pin!(gate, gate_timeout, wrong_name);
+        loop {
+            tokio::select! {
+                () = &mut gate => break,
+                trigger = triggers.first() => {
+                    // Nothing was taken yet: there is nothing to drain. An
+                    // event is still approved or waited for as after a
+                    // drain: exiting would only restart into it.
+                    tracing::info!(%trigger, "stopping before the warmup gate opened");
+                    let report = self.stopped_before_start(trigger);
+                    let next = wait_after_drain(
+                        &report.shutdown.trigger,
+                        triggers,
+                        watcher,
+                        &mut None,
+                        &self.readiness,
+                        &self.config.shutdown,
+                    )
+                    .await;
+                    match next {
+                        Next::Resume => {
+                            tracing::warn!("the notice was withdrawn; waiting for the gate again");
+                            self.readiness.send_modify(|r| r.shutting_down = None);
+                        }
+                        Next::Exit { approve, parked } => {
+                            let mut finished = Finished::at_once(report);
+                            finished.approve = approve;
+                            if parked {
+                                finished.rearm(self.config.shutdown.watchdog);
+                            }
+                            return Ok(finished);
+                        }
+                    }
+                }
+                error = &mut wrong_name => return Err(error.into()),
+                () = &mut gate_timeout => {
+                    let waiting_for = self.readiness.borrow().waiting_for().join(", ");
+                    return Err(WorkerError::GateTimeout {
+                        waited: self.config.gate_timeout.unwrap_or_default(),
+                        waiting_for,
+                    });
+                }
             }
         }
         tracing::info!(queue = self.queue.name(), "warmup gate open; taking work");
