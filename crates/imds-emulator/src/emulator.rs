@@ -11,6 +11,7 @@ use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::event::EventSpec;
 use crate::fault::Fault;
+use crate::identity::{IdentityConfig, IssuedToken};
 use crate::scenario::{self, Action, Scenario};
 use crate::state::{Approval, State, Stats};
 
@@ -176,6 +177,17 @@ impl Emulator {
     /// Request counters.
     pub fn stats(&self) -> Stats {
         self.with_state(|state| state.stats)
+    }
+
+    /// Replaces the VM's managed identities and token settings; tokens
+    /// already issued stay valid until they expire, as in Azure.
+    pub fn set_identity(&self, identity: IdentityConfig) {
+        self.with_state(|state| state.config.identity = identity);
+    }
+
+    /// The tokens the identity endpoint issued, oldest first.
+    pub fn tokens(&self) -> Vec<IssuedToken> {
+        self.with_state(|state| state.tokens.clone())
     }
 
     /// The id of the event a scenario step scheduled under `key`.

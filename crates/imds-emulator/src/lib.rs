@@ -40,12 +40,14 @@
 //!
 //! IMDS (with `Metadata: true` and `api-version`):
 //! `GET /metadata/scheduledevents`, `POST /metadata/scheduledevents`
-//! (`{"StartRequests":[{"EventId":"…"}]}`), `GET /metadata/instance`.
+//! (`{"StartRequests":[{"EventId":"…"}]}`), `GET /metadata/instance`,
+//! `GET /metadata/identity/oauth2/token` (managed-identity tokens for the
+//! identities in [`IdentityConfig`]).
 //!
 //! Control (JSON, no header): `POST /emulator/events`,
 //! `POST /emulator/events/{id}/start`, `POST /emulator/events/{id}/complete`,
 //! `DELETE /emulator/events/{id}`, `POST|DELETE /emulator/faults`,
-//! `POST /emulator/config`, `GET /emulator/scenarios`,
+//! `POST /emulator/config`, `GET|POST /emulator/identity`, `GET /emulator/scenarios`,
 //! `POST /emulator/scenarios/{name}`, `GET /emulator/state`,
 //! `POST /emulator/reset`.
 
@@ -55,6 +57,8 @@ mod emulator;
 mod error;
 mod event;
 mod fault;
+mod identity;
+mod identity_control;
 mod imds;
 mod response;
 mod scenario;
@@ -67,6 +71,7 @@ pub use emulator::{CURRENT_API_VERSION, Emulator, ScheduledEvent};
 pub use error::EmulatorError;
 pub use event::{EventSource, EventSpec, EventStatus};
 pub use fault::Fault;
+pub use identity::{IdentityConfig, IssuedToken, TOKEN_PATH};
 pub use imds::{INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS};
 pub use scenario::{Action, Scenario, Step};
 pub use server::RunningEmulator;
