@@ -12,6 +12,13 @@
 //! mistaken for ours. A port taken by someone else makes Azurite exit with
 //! `EADDRINUSE`, reported as [`HarnessError::PortInUse`].
 //!
+//! [`Azurite::start_https`] starts it as production looks instead: HTTPS
+//! with a given certificate, OAuth (`--oauth basic`: bearer tokens are
+//! checked for issuer, audience and lifetime), a named account, and blob and
+//! queue on port 443 of addresses of the caller's choosing (inside a network
+//! namespace, where `https://<account>.blob.core.windows.net` resolves to
+//! them).
+//!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
 //! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
 //! runs), or whatever `AZURITE_BIN` names.
@@ -79,6 +86,24 @@ pub enum HarnessError {
     },
 }
 
+/// How [`Azurite::start_https`] serves: production-style, over HTTPS with
+/// OAuth, for one named account.
+#[derive(Debug, Clone)]
+pub struct HttpsOptions {
+    /// Where the blob service listens (e.g. `127.0.0.2:443`).
+    pub blob: SocketAddr,
+    /// Where the queue service listens (e.g. `127.0.0.3:443`).
+    pub queue: SocketAddr,
+    /// PEM certificate (chain) for the services' host names.
+    pub cert: PathBuf,
+    /// Its PEM private key.
+    pub key: PathBuf,
+    /// The account Azurite serves (taken from the request's host name).
+    pub account_name: String,
+    /// Its key (`AZURITE_ACCOUNTS` needs one; OAuth clients never use it).
+    pub account_key: String,
+}
+
 /// A running (or stopped, between [`Azurite::stop`] and [`Azurite::start_again`])
 /// Azurite process.
 #[derive(Debug)]
@@ -90,6 +115,9 @@ pub struct Azurite {
     table_port: u16,
     /// An extra account only this instance knows; see the crate docs.
     probe_account: String,
+    /// Production-style HTTPS and OAuth instead of plain local HTTP (boxed:
+    /// most instances are local, and users keep `Azurite` in enums).
+    https: Option<Box<HttpsOptions>>,
     child: Option<Child>,
     starts: u32,
 }
@@ -114,6 +142,7 @@ impl Azurite {
                 queue_port: ports[1],
                 table_port: ports[2],
                 probe_account: format!("probe{:016x}", random_u64()),
+                https: None,
                 child: None,
                 starts: 0,
             };
@@ -128,6 +157,44 @@ impl Azurite {
         }))
     }
 
+    /// Starts Azurite production-style (see [`HttpsOptions`]): HTTPS,
+    /// `--oauth basic`, the one account, blob and queue where asked (the
+    /// table service on a free loopback port). Ready once both addresses
+    /// accept connections while Azurite runs: the addresses are the
+    /// caller's (a namespace's), and Azurite exits if it cannot bind them
+    /// ([`HarnessError::PortInUse`]). Azurite's debug log (which records
+    /// every bearer-token validation) is [`Azurite::debug_log`].
+    pub fn start_https(options: HttpsOptions) -> Result<Self, HarnessError> {
+        let binary = binary_path();
+        if !binary.exists() {
+            return Err(HarnessError::NotInstalled(binary));
+        }
+        let ports = reserve_ports()?;
+        // Only the table service takes a free loopback port.
+        if let Some(reserved) = reserved_ports().as_mut() {
+            reserved.remove(&ports[0]);
+            reserved.remove(&ports[1]);
+        }
+        let mut azurite = Azurite {
+            binary,
+            workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
+            blob_port: options.blob.port(),
+            queue_port: options.queue.port(),
+            table_port: ports[2],
+            probe_account: String::new(),
+            https: Some(Box::new(options)),
+            child: None,
+            starts: 0,
+        };
+        azurite.start_again()?;
+        Ok(azurite)
+    }
+
+    /// The debug log of an Azurite started with [`Azurite::start_https`].
+    pub fn debug_log(&self) -> String {
+        std::fs::read_to_string(self.workspace.path().join("debug.log")).unwrap_or_default()
+    }
+
     /// Starts a stopped Azurite again on the same ports and workspace (so
     /// its data survives), and waits until it answers as this instance.
     /// Fails with [`HarnessError::PortInUse`] if another process took one of
@@ -140,6 +207,9 @@ impl Azurite {
         self.starts += 1;
         let log_path = self.log_path();
         let log = File::create(&log_path)?;
+        if let Some(https) = self.https.clone() {
+            return self.start_https_process(&https, log);
+        }
         let child = Command::new(&self.binary)
             .args([
                 "--silent",
@@ -182,6 +252,60 @@ impl Azurite {
             .spawn()?;
         self.child = Some(child);
         self.wait_until_ready()
+    }
+
+    fn start_https_process(&mut self, https: &HttpsOptions, log: File) -> Result<(), HarnessError> {
+        let child = Command::new(&self.binary)
+            .args([
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+                "--oauth",
+                "basic",
+            ])
+            .arg("--cert")
+            .arg(&https.cert)
+            .arg("--key")
+            .arg(&https.key)
+            .arg("--debug")
+            .arg(self.workspace.path().join("debug.log"))
+            .arg("--location")
+            .arg(self.workspace.path())
+            .args(["--blobHost", &https.blob.ip().to_string()])
+            .args(["--blobPort", &https.blob.port().to_string()])
+            .args(["--queueHost", &https.queue.ip().to_string()])
+            .args(["--queuePort", &https.queue.port().to_string()])
+            .args(["--tableHost", "127.0.0.1"])
+            .args(["--tablePort", &self.table_port.to_string()])
+            .env(
+                "AZURITE_ACCOUNTS",
+                format!("{}:{}", https.account_name, https.account_key),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            self.check_running()?;
+            let listening = [https.blob, https.queue]
+                .iter()
+                .all(|addr| TcpStream::connect_timeout(addr, PROBE_TIMEOUT).is_ok());
+            if listening {
+                return self.check_running();
+            }
+            if Instant::now() >= deadline {
+                let _ = self.stop();
+                return Err(HarnessError::NotReady {
+                    reason: format!(
+                        "{} and {} did not accept connections within {START_TIMEOUT:?}",
+                        https.blob, https.queue
+                    ),
+                    log: self.log_tail(),
+                });
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
     }
 
     /// Stops Azurite gracefully (SIGTERM, so it saves its data), killing it
