@@ -5,9 +5,12 @@
 
 #![allow(dead_code)] // Not every helper is used by every case.
 
+mod failures;
 pub mod namespace;
 pub mod network;
 pub mod pki;
+mod success;
+pub mod the_box;
 pub mod vm;
 
 use std::process::Command;

@@ -1,5 +1,6 @@
 //! Re-runs one test of this binary inside new network, mount and PID
-//! namespaces (`unshare --net --mount --pid --fork --kill-child`): a
+//! namespaces (`unshare --net --mount --pid --fork --kill-child`, inside a
+//! user namespace when not run as root): a
 //! loopback-only network the test configures, a private mount table for
 //! `/etc/hosts` and the CA bundle, and a PID namespace whose first process
 //! is the inner test, so that when it ends, or is killed, the kernel kills
@@ -35,16 +36,29 @@ pub struct InnerRun {
     pub stderr: String,
 }
 
-/// Runs test `test_name` of this binary inside the namespaces, for at most
+/// Runs the ignored test `test_name` of this binary inside the namespaces, for at most
 /// `limit`. Panics with a clear message if namespaces cannot be made.
 pub fn run_inside(test_name: &str, limit: Duration) -> InnerRun {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let mut child = Command::new("unshare")
+    let mut unshare = Command::new("unshare");
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        // Without root, a user namespace in which this user is root owns
+        // the others (where the kernel allows unprivileged user namespaces).
+        unshare.args(["--user", "--map-root-user"]);
+    }
+    let mut child = unshare
         .args(["--net", "--mount", "--propagation", "private"])
         .args(["--pid", "--fork", "--kill-child"])
         .arg("--")
         .arg(exe)
-        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            test_name,
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(INSIDE_ENV, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -11,9 +11,10 @@ use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::event::EventSpec;
 use crate::fault::Fault;
-use crate::identity::{IdentityConfig, IssuedToken};
+use crate::identity::IdentityConfig;
 use crate::scenario::{self, Action, Scenario};
 use crate::state::{Approval, State, Stats};
+use crate::token::IssuedToken;
 
 /// The api-version whose document [`Emulator::document`] returns.
 pub const CURRENT_API_VERSION: &str = "2020-07-01";

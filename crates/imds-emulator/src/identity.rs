@@ -10,11 +10,9 @@
 //! for Azure resources on an Azure VM to acquire an access token", section
 //! "Error handling").
 //!
-//! The tokens are unsigned (`alg: none`): storage emulators such as
-//! Azurite's `--oauth basic` check the claims (issuer, audience, `iat`,
-//! `nbf`, `exp`) but not the signature, and an emulator has no Entra ID key
-//! to sign with. Lifetime, issuer and audience can be changed at run time
-//! (control API `POST /emulator/identity`) to test refresh and refusals.
+//! The tokens themselves are made in [`crate::token`]. Lifetime, issuer and
+//! audience can be changed at run time (control API
+//! `POST /emulator/identity`) to test refresh and refusals.
 
 use std::time::{Duration, SystemTime};
 
@@ -22,12 +20,10 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::Serialize;
 
 use crate::emulator::Emulator;
 use crate::response;
+use crate::token::issue;
 
 /// The path of the token endpoint.
 pub const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
@@ -84,17 +80,6 @@ impl IdentityConfig {
             .clone()
             .unwrap_or_else(|| format!("https://sts.windows.net/{}/", self.tenant_id))
     }
-}
-
-/// A token the endpoint handed out, for tests and the control API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct IssuedToken {
-    /// The identity it is for.
-    pub client_id: String,
-    /// The resource asked for.
-    pub resource: String,
-    /// `exp`, in seconds since the epoch.
-    pub expires_on: u64,
 }
 
 pub(crate) fn routes() -> axum::Router<Emulator> {
@@ -214,56 +199,6 @@ fn hex(digit: u8) -> Option<u8> {
     char::from(digit)
         .to_digit(16)
         .and_then(|value| u8::try_from(value).ok())
-}
-
-/// The token answer for `request` at `now`: the JSON body and what was issued.
-pub(crate) fn issue(
-    config: &IdentityConfig,
-    request: &TokenRequest,
-    now: SystemTime,
-) -> (serde_json::Value, IssuedToken) {
-    let iat = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let lifetime = config.token_lifetime.as_secs();
-    let exp = iat.saturating_add(lifetime);
-    let issuer = config.issuer();
-    let claims = serde_json::json!({
-        "aud": config.audience.clone().unwrap_or_else(|| request.resource.clone()),
-        "iss": issuer,
-        "iat": iat,
-        "nbf": iat,
-        "exp": exp,
-        "appid": request.client_id,
-        "appidacr": "2",
-        "idp": issuer,
-        "tid": config.tenant_id,
-        "uti": uuid::Uuid::new_v4().simple().to_string(),
-        "ver": "1.0",
-    });
-    let header = serde_json::json!({"alg": "none", "typ": "JWT"});
-    let token = format!(
-        "{}.{}.",
-        URL_SAFE_NO_PAD.encode(header.to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
-    let body = serde_json::json!({
-        "access_token": token,
-        "refresh_token": "",
-        "client_id": request.client_id,
-        "expires_in": lifetime.to_string(),
-        "expires_on": exp.to_string(),
-        "ext_expires_in": lifetime.to_string(),
-        "not_before": iat.to_string(),
-        "resource": request.resource,
-        "token_type": "Bearer",
-    });
-    let issued = IssuedToken {
-        client_id: request.client_id.clone(),
-        resource: request.resource.clone(),
-        expires_on: exp,
-    };
-    (body, issued)
 }
 
 async fn get_token(
@@ -389,57 +324,6 @@ mod tests {
             description(check_token_request(&two, &headers(Some("true")), query))
                 .starts_with("Multiple user assigned identities")
         );
-    }
-
-    #[test]
-    fn tokens_carry_the_claims_storage_checks() {
-        let config = IdentityConfig {
-            token_lifetime: Duration::from_secs(60),
-            ..IdentityConfig::user_assigned(CLIENT)
-        };
-        let request = TokenRequest {
-            client_id: CLIENT.to_owned(),
-            resource: "https://storage.azure.com".to_owned(),
-        };
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let (body, issued) = issue(&config, &request, now);
-        assert_eq!(body["token_type"], "Bearer");
-        assert_eq!(
-            body["expires_on"], "1700000060",
-            "a string, as Azure sends it"
-        );
-        assert_eq!(body["expires_in"], "60");
-        assert_eq!(issued.expires_on, 1_700_000_060);
-        let token = body["access_token"].as_str().unwrap();
-        let parts: Vec<&str> = token.split('.').collect();
-        assert_eq!(parts.len(), 3);
-        let claims: serde_json::Value =
-            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
-        assert_eq!(claims["aud"], "https://storage.azure.com");
-        assert_eq!(
-            claims["iss"],
-            "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"
-        );
-        assert_eq!(claims["iat"], 1_700_000_000);
-        assert_eq!(claims["nbf"], 1_700_000_000);
-        assert_eq!(claims["exp"], 1_700_000_060);
-        assert_eq!(claims["appid"], CLIENT);
-        // Overrides, for refusal tests.
-        let wrong = IdentityConfig {
-            issuer: Some("https://issuer.invalid/".to_owned()),
-            audience: Some("https://vault.azure.net".to_owned()),
-            ..config
-        };
-        let (body, _) = issue(&wrong, &request, now);
-        let token = body["access_token"].as_str().unwrap();
-        let claims: serde_json::Value = serde_json::from_slice(
-            &URL_SAFE_NO_PAD
-                .decode(token.split('.').nth(1).unwrap())
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(claims["iss"], "https://issuer.invalid/");
-        assert_eq!(claims["aud"], "https://vault.azure.net");
     }
 
     #[test]

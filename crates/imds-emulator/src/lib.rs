@@ -64,6 +64,7 @@ mod response;
 mod scenario;
 mod server;
 mod state;
+mod token;
 
 pub use axum::http::StatusCode;
 pub use config::EmulatorConfig;
@@ -71,8 +72,9 @@ pub use emulator::{CURRENT_API_VERSION, Emulator, ScheduledEvent};
 pub use error::EmulatorError;
 pub use event::{EventSource, EventSpec, EventStatus};
 pub use fault::Fault;
-pub use identity::{IdentityConfig, IssuedToken, TOKEN_PATH};
+pub use identity::{IdentityConfig, TOKEN_PATH};
 pub use imds::{INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS};
 pub use scenario::{Action, Scenario, Step};
 pub use server::RunningEmulator;
 pub use state::{Approval, Stats};
+pub use token::IssuedToken;

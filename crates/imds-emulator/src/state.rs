@@ -15,7 +15,7 @@ use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::event::{self, EventSource, EventSpec, EventStatus, WireDocument, WireEvent};
 use crate::fault::FaultQueue;
-use crate::identity::IssuedToken;
+use crate::token::IssuedToken;
 
 /// The first api-version that shows `Terminate` events.
 const TERMINATE_SINCE: &str = "2019-01-01";
