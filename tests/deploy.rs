@@ -292,3 +292,45 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         "the worker logged the notice:\n{log}"
     );
 }
+
+/// A mistyped account URL in the environment file stops the worker at
+/// start-up, before anything is requested, with an error that names the
+/// variable and says why (plain http would carry the bearer token in clear).
+#[tokio::test]
+async fn a_bad_account_url_stops_the_worker_naming_the_variable() {
+    let rendered = render(&deployment_values());
+    for (url, why) in [
+        (
+            "http://spotworkerabc123.blob.core.windows.net/",
+            "plain http is refused",
+        ),
+        ("https://spotworkerabc123.example.com/", "expected https://"),
+        (
+            "https://Spot_Worker.blob.core.windows.net/",
+            "not a storage account name",
+        ),
+    ] {
+        let mut env = rendered.env.clone();
+        env.insert("SPOT_WORKER_STORAGE_ACCOUNT_URL".into(), url.into());
+        env.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
+        let output = tokio::time::timeout(
+            PATIENCE,
+            Command::new(worker_binary())
+                .env_clear()
+                .envs(&env)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the worker exits at once")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
+        assert!(
+            stderr.contains("SPOT_WORKER_STORAGE_ACCOUNT_URL") && stderr.contains(why),
+            "{url}: {stderr}"
+        );
+    }
+}
