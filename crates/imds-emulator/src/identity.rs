@@ -207,8 +207,10 @@ async fn get_token(
     RawQuery(query): RawQuery,
 ) -> Response {
     // The token endpoint has its own limits (20 requests per second, 5 at a
-    // time), separate from Scheduled Events' 5 per second; a test VM never
-    // reaches them, so they are not emulated.
+    // time), separate from Scheduled Events' 5 per second. They are not
+    // emulated: the SDK caches a token until 5 minutes before it expires, so
+    // only deliberately short-lived tokens make it ask often, and then the
+    // point is to see it refresh, not to be throttled.
     emulator.with_state(|state| {
         state.stats.token_gets += 1;
         let config = &state.config.identity;
