@@ -21,30 +21,40 @@ param namePrefix string = 'spotworker'
 @maxLength(56)
 param queueName string = 'jobs'
 
-@description('VM sizes the scale set may use (instance mix, up to five). Similar sizes spread the eviction risk across capacity pools.')
+// Instance mix requires the same architecture, storage interface, local disk
+// configuration and security profile across the sizes. These three are all
+// 2 vCPU / 8 GiB x64, SCSI, Trusted Launch capable and have NO local temp disk
+// (the worker needs none: checkpoints go to Blob storage). Standard_D2as_v4
+// was dropped: it has a temp disk. The v6 sizes are left out too: NVMe only.
+@description('VM sizes the scale set may use (instance mix, up to five), all with the same local-disk configuration (here: no temp disk). Similar sizes spread the eviction risk across capacity pools.')
 @minLength(1)
 @maxLength(5)
 param vmSizes array = [
   'Standard_D2as_v5'
   'Standard_D2s_v5'
-  'Standard_D2as_v4'
   'Standard_D2s_v4'
 ]
 
-@description('How the platform picks among vmSizes: LowestPrice (default), CapacityOptimized (fewest evictions) or Prioritized.')
+// Scale set API 2024-07-01 has only these two (Prioritized is a later preview).
+@description('How the platform picks among vmSizes: LowestPrice or CapacityOptimized (fewest evictions; default).')
 @allowed([
   'LowestPrice'
   'CapacityOptimized'
-  'Prioritized'
 ])
 param allocationStrategy string = 'CapacityOptimized'
 
 @description('Spot max price in USD per hour, as a string: "-1" = up to the pay-as-you-go price (evicted for capacity only), e.g. "0.05" to cap it (evicted on price too).')
 param maxPrice string = '-1'
 
+// At least 1: autoscale wakes from zero only through the per-instance queue
+// metric at zero instances, which Azure does not document (bicep/README.md).
 @description('Fewest workers (when the queue is empty).')
 @minValue(1)
 param minInstances int = 1
+
+@description('Workers the scale set runs now (deploy.sh reads it with az vmss show; 0 = a new scale set). A re-deploy keeps this count instead of resetting sku.capacity to minInstances, which would delete running Spot workers without a Scheduled Event.')
+@minValue(0)
+param currentInstanceCount int = 0
 
 @description('Most workers.')
 @minValue(1)
@@ -73,6 +83,9 @@ param workerBinaryName string = 'spot-worker-primes'
 @maxLength(64)
 param workerBinarySha256 string
 
+@description('Also publish Scheduled Events to Event Grid and Resource Graph. A preview behind a subscription feature flag, so off by default.')
+param publishScheduledEventsToEventGrid bool = false
+
 @description('Deploy the scale set and autoscale (false: storage, identity, network and telemetry only, so the binary can be uploaded first).')
 param deployCompute bool = true
 
@@ -89,9 +102,20 @@ param operatorPrincipalId string = ''
 ])
 param operatorPrincipalType string = 'User'
 
+// The values both resources take: Application Insights' RetentionInDays
+// takes only these; the workspace takes 30..730 (bicep/README.md).
 @description('Days Log Analytics and Application Insights keep data.')
-@minValue(30)
-@maxValue(730)
+@allowed([
+  30
+  60
+  90
+  120
+  180
+  270
+  365
+  550
+  730
+])
 param retentionInDays int = 30
 
 param tags object = {
@@ -101,6 +125,7 @@ param tags object = {
 var storageName = '${take(toLower(replace(namePrefix, '-', '')), 11)}${uniqueString(resourceGroup().id)}'
 var checkpointContainer = 'checkpoints'
 var resultsContainer = 'results'
+var poisonContainer = 'poison'
 var artifactsContainer = 'artifacts'
 
 module monitoring 'modules/monitoring.bicep' = {
@@ -132,6 +157,7 @@ module storage 'modules/storage.bicep' = {
     queueName: queueName
     checkpointContainer: checkpointContainer
     resultsContainer: resultsContainer
+    poisonContainer: poisonContainer
     artifactsContainer: artifactsContainer
     workerSubnetId: network.outputs.subnetId
     allowedIpRanges: operatorIpRanges
@@ -150,6 +176,7 @@ module identity 'modules/identity.bicep' = {
     poisonQueueName: storage.outputs.poisonQueueName
     checkpointContainer: storage.outputs.checkpointContainerName
     resultsContainer: storage.outputs.resultsContainerName
+    poisonContainer: storage.outputs.poisonContainerName
     artifactsContainer: storage.outputs.artifactsContainerName
     operatorPrincipalId: operatorPrincipalId
     operatorPrincipalType: operatorPrincipalType
@@ -176,7 +203,9 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
     vmSizes: vmSizes
     allocationStrategy: allocationStrategy
     maxPrice: maxPrice
-    instanceCount: minInstances
+    // Never below what runs now: see currentInstanceCount.
+    instanceCount: max(minInstances, currentInstanceCount)
+    publishScheduledEventsToEventGrid: publishScheduledEventsToEventGrid
     adminUsername: adminUsername
     sshPublicKey: sshPublicKey
     subnetId: network.outputs.subnetId

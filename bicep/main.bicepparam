@@ -5,10 +5,10 @@ using './main.bicep'
 
 param namePrefix = 'spotworker'
 param queueName = 'jobs'
+// Same local-disk configuration across the mix (none): see main.bicep.
 param vmSizes = [
   'Standard_D2as_v5'
   'Standard_D2s_v5'
-  'Standard_D2as_v4'
   'Standard_D2s_v4'
 ]
 param allocationStrategy = 'CapacityOptimized'

@@ -23,6 +23,13 @@ deployment_output() {
     --query "properties.outputs.$1.value" --output tsv
 }
 
+# The registration state of a subscription feature (Registered, NotRegistered,
+# Pending, ...); empty when az cannot tell.
+# usage: feature_state NAMESPACE FEATURE
+feature_state() {
+  az feature show --namespace "$1" --name "$2" --query properties.state --output tsv 2>/dev/null || true
+}
+
 # Retries a command (role assignments take a minute or two to apply).
 retry() {
   local attempts="$1" delay="$2" n=1

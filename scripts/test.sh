@@ -131,7 +131,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 case "$infra_checks" in
   0 | false | disabled) ;;
   *)
-    echo "==> infra: bicep parses, cloud-init schema, systemd-analyze verify, workbook"
+    echo "==> infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
     # The unit is verified with ExecStart at the real worker binary.
     cargo build --locked --example primes
     tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spot_worker::azure::{AzureStorage, StorageConfig};
+use spot_worker::runtime::{EXIT_MARGIN, STOP_TIMEOUT, WorkerConfig};
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
 use spot_worker_azurite_harness::Azurite;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec};
@@ -134,6 +135,12 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         drain_budget < stop_timeout && stop_timeout < 30,
         "drain budget {drain_budget}s < TimeoutStopSec {stop_timeout}s < the 30 s Preempt notice"
     );
+    // The worker itself refuses a drain that does not fit the stop timeout:
+    // check that the pair on the VM is the pair it checks against.
+    let config = WorkerConfig::from_lookup(|name| env.get(name).cloned())
+        .expect("worker.env is a configuration the worker accepts");
+    assert_eq!(Duration::from_secs(stop_timeout), STOP_TIMEOUT);
+    assert!(config.shutdown.longest_drain() + EXIT_MARGIN <= STOP_TIMEOUT);
     // What the VM is given: managed identity, the health extension's address.
     assert_eq!(
         env["SPOT_WORKER_STORAGE_ACCOUNT_URL"],

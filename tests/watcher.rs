@@ -119,6 +119,40 @@ async fn survives_every_kind_of_imds_failure_and_recovers() {
 }
 
 #[tokio::test]
+async fn after_an_outage_the_next_notice_is_seen_within_one_poll_interval() {
+    let emulator = emulator().await;
+    // The production interval: a Preempt must be seen within a second.
+    let interval = Duration::from_secs(1);
+    let config = WatcherConfig {
+        poll_interval: interval,
+        ..watcher_config()
+    };
+    let mut watcher = Watcher::new(client(&emulator.url()), config);
+    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let running = watcher.spawn();
+    caught_up(&running, emulator.incarnation()).await;
+
+    // Two malformed answers and two 500s in a row, then IMDS recovers.
+    emulator.inject_faults(Fault::Malformed, 2);
+    emulator.inject_faults(Fault::Status(StatusCode::INTERNAL_SERVER_ERROR), 2);
+    running.refresh();
+    health_until(&running, "the fourth failure", |h| {
+        h.consecutive_failures >= 4
+    })
+    .await;
+    let recovered = Instant::now();
+    emulator.schedule(EventSpec::preempt()).unwrap();
+    within("the shutdown token", shutdown.cancelled()).await;
+    let seen_after = recovered.elapsed();
+    // One interval plus room for a slow machine; a backoff grown to 2.5-5 s
+    // (the exponential one this replaced) cannot pass.
+    assert!(
+        seen_after < interval + Duration::from_millis(1400),
+        "the notice was seen {seen_after:?} after IMDS recovered"
+    );
+}
+
+#[tokio::test]
 async fn a_failure_does_not_lose_or_invent_transitions() {
     let emulator = emulator().await;
     let watcher = Watcher::new(client(&emulator.url()), watcher_config());
@@ -194,6 +228,46 @@ async fn approval_starts_this_vms_event_once() {
         Approval::AlreadyStarted
     );
     assert_eq!(emulator.approvals().len(), 1);
+}
+
+#[tokio::test]
+async fn approval_refuses_an_event_shared_with_other_vms_unless_told() {
+    let emulator = emulator().await;
+    let client = client(&emulator.url());
+    let event = emulator
+        .schedule(EventSpec::reboot().resources([VM, PEER]))
+        .unwrap();
+    let id = EventId(event.id.clone());
+
+    let error = client
+        .approve(&id, &ApprovalScope::ThisVm(VM.into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ImdsError::SharedEvent { .. }), "{error}");
+    assert!(error.to_string().contains(PEER), "{error}");
+    assert!(emulator.approvals().is_empty(), "nothing was sent");
+
+    let scope = ApprovalScope::SharedWithThisVm(VM.to_ascii_uppercase());
+    assert_eq!(
+        client.approve(&id, &scope).await.unwrap(),
+        Approval::Approved
+    );
+    assert_eq!(emulator.approvals().len(), 1);
+}
+
+#[tokio::test]
+async fn a_configured_name_is_checked_against_instance_metadata() {
+    let emulator = emulator().await;
+    let config = WatcherConfig {
+        vm_name: Some("spotvmss_9".to_owned()),
+        ..watcher_config()
+    };
+    let running = Watcher::new(client(&emulator.url()), config).spawn();
+    let health = health_until(&running, "instance metadata", |h| {
+        h.metadata_vm_name.is_some()
+    })
+    .await;
+    assert_eq!(health.vm_name_mismatch(), Some(("spotvmss_9", VM)));
 }
 
 #[tokio::test]

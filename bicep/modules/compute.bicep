@@ -7,24 +7,28 @@
 param location string
 param namePrefix string
 
-@description('VM sizes the scale set may use (instance mix, up to five); any of them must run the worker.')
+@description('VM sizes the scale set may use (instance mix, up to five); any of them must run the worker, and all must have the same local (temp) disk configuration, architecture, storage interface and security profile.')
 @minLength(1)
 @maxLength(5)
 param vmSizes array
 
+// API 2024-07-01 knows only these two; Prioritized (a preview) came later.
 @description('How the platform picks among vmSizes.')
 @allowed([
   'LowestPrice'
   'CapacityOptimized'
-  'Prioritized'
 ])
 param allocationStrategy string
 
 @description('Highest price per hour in USD a VM may cost before it is evicted; -1 = up to the pay-as-you-go price (evicted for capacity only).')
 param maxPrice string
 
-@description('Instances at creation; autoscale takes over from there.')
+@description('Instances the deployment sets (sku.capacity). On a re-deploy this must be the count the scale set has now (deploy.sh reads it), or the deployment would delete running Spot workers without notice; autoscale takes over from there.')
+@minValue(0)
 param instanceCount int
+
+@description('Also publish Scheduled Events to Event Grid and Resource Graph: a preview behind a subscription feature flag, so off unless asked for (deploy.sh explains).')
+param publishScheduledEventsToEventGrid bool
 
 param adminUsername string
 
@@ -101,9 +105,9 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
       repairAction: 'Replace'
     }
     // Scheduled Events: user reboots and redeploys are announced, not auto-
-    // approved (the worker drains, then approves), and every event is also
-    // published to Event Grid and Resource Graph, so evictions are visible from
-    // outside the VM. (No terminateNotificationProfile: not with Spot.)
+    // approved (the worker drains, then approves); no terminateNotification-
+    // Profile, which Spot does not have. Publishing every event to Event Grid
+    // and Resource Graph too is a preview behind a feature flag: on request.
     scheduledEventsPolicy: {
       userInitiatedReboot: {
         automaticallyApprove: false
@@ -111,11 +115,12 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
       userInitiatedRedeploy: {
         automaticallyApprove: false
       }
-      scheduledEventsAdditionalPublishingTargets: {
+      // Left out (null) unless asked for: the setting itself is the preview.
+      scheduledEventsAdditionalPublishingTargets: publishScheduledEventsToEventGrid ? {
         eventGridAndResourceGraph: {
           enable: true
         }
-      }
+      } : null
     }
     upgradePolicy: {
       mode: 'Manual'
@@ -171,6 +176,8 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
           secureBootEnabled: true
           vTpmEnabled: true
         }
+        // Needs the subscription feature Microsoft.Compute/EncryptionAtHost:
+        // scripts/deploy.sh checks it before deploying anything.
         encryptionAtHost: true
       }
       diagnosticsProfile: {

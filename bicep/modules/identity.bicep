@@ -8,7 +8,8 @@
 //   Create Queue (a no-op: the queue exists) and Get Queue Properties. The
 //   narrower built-ins do not cover that: Message Processor has no Update
 //   Message and no queue read/write; Message Sender only adds messages.
-// - Storage Blob Data Contributor on the checkpoint and result containers:
+// - Storage Blob Data Contributor on the checkpoint, result and poison
+//   containers (poison: originals too big for their poison record):
 //   create-only and ETag-fenced writes, reads, deletes of the warmup gate's
 //   write probes, and Create Container (a no-op: the container exists).
 // - Storage Blob Data Reader on the artifacts container: cloud-init downloads
@@ -26,6 +27,7 @@ param queueName string
 param poisonQueueName string
 param checkpointContainer string
 param resultsContainer string
+param poisonContainer string
 param artifactsContainer string
 
 @description('Object id of the operator running scripts/ (upload the binary, enqueue jobs, read results); empty = none.')
@@ -80,6 +82,10 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
       name: resultsContainer
     }
 
+    resource poisonBodies 'containers' existing = {
+      name: poisonContainer
+    }
+
     resource artifacts 'containers' existing = {
       name: artifactsContainer
     }
@@ -127,6 +133,17 @@ resource workerResults 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
     description: 'spot-worker: write results'
+  }
+}
+
+resource workerPoisonBodies 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(account::blobService::poisonBodies.id, identity.id, roles.storageBlobDataContributor)
+  scope: account::blobService::poisonBodies
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker: keep the originals of big poisoned messages'
   }
 }
 

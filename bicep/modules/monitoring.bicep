@@ -5,9 +5,20 @@
 param location string
 param namePrefix string
 
-@description('Days Log Analytics keeps data.')
-@minValue(30)
-@maxValue(730)
+// Application Insights' RetentionInDays takes only these values; the
+// workspace (PerGB2018) takes 30..730, so this list suits both.
+@description('Days Log Analytics and Application Insights keep data.')
+@allowed([
+  30
+  60
+  90
+  120
+  180
+  270
+  365
+  550
+  730
+])
 param retentionInDays int
 
 param tags object

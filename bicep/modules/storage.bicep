@@ -21,6 +21,9 @@ param checkpointContainer string
 @description('Blob container for results (SPOT_WORKER_RESULTS_CONTAINER).')
 param resultsContainer string
 
+@description('Blob container for the originals of poisoned messages too big for their poison record (SPOT_WORKER_POISON_CONTAINER).')
+param poisonContainer string
+
 @description('Blob container holding the worker binary the deploy script uploads.')
 param artifactsContainer string
 
@@ -146,6 +149,14 @@ resource results 'Microsoft.Storage/storageAccounts/blobServices/containers@2023
   }
 }
 
+resource poisonBodies 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: poisonContainer
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
 resource artifacts 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
   parent: blobService
   name: artifactsContainer
@@ -206,4 +217,5 @@ output jobQueueName string = jobQueue.name
 output poisonQueueName string = poisonQueue.name
 output checkpointContainerName string = checkpoints.name
 output resultsContainerName string = results.name
+output poisonContainerName string = poisonBodies.name
 output artifactsContainerName string = artifacts.name

@@ -780,7 +780,9 @@ pub async fn run(options: Options) -> Result<Report> {
                         .entry((job.start, job.end))
                         .or_insert_with(|| expected_result(job)["primes"].clone())
                         .clone();
-                    serde_json::json!({"job_id": job.job_id, "primes": primes})
+                    serde_json::json!({
+                        "job_id": job.job_id, "start": job.start, "end": job.end, "primes": primes
+                    })
                 })
                 .collect::<Vec<_>>()
         })
@@ -973,7 +975,12 @@ async fn storage_progress(
         .peek(32)
         .await?
         .into_iter()
-        .map(|m| serde_json::from_str::<PoisonRecord>(&m.body).map_or(m.body, |record| record.body))
+        .map(|m| match PoisonRecord::from_message_text(&m.body) {
+            Ok(PoisonRecord {
+                body: Some(body), ..
+            }) => body,
+            _ => m.body,
+        })
         .collect();
     let queued = queue.approximate_message_count().await?;
     Ok(Progress {

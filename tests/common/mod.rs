@@ -42,11 +42,10 @@ pub fn client(url: &str) -> ImdsClient {
     ImdsClient::new(client_config(url)).expect("a valid endpoint")
 }
 
-/// Polls as fast as IMDS allows, retries quickly, knows its name.
+/// Polls as fast as IMDS allows (retrying as quickly), knows its name.
 pub fn watcher_config() -> WatcherConfig {
     WatcherConfig {
         poll_interval: Duration::from_millis(200),
-        max_backoff: Duration::from_millis(400),
         vm_name: Some(VM.to_owned()),
         ..WatcherConfig::default()
     }

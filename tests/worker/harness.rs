@@ -38,7 +38,10 @@ pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 pub struct Env {
     pub azurite: Azurite,
     pub storage: AzureStorage,
+    /// IMDS as VM_A sees it.
     pub emulator: RunningEmulator,
+    /// IMDS as VM_B sees it (each VM has its own instance metadata).
+    pub peer_emulator: RunningEmulator,
     pub queue_name: String,
     pub queue: Arc<dyn MessageQueue>,
     pub poison: Arc<dyn MessageQueue>,
@@ -72,6 +75,9 @@ impl Env {
         let emulator = Emulator::start(EmulatorConfig::for_vm(VM_A))
             .await
             .expect("the emulator starts");
+        let peer_emulator = Emulator::start(EmulatorConfig::for_vm(VM_B))
+            .await
+            .expect("the emulator starts");
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..10];
         let queue_name = format!("jobs-{suffix}");
         let checkpoint_container = format!("checkpoints-{suffix}");
@@ -94,6 +100,7 @@ impl Env {
             azurite,
             storage,
             emulator,
+            peer_emulator,
             queue_name,
             queue,
             poison,
@@ -113,12 +120,21 @@ impl Env {
             health_addr: "127.0.0.1:0".parse().unwrap(),
             ..WorkerConfig::default()
         };
-        config.imds.endpoint = self.emulator.url();
+        config.imds.endpoint = self.emulator_of(vm).url();
         config.imds.vm_name = Some(vm.to_owned());
         config.imds.poll_interval = Duration::from_millis(250);
         config.shutdown.watchdog = false;
         config.shutdown.handle_signals = false;
         config
+    }
+
+    /// The IMDS that VM `vm` sees.
+    pub fn emulator_of(&self, vm: &str) -> &RunningEmulator {
+        if vm == VM_B {
+            &self.peer_emulator
+        } else {
+            &self.emulator
+        }
     }
 
     pub fn worker(&self, config: WorkerConfig) -> Worker {

@@ -261,3 +261,312 @@ async fn the_gate_keeps_the_worker_idle_while_storage_is_down() {
         .unwrap()
         .unwrap();
 }
+
+/// A handler that reports every body it handles on a channel.
+fn reporting_handler() -> (
+    impl spot_worker::storage::MessageHandler,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let handler = handler_fn(move |job: Job| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(job.text()?.to_owned());
+            Ok::<(), HandlerError>(())
+        }
+    });
+    (handler, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_reboot_is_not_approved_and_the_worker_waits_then_resumes_when_it_is_cancelled() {
+    let env = Env::start().await;
+    env.queue.send("before", Duration::ZERO).await.unwrap();
+    let (handler, mut handled) = reporting_handler();
+    let (worker, health_url) = env.worker_with_health(env.config(VM_A)).await;
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    assert_eq!(
+        within("the first message", handled.recv()).await.unwrap(),
+        "before"
+    );
+
+    // A Reboot of this VM and a peer: approving it would start it for both.
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    let parked = within(
+        "the worker to drain and wait",
+        readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|why| why.contains("waiting for it to start or be cancelled"))
+        }),
+    )
+    .await
+    .unwrap()
+    .clone();
+    let why = parked.shutting_down.unwrap();
+    assert!(why.contains(&reboot.id), "{why}");
+    assert!(why.contains("also concerns other VMs"), "{why}");
+    let (status, body) = get(&format!("{health_url}/readyz")).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["shutting_down"], serde_json::Value::String(why));
+    assert!(env.emulator.approvals().is_empty(), "nothing approved");
+    assert!(
+        !running.is_finished(),
+        "up, not exiting into a restart loop"
+    );
+    // Taking nothing while it waits.
+    env.queue.send("after", Duration::ZERO).await.unwrap();
+
+    // Maintenance called off: the worker takes work again.
+    env.emulator.cancel_event(&reboot.id).unwrap();
+    within("readiness to return", readiness.wait_for(|r| r.is_ready()))
+        .await
+        .unwrap();
+    assert_eq!(
+        within("the next message", handled.recv()).await.unwrap(),
+        "after"
+    );
+    let (status, _) = get(&format!("{health_url}/readyz")).await;
+    assert_eq!(status, 200);
+
+    stop.cancel();
+    let report = within("the worker to stop", running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.shutdown.resumed, 1);
+    assert_eq!(report.shutdown.trigger, Trigger::Requested);
+    assert_eq!(report.stats.succeeded, 2);
+    assert!(env.emulator.approvals().is_empty(), "never approved");
+    env.assert_queues_empty().await;
+}
+
+/// Starts a worker as VM_A, schedules a Reboot of VM_A and VM_B, and waits
+/// until the worker has drained and parked.
+async fn parked_worker(
+    env: &Env,
+) -> (
+    tokio::task::JoinHandle<
+        Result<spot_worker::runtime::RunReport, spot_worker::runtime::WorkerError>,
+    >,
+    tokio_util::sync::CancellationToken,
+    String,
+) {
+    let (handler, _handled) = reporting_handler();
+    let worker = env.worker(env.config(VM_A));
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within("the gate", readiness.wait_for(|r| r.is_ready()))
+        .await
+        .unwrap();
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    within(
+        "the worker to park",
+        readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|why| why.contains("waiting for it to start"))
+        }),
+    )
+    .await
+    .unwrap();
+    (running, stop, reboot.id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_worker_exits_when_the_event_starts_or_it_is_told_to() {
+    let env = Env::start().await;
+    // A peer approved it (or NotBefore came): the VM is going down.
+    let (running, _stop, reboot) = parked_worker(&env).await;
+    env.emulator.start_event(&reboot).unwrap();
+    let report = within("the exit", running).await.unwrap().unwrap();
+    assert!(matches!(report.shutdown.trigger, Trigger::Event(_)));
+    assert!(!report.shutdown.approved_event);
+    assert!(env.emulator.approvals().is_empty());
+
+    // A stop while parked (SIGTERM takes the same path) exits at once.
+    env.emulator.complete_event(&reboot).unwrap();
+    let (running, stop, _) = parked_worker(&env).await;
+    let asked = tokio::time::Instant::now();
+    stop.cancel();
+    within("the exit", running).await.unwrap().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(env.emulator.approvals().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_event_pending_at_start_does_not_make_the_worker_exit() {
+    let env = Env::start().await;
+    // What a restarted worker would find: the same pending shared Reboot.
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    env.queue.send("later", Duration::ZERO).await.unwrap();
+    let (handler, mut handled) = reporting_handler();
+    let worker = env.worker(env.config(VM_A));
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within(
+        "the worker to wait for the event",
+        readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|why| why.contains("waiting for it to start"))
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(!running.is_finished(), "no exit into a restart loop");
+    assert!(env.emulator.approvals().is_empty());
+
+    env.emulator.cancel_event(&reboot.id).unwrap();
+    assert_eq!(
+        within("the message", handled.recv()).await.unwrap(),
+        "later"
+    );
+    stop.cancel();
+    within("the worker to stop", running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(env.emulator.approvals().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_event_is_approved_when_the_deployment_opts_in() {
+    let env = Env::start().await;
+    let mut config = env.config(VM_A);
+    config.shutdown.approve_shared_events = true;
+    let (handler, _handled) = reporting_handler();
+    let worker = env.worker(config);
+    let mut readiness = worker.readiness();
+    let running = tokio::spawn(worker.run(handler));
+    within("the gate", readiness.wait_for(|r| r.is_ready()))
+        .await
+        .unwrap();
+    let reboot = env
+        .emulator
+        .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
+        .unwrap();
+    let report = within("the drain", running).await.unwrap().unwrap();
+    assert!(report.shutdown.approved_event, "{:?}", report.shutdown);
+    assert!(
+        env.emulator
+            .approvals()
+            .iter()
+            .any(|a| a.event_id == reboot.id)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_already_started_preempt_still_releases_the_message_in_flight() {
+    let env = Env::start().await;
+    env.queue.send("in flight", Duration::ZERO).await.unwrap();
+    let mut config = env.config(VM_A);
+    // The real watchdog, in this process: before the release floor it ended
+    // the process (status 3) the moment a started event was seen.
+    config.shutdown.watchdog = true;
+    config.shutdown.release_floor = Duration::from_secs(3);
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let handler = handler_fn({
+        let started = started.clone();
+        move |_job: Job| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                // Busy until dropped: only the release can free the message.
+                std::future::pending::<()>().await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let worker = env.worker(config);
+    let running = tokio::spawn(worker.run(handler));
+    within("the handler to start", started.notified()).await;
+
+    // Seen only once it has started (a host failure, or after an outage).
+    let preempt = env
+        .emulator
+        .schedule(EventSpec::preempt().started())
+        .unwrap();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    let Trigger::Event(notice) = &report.shutdown.trigger else {
+        panic!("drained for {:?}", report.shutdown.trigger);
+    };
+    assert_eq!(notice.event_id.as_str(), preempt.id);
+    assert_eq!(notice.status.as_str(), "Started");
+    assert_eq!(report.stats.released, 1, "released, not left hidden");
+    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert!(
+        report.shutdown.notice_to_drained < Duration::from_secs(3),
+        "{:?}",
+        report.shutdown.notice_to_drained
+    );
+    // Visible again at once, not after its 10 s visibility timeout.
+    let again = env.queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "the message is back on the queue");
+    assert_eq!(again[0].body, "in flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_sent_request_does_not_keep_a_drained_worker_up() {
+    let env = Env::start().await;
+    let (handler, _handled) = reporting_handler();
+    let (worker, health_url) = env.worker_with_health(env.config(VM_A)).await;
+    let mut readiness = worker.readiness();
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    within("the gate", readiness.wait_for(|r| r.is_ready()))
+        .await
+        .unwrap();
+
+    // A client that sends half a request line and then nothing.
+    let addr = health_url.trim_start_matches("http://");
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut client, b"GET /readyz HT")
+        .await
+        .unwrap();
+
+    let asked = tokio::time::Instant::now();
+    stop.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(15), running)
+        .await
+        .expect("the half-open connection must not hold the worker")
+        .unwrap()
+        .unwrap();
+    let took = asked.elapsed();
+    assert_eq!(report.shutdown.trigger, Trigger::Requested);
+    assert!(took < Duration::from_secs(4), "run returned after {took:?}");
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_name_that_instance_metadata_contradicts_is_a_clear_error() {
+    let env = Env::start().await;
+    let mut config = env.config(VM_A);
+    config.imds.vm_name = Some("spotvmss_9".to_owned());
+    let (handler, _handled) = reporting_handler();
+    let error = within("the worker to refuse", env.worker(config).run(handler))
+        .await
+        .expect_err("a contradicted VM name");
+    let text = error.to_string();
+    assert!(text.contains("SPOT_WORKER_VM_NAME"), "{text}");
+    assert!(text.contains("spotvmss_9"), "{text}");
+    assert!(text.contains(VM_A), "{text}");
+}

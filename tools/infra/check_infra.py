@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
 """Offline checks of bicep/ (run by scripts/test.sh; no Azure needed).
 
-1. Every .bicep file parses with pycep-parser; main.bicepparam names only
-   parameters main.bicep declares and sets every one without a default.
-2. The cloud-init document is rendered the way modules/compute.bicep renders
+1. Every .bicep file parses with pycep-parser.
+2. Templates against Azure's own types (tools/infra/azure-types, the Bicep
+   compiler's type library): every resource body of main.bicep and the modules
+   it reaches (unknown, misplaced, read-only, missing required properties,
+   wrong types, values outside enums and bounds), module wiring (params and
+   outputs), and main.bicepparam against main.bicep's parameters and their
+   decorators. First a self-test: the planted mistakes of
+   tools/infra/fixtures/planted/ must each be reported, and nothing else.
+3. The instance mix (vmSizes) has one local-disk configuration, and the
+   autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
+   of (backlog, in flight, instances) cases: scale-in never removes an
+   instance while any message is held, a backlog scales out
+   (autoscale_model.py).
+4. The cloud-init document is rendered the way modules/compute.bicep renders
    it (its `var x = replace(...)` chain is evaluated literally, with sample
    values for the deployment's outputs) and nothing is left unfilled.
-3. `cloud-init schema --config-file` accepts the rendered document.
-4. The systemd unit cloud-init writes passes `systemd-analyze verify`, with
+5. `cloud-init schema --config-file` accepts the rendered document.
+6. The systemd unit cloud-init writes passes `systemd-analyze verify`, with
    ExecStart pointed at a real binary (--worker-binary) and EnvironmentFile at
    the rendered env file.
-5. The workbook is valid JSON and every spot_worker.* name it queries is a
-   metric the telemetry crate defines.
+7. The workbook is valid JSON, every spot_worker.* name it queries is a
+   metric the telemetry crate defines, and the queue-depth panel says how
+   often its metric is refreshed.
 """
 
 from __future__ import annotations
@@ -27,12 +39,19 @@ import tempfile
 import time
 
 import yaml
-from pycep import BicepParser
+
+import autoscale_model
+import bicep_model
+import bicep_types
+import bicep_wiring
+from findings import KINDS, Report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BICEP = ROOT / "bicep"
 COMPUTE = BICEP / "modules" / "compute.bicep"
 METRICS_RS = ROOT / "crates" / "telemetry" / "src" / "metrics.rs"
+TYPES = ROOT / "tools" / "infra" / "azure-types" / "bicep-types"
+PLANTED = ROOT / "tools" / "infra" / "fixtures" / "planted"
 
 # What the deployment would pass to modules/compute.bicep.
 SAMPLE_PARAMS = {
@@ -71,27 +90,93 @@ def parse_bicep() -> None:
         fail("no .bicep files under bicep/")
     for path in files:
         try:
-            BicepParser().parse(file_path=path)
+            bicep_model.load(path.resolve())
         except Exception as error:  # pycep raises lark errors of many kinds
             fail(f"{path.relative_to(ROOT)} does not parse: {str(error).splitlines()[0]}")
     done(started, f"{len(files)} files")
 
 
-def check_bicepparam() -> None:
-    started = step("main.bicepparam matches main.bicep's parameters")
-    main = (BICEP / "main.bicep").read_text()
-    declared = dict(re.findall(r"^param (\w+) [\w.]+( =)?", main, flags=re.M))
-    params = (BICEP / "main.bicepparam").read_text()
-    if not re.search(r"^using '\./main\.bicep'$", params, flags=re.M):
-        fail("main.bicepparam does not start with using './main.bicep'")
-    given = re.findall(r"^param (\w+) =", params, flags=re.M)
-    for name in given:
-        if name not in declared:
-            fail(f"main.bicepparam sets {name}, which main.bicep does not declare")
-    for name, has_default in declared.items():
-        if not has_default and name not in given:
-            fail(f"main.bicepparam does not set required parameter {name}")
-    done(started, f"{len(given)} of {len(declared)} parameters set")
+def check_templates_self_test(library: bicep_types.TypeLibrary) -> None:
+    started = step("type checks, self-test: every planted mistake in tools/infra/fixtures/planted is reported")
+    report = Report(ROOT)
+    bicep_wiring.check_deployment(PLANTED / "main.bicepparam", library, report)
+    expected = json.loads((PLANTED / "expected.json").read_text())["expected"]
+    reported = [str(finding) for finding in report.findings]
+    matched: set[int] = set()
+    for kind, text in expected:
+        hits = [i for i, line in enumerate(reported) if line.endswith(f"[{kind}]") and text in line]
+        if hits:
+            matched.update(hits)
+            print(f"    caught   {kind:22} {text}")
+        else:
+            fail(f"self-test: the planted {kind} mistake '{text}' was not reported")
+    for i, line in enumerate(reported):
+        if i not in matched:
+            fail(f"self-test: unexpected finding in the fixture: {line}")
+    kinds = {kind for kind, _ in expected}
+    for kind in KINDS:
+        if kind not in kinds:
+            fail(f"self-test: the fixture plants no {kind} mistake")
+    done(started, f"{len(expected)} planted mistakes of {len(kinds)} kinds (of {len(KINDS)}) all reported")
+
+
+def check_templates(library: bicep_types.TypeLibrary) -> None:
+    started = step("type checks: bicep/ against Azure's type library, module wiring, main.bicepparam")
+    report = Report(ROOT)
+    bicep_wiring.check_deployment(BICEP / "main.bicepparam", library, report)
+    for finding in report.findings:
+        fail(str(finding))
+    done(started, f"tally: {report.tally}; {len(report.findings)} findings")
+
+
+# Whether a VM size has a local temp disk (Azure's size pages: Dv4/Dsv4 and
+# Dv5/Dsv5/Dasv5 have none; Dav4/Dasv4 and every "d" size such as Ddsv5 have
+# one). Instance mix needs the same local-disk configuration across its sizes.
+LOCAL_TEMP_DISK = {
+    "Standard_D2s_v4": False,
+    "Standard_D2_v4": False,
+    "Standard_D2s_v5": False,
+    "Standard_D2as_v5": False,
+    "Standard_D2as_v4": True,
+    "Standard_D2ds_v4": True,
+    "Standard_D2ds_v5": True,
+    "Standard_D2ads_v5": True,
+    "Standard_D2s_v3": True,
+}
+
+
+def check_instance_mix() -> None:
+    started = step("instance mix: every vmSizes list has one local-disk configuration")
+    main = bicep_model.load(BICEP / "main.bicep")
+    _, given = bicep_model.load_bicepparam(BICEP / "main.bicepparam")
+    lists = {"main.bicep default": main.params["vmSizes"].default, "main.bicepparam": given.get("vmSizes")}
+    for where, sizes in lists.items():
+        if sizes is None:
+            continue
+        unknown = [size for size in sizes if size not in LOCAL_TEMP_DISK]
+        if unknown:
+            fail(f"{where}: vmSizes {unknown}: add each to LOCAL_TEMP_DISK with whether it has a temp disk")
+        disks = {LOCAL_TEMP_DISK[size] for size in sizes if size in LOCAL_TEMP_DISK}
+        if len(disks) > 1:
+            fail(f"{where}: vmSizes {sizes} mix sizes with and without a local temp disk")
+    done(started, "; ".join(f"{where}: {sizes}" for where, sizes in lists.items()))
+
+
+def check_autoscale() -> None:
+    started = step("autoscale: rules rendered from modules/autoscale.bicep, evaluated on the scale-in table")
+    rows, problems = autoscale_model.run_table(BICEP)
+    for line in autoscale_model.format_table(rows):
+        print(f"    {line}")
+    for problem in problems:
+        fail(f"autoscale: {problem}")
+    # Negative control: the old scale-in rule must fail the same table.
+    profile, values = autoscale_model.render(BICEP)
+    _, old_problems = autoscale_model.evaluate_table(
+        autoscale_model.old_scale_in(profile), int(values["backlogPerInstance"]))
+    if not old_problems:
+        fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
+    done(started, f"{len(rows)} cases, each under both readings of the per-instance queue metric; "
+                  f"the old rule ('< 1') fails it in {len(old_problems)} places")
 
 
 def render_cloud_init() -> dict[str, str]:
@@ -199,6 +284,12 @@ def check_workbook() -> None:
     for panel in ("Throughput", "Failures", "Poison", "Eviction", "Notice to drained", "Queue depth"):
         if panel.lower() not in titles.lower():
             fail(f"workbook has no {panel} panel")
+    # QueueMessageCount is a capacity metric Azure emits hourly: a panel that
+    # does not say so reads as the live queue.
+    depth = [i["content"].get("title", "") for i in workbook["items"] if "queue depth" in
+             i["content"].get("title", "").lower()]
+    if not all("hourly" in title.lower() for title in depth):
+        fail(f"the queue-depth panel title must say its metric is refreshed hourly: {depth}")
     done(started, f"{len(workbook['items'])} items, {len(used)} metric names")
 
 
@@ -221,7 +312,11 @@ def main() -> int:
     parser.add_argument("--worker-binary", type=pathlib.Path, required=True)
     args = parser.parse_args()
     parse_bicep()
-    check_bicepparam()
+    library = bicep_types.TypeLibrary(TYPES)
+    check_templates_self_test(library)
+    check_templates(library)
+    check_instance_mix()
+    check_autoscale()
     values = render_cloud_init()
     with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
         workdir = pathlib.Path(tmp)

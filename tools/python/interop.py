@@ -7,6 +7,8 @@ it never appears in a process listing):
                                           (what Azure Functions/WebJobs send)
   interop.py receive-base64 QUEUE        print every visible message, decoded,
                                           as a JSON list, and delete them
+  interop.py receive-text QUEUE          the same without decoding (the poison
+                                          queue holds plain JSON text)
 """
 
 import json
@@ -17,12 +19,12 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient, TextBase64DecodePolicy, TextBase64EncodePolicy
 
 
-def client(queue):
+def client(queue, base64=True):
     return QueueClient.from_connection_string(
         os.environ["AZURE_STORAGE_CONNECTION_STRING"],
         queue,
-        message_encode_policy=TextBase64EncodePolicy(),
-        message_decode_policy=TextBase64DecodePolicy(),
+        message_encode_policy=TextBase64EncodePolicy() if base64 else None,
+        message_decode_policy=TextBase64DecodePolicy() if base64 else None,
         # Fail fast: the Rust test bounds its own waits.
         retry_total=2,
         connection_timeout=5,
@@ -40,8 +42,8 @@ def send_base64(queue, texts):
     print(json.dumps(ids))
 
 
-def receive_base64(queue):
-    q = client(queue)
+def receive(queue, base64):
+    q = client(queue, base64)
     out = []
     # Bounded: at most 10 batches of 32.
     for _ in range(10):
@@ -64,7 +66,9 @@ def main(argv):
     if len(argv) >= 3 and argv[0] == "send-base64":
         send_base64(argv[1], argv[2:])
     elif len(argv) == 2 and argv[0] == "receive-base64":
-        receive_base64(argv[1])
+        receive(argv[1], base64=True)
+    elif len(argv) == 2 and argv[0] == "receive-text":
+        receive(argv[1], base64=False)
     else:
         print(__doc__, file=sys.stderr)
         return 2

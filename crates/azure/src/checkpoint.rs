@@ -112,6 +112,11 @@ impl CheckpointStore for BlobCheckpointStore {
         let (checkpoint, stamp) = Checkpoint::from_json_bytes_stamped(&downloaded.bytes, &what)?;
         Ok(Some((checkpoint, ETag::new(etag.to_string()), stamp)))
     }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        validate_key(key)?;
+        self.container.delete(key, &self.what(key)).await
+    }
 }
 
 impl BlobCheckpointStore {

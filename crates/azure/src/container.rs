@@ -137,6 +137,19 @@ impl Container {
         .await
     }
 
+    /// Deletes blob `name`; one that does not exist counts as deleted.
+    /// `what` names it in errors.
+    pub(crate) async fn delete(&self, name: &str, what: &str) -> Result<(), StorageError> {
+        self.bounded(what, async {
+            match self.client.blob_client(name).delete(None).await {
+                Ok(_) => Ok(()),
+                Err(e) if error_code(&e) == Some("BlobNotFound") => Ok(()),
+                Err(e) => Err(map_error(e, Operation::Other(what))),
+            }
+        })
+        .await
+    }
+
     /// Something in this container, for error messages.
     pub(crate) fn what(&self, kind: &str) -> String {
         format!("{kind} {}", self.name)

@@ -104,6 +104,9 @@ impl CheckpointStore for FirstResponseLost {
     async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
         self.inner.read(key).await
     }
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.inner.delete(key).await
+    }
     async fn write(
         &self,
         key: &str,

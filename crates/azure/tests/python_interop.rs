@@ -115,7 +115,7 @@ async fn python_enqueues_base64_rust_consumes_and_python_reads_the_poison_record
     });
     let config = ConsumerConfig {
         encoding: MessageEncoding::Base64,
-        max_dequeue_count: 1,
+        max_failures: 1,
         visibility_timeout: Duration::from_secs(5),
         idle_backoff_floor: Duration::from_millis(50),
         idle_backoff_max: Duration::from_millis(500),
@@ -139,18 +139,25 @@ async fn python_enqueues_base64_rust_consumes_and_python_reads_the_poison_record
         vec!["héllo from python".to_owned()]
     );
 
-    // 3. Python reads the poison queue with its base64 policy.
-    let poisoned = python(&azurite, &["receive-base64", &poison_name]).await;
+    // 3. Python reads the poison queue as the plain JSON text it is: the
+    // original inside stays base64, encoded once.
+    let poisoned = python(&azurite, &["receive-text", &poison_name]).await;
     let poisoned = poisoned.as_array().expect("a list");
     assert_eq!(poisoned.len(), 1, "{poisoned:?}");
     let content = poisoned[0]["content"].as_str().expect("text content");
-    let record: PoisonRecord = serde_json::from_str(content).expect("a poison record");
+    let record = PoisonRecord::from_message_text(content).expect("a poison record");
     assert_eq!(record.original_id, ids[1]);
     assert_eq!(record.queue, name);
     assert_eq!(record.dequeue_count, 1);
-    assert_eq!(record.last_error, "refused \"fail: please poison me\"");
     assert_eq!(
-        MessageEncoding::Base64.decode(&record.body).unwrap(),
+        record.last_error,
+        "the handler failed 1 time (max_failures 1); last error: refused \"fail: please poison me\""
+    );
+    assert_eq!(record.encoding, MessageEncoding::Base64);
+    assert_eq!(
+        MessageEncoding::Base64
+            .decode(record.body.as_deref().unwrap())
+            .unwrap(),
         b"fail: please poison me",
         "the original (still encoded) body is kept"
     );

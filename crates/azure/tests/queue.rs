@@ -15,7 +15,7 @@ use spot_worker_azure::{AzureQueue, AzureStorage, MessageTtl};
 use spot_worker_storage::{
     Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, JobCheckpoint,
     MessageEncoding, MessageHandler, MessageId, MessageQueue, PoisonRecord, PopReceipt,
-    QueueMessage, StorageError, async_trait, handler_fn, poison_queue_name,
+    QueueMessage, ResultStore, StorageError, async_trait, handler_fn, poison_queue_name,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,7 @@ fn config() -> ConsumerConfig {
         idle_backoff_max: Duration::from_millis(500),
         retry_backoff_base: Duration::from_secs(1),
         retry_backoff_max: Duration::from_secs(2),
-        max_dequeue_count: 3,
+        max_failures: 3,
         settle_timeout: Duration::from_secs(10),
         ..ConsumerConfig::default()
     }
@@ -455,12 +455,15 @@ async fn failures_back_off_then_poison_with_the_original_metadata() {
     assert!(drain(&queue).await.is_empty(), "the original was deleted");
     let poisoned = drain(&poison).await;
     assert_eq!(poisoned.len(), 1);
-    let record: PoisonRecord = serde_json::from_str(&poisoned[0].body).unwrap();
+    let record = PoisonRecord::from_message_text(&poisoned[0].body).unwrap();
     assert_eq!(record.original_id, id.as_str());
     assert_eq!(record.queue, queue.name());
-    assert_eq!(record.dequeue_count, 3);
-    assert_eq!(record.last_error, "boom on attempt 3");
-    assert_eq!(record.body, "doomed <&> payload");
+    assert_eq!((record.dequeue_count, record.failures), (3, 3));
+    assert_eq!(
+        record.last_error,
+        "the handler failed 3 times (max_failures 3); last error: boom on attempt 3"
+    );
+    assert_eq!(record.body.as_deref(), Some("doomed <&> payload"));
     assert!(record.inserted_at.is_some());
 }
 
@@ -521,42 +524,63 @@ async fn base64_and_text_encodings() {
     running.stop().await;
     assert_eq!(seen.lock().unwrap().pop().unwrap(), vec![0, 1, 2, 254, 255]);
     let poisoned = drain(&poison).await;
-    let record: PoisonRecord =
-        serde_json::from_slice(&encoding.decode(&poisoned[0].body).unwrap()).unwrap();
+    // Plain JSON keeping the original text as it was: encoded once, not twice.
+    let record = PoisonRecord::from_message_text(&poisoned[0].body).unwrap();
+    assert_eq!(record.encoding, MessageEncoding::Base64);
     assert_eq!(record.original_id, bad.as_str());
     assert!(
         record.last_error.contains("not valid Base64"),
         "{}",
         record.last_error
     );
-    assert_eq!(record.body, "this is not base64!");
+    assert_eq!(record.body.as_deref(), Some("this is not base64!"));
 }
 
+// Issue 9, item 7: an original that cannot travel inside the record goes
+// to a blob in the `poison` container, byte for byte, and the record
+// points at it; one that fits stays inline, whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_near_the_size_limit_still_reaches_the_poison_queue() {
+async fn poisoned_originals_are_kept_whole_inline_or_as_a_blob() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
     let (queue, poison) = queues(&storage).await;
-    let big = "x".repeat(60 * 1024);
-    queue.send(&big, Duration::ZERO).await.unwrap();
+    let bodies = storage.result_store("poison").unwrap();
+    bodies.prepare().await.unwrap();
+    // 60 KiB of XML-special characters: accepted by the queue, but several
+    // times 64 KiB once escaped inside a record.
+    let big = "<&>\"".repeat(15 * 1024);
+    let big_id = queue.send(&big, Duration::ZERO).await.unwrap();
+    let small = "x".repeat(40 * 1024);
+    queue.send(&small, Duration::ZERO).await.unwrap();
     let handler =
         handler_fn(|_job: Job| async { Err::<(), HandlerError>("too big to handle".into()) });
     let config = ConsumerConfig {
-        max_dequeue_count: 1,
+        max_failures: 1,
         ..config()
     };
-    let running = Running::start(
-        Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).unwrap(),
-        handler,
-    );
-    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let consumer = Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config)
+        .unwrap()
+        .with_poison_bodies(Arc::new(bodies.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("poisoned", |s| s.poisoned == 2).await;
     let stats = running.stop().await;
     assert_eq!(stats.settle_failures, 0);
-    let poisoned = drain(&poison).await;
-    let record: PoisonRecord = serde_json::from_str(&poisoned[0].body).unwrap();
-    assert!(record.body_truncated);
-    assert!(big.starts_with(&record.body) && record.body.len() > 32 * 1024);
     assert!(drain(&queue).await.is_empty());
+    let mut records: Vec<PoisonRecord> = drain(&poison)
+        .await
+        .iter()
+        .map(|m| PoisonRecord::from_message_text(&m.body).unwrap())
+        .collect();
+    records.sort_by_key(|r| r.body.is_some());
+    let (claimed, inline) = (&records[0], &records[1]);
+    assert_eq!(inline.body.as_deref(), Some(small.as_str()));
+    assert_eq!(claimed.original_id, big_id.as_str());
+    assert_eq!(claimed.body, None);
+    let blob = claimed.body_blob.as_ref().expect("a claim check");
+    assert_eq!(blob.container, "poison");
+    let stored = bodies.get(&blob.name).await.unwrap().expect("the blob");
+    assert_eq!(stored, big.as_bytes(), "byte for byte");
+    assert!(blob.matches(&stored));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,7 +591,7 @@ async fn poison_records_never_expire_while_work_keeps_the_service_default() {
     queue.send("doomed", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|_job: Job| async { Err::<(), HandlerError>("no".into()) });
     let config = ConsumerConfig {
-        max_dequeue_count: 1,
+        max_failures: 1,
         ..config()
     };
     let running = Running::start(
@@ -589,8 +613,8 @@ async fn poison_records_never_expire_while_work_keeps_the_service_default() {
         expires > now + time::Duration::days(365 * 100),
         "the poison record expires at {expires}"
     );
-    let record: PoisonRecord = serde_json::from_str(&record.body).unwrap();
-    assert_eq!(record.body, "doomed");
+    let record = PoisonRecord::from_message_text(&record.body).unwrap();
+    assert_eq!(record.body.as_deref(), Some("doomed"));
 
     // The explicit constructor builds the same queue.
     let by_name = storage.poison_queue(queue.name()).unwrap();

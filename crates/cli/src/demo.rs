@@ -155,6 +155,9 @@ struct Demo {
     chunk_size: NonZeroU64,
     concurrency: usize,
     emulator: RunningEmulator,
+    /// Worker B's own IMDS: instance metadata names each VM, and the worker
+    /// refuses a configured name it contradicts.
+    peer_emulator: RunningEmulator,
     storage: Storage,
     tracker: Tracker,
     interrupted: CancellationToken,
@@ -202,6 +205,9 @@ impl Demo {
         let emulator = Emulator::start(EmulatorConfig::for_vm(Who::A.vm()))
             .await
             .context("starting the IMDS emulator")?;
+        let peer_emulator = Emulator::start(EmulatorConfig::for_vm(Who::B.vm()))
+            .await
+            .context("starting worker B's IMDS emulator")?;
         tracker.say(format!(
             "IMDS emulator (plays Azure's Scheduled Events): {}",
             emulator.url()
@@ -238,6 +244,7 @@ impl Demo {
             chunk_size,
             concurrency: usize::from(args.concurrency),
             emulator,
+            peer_emulator,
             storage,
             tracker,
             interrupted,
@@ -270,7 +277,10 @@ impl Demo {
             health_addr,
             imds: ImdsSettings {
                 enabled: true,
-                endpoint: self.emulator.url(),
+                endpoint: match who {
+                    Who::A => self.emulator.url(),
+                    Who::B => self.peer_emulator.url(),
+                },
                 vm_name: Some(who.vm().to_owned()),
                 poll_interval: IMDS_POLL,
             },
@@ -656,6 +666,18 @@ impl MessageHandler for Reporting {
         self.job.handle(job).await?;
         self.tracker.finished();
         Ok(())
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        self.job.job_key(body)
+    }
+
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        self.job.verify_completed(body, result)
     }
 }
 

@@ -94,13 +94,49 @@ pub enum Approval {
 }
 
 /// Which events this process may approve.
+///
+/// Approving an event lets Azure start it for every VM in its `Resources`,
+/// not just the one that approves (and events are broadcast to a whole
+/// availability set or placement group). A worker that drains in a second
+/// and approves a shared Reboot would cut its peers' notice to nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalScope {
-    /// Only events whose `Resources` list this VM. Approving an event lets it
-    /// proceed for every VM it lists, so this is the default.
+    /// Only events whose `Resources` is exactly this VM (compared without
+    /// regard to case). The default, and the only safe one for a worker.
     ThisVm(String),
+    /// Events that list this VM, alone or with others: an explicit opt-in
+    /// for deployments whose other VMs need no notice.
+    SharedWithThisVm(String),
     /// Any event, for a coordinator that approves on behalf of others.
     AnyVm,
+}
+
+impl ApprovalScope {
+    /// Whether `event` may be approved under this scope; the error says why
+    /// not. An event with no `Resources` names no VM, so only
+    /// [`ApprovalScope::AnyVm`] may approve it.
+    pub fn check(&self, event: &ScheduledEvent) -> Result<(), ImdsError> {
+        let vm_name = match self {
+            ApprovalScope::AnyVm => return Ok(()),
+            ApprovalScope::ThisVm(name) | ApprovalScope::SharedWithThisVm(name) => name,
+        };
+        if !event.concerns(vm_name) {
+            return Err(ImdsError::NotThisVm {
+                event_id: event.id.clone(),
+                resources: event.resources.clone(),
+                vm_name: vm_name.clone(),
+            });
+        }
+        let shared = !event.concerns_only(vm_name);
+        if shared && matches!(self, ApprovalScope::ThisVm(_)) {
+            return Err(ImdsError::SharedEvent {
+                event_id: event.id.clone(),
+                resources: event.resources.clone(),
+                vm_name: vm_name.clone(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A client for IMDS Scheduled Events and instance metadata.
@@ -207,8 +243,8 @@ impl ImdsClient {
     /// Approves an event so Azure may start it before `NotBefore`.
     ///
     /// Reads the current document first, so that only an event that is
-    /// present, still `Scheduled`, and (for [`ApprovalScope::ThisVm`]) lists
-    /// this VM is approved. Approving twice is harmless. An event that has
+    /// present, still `Scheduled`, and allowed by `scope` (see
+    /// [`ApprovalScope::check`]) is approved. Approving twice is harmless. An event that has
     /// already finished is no longer listed and gives
     /// [`ImdsError::EventNotFound`].
     pub async fn approve(
@@ -232,15 +268,7 @@ impl ImdsClient {
         event: &ScheduledEvent,
         scope: &ApprovalScope,
     ) -> Result<Approval, ImdsError> {
-        if let ApprovalScope::ThisVm(vm_name) = scope
-            && !event.concerns(vm_name)
-        {
-            return Err(ImdsError::NotThisVm {
-                event_id: event.id.clone(),
-                resources: event.resources.clone(),
-                vm_name: vm_name.clone(),
-            });
-        }
+        scope.check(event)?;
         if event.status == EventStatus::Started {
             return Ok(Approval::AlreadyStarted);
         }
@@ -518,6 +546,47 @@ mod tests {
         };
         let client = ImdsClient::new(config).unwrap();
         assert_eq!(client.config().min_request_spacing, MIN_REQUEST_SPACING);
+    }
+
+    #[test]
+    fn approves_only_what_the_scope_allows() {
+        use crate::model::{EventType, NotBefore};
+        let event = |resources: &[&str]| ScheduledEvent {
+            id: "E".into(),
+            event_type: EventType::Reboot,
+            status: EventStatus::Scheduled,
+            resource_type: "VirtualMachine".into(),
+            resources: resources.iter().map(|r| r.to_string()).collect(),
+            not_before: NotBefore::Unset,
+            description: String::new(),
+            source: None,
+            duration_in_seconds: None,
+        };
+        let this = || ApprovalScope::ThisVm("vmss_0".into());
+        let shared = || ApprovalScope::SharedWithThisVm("vmss_0".into());
+        // (scope, resources, allowed, refused as)
+        let table: [(ApprovalScope, &[&str], Result<(), &str>); 12] = [
+            (this(), &["vmss_0"], Ok(())),
+            (this(), &["VMSS_0"], Ok(())),
+            (this(), &["vmss_0", "vmss_1"], Err("shared")),
+            (this(), &["vmss_1", "VMSS_0"], Err("shared")),
+            (this(), &["vmss_1"], Err("not this vm")),
+            (this(), &[], Err("not this vm")),
+            (shared(), &["vmss_0"], Ok(())),
+            (shared(), &["vmss_0", "vmss_1"], Ok(())),
+            (shared(), &["vmss_1"], Err("not this vm")),
+            (shared(), &[], Err("not this vm")),
+            (ApprovalScope::AnyVm, &["vmss_1", "vmss_2"], Ok(())),
+            (ApprovalScope::AnyVm, &[], Ok(())),
+        ];
+        for (scope, resources, expected) in table {
+            let got = scope.check(&event(resources)).map_err(|e| match e {
+                ImdsError::SharedEvent { .. } => "shared",
+                ImdsError::NotThisVm { .. } => "not this vm",
+                _ => "other",
+            });
+            assert_eq!(got, expected, "{scope:?} {resources:?}");
+        }
     }
 
     #[test]

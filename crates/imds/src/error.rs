@@ -100,6 +100,20 @@ pub enum ImdsError {
         /// This VM's name.
         vm_name: String,
     },
+    /// Approval was asked for an event that lists other VMs besides this
+    /// one; approving it would start it for them too, cutting their notice.
+    #[error(
+        "event {event_id} also concerns other VMs ({resources:?}, this VM is {vm_name}); \
+         approving it would start it for all of them, so it is not approved"
+    )]
+    SharedEvent {
+        /// The event.
+        event_id: EventId,
+        /// The VMs it lists.
+        resources: Vec<String>,
+        /// This VM's name.
+        vm_name: String,
+    },
 }
 
 impl ImdsError {

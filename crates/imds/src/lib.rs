@@ -32,4 +32,4 @@ pub use model::{
 };
 pub use policy::{FreezePolicy, Notice, ShutdownPolicy, ShutdownSignal, deadline_for};
 pub use transition::{Transition, TransitionKind, diff};
-pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth};
+pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth, retry_delay};

@@ -94,6 +94,16 @@ impl ScheduledEvent {
             .iter()
             .any(|r| r.eq_ignore_ascii_case(vm_name))
     }
+
+    /// Whether `Resources` names `vm_name` and no other VM: approving such an
+    /// event affects this VM alone.
+    pub fn concerns_only(&self, vm_name: &str) -> bool {
+        !self.resources.is_empty()
+            && self
+                .resources
+                .iter()
+                .all(|r| r.eq_ignore_ascii_case(vm_name))
+    }
 }
 
 impl Serialize for ScheduledEvent {

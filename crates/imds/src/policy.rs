@@ -179,6 +179,18 @@ impl ShutdownSignal {
         self.notice.borrow().as_ref().map(|n| n.deadline)
     }
 
+    /// Resolves with the notice once one is in force: triggered and not
+    /// withdrawn. Unlike the token, this can be waited on again after a
+    /// withdrawal, to learn of the next notice. `None` once the watcher is
+    /// gone without one.
+    pub async fn in_force(&self) -> Option<Notice> {
+        let mut notice = self.notice.clone();
+        let current = notice
+            .wait_for(|n| n.as_ref().is_some_and(|n| !n.withdrawn))
+            .await;
+        current.ok().and_then(|n| n.clone())
+    }
+
     /// Resolves when the notice changes (a new deadline, a start, a
     /// withdrawal). Returns `false` once the watcher is gone.
     pub async fn changed(&mut self) -> bool {
@@ -520,6 +532,26 @@ mod tests {
         assert!(signal.changed().await);
         assert!(signal.notice().unwrap().withdrawn);
         assert!(signal.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_new_notice_is_in_force_again_after_a_withdrawal() {
+        let wall = SystemTime::now();
+        let (mut trigger, signal) =
+            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+        let reboot = event(EventType::Reboot, at(wall, 900));
+        feed(&mut trigger, &[], vec![reboot.clone()], wall);
+        assert_eq!(signal.in_force().await.unwrap().event_id, reboot.id);
+        feed(&mut trigger, &[reboot], vec![], wall);
+        let waiting = signal.in_force();
+        tokio::pin!(waiting);
+        assert!(futures_poll(&mut waiting).is_pending(), "withdrawn");
+        let mut preempt = event(EventType::Preempt, at(wall, 30));
+        preempt.id = "E2".into();
+        feed(&mut trigger, &[], vec![preempt.clone()], wall);
+        assert_eq!(waiting.await.unwrap().event_id, preempt.id);
+        drop(trigger);
+        assert!(signal.in_force().await.is_some(), "still in force");
     }
 
     #[tokio::test]

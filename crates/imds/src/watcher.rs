@@ -3,9 +3,11 @@
 //! The watcher must never stop: Scheduled Events is switched off for a VM that
 //! has not asked for 24 hours, and a watcher that died on one bad response
 //! would miss the eviction it exists for. Errors are logged, reported through
-//! [`WatcherHealth`], and retried with jittered exponential backoff capped low
-//! enough to still catch a 30-second Preempt notice.
+//! [`WatcherHealth`], and retried after a jittered delay never longer than the
+//! poll interval: IMDS is local and allows 5 requests a second, so backing off
+//! further would only delay the next notice (a Preempt gives 30 seconds).
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -18,7 +20,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::{ImdsClient, MIN_REQUEST_SPACING};
 use crate::error::ImdsError;
-use crate::model::{ScheduledEvent, ScheduledEvents};
+use crate::model::{EventId, ScheduledEvent, ScheduledEvents};
 use crate::policy::{ShutdownPolicy, ShutdownSignal, ShutdownTrigger};
 use crate::transition::{Transition, diff};
 
@@ -26,14 +28,14 @@ use crate::transition::{Transition, diff};
 #[derive(Debug, Clone)]
 pub struct WatcherConfig {
     /// Time between polls; IMDS recommends once a second. Never below
-    /// [`MIN_REQUEST_SPACING`] (IMDS allows 5 requests per second).
+    /// [`MIN_REQUEST_SPACING`] (IMDS allows 5 requests per second). Also the
+    /// longest retry delay after an error (see [`retry_delay`]).
     pub poll_interval: Duration,
-    /// Upper bound of the retry delay after errors. Keep it well under the
-    /// 30-second Preempt notice.
-    pub max_backoff: Duration,
     /// This VM's name as it appears in `Resources`. `None` asks instance
     /// metadata (`compute.name`) alongside the polls; until it answers,
-    /// every event is taken to concern this VM (the safe reading).
+    /// every event is taken to concern this VM (the safe reading). A name
+    /// given here is still checked against instance metadata once (see
+    /// [`WatcherHealth::vm_name_mismatch`]).
     pub vm_name: Option<String>,
     /// Transitions buffered per subscriber before a slow one starts missing
     /// them.
@@ -44,7 +46,6 @@ impl Default for WatcherConfig {
     fn default() -> Self {
         WatcherConfig {
             poll_interval: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(5),
             vm_name: None,
             channel_capacity: 256,
         }
@@ -54,8 +55,10 @@ impl Default for WatcherConfig {
 /// The watcher's own health, for readiness gates and operators.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatcherHealth {
-    /// This VM's name, once known.
+    /// This VM's name, once known: as configured, or from instance metadata.
     pub vm_name: Option<String>,
+    /// The name instance metadata gives (`compute.name`), once it answered.
+    pub metadata_vm_name: Option<String>,
     /// When the last poll succeeded.
     pub last_success: Option<Instant>,
     /// Incarnation of the last document received.
@@ -75,6 +78,15 @@ impl WatcherHealth {
     /// `max_age`.
     pub fn is_healthy(&self, max_age: Duration) -> bool {
         self.vm_name.is_some() && self.last_success.is_some_and(|at| at.elapsed() <= max_age)
+    }
+
+    /// The configured name and the one instance metadata gives, when they
+    /// differ (ignoring case, as Azure does): a configuration error, since
+    /// events would be matched against the wrong name.
+    pub fn vm_name_mismatch(&self) -> Option<(&str, &str)> {
+        let configured = self.vm_name.as_deref()?;
+        let metadata = self.metadata_vm_name.as_deref()?;
+        (!configured.eq_ignore_ascii_case(metadata)).then_some((configured, metadata))
     }
 }
 
@@ -109,7 +121,6 @@ impl Watcher {
     /// A watcher polling through `client`.
     pub fn new(client: ImdsClient, mut config: WatcherConfig) -> Self {
         config.poll_interval = config.poll_interval.max(MIN_REQUEST_SPACING);
-        config.max_backoff = config.max_backoff.max(config.poll_interval);
         let (transitions, _) = broadcast::channel(config.channel_capacity.max(1));
         Watcher {
             client: Arc::new(client),
@@ -165,6 +176,7 @@ impl Watcher {
             document: document_tx,
             refresh: refresh.clone(),
             stop: stop.clone(),
+            unaddressed_reported: HashSet::new(),
         };
         let task = tokio::spawn(poller.run());
         RunningWatcher {
@@ -233,11 +245,14 @@ struct Poller {
     document: watch::Sender<Option<Arc<ScheduledEvents>>>,
     refresh: Arc<Notify>,
     stop: CancellationToken,
+    /// Events without `Resources` already warned about.
+    unaddressed_reported: HashSet<EventId>,
 }
 
 impl Poller {
     async fn run(mut self) {
         let mut vm_name = self.config.vm_name.clone();
+        let mut identified = false;
         let mut previous: Option<Arc<ScheduledEvents>> = None;
         let mut failures = 0u32;
         loop {
@@ -245,15 +260,17 @@ impl Poller {
             // Polling starts at once, name or not: the first call is the one
             // that enables Scheduled Events, and an eviction must not wait
             // for instance metadata to recover.
-            if vm_name.is_none() {
-                vm_name = match self.until_stopped(self.client.vm_name()).await {
+            if !identified {
+                match self.until_stopped(self.client.vm_name()).await {
                     None => return,
-                    Some(Ok(name)) => Some(self.identified(name)),
+                    Some(Ok(name)) => {
+                        identified = true;
+                        vm_name = Some(self.identified(name, vm_name.take()));
+                    }
                     Some(Err(error)) => {
                         self.report_failure("instance metadata", &error, 1, Duration::ZERO);
-                        None
                     }
-                };
+                }
             }
             let next = match self.until_stopped(self.client.scheduled_events()).await {
                 None => return,
@@ -264,7 +281,7 @@ impl Poller {
                 }
                 Some(Err(error)) => {
                     failures = failures.saturating_add(1);
-                    let delay = self.backoff(failures);
+                    let delay = retry_delay(self.config.poll_interval, rand::rng().random());
                     self.report_failure("Scheduled Events", &error, failures, delay);
                     Instant::now() + delay
                 }
@@ -284,9 +301,29 @@ impl Poller {
         }
     }
 
-    fn identified(&self, name: String) -> String {
-        tracing::info!(vm_name = %name, "identified this VM from instance metadata");
-        self.health.send_modify(|h| h.vm_name = Some(name.clone()));
+    /// Records the name instance metadata gave; returns the name to match
+    /// events with: the configured one if any (a mismatch is reported, for
+    /// the application to refuse), else this one.
+    fn identified(&self, metadata: String, configured: Option<String>) -> String {
+        let name = match configured {
+            Some(configured) if !configured.eq_ignore_ascii_case(&metadata) => {
+                tracing::error!(
+                    configured = %configured,
+                    instance_metadata = %metadata,
+                    "the configured VM name is not the one instance metadata gives"
+                );
+                configured
+            }
+            Some(configured) => configured,
+            None => {
+                tracing::info!(vm_name = %metadata, "identified this VM from instance metadata");
+                metadata.clone()
+            }
+        };
+        self.health.send_modify(|h| {
+            h.vm_name = Some(name.clone());
+            h.metadata_vm_name = Some(metadata);
+        });
         name
     }
 
@@ -306,6 +343,15 @@ impl Poller {
             // incarnation: a restarted IMDS (or emulator) may count again.
             Some(previous) if *previous == document => previous,
             previous => {
+                for event in newly_unaddressed(&document, &mut self.unaddressed_reported) {
+                    tracing::warn!(
+                        event_id = %event.id,
+                        event_type = %event.event_type,
+                        event_status = %event.status,
+                        "scheduled event lists no Resources: Azure names the affected VMs there, \
+                         so it concerns no VM we can identify; not draining for it, never approving it"
+                    );
+                }
                 let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
                 let now = Instant::now();
                 let changes = diff(before, &document, vm_name, SystemTime::now());
@@ -353,22 +399,6 @@ impl Poller {
         });
     }
 
-    /// Jittered exponential backoff from the poll interval up to the cap.
-    fn backoff(&self, failures: u32) -> Duration {
-        let base = self.config.poll_interval;
-        let exponent = failures.saturating_sub(1).min(16);
-        let ceiling = base
-            .saturating_mul(1 << exponent)
-            .min(self.config.max_backoff);
-        // Full jitter over the upper half keeps VMs of a scale set from
-        // retrying in lockstep while never retrying faster than the interval.
-        let low = (ceiling / 2).max(base.min(ceiling));
-        if low >= ceiling {
-            return ceiling;
-        }
-        rand::rng().random_range(low..=ceiling)
-    }
-
     /// Sleeps until `at`, or less if a refresh is asked for. `false` when the
     /// watcher was stopped.
     async fn wait_until(&self, at: Instant) -> bool {
@@ -378,6 +408,41 @@ impl Poller {
             () = self.refresh.notified() => true,
         }
     }
+}
+
+/// The events of `document` whose `Resources` is empty and that were not
+/// reported yet (remembered in `reported`), so each is logged once.
+///
+/// Scheduled Events are broadcast to every VM of an availability set or
+/// placement group, and `Resources` is how a VM learns which of them are
+/// affected. An event naming none affects no VM we can identify: it never
+/// drains this worker nor is it approved, but an operator should know.
+fn newly_unaddressed<'a>(
+    document: &'a ScheduledEvents,
+    reported: &mut HashSet<EventId>,
+) -> Vec<&'a ScheduledEvent> {
+    document
+        .events
+        .iter()
+        .filter(|event| event.resources.is_empty() && reported.insert(event.id.clone()))
+        .collect()
+}
+
+/// The delay before retrying after a failed poll, whatever the number of
+/// failures in a row: between half the poll interval (never below
+/// [`MIN_REQUEST_SPACING`]) and the poll interval itself, placed by `jitter`
+/// (0.0 to 1.0) so that the VMs of a scale set do not retry in lockstep.
+///
+/// Never longer than the interval: IMDS is local, allows 5 requests a second,
+/// and an eviction notice posted as it recovers must be seen within one poll
+/// interval. An exponential backoff (to 5 s, say) would cost a sixth of a
+/// Preempt's 30-second notice.
+pub fn retry_delay(poll_interval: Duration, jitter: f64) -> Duration {
+    let low = (poll_interval / 2)
+        .max(MIN_REQUEST_SPACING)
+        .min(poll_interval);
+    let spread = poll_interval.saturating_sub(low);
+    low + spread.mul_f64(jitter.clamp(0.0, 1.0))
 }
 
 fn log_transition(t: &Transition) {
@@ -390,4 +455,62 @@ fn log_transition(t: &Transition) {
         incarnation = t.incarnation,
         "scheduled event"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_without_resources_is_reported_once() {
+        let document = |events: &[(&str, &[&str])]| -> ScheduledEvents {
+            let events: Vec<serde_json::Value> = events
+                .iter()
+                .map(|(id, resources)| {
+                    serde_json::json!({"EventId": id, "EventType": "Reboot",
+                        "EventStatus": "Scheduled", "Resources": resources})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({"DocumentIncarnation": 1, "Events": events}))
+                .unwrap()
+        };
+        let mut reported = HashSet::new();
+        let ids = |events: Vec<&ScheduledEvent>| -> Vec<String> {
+            events.iter().map(|e| e.id.as_str().to_owned()).collect()
+        };
+        // (document, reported now)
+        let table: [(ScheduledEvents, &[&str]); 4] = [
+            (document(&[("A", &[]), ("B", &["vm_0"])]), &["A"]),
+            (document(&[("A", &[]), ("B", &["vm_0"])]), &[]),
+            (document(&[("A", &[]), ("C", &[])]), &["C"]),
+            (document(&[("B", &[])]), &["B"]),
+        ];
+        for (document, expected) in table {
+            assert_eq!(ids(newly_unaddressed(&document, &mut reported)), expected);
+        }
+    }
+
+    #[test]
+    fn retries_never_wait_longer_than_the_poll_interval() {
+        let ms = Duration::from_millis;
+        // (interval, jitter, expected delay)
+        let table = [
+            (ms(1000), 0.0, ms(500)),
+            (ms(1000), 0.5, ms(750)),
+            (ms(1000), 1.0, ms(1000)),
+            (ms(1000), 7.0, ms(1000)),
+            (ms(1000), -1.0, ms(500)),
+            // The request spacing IMDS needs is kept.
+            (ms(300), 0.0, ms(250)),
+            (ms(250), 0.5, ms(250)),
+            (ms(4000), 1.0, ms(4000)),
+        ];
+        for (interval, jitter, expected) in table {
+            assert_eq!(
+                retry_delay(interval, jitter),
+                expected,
+                "{interval:?} {jitter}"
+            );
+        }
+    }
 }

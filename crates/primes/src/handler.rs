@@ -7,9 +7,10 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use serde_json::Value;
 use spot_worker_storage::{
     CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultStore,
-    StorageError, async_trait,
+    StorageError, async_trait, permanent,
 };
 
 use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
@@ -107,7 +108,7 @@ impl PrimesConfig {
 /// `job_id`) is completed, make sure the result exists and succeed without
 /// recomputing; otherwise resume from the saved cursor and partial count,
 /// count the rest chunk by chunk (checkpointing `{"cursor", "primes"}` after
-/// each), write `{job_id}.json` = `{"job_id":…,"primes":N}` create-only,
+/// each), write `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}` create-only,
 /// and mark the checkpoint completed with the same document.
 ///
 /// When [`Job::cancellation`] fires (the worker winds down, or the lease is
@@ -131,8 +132,54 @@ pub fn handler(results: Arc<dyn ResultStore>, config: PrimesConfig) -> PrimesHan
 #[async_trait]
 impl MessageHandler for PrimesHandler {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        self.run(&job).await.map_err(HandlerError::from)
+        self.run(&job).await.map_err(into_handler_error)
     }
+
+    /// The job id: duplicate messages for one job share its checkpoint, and
+    /// the consumer deletes them once it is completed.
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        PrimesJob::parse(body).ok().map(|spec| spec.job_id)
+    }
+
+    fn verify_completed(&self, body: &[u8], result: &Value) -> Result<(), HandlerError> {
+        let spec = PrimesJob::parse(body).map_err(into_handler_error)?;
+        completed_result(&spec, result)
+            .map(|_| ())
+            .map_err(into_handler_error)
+    }
+}
+
+/// Marks the errors retrying cannot fix as permanent.
+fn into_handler_error(error: PrimesError) -> HandlerError {
+    if error.is_permanent() {
+        permanent(error)
+    } else {
+        error.into()
+    }
+}
+
+/// The result a completed checkpoint holds, if it is `spec`'s: the same job
+/// id and range. Another range under the same id is a permanent error,
+/// never a silent skip with the old count.
+fn completed_result(spec: &PrimesJob, result: &Value) -> Result<PrimesResult, PrimesError> {
+    let done = serde_json::from_value::<PrimesResult>(result.clone())
+        .ok()
+        .filter(|done| done.job_id == spec.job_id)
+        .ok_or_else(|| PrimesError::BadCheckpoint {
+            job_id: spec.job_id.clone(),
+            reason: format!("the completed checkpoint holds {result}"),
+        })?;
+    if !done.is_for(spec) {
+        return Err(PrimesError::DifferentJob {
+            job_id: spec.job_id.clone(),
+            done_start: done.start,
+            done_end: done.end,
+            primes: done.primes,
+            start: spec.start,
+            end: spec.end,
+        });
+    }
+    Ok(done)
 }
 
 impl PrimesHandler {
@@ -152,13 +199,7 @@ impl PrimesHandler {
             .map_err(storage("reading the checkpoint"))?;
 
         if let Some(result) = checkpoint.result() {
-            let done = serde_json::from_value::<PrimesResult>(result.clone())
-                .ok()
-                .filter(|done| done.job_id == spec.job_id)
-                .ok_or_else(|| PrimesError::BadCheckpoint {
-                    job_id: spec.job_id.clone(),
-                    reason: format!("the completed checkpoint holds {result}"),
-                })?;
+            let done = completed_result(&spec, result)?;
             // The result is written before the checkpoint completes, so it
             // exists; one create-only write makes sure (and costs nothing
             // but a request) instead of trusting that nobody deleted it.
@@ -237,10 +278,7 @@ impl PrimesHandler {
             }
         }
 
-        let done = PrimesResult {
-            job_id: spec.job_id.clone(),
-            primes,
-        };
+        let done = PrimesResult::of(&spec, primes);
         self.put_result(&spec, &done).await?;
         checkpoint
             .complete(done.to_value())
@@ -266,14 +304,20 @@ impl PrimesHandler {
                 tracing::info!(job_id = %spec.job_id, result = %name, "the identical result already existed");
                 Ok(())
             }
+            Err(StorageError::Conflict { .. }) => {
+                let stored = match self.results.get(&name).await {
+                    Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Ok(None) => "(deleted since)".to_owned(),
+                    Err(e) => format!("(could not be read: {e})"),
+                };
+                Err(PrimesError::DifferentResult {
+                    job_id: spec.job_id.clone(),
+                    stored,
+                })
+            }
             Err(source) => Err(PrimesError::Storage {
                 job_id: spec.job_id.clone(),
-                action: match source {
-                    StorageError::Conflict { .. } => {
-                        "writing the result (a different result already exists and was kept)"
-                    }
-                    _ => "writing the result",
-                },
+                action: "writing the result",
                 source,
             }),
         }

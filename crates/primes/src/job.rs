@@ -103,25 +103,39 @@ impl PrimesJob {
 
 /// The result a correct run of `job` writes, computed directly with
 /// [`count_primes`] (no chunks, no storage), for checkers:
-/// `{"job_id":"j1","primes":N}`.
+/// `{"job_id":"j1","start":0,"end":100,"primes":N}`.
 pub fn expected_result(job: &PrimesJob) -> Value {
-    PrimesResult {
-        job_id: job.job_id.clone(),
-        primes: count_primes(job.start, job.end),
-    }
-    .to_value()
+    PrimesResult::of(job, count_primes(job.start, job.end)).to_value()
 }
 
-/// The result document, also kept in the completed checkpoint. A struct
-/// rather than a JSON map so the bytes are always `{"job_id":…,"primes":…}`
-/// in that order.
+/// The result document, also kept in the completed checkpoint. It records
+/// the range, so a job id re-used for another range is recognised instead
+/// of answered with the old count. A struct rather than a JSON map so the
+/// bytes are always `{"job_id":…,"start":…,"end":…,"primes":…}` in that
+/// order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PrimesResult {
     pub(crate) job_id: String,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
     pub(crate) primes: u64,
 }
 
 impl PrimesResult {
+    pub(crate) fn of(job: &PrimesJob, primes: u64) -> Self {
+        PrimesResult {
+            job_id: job.job_id.clone(),
+            start: job.start,
+            end: job.end,
+            primes,
+        }
+    }
+
+    /// Whether this is the result of `job` (same id and range).
+    pub(crate) fn is_for(&self, job: &PrimesJob) -> bool {
+        (self.job_id.as_str(), self.start, self.end) == (job.job_id.as_str(), job.start, job.end)
+    }
+
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
@@ -175,6 +189,34 @@ pub enum PrimesError {
         /// What does not fit.
         reason: String,
     },
+    /// The job id was completed for another range: re-enqueue the new range
+    /// under a new job id.
+    #[error(
+        "job {job_id} was already completed for [{done_start}, {done_end}) ({primes} primes); \
+         this message asks for [{start}, {end}): send it under a new job_id"
+    )]
+    DifferentJob {
+        /// The job.
+        job_id: String,
+        /// The completed range's start.
+        done_start: u64,
+        /// The completed range's end.
+        done_end: u64,
+        /// The completed count.
+        primes: u64,
+        /// This message's range start.
+        start: u64,
+        /// This message's range end.
+        end: u64,
+    },
+    /// A different result for this job is stored already; it was kept.
+    #[error("job {job_id}: a different result is stored already and was kept: {stored}")]
+    DifferentResult {
+        /// The job.
+        job_id: String,
+        /// The stored result, as text.
+        stored: String,
+    },
     /// A checkpoint or result operation failed. The cause is also the
     /// error's `source`, so the consumer recognises a checkpoint write
     /// fenced off by another worker ([`StorageError::Conflict`]).
@@ -215,6 +257,25 @@ pub enum PrimesError {
         /// What the runtime reported.
         reason: String,
     },
+}
+
+impl PrimesError {
+    /// True if retrying cannot help: the message is not a valid job, or
+    /// asks for something that contradicts what is stored (another range
+    /// under the same job id, a different result already written). The
+    /// handler marks these [`permanent`](spot_worker_storage::permanent).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            PrimesError::InvalidMessage { .. }
+            | PrimesError::InvalidJob { .. }
+            | PrimesError::BadCheckpoint { .. }
+            | PrimesError::DifferentJob { .. } => true,
+            PrimesError::DifferentResult { .. } => true,
+            PrimesError::Storage { .. }
+            | PrimesError::Interrupted { .. }
+            | PrimesError::Sieve { .. } => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -281,13 +342,9 @@ mod tests {
         let job = PrimesJob::new("j1", 0, 100).unwrap();
         assert_eq!(
             expected_result(&job),
-            serde_json::json!({"job_id": "j1", "primes": 25})
+            serde_json::json!({"job_id": "j1", "start": 0, "end": 100, "primes": 25})
         );
-        let bytes = PrimesResult {
-            job_id: "j1".into(),
-            primes: 25,
-        }
-        .to_bytes();
-        assert_eq!(bytes, br#"{"job_id":"j1","primes":25}"#);
+        let bytes = PrimesResult::of(&job, 25).to_bytes();
+        assert_eq!(bytes, br#"{"job_id":"j1","start":0,"end":100,"primes":25}"#);
     }
 }

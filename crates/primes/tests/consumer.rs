@@ -58,14 +58,14 @@ impl Stores {
         config: PrimesConfig,
         signals: ShutdownSignals,
         stop_after: usize,
-        max_dequeue_count: u32,
+        max_failures: u32,
     ) -> (ConsumerStats, Vec<String>) {
         let consumer_config = ConsumerConfig {
             idle_backoff_floor: Duration::from_millis(5),
             idle_backoff_max: Duration::from_millis(20),
             retry_backoff_base: Duration::from_millis(10),
             retry_backoff_max: Duration::from_millis(10),
-            max_dequeue_count,
+            max_failures,
             ..ConsumerConfig::default()
         };
         let consumer = Consumer::new(
@@ -116,8 +116,11 @@ fn recording(chunk_size: u64) -> (PrimesConfig, Arc<Mutex<Vec<Progress>>>) {
     (config, seen)
 }
 
-fn result_text(job_id: &str, primes: u64) -> String {
-    format!(r#"{{"job_id":"{job_id}","primes":{primes}}}"#)
+fn result_text(job: &PrimesJob, primes: u64) -> String {
+    format!(
+        r#"{{"job_id":"{}","start":{},"end":{},"primes":{primes}}}"#,
+        job.job_id, job.start, job.end
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,13 +156,13 @@ async fn counts_are_right_whatever_the_chunking() {
         assert_eq!(count_primes(job.start, job.end), known, "{}", job.job_id);
         assert_eq!(
             stores.result(&job).await.as_deref(),
-            Some(result_text(&job.job_id, known).as_str()),
+            Some(result_text(&job, known).as_str()),
             "{}",
             job.job_id
         );
         assert_eq!(
             expected_result(&job),
-            json!({"job_id": job.job_id, "primes": known})
+            json!({"job_id": job.job_id, "start": job.start, "end": job.end, "primes": known})
         );
         assert_eq!(
             stores.checkpoints.get(&job.job_id),
@@ -256,7 +259,7 @@ async fn an_interrupted_job_resumes_from_its_checkpoint_without_redoing_work() {
         .await;
     let resumed = stores.result(&job).await.unwrap();
     assert_eq!(Some(resumed.clone()), uninterrupted.result(&job).await);
-    assert_eq!(resumed, result_text("j1", count_primes(0, 200_000)));
+    assert_eq!(resumed, result_text(&job, count_primes(0, 200_000)));
     assert!(stores.queue.is_empty());
 }
 
@@ -286,7 +289,7 @@ async fn a_job_cancelled_mid_chunk_saves_how_far_it_got() {
     assert_eq!((stats.succeeded, stats.released), (1, 1), "{stats:?}");
     assert_eq!(
         stores.result(&short).await.unwrap(),
-        result_text("short", 78_498)
+        result_text(&short, 78_498)
     );
 
     // The long job saved a partial chunk: [0, cursor) with 0 < cursor < end.
@@ -325,7 +328,7 @@ async fn a_job_cancelled_mid_chunk_saves_how_far_it_got() {
     );
     assert_eq!(
         stores.result(&long).await.unwrap(),
-        result_text("long", count_primes(0, long.end))
+        result_text(&long, count_primes(0, long.end))
     );
 }
 
@@ -349,38 +352,125 @@ async fn a_redelivered_completed_job_is_not_recomputed() {
     assert_eq!(stores.results.names(), ["again.json"]);
     assert_eq!(
         stores.result(&job).await.unwrap(),
-        result_text("again", count_primes(0, 30_000))
+        result_text(&job, count_primes(0, 30_000))
     );
     assert!(stores.queue.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_different_existing_result_is_never_overwritten() {
+async fn a_different_existing_result_is_never_overwritten_and_poisons_at_once() {
     let stores = Stores::new();
     let job = PrimesJob::new("taken", 0, 1_000).unwrap();
+    let stored = r#"{"job_id":"taken","start":0,"end":1000,"primes":1}"#;
     stores
         .results
-        .put_new("taken.json", br#"{"job_id":"taken","primes":1}"#)
+        .put_new("taken.json", stored.as_bytes())
         .await
         .unwrap();
     stores.send(&job).await;
     let (config, _) = recording(500);
     let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
-    // A conflict means another writer owns the job: the consumer abandons
-    // this delivery rather than retrying or poisoning it.
-    assert_eq!(stats.abandoned, 1, "{stats:?}");
-    assert!(
-        errors[0].contains("job taken: writing the result (a different result already exists"),
-        "{errors:?}"
-    );
+    // Retrying cannot make the stored result go away: poisoned at once,
+    // with the stored result in the reason.
+    assert_eq!((stats.poisoned, stats.retried), (1, 0), "{stats:?}");
+    let expected =
+        format!("job taken: a different result is stored already and was kept: {stored}");
+    assert_eq!(errors, std::slice::from_ref(&expected));
+    let record = poison_records(&stores).await;
     assert_eq!(
-        stores.result(&job).await.unwrap(),
-        r#"{"job_id":"taken","primes":1}"#
+        record[0].last_error,
+        format!("permanent failure: {expected}")
     );
+    assert_eq!(stores.result(&job).await.unwrap(), stored);
     assert!(
         !stores.checkpoints.get("taken").unwrap().is_completed(),
         "not marked completed with a result it could not write"
     );
+}
+
+/// Every poison record, in the order they were written.
+async fn poison_records(stores: &Stores) -> Vec<PoisonRecord> {
+    let mut records = Vec::new();
+    while let Some(message) = stores
+        .poison
+        .receive(1, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .pop()
+    {
+        records.push(PoisonRecord::from_message_text(&message.body).unwrap());
+    }
+    records
+}
+
+/// Runs a consumer with the primes handler itself (its job key and its
+/// check of completed jobs) until `done` holds.
+async fn run_primes_directly(
+    stores: &Stores,
+    done: impl Fn(ConsumerStats) -> bool,
+) -> ConsumerStats {
+    let config = ConsumerConfig {
+        idle_backoff_floor: Duration::from_millis(5),
+        idle_backoff_max: Duration::from_millis(20),
+        ..ConsumerConfig::default()
+    };
+    let consumer = Consumer::new(
+        Arc::new(stores.queue.clone()),
+        Arc::new(stores.poison.clone()),
+        config,
+    )
+    .unwrap()
+    .with_checkpoints(Arc::new(stores.checkpoints.clone()));
+    let shutdown = spot_worker_storage::CancellationToken::new();
+    let primes = handler(Arc::new(stores.results.clone()), PrimesConfig::default());
+    let task = tokio::spawn({
+        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+        async move { consumer.run(primes, shutdown).await }
+    });
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !done(consumer.stats()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            consumer.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    task.await.unwrap()
+}
+
+// Issue 9, item 6: a job id re-used for another range is a clear permanent
+// error, never a silent skip with the old count; a true duplicate is
+// deleted without running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_id_reused_for_another_range_is_poisoned_and_a_duplicate_is_skipped() {
+    let stores = Stores::new();
+    let first = PrimesJob::new("r1", 0, 1_000).unwrap();
+    stores.send(&first).await;
+    run_primes_directly(&stores, |s| s.succeeded == 1).await;
+    assert_eq!(
+        stores.result(&first).await.unwrap(),
+        result_text(&first, 168)
+    );
+
+    stores.send(&first).await;
+    let wider = PrimesJob::new("r1", 0, 2_000).unwrap();
+    stores.send(&wider).await;
+    let stats = run_primes_directly(&stores, |s| s.skipped_completed == 1 && s.poisoned == 1).await;
+    assert_eq!((stats.succeeded, stats.retried), (0, 0), "{stats:?}");
+    let record = poison_records(&stores).await;
+    assert_eq!(
+        record[0].last_error,
+        "permanent failure: job r1 was already completed for [0, 1000) (168 primes); \
+         this message asks for [0, 2000): send it under a new job_id"
+    );
+    assert_eq!(record[0].body.as_deref(), Some(wider.to_message().as_str()));
+    assert_eq!(
+        stores.result(&first).await.unwrap(),
+        result_text(&first, 168)
+    );
+    assert!(stores.queue.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,25 +496,24 @@ async fn bad_messages_and_foreign_checkpoints_fail_with_clear_messages() {
         stores.queue.send(&body, Duration::ZERO).await.unwrap();
     }
     let (config, _) = recording(10);
-    // One attempt each, so every message lands in the poison queue.
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 3, 1).await;
-    assert_eq!(stats.poisoned, 3, "{stats:?} {errors:?}");
-    let mut last_errors: Vec<String> = Vec::new();
-    while let Some(message) = stores
-        .poison
-        .receive(1, Duration::from_secs(30))
+    // Five attempts allowed, yet each is poisoned on its first: retrying
+    // cannot fix any of them.
+    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 3, 5).await;
+    assert_eq!(
+        (stats.poisoned, stats.retried),
+        (3, 0),
+        "{stats:?} {errors:?}"
+    );
+    let mut last_errors: Vec<String> = poison_records(&stores)
         .await
-        .unwrap()
-        .pop()
-    {
-        let record: PoisonRecord = serde_json::from_str(&message.body).unwrap();
-        last_errors.push(record.last_error);
-    }
+        .into_iter()
+        .map(|record| record.last_error)
+        .collect();
     last_errors.sort();
     let expected = [
-        "invalid primes job: job j1: start 9 is greater than end 3",
-        "job small: its checkpoint does not fit the job: progress {\"cursor\":5000,\"primes\":3} does not fit the range [0, 100)",
-        "message body is not a primes job (expected JSON like {\"job_id\":\"j1\",\"start\":0,\"end\":50000000}): expected ident at line 1 column 2",
+        "permanent failure: invalid primes job: job j1: start 9 is greater than end 3",
+        "permanent failure: job small: its checkpoint does not fit the job: progress {\"cursor\":5000,\"primes\":3} does not fit the range [0, 100)",
+        "permanent failure: message body is not a primes job (expected JSON like {\"job_id\":\"j1\",\"start\":0,\"end\":50000000}): expected ident at line 1 column 2",
     ];
     assert_eq!(last_errors, expected);
     assert!(stores.results.is_empty());
@@ -455,10 +544,7 @@ async fn a_result_store_outage_fails_the_job_and_the_retry_does_not_recompute() 
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);
     assert!(second.lock().unwrap().is_empty(), "no chunk recomputed");
-    assert_eq!(
-        stores.result(&job).await.unwrap(),
-        result_text("later", 168)
-    );
+    assert_eq!(stores.result(&job).await.unwrap(), result_text(&job, 168));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,7 +559,7 @@ async fn the_default_config_counts_in_million_number_chunks() {
     assert_eq!(stats.succeeded, 1);
     assert_eq!(
         stores.result(&job).await.unwrap(),
-        result_text("plain", 148_933)
+        result_text(&job, 148_933)
     );
     assert_eq!(
         stores.checkpoints.get("plain"),

@@ -18,6 +18,13 @@ const MIN_VISIBILITY: Duration = Duration::from_secs(5);
 /// Longest lease Azure Storage Queues allow.
 const MAX_VISIBILITY: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long the service manager gives the worker to stop: the unit's
+/// `TimeoutStopSec=28s`, two seconds inside Azure's 30-second Preempt notice.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(28);
+/// Kept between the end of the longest drain and [`STOP_TIMEOUT`]: the process
+/// must also stop its watcher, flush telemetry and close the health server.
+pub const EXIT_MARGIN: Duration = Duration::from_secs(2);
+
 /// Path of an optional TOML file with the same settings.
 pub const CONFIG_FILE_ENV: &str = "SPOT_WORKER_CONFIG";
 
@@ -38,7 +45,7 @@ pub struct WorkerConfig {
     /// default 30s).
     pub visibility_timeout: Duration,
     /// Failed deliveries before a message goes to the poison queue
-    /// (`SPOT_WORKER_MAX_DEQUEUE_COUNT`, default 5).
+    /// (`SPOT_WORKER_MAX_DEQUEUE_COUNT`, default 5, at least 1).
     pub max_dequeue_count: u32,
     /// Longest pause between receives while the queue is empty
     /// (`SPOT_WORKER_IDLE_POLL_MAX`, default 1s). It bounds how long a
@@ -84,13 +91,27 @@ pub struct ShutdownSettings {
     /// this long before it are dropped and their messages released
     /// (`SPOT_WORKER_RELEASE_MARGIN`, default 3s).
     pub release_margin: Duration,
+    /// The time releasing in-flight messages always gets before the watchdog
+    /// may end the process, however late the notice (already started, or
+    /// `NotBefore` passed): one release request per message, concurrently
+    /// (`SPOT_WORKER_RELEASE_FLOOR`, default 2s, at most `release_margin`).
+    pub release_floor: Duration,
     /// The longest a drain may take after any notice, whatever `NotBefore`
-    /// says (`SPOT_WORKER_DRAIN_BUDGET`, default 25s: inside Azure's 30 s
-    /// Preempt notice and a systemd stop timeout of 30 s).
+    /// says (`SPOT_WORKER_DRAIN_BUDGET`, default 25s). The rule: the longest
+    /// drain ([`longest_drain`](Self::longest_drain)) plus [`EXIT_MARGIN`]
+    /// must fit in the unit's [`STOP_TIMEOUT`] (28 s), itself inside Azure's
+    /// 30 s Preempt notice; so at most 26s.
     pub drain_budget: Duration,
     /// Approve the Scheduled Event that caused the drain once drained, so
     /// Azure may proceed at once (`SPOT_WORKER_APPROVE_EVENTS`, default on).
+    /// Only an event whose `Resources` is exactly this VM is approved, unless
+    /// `approve_shared_events` is on.
     pub approve_events: bool,
+    /// Also approve events that list other VMs besides this one
+    /// (`SPOT_WORKER_APPROVE_SHARED_EVENTS`, default off). Approving starts
+    /// the event for every VM it lists, cutting their notice short: turn it
+    /// on only when the other VMs need no notice (or do not run workers).
+    pub approve_shared_events: bool,
     /// End the process if the drain overruns its hard deadline
     /// (`SPOT_WORKER_WATCHDOG`, default on). Off in tests that run a worker
     /// inside the test process.
@@ -118,8 +139,10 @@ impl Default for WorkerConfig {
             },
             shutdown: ShutdownSettings {
                 release_margin: Duration::from_secs(3),
+                release_floor: Duration::from_secs(2),
                 drain_budget: Duration::from_secs(25),
                 approve_events: true,
+                approve_shared_events: false,
                 watchdog: true,
                 handle_signals: true,
             },
@@ -146,8 +169,10 @@ struct FileConfig {
     vm_name: Option<String>,
     imds_poll_interval: Option<String>,
     release_margin: Option<String>,
+    release_floor: Option<String>,
     drain_budget: Option<String>,
     approve_events: Option<bool>,
+    approve_shared_events: Option<bool>,
     watchdog: Option<bool>,
     gate_timeout: Option<String>,
 }
@@ -200,8 +225,10 @@ impl WorkerConfig {
                 "VM_NAME" => file.vm_name.clone(),
                 "IMDS_POLL_INTERVAL" => file.imds_poll_interval.clone(),
                 "RELEASE_MARGIN" => file.release_margin.clone(),
+                "RELEASE_FLOOR" => file.release_floor.clone(),
                 "DRAIN_BUDGET" => file.drain_budget.clone(),
                 "APPROVE_EVENTS" => file.approve_events.map(|b| b.to_string()),
+                "APPROVE_SHARED_EVENTS" => file.approve_shared_events.map(|b| b.to_string()),
                 "WATCHDOG" => file.watchdog.map(|b| b.to_string()),
                 "GATE_TIMEOUT" => file.gate_timeout.clone(),
                 _ => None,
@@ -285,6 +312,10 @@ impl WorkerConfig {
             self.shutdown.release_margin =
                 parse_duration(&v).map_err(|e| invalid("RELEASE_MARGIN", &v, e))?;
         }
+        if let Some(v) = get("RELEASE_FLOOR") {
+            self.shutdown.release_floor =
+                parse_duration(&v).map_err(|e| invalid("RELEASE_FLOOR", &v, e))?;
+        }
         if let Some(v) = get("DRAIN_BUDGET") {
             self.shutdown.drain_budget =
                 parse_duration(&v).map_err(|e| invalid("DRAIN_BUDGET", &v, e))?;
@@ -292,6 +323,10 @@ impl WorkerConfig {
         if let Some(v) = get("APPROVE_EVENTS") {
             self.shutdown.approve_events =
                 parse_switch(&v).map_err(|e| invalid("APPROVE_EVENTS", &v, e))?;
+        }
+        if let Some(v) = get("APPROVE_SHARED_EVENTS") {
+            self.shutdown.approve_shared_events =
+                parse_switch(&v).map_err(|e| invalid("APPROVE_SHARED_EVENTS", &v, e))?;
         }
         if let Some(v) = get("WATCHDOG") {
             self.shutdown.watchdog = parse_switch(&v).map_err(|e| invalid("WATCHDOG", &v, e))?;
@@ -332,11 +367,73 @@ impl WorkerConfig {
                 "at least 200ms (the first pause after an empty receive)",
             );
         }
-        if self.shutdown.drain_budget <= self.shutdown.release_margin {
+        if self.max_dequeue_count == 0 {
             return invalid(
-                "drain_budget",
-                format!("{:?}", self.shutdown.drain_budget),
-                "must be longer than release_margin",
+                "SPOT_WORKER_MAX_DEQUEUE_COUNT",
+                "0".into(),
+                "at least 1 (the first failed delivery then poisons the message)",
+            );
+        }
+        self.shutdown.validate()
+    }
+}
+
+impl ShutdownSettings {
+    /// The longest a drain can take from its notice to its hard deadline:
+    /// the drain budget, or the release margin plus the release floor when a
+    /// short notice stretches the release past the time left.
+    pub fn longest_drain(&self) -> Duration {
+        self.drain_budget
+            .max(self.release_margin + self.release_floor)
+    }
+
+    /// Checks that the drain fits the stop timeout and its stages fit the
+    /// drain.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |setting: &str, value: Duration, reason: String| {
+            Err(ConfigError::Invalid {
+                setting: setting.to_owned(),
+                value: format!("{value:?}"),
+                reason,
+            })
+        };
+        if self.release_floor < Duration::from_millis(100) {
+            return invalid(
+                "SPOT_WORKER_RELEASE_FLOOR",
+                self.release_floor,
+                "at least 100ms: releasing takes one request per message".into(),
+            );
+        }
+        if self.release_floor > self.release_margin {
+            return invalid(
+                "SPOT_WORKER_RELEASE_FLOOR",
+                self.release_floor,
+                format!(
+                    "at most SPOT_WORKER_RELEASE_MARGIN ({:?})",
+                    self.release_margin
+                ),
+            );
+        }
+        if self.drain_budget <= self.release_margin {
+            return invalid(
+                "SPOT_WORKER_DRAIN_BUDGET",
+                self.drain_budget,
+                format!(
+                    "must be longer than SPOT_WORKER_RELEASE_MARGIN ({:?})",
+                    self.release_margin
+                ),
+            );
+        }
+        if self.longest_drain() + EXIT_MARGIN > STOP_TIMEOUT {
+            return invalid(
+                "SPOT_WORKER_DRAIN_BUDGET",
+                self.drain_budget,
+                format!(
+                    "the drain ({:?} at most) plus {EXIT_MARGIN:?} to exit must fit in the \
+                     service's stop timeout (TimeoutStopSec={}s), inside Azure's 30 s notice",
+                    self.longest_drain(),
+                    STOP_TIMEOUT.as_secs()
+                ),
             );
         }
         Ok(())
@@ -459,6 +556,60 @@ mod tests {
     }
 
     #[test]
+    fn the_drain_must_fit_the_stop_timeout() {
+        // (drain budget, release margin, release floor, accepted)
+        let table = [
+            ("25s", "3s", "2s", true),
+            ("26s", "3s", "2s", true),
+            ("27s", "3s", "2s", false),
+            ("30s", "3s", "2s", false),
+            ("5s", "3s", "3s", true),
+            ("3s", "3s", "2s", false),
+            ("10s", "3s", "4s", false),
+            ("10s", "3s", "50ms", false),
+        ];
+        for (budget, margin, floor, accepted) in table {
+            let result = config(&[
+                ("SPOT_WORKER_DRAIN_BUDGET", budget),
+                ("SPOT_WORKER_RELEASE_MARGIN", margin),
+                ("SPOT_WORKER_RELEASE_FLOOR", floor),
+            ]);
+            assert_eq!(
+                result.is_ok(),
+                accepted,
+                "{budget} {margin} {floor}: {result:?}"
+            );
+            if let Err(err) = result {
+                let text = err.to_string();
+                assert!(
+                    text.contains("SPOT_WORKER_DRAIN_BUDGET")
+                        || text.contains("SPOT_WORKER_RELEASE_FLOOR"),
+                    "{text}"
+                );
+            }
+        }
+        let err = config(&[("SPOT_WORKER_DRAIN_BUDGET", "27s")]).unwrap_err();
+        assert!(err.to_string().contains("TimeoutStopSec=28s"), "{err}");
+    }
+
+    #[test]
+    fn shared_events_are_approved_only_when_asked() {
+        assert!(!config(&[]).unwrap().shutdown.approve_shared_events);
+        let c = config(&[("SPOT_WORKER_APPROVE_SHARED_EVENTS", "on")]).unwrap();
+        assert!(c.shutdown.approve_shared_events);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker.toml");
+        std::fs::write(
+            &path,
+            "approve_shared_events = true\nrelease_floor = \"1s\"\n",
+        )
+        .unwrap();
+        let c = config(&[(CONFIG_FILE_ENV, path.to_str().unwrap())]).unwrap();
+        assert!(c.shutdown.approve_shared_events);
+        assert_eq!(c.shutdown.release_floor, Duration::from_secs(1));
+    }
+
+    #[test]
     fn bad_values_say_which_setting_and_why() {
         let err = config(&[("SPOT_WORKER_CONCURRENCY", "many")]).unwrap_err();
         assert!(err.to_string().contains("SPOT_WORKER_CONCURRENCY"), "{err}");
@@ -468,6 +619,11 @@ mod tests {
         assert!(err.to_string().contains("concurrency"), "{err}");
         let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "2s")]).unwrap_err();
         assert!(err.to_string().contains("between 5 s"), "{err}");
+        let err = config(&[("SPOT_WORKER_MAX_DEQUEUE_COUNT", "0")]).unwrap_err();
+        assert!(
+            err.to_string().contains("SPOT_WORKER_MAX_DEQUEUE_COUNT"),
+            "{err}"
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");

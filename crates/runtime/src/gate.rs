@@ -59,16 +59,17 @@ pub(crate) async fn open(checks: Checks, readiness: &watch::Sender<Readiness>) {
     }
 }
 
-/// Waits until the watcher knows this VM and has polled successfully: the
-/// first Scheduled Events call can take two minutes, and until it answers
-/// an eviction notice could go unseen.
+/// Waits until the watcher knows this VM (instance metadata answered, so a
+/// configured name has been checked against it) and has polled
+/// successfully: the first Scheduled Events call can take two minutes, and
+/// until it answers an eviction notice could go unseen.
 async fn wait_for_imds(
     mut health: watch::Receiver<WatcherHealth>,
     readiness: &watch::Sender<Readiness>,
 ) {
     loop {
         let current = health.borrow_and_update().clone();
-        if current.vm_name.is_some() && current.polls > 0 {
+        if current.metadata_vm_name.is_some() && current.polls > 0 {
             readiness.send_modify(|r| r.imds = Gate::Passed);
             tracing::info!(
                 vm_name = current.vm_name.as_deref(),

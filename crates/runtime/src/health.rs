@@ -5,18 +5,32 @@
 //! `GET /readyz` answers 200 only when every warmup gate has passed and no
 //! shutdown has begun, 503 otherwise; both carry a JSON body saying which
 //! gates passed, so a failing probe explains itself.
+//!
+//! Nothing here may keep a drained process alive: a client gets
+//! [`HEADER_READ_TIMEOUT`] to send its request headers, and once stopped the
+//! server gives open connections [`SHUTDOWN_GRACE`] and then drops them.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+
+/// How long a client may take to send a request's headers: a probe sends
+/// them at once; a client that sends half a request is cut off.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long open connections may finish once the server is stopped.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Where one warmup gate stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -94,7 +108,8 @@ struct ReadinessBody<'a> {
     readiness: &'a Readiness,
 }
 
-/// Serves `/healthz` and `/readyz` on `listener` until `stop` is cancelled.
+/// Serves `/healthz` and `/readyz` on `listener` until `stop` is cancelled,
+/// then returns within [`SHUTDOWN_GRACE`] whatever its clients do.
 pub(crate) async fn serve(
     listener: TcpListener,
     readiness: watch::Receiver<Readiness>,
@@ -107,9 +122,57 @@ pub(crate) async fn serve(
         )
         .route("/readyz", get(ready))
         .with_state(readiness);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors, say: wait a little, keep serving.
+                tracing::warn!(%error, "health endpoint: accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let stop = stop.clone();
+        connections.spawn(async move {
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
+    let finished = async { while connections.join_next().await.is_some() {} };
+    // Whatever is still open after the grace is dropped with the set.
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, finished).await;
+    Ok(())
+}
+
+/// Stops the server started on `task` and waits for it, at most a little
+/// longer than [`SHUTDOWN_GRACE`].
+pub(crate) async fn stop(task: JoinHandle<()>, stop: &CancellationToken) {
+    stop.cancel();
+    let abort = task.abort_handle();
+    if tokio::time::timeout(SHUTDOWN_GRACE * 2, task)
         .await
+        .is_err()
+    {
+        tracing::warn!("the health endpoint did not stop in time; dropping it");
+        abort.abort();
+    }
 }
 
 async fn ready(State(readiness): State<watch::Receiver<Readiness>>) -> Response {
@@ -139,6 +202,53 @@ pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::time::Instant;
+
+    /// Reads until the server closes the connection.
+    async fn until_closed(client: &mut TcpStream) {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = client.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn half_sent_requests_are_cut_off_and_never_hold_the_server() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let readiness = watch::channel(Readiness::default()).1;
+        let server = tokio::spawn(serve(listener, readiness, stop.clone()));
+
+        // Half a request line, then silence: closed after the header timeout.
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /readyz HT").await.unwrap();
+        let sent = Instant::now();
+        tokio::time::timeout(HEADER_READ_TIMEOUT * 6, until_closed(&mut slow))
+            .await
+            .expect("the server closes a connection that never finishes its headers");
+        assert!(sent.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_millis(500));
+
+        // Stopping returns within the grace, whatever is still open.
+        let mut open = TcpStream::connect(addr).await.unwrap();
+        open.write_all(b"GET /he").await.unwrap();
+        let stopping = Instant::now();
+        stop.cancel();
+        tokio::time::timeout(SHUTDOWN_GRACE * 10, server)
+            .await
+            .expect("the server stops despite an open connection")
+            .unwrap()
+            .unwrap();
+        assert!(
+            stopping.elapsed() < SHUTDOWN_GRACE * 3,
+            "{:?}",
+            stopping.elapsed()
+        );
+    }
 
     #[test]
     fn ready_only_when_every_gate_is_open_and_not_stopping() {

@@ -16,6 +16,7 @@
 //! - `metered`: spans and metrics around the storage traits and the handler;
 //! - [`Worker`]: the lifecycle that ties them together.
 
+mod after_drain;
 pub mod config;
 mod error;
 mod gate;
@@ -24,7 +25,9 @@ mod metered;
 pub mod shutdown;
 mod worker;
 
-pub use config::{ImdsSettings, ShutdownSettings, WorkerConfig, parse_duration};
+pub use config::{
+    EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, ShutdownSettings, WorkerConfig, parse_duration,
+};
 pub use error::{ConfigError, WorkerError};
 pub use gate::{WarmupError, WarmupFn};
 pub use health::{Gate, Readiness};

@@ -174,6 +174,10 @@ impl CheckpointStore for MeteredCheckpoints {
     ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
         self.inner.read_stamped(key).await
     }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.inner.delete(key).await
+    }
 }
 
 impl MeteredCheckpoints {
@@ -211,5 +215,19 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
             }
         }
         result
+    }
+
+    // A decorator forwards what the handler knows about its jobs, or the
+    // consumer would lose the job key and the completed-job check.
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        self.inner.job_key(body)
+    }
+
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        self.inner.verify_completed(body, result)
     }
 }

@@ -2,6 +2,12 @@
 //! signal from the service manager, or a request from the application, turned
 //! into a plan with two instants — when to release what is still running,
 //! and the hard deadline a watchdog enforces.
+//!
+//! However late a notice arrives (already `Started`, `NotBefore` passed, seen
+//! only after an IMDS outage), the plan keeps a floor: intake stops and the
+//! messages in flight are released (one request each, concurrently) before
+//! the watchdog may end the process. A second SIGTERM or SIGINT skips the
+//! handlers' wind-down and goes straight to the release.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,8 +46,7 @@ pub struct Plan {
     pub noticed_at: Instant,
     /// Handlers still running now are dropped and their messages released.
     pub release_at: Instant,
-    /// The process must be gone by now: one second before `NotBefore`, and
-    /// never later than the drain budget after the notice.
+    /// The process must be gone by now; the watchdog ends it here.
     pub hard_deadline: Instant,
 }
 
@@ -50,21 +55,32 @@ pub struct Plan {
 const BEFORE_NOT_BEFORE: Duration = Duration::from_secs(1);
 
 impl Plan {
-    /// The plan for `trigger` noticed at `noticed_at`.
+    /// The plan for `trigger` noticed at `noticed_at`:
+    ///
+    /// - the time left is the drain budget, and for an event no later than
+    ///   one second before `NotBefore` (none for a started or late event);
+    /// - handlers wind down (their tokens cancelled, so they checkpoint) for
+    ///   the time left minus the release margin, but at least half the time
+    ///   left, so a notice 2 to 4 s away still gives them a moment;
+    /// - then whatever still runs is released, and the release always gets
+    ///   `release_floor` before the hard deadline, however late the notice.
+    ///
+    /// So the drain never takes longer than
+    /// [`ShutdownSettings::longest_drain`].
     pub fn new(trigger: &Trigger, noticed_at: Instant, settings: &ShutdownSettings) -> Plan {
-        let mut hard_deadline = noticed_at + settings.drain_budget;
+        let mut time_left = settings.drain_budget;
         if let Trigger::Event(notice) = trigger {
             let before_impact = notice
                 .deadline
                 .checked_sub(BEFORE_NOT_BEFORE)
-                .unwrap_or(notice.deadline)
-                .max(noticed_at);
-            hard_deadline = hard_deadline.min(before_impact);
+                .unwrap_or(notice.deadline);
+            time_left = time_left.min(before_impact.saturating_duration_since(noticed_at));
         }
-        let release_at = hard_deadline
-            .checked_sub(settings.release_margin)
-            .unwrap_or(noticed_at)
-            .max(noticed_at);
+        let wind_down = time_left
+            .saturating_sub(settings.release_margin)
+            .max(time_left / 2);
+        let release_at = noticed_at + wind_down;
+        let hard_deadline = (noticed_at + time_left).max(release_at + settings.release_floor);
         Plan {
             noticed_at,
             release_at,
@@ -78,6 +94,8 @@ impl Plan {
 pub(crate) struct Triggers {
     event: Option<ShutdownSignal>,
     external: CancellationToken,
+    /// Cancelled by a second SIGTERM/SIGINT: release now, skip the wind-down.
+    hurry: CancellationToken,
     reason: Arc<Mutex<Option<Trigger>>>,
 }
 
@@ -86,20 +104,28 @@ impl Triggers {
         Triggers {
             event,
             external: requested,
+            hurry: CancellationToken::new(),
             reason: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// Drains on SIGTERM and SIGINT from now on. The handlers are installed
+    /// Drains on SIGTERM and SIGINT from now on; a second one hurries the
+    /// drain (see [`hurried`](Self::hurried)). The handlers are installed
     /// before this returns, so a signal sent right after is not lost (nor
     /// does it kill the process with the default action).
     pub(crate) fn listen_for_signals(&self) {
         let this = self.clone();
-        let interrupted = interrupted();
+        let mut interrupts = Interrupts::install();
         tokio::spawn(async move {
-            let name = interrupted.await;
+            let name = interrupts.next().await;
             this.set_reason(Trigger::Signal(name));
             this.external.cancel();
+            let again = interrupts.next().await;
+            tracing::warn!(
+                signal = again,
+                "second signal: releasing the messages in flight now, without waiting for handlers"
+            );
+            this.hurry.cancel();
         });
     }
 
@@ -108,28 +134,98 @@ impl Triggers {
         reason.get_or_insert(trigger);
     }
 
-    /// Resolves with the first trigger.
+    /// Resolves with the first trigger: the application's request or a
+    /// signal, or a Scheduled Event notice that is in force (not withdrawn:
+    /// after intake resumes for a cancelled event, only a new one counts).
     pub(crate) async fn first(&self) -> Trigger {
         let event = async {
             match &self.event {
-                Some(signal) => {
-                    signal.cancelled().await;
-                    signal.notice()
-                }
+                Some(signal) => signal.in_force().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             notice = event => match notice {
                 Some(notice) => Trigger::Event(notice),
-                None => Trigger::Requested,
+                // The watcher is gone: nothing more will come from it.
+                None => self.external().await,
             },
-            () = self.external.cancelled() => self
-                .reason
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone()
-                .unwrap_or(Trigger::Requested),
+            trigger = self.external() => trigger,
+        }
+    }
+
+    /// Resolves when the application or a signal asks to stop.
+    pub(crate) async fn external(&self) -> Trigger {
+        self.external.cancelled().await;
+        self.reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or(Trigger::Requested)
+    }
+
+    /// Resolves when a second signal asks for a fast exit.
+    pub(crate) async fn hurried(&self) {
+        self.hurry.cancelled().await
+    }
+
+    /// The event side, for following a notice after the drain.
+    pub(crate) fn event_signal(&self) -> Option<&ShutdownSignal> {
+        self.event.as_ref()
+    }
+}
+
+/// SIGTERM (systemd's stop) and SIGINT (Ctrl-C), installed once and read as
+/// many times as they arrive.
+struct Interrupts {
+    #[cfg(unix)]
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Interrupts {
+    /// Installs the handlers now, so that a signal sent from here on is
+    /// neither lost nor fatal.
+    fn install() -> Interrupts {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let streams = signal(SignalKind::terminate())
+                .and_then(|term| signal(SignalKind::interrupt()).map(|int| (term, int)));
+            match streams {
+                Ok(streams) => Interrupts {
+                    streams: Some(streams),
+                },
+                Err(error) => {
+                    tracing::error!(
+                        %error,
+                        "cannot listen for SIGTERM/SIGINT; only events and requests stop this worker"
+                    );
+                    Interrupts { streams: None }
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Interrupts {}
+        }
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            let Some((term, int)) = &mut self.streams else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
         }
     }
 }
@@ -138,36 +234,15 @@ impl Triggers {
 /// returns a future that resolves with the first signal's name. Installing
 /// before awaiting means a signal sent meanwhile is neither lost nor fatal.
 pub fn interrupted() -> impl std::future::Future<Output = &'static str> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let streams = signal(SignalKind::terminate())
-            .and_then(|term| signal(SignalKind::interrupt()).map(|int| (term, int)));
-        async move {
-            let Ok((mut term, mut int)) = streams else {
-                tracing::error!(
-                    "cannot listen for SIGTERM/SIGINT; only events and requests stop this worker"
-                );
-                return std::future::pending().await;
-            };
-            tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        }
-    }
+    let mut interrupts = Interrupts::install();
+    async move { interrupts.next().await }
 }
 
 /// Ends the process at `deadline` unless disarmed (dropped) first: the last
 /// line of defence against a handler that blocks its thread and ignores
-/// cancellation. Runs on its own OS thread so a blocked runtime cannot stop it.
+/// cancellation, or a last step (approval, telemetry flush, the health
+/// server) that hangs. Runs on its own OS thread so a blocked runtime cannot
+/// stop it; the worker holds it until `run` returns.
 pub(crate) struct Watchdog {
     _disarm: std::sync::mpsc::Sender<()>,
 }
@@ -220,34 +295,49 @@ mod tests {
         })
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_preempt_drains_before_not_before() {
-        let now = Instant::now();
-        let plan = Plan::new(&notice(now + Duration::from_secs(30)), now, &settings());
-        // The 25 s budget comes before NotBefore - 1 s.
-        assert_eq!(plan.hard_deadline, now + Duration::from_secs(25));
-        assert_eq!(plan.release_at, now + Duration::from_secs(22));
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_short_notice_shrinks_the_plan() {
+    async fn every_notice_gets_a_plan_with_a_release_floor() {
         let now = Instant::now();
-        let plan = Plan::new(&notice(now + Duration::from_secs(10)), now, &settings());
-        assert_eq!(plan.hard_deadline, now + Duration::from_secs(9));
-        assert_eq!(plan.release_at, now + Duration::from_secs(6));
-        // Already started: release at once.
-        let plan = Plan::new(&notice(now), now, &settings());
-        assert_eq!((plan.release_at, plan.hard_deadline), (now, now));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_signal_gets_the_drain_budget() {
-        let now = Instant::now();
-        let plan = Plan::new(&Trigger::Signal("SIGTERM"), now, &settings());
-        assert_eq!(plan.hard_deadline, now + Duration::from_secs(25));
-        // A long Terminate notice is capped by the budget too.
-        let plan = Plan::new(&notice(now + Duration::from_secs(600)), now, &settings());
-        assert_eq!(plan.hard_deadline, now + Duration::from_secs(25));
+        let settings = settings();
+        assert_eq!(settings.release_margin, secs(3.0));
+        assert_eq!(settings.release_floor, secs(2.0));
+        let past = now.checked_sub(secs(10.0)).unwrap_or(now);
+        // (case, trigger, release after, hard deadline after)
+        let table = [
+            // 30 s Preempt: the 25 s budget comes before NotBefore - 1 s.
+            ("preempt 30 s", notice(now + secs(30.0)), 22.0, 25.0),
+            // A long Terminate notice is capped by the budget too.
+            ("terminate 600 s", notice(now + secs(600.0)), 22.0, 25.0),
+            ("signal", Trigger::Signal("SIGTERM"), 22.0, 25.0),
+            ("requested", Trigger::Requested, 22.0, 25.0),
+            ("notice 10 s", notice(now + secs(10.0)), 6.0, 9.0),
+            // Less than twice the margin left: handlers get half of it.
+            ("notice 6 s", notice(now + secs(6.0)), 2.5, 5.0),
+            ("notice 4 s", notice(now + secs(4.0)), 1.5, 3.5),
+            ("notice 3 s", notice(now + secs(3.0)), 1.0, 3.0),
+            ("notice 2 s", notice(now + secs(2.0)), 0.5, 2.5),
+            // Started, or NotBefore passed: release at once, floor kept.
+            ("started", notice(now), 0.0, 2.0),
+            ("late", notice(past), 0.0, 2.0),
+        ];
+        for (case, trigger, release, hard) in table {
+            let plan = Plan::new(&trigger, now, &settings);
+            assert_eq!(plan.noticed_at, now, "{case}");
+            assert_eq!(plan.release_at, now + secs(release), "{case}: release");
+            assert_eq!(
+                plan.hard_deadline,
+                now + secs(hard),
+                "{case}: hard deadline"
+            );
+            assert!(
+                plan.hard_deadline - now <= settings.longest_drain(),
+                "{case}: within the longest drain"
+            );
+        }
     }
 
     #[tokio::test]

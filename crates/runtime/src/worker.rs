@@ -5,27 +5,34 @@
 //! 2. open the warmup gate (IMDS, storage, the application's warmup);
 //! 3. consume until the first trigger (eviction notice, SIGTERM, request);
 //! 4. drain: stop receiving, wind handlers down so they checkpoint, release
-//!    what is left before the deadline, approve the event, flush telemetry.
+//!    what is left before the deadline;
+//! 5. after a drain for an event: approve it if it concerns this VM alone and
+//!    exit, or park (not ready, taking nothing) until it starts (exit) or is
+//!    cancelled (take work again, from step 3);
+//! 6. stop the watcher, flush telemetry, close the health server: all under
+//!    the watchdog, which stays armed until `run` returns.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use spot_worker_imds::{
-    ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvents, ShutdownPolicy,
-    ShutdownSignal, Watcher, WatcherConfig,
+    ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvent, ShutdownPolicy,
+    ShutdownSignal, Watcher, WatcherConfig, WatcherHealth,
 };
 use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
-    ShutdownSignals,
+    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+    MessageQueue, ShutdownSignals,
 };
 use spot_worker_telemetry::{Metrics, Telemetry};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::WorkerConfig;
-use crate::error::WorkerError;
+use crate::after_drain::{Next, ToApprove, wait_after_drain};
+use crate::config::{EXIT_MARGIN, WorkerConfig};
+use crate::error::{ConfigError, WorkerError};
 use crate::gate::{self, Checks, WarmupError, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue};
@@ -102,6 +109,9 @@ pub struct ShutdownReport {
     pub met_deadline: bool,
     /// Whether the triggering event was approved afterwards.
     pub approved_event: bool,
+    /// How many times intake resumed because the notice of an earlier drain
+    /// was withdrawn (the event cancelled before it started).
+    pub resumed: u32,
 }
 
 impl Worker {
@@ -167,10 +177,11 @@ impl Worker {
         self.readiness.subscribe()
     }
 
-    /// Runs the whole lifecycle and returns after a graceful drain. Errors
-    /// only when the worker cannot start (bad configuration, busy health
-    /// port) or the gate timed out; storage and IMDS failures while running
-    /// are retried, not returned.
+    /// Runs the whole lifecycle and returns after a graceful drain; the
+    /// caller should then exit. Errors only when the worker cannot start (bad
+    /// configuration, busy health port, a `vm_name` instance metadata
+    /// contradicts) or the gate timed out; storage and IMDS failures while
+    /// running are retried, not returned.
     pub async fn run<H: MessageHandler>(mut self, handler: H) -> Result<RunReport, WorkerError> {
         self.config.validate()?;
         let stop_health = CancellationToken::new();
@@ -185,28 +196,32 @@ impl Worker {
         }
 
         let mut result = self
-            .gate_then_consume(handler, &triggers, watcher.as_ref())
+            .gate_then_serve(handler, &triggers, watcher.as_ref())
             .await;
         // Stop polling before approving: IMDS allows 5 requests a second,
         // and the approval must not queue behind (or be throttled by) polls.
-        let approval = watcher.as_ref().map(Approval::capture);
         if let Some(watcher) = watcher {
             watcher.stop().await;
         }
-        if let (Ok(report), Some(approval)) = (&mut result, approval) {
-            report.shutdown.approved_event = self.approve(&report.shutdown.trigger, approval).await;
+        let exit_by = result.as_ref().ok().and_then(|f| f.exit_by);
+        if let Ok(finished) = &mut result
+            && let Some(chosen) = finished.approve.take()
+        {
+            finished.report.shutdown.approved_event = self
+                .approve(&chosen.event, &chosen.scope, final_step(exit_by, 2))
+                .await;
         }
         self.metrics.set_ready(false);
         // Shut the exporters down within a bound: merely dropping them would
         // make the SDK block on a final export for as long as it likes.
         if let Some(telemetry) = self.telemetry.take()
-            && let Err(error) = telemetry.shutdown(Duration::from_secs(2)).await
+            && let Err(error) = telemetry.shutdown(final_step(exit_by, 2)).await
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
-        stop_health.cancel();
-        let _ = health_task.await;
-        result
+        health::stop(health_task, &stop_health).await;
+        // The watchdog (in `result`) is disarmed only now, as `run` returns.
+        result.map(|finished| finished.report)
     }
 
     async fn serve_health(
@@ -255,12 +270,12 @@ impl Worker {
         ImdsConfig::default().with_endpoint(self.config.imds.endpoint.clone())
     }
 
-    async fn gate_then_consume<H: MessageHandler>(
+    async fn gate_then_serve<H: MessageHandler>(
         &self,
         handler: H,
         triggers: &Triggers,
         watcher: Option<&RunningWatcher>,
-    ) -> Result<RunReport, WorkerError> {
+    ) -> Result<Finished, WorkerError> {
         let checks = Checks {
             imds: watcher.map(RunningWatcher::health),
             queue: Arc::clone(&self.queue),
@@ -275,24 +290,58 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            () = gate => {}
-            trigger = triggers.first() => {
-                // Nothing was taken yet: there is nothing to drain.
-                tracing::info!(%trigger, "stopping before the warmup gate opened");
-                return Ok(self.stopped_before_start(trigger));
+        let wrong_name = async {
+            match watcher {
+                Some(watcher) => wrong_vm_name(watcher.health()).await,
+                None => std::future::pending().await,
             }
-            () = gate_timeout => {
-                let waiting_for = self.readiness.borrow().waiting_for().join(", ");
-                return Err(WorkerError::GateTimeout {
-                    waited: self.config.gate_timeout.unwrap_or_default(),
-                    waiting_for,
-                });
+        };
+        tokio::pin!(gate, gate_timeout, wrong_name);
+        loop {
+            tokio::select! {
+                () = &mut gate => break,
+                trigger = triggers.first() => {
+                    // Nothing was taken yet: there is nothing to drain. An
+                    // event is still approved or waited for as after a
+                    // drain: exiting would only restart into it.
+                    tracing::info!(%trigger, "stopping before the warmup gate opened");
+                    let report = self.stopped_before_start(trigger);
+                    let next = wait_after_drain(
+                        &report.shutdown.trigger,
+                        triggers,
+                        watcher,
+                        &mut None,
+                        &self.readiness,
+                        &self.config.shutdown,
+                    )
+                    .await;
+                    match next {
+                        Next::Resume => {
+                            tracing::warn!("the notice was withdrawn; waiting for the gate again");
+                            self.readiness.send_modify(|r| r.shutting_down = None);
+                        }
+                        Next::Exit { approve, parked } => {
+                            let mut finished = Finished::at_once(report);
+                            finished.approve = approve;
+                            if parked {
+                                finished.rearm(self.config.shutdown.watchdog);
+                            }
+                            return Ok(finished);
+                        }
+                    }
+                }
+                error = &mut wrong_name => return Err(error.into()),
+                () = &mut gate_timeout => {
+                    let waiting_for = self.readiness.borrow().waiting_for().join(", ");
+                    return Err(WorkerError::GateTimeout {
+                        waited: self.config.gate_timeout.unwrap_or_default(),
+                        waiting_for,
+                    });
+                }
             }
         }
         tracing::info!(queue = self.queue.name(), "warmup gate open; taking work");
-        self.metrics.set_ready(true);
-        self.consume(handler, triggers).await
+        self.serve(handler, triggers, watcher).await
     }
 
     fn stopped_before_start(&self, trigger: Trigger) -> RunReport {
@@ -306,21 +355,75 @@ impl Worker {
                 released_running_handlers: false,
                 met_deadline: true,
                 approved_event: false,
+                resumed: 0,
             },
         }
     }
 
-    async fn consume<H: MessageHandler>(
+    /// Consumes and drains, again after every withdrawn notice, until the
+    /// worker is to exit.
+    async fn serve<H: MessageHandler>(
         &self,
         handler: H,
         triggers: &Triggers,
-    ) -> Result<RunReport, WorkerError> {
+        watcher: Option<&RunningWatcher>,
+    ) -> Result<Finished, WorkerError> {
         let consumer = self.consumer()?;
-        let handler = MeteredHandler {
+        let handler = Arc::new(MeteredHandler {
             inner: handler,
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
-        };
+        });
+        let mut resumed = 0;
+        loop {
+            self.readiness.send_modify(|r| r.shutting_down = None);
+            self.metrics.set_ready(true);
+            let mut drained = self
+                .consume(&consumer, SharedHandler(Arc::clone(&handler)), triggers)
+                .await;
+            drained.report.shutdown.resumed = resumed;
+            let next = wait_after_drain(
+                &drained.report.shutdown.trigger,
+                triggers,
+                watcher,
+                &mut drained.watchdog,
+                &self.readiness,
+                &self.config.shutdown,
+            )
+            .await;
+            match next {
+                Next::Resume => {
+                    resumed += 1;
+                    tracing::warn!(
+                        resumed,
+                        "the notice was withdrawn before the event started; taking work again"
+                    );
+                }
+                Next::Exit { approve, parked } => {
+                    let mut finished = Finished {
+                        report: drained.report,
+                        watchdog: drained.watchdog,
+                        exit_by: drained.exit_by,
+                        approve,
+                    };
+                    if parked {
+                        // The drain's deadline is long past: give the last
+                        // steps their own.
+                        finished.rearm(self.config.shutdown.watchdog);
+                    }
+                    return Ok(finished);
+                }
+            }
+        }
+    }
+
+    /// Runs the consumer until the first trigger, then drains it to the plan.
+    async fn consume<H: MessageHandler>(
+        &self,
+        consumer: &Consumer,
+        handler: H,
+        triggers: &Triggers,
+    ) -> Drained {
         let signals = ShutdownSignals::new();
         let consuming = consumer.run_until(handler, signals.clone());
         tokio::pin!(consuming);
@@ -329,7 +432,8 @@ impl Worker {
             // The consumer only returns once told to stop.
             stats = &mut consuming => {
                 tracing::error!("the consumer stopped by itself");
-                return Ok(RunReport { stats, shutdown: self.stopped_before_start(Trigger::Requested).shutdown });
+                let shutdown = self.stopped_before_start(Trigger::Requested).shutdown;
+                return Drained { report: RunReport { stats, shutdown }, watchdog: None, exit_by: None };
             }
             trigger = triggers.first() => trigger,
         };
@@ -347,18 +451,29 @@ impl Worker {
             hard_deadline_in_ms = plan.hard_deadline.saturating_duration_since(noticed_at).as_millis() as u64,
             "draining: intake stopped, handlers asked to checkpoint"
         );
-        let _watchdog = self
+        let watchdog = self
             .config
             .shutdown
             .watchdog
             .then(|| Watchdog::arm(plan.hard_deadline));
 
-        signals.wind_down(Some(plan.release_at));
+        if plan.release_at <= noticed_at {
+            // A late notice: no time to wind down, release at once.
+            signals.release();
+        } else {
+            signals.wind_down(Some(plan.release_at));
+        }
         let mut released_running_handlers = false;
         let stats = tokio::select! {
+            biased;
             stats = &mut consuming => stats,
             () = tokio::time::sleep_until(plan.release_at) => {
                 tracing::warn!("release time reached; dropping handlers still running and releasing their messages");
+                released_running_handlers = true;
+                signals.release();
+                consuming.await
+            }
+            () = triggers.hurried() => {
                 released_running_handlers = true;
                 signals.release();
                 consuming.await
@@ -374,17 +489,22 @@ impl Worker {
             released = stats.released,
             "drained"
         );
-        Ok(RunReport {
-            stats,
-            shutdown: ShutdownReport {
-                trigger,
-                notice_to_drained,
-                released_running_handlers,
-                met_deadline,
-                // Set by `run` once the watcher is stopped.
-                approved_event: false,
+        Drained {
+            report: RunReport {
+                stats,
+                shutdown: ShutdownReport {
+                    trigger,
+                    notice_to_drained,
+                    released_running_handlers,
+                    met_deadline,
+                    // Set by `run` once the watcher is stopped.
+                    approved_event: false,
+                    resumed: 0,
+                },
             },
-        })
+            exit_by: watchdog.as_ref().map(|_| plan.hard_deadline),
+            watchdog,
+        }
     }
 
     fn consumer(&self) -> Result<Consumer, WorkerError> {
@@ -392,7 +512,7 @@ impl Worker {
             max_in_flight: self.config.concurrency,
             batch_size: u8::try_from(self.config.concurrency.min(32)).unwrap_or(32),
             visibility_timeout: self.config.visibility_timeout,
-            max_dequeue_count: self.config.max_dequeue_count,
+            max_failures: self.config.max_dequeue_count,
             idle_backoff_max: self.config.idle_poll_max,
             encoding: self.config.encoding,
             ..ConsumerConfig::default()
@@ -413,29 +533,15 @@ impl Worker {
     }
 
     /// Approves the event that caused the drain, so Azure need not wait for
-    /// `NotBefore`. Only this VM's events ever trigger a drain; the scope
-    /// check in the client makes sure of it again. One request: the event is
-    /// taken from the watcher's last document.
-    async fn approve(&self, trigger: &Trigger, approval: Approval) -> bool {
-        let Trigger::Event(notice) = trigger else {
-            return false;
-        };
-        if !self.config.shutdown.approve_events {
-            return false;
-        }
-        let Some(vm_name) = approval.vm_name else {
-            tracing::warn!("not approving: this VM's name is not known");
-            return false;
-        };
-        let Some(event) = approval
-            .document
-            .as_deref()
-            .and_then(|d| d.event(&notice.event_id))
-            .cloned()
-        else {
-            tracing::info!(event_id = %notice.event_id, "not approving: the event is gone already");
-            return false;
-        };
+    /// `NotBefore`; [`after_drain`] chose it and its scope, and the client
+    /// checks the scope again. One request: the event is taken from the
+    /// watcher's last document.
+    async fn approve(
+        &self,
+        event: &ScheduledEvent,
+        scope: &ApprovalScope,
+        limit: Duration,
+    ) -> bool {
         let client = match ImdsClient::new(self.imds_config()) {
             Ok(client) => client,
             Err(error) => {
@@ -443,11 +549,10 @@ impl Worker {
                 return false;
             }
         };
-        let scope = ApprovalScope::ThisVm(vm_name);
-        let approval = client.approve_event(&event, &scope);
-        match tokio::time::timeout(Duration::from_secs(2), approval).await {
+        let approval = client.approve_event(event, scope);
+        match tokio::time::timeout(limit, approval).await {
             Ok(Ok(outcome)) => {
-                tracing::info!(event_id = %notice.event_id, ?outcome, "approved the event after draining");
+                tracing::info!(event_id = %event.id, ?outcome, "approved the event after draining");
                 true
             }
             Ok(Err(error)) => {
@@ -462,17 +567,83 @@ impl Worker {
     }
 }
 
-/// What approving needs from the watcher, taken before it is stopped.
-struct Approval {
-    vm_name: Option<String>,
-    document: Option<Arc<ScheduledEvents>>,
+/// Resolves with a configuration error if this VM's name was configured
+/// (`SPOT_WORKER_VM_NAME`) and instance metadata says otherwise: events
+/// would then be matched against the wrong name, silently.
+async fn wrong_vm_name(mut health: watch::Receiver<WatcherHealth>) -> ConfigError {
+    let mismatch = health
+        .wait_for(|h| h.vm_name_mismatch().is_some())
+        .await
+        .ok()
+        .and_then(|h| {
+            h.vm_name_mismatch()
+                .map(|(configured, metadata)| (configured.to_owned(), metadata.to_owned()))
+        });
+    match mismatch {
+        Some((configured, metadata)) => ConfigError::Invalid {
+            setting: "SPOT_WORKER_VM_NAME".to_owned(),
+            value: configured,
+            reason: format!(
+                "instance metadata (compute.name) says this VM is {metadata:?}; events would \
+                 be matched against the wrong name (leave it unset to use instance metadata)"
+            ),
+        },
+        None => std::future::pending().await,
+    }
 }
 
-impl Approval {
-    fn capture(watcher: &RunningWatcher) -> Self {
-        Approval {
-            vm_name: watcher.health().borrow().vm_name.clone(),
-            document: watcher.document().borrow().clone(),
+/// A bound for one of the last steps: at most `cap_secs`, and within what is
+/// left before the watchdog's deadline, if one is armed.
+fn final_step(exit_by: Option<Instant>, cap_secs: u64) -> Duration {
+    let cap = Duration::from_secs(cap_secs);
+    match exit_by {
+        Some(at) => cap.min(at.saturating_duration_since(Instant::now()) / 2),
+        None => cap,
+    }
+}
+
+/// One drain's outcome, with the watchdog still armed.
+struct Drained {
+    report: RunReport,
+    watchdog: Option<Watchdog>,
+    /// The watchdog's deadline.
+    exit_by: Option<Instant>,
+}
+
+/// Everything `run` needs for its last steps.
+struct Finished {
+    report: RunReport,
+    /// Held until `run` returns: the last steps are guarded too.
+    watchdog: Option<Watchdog>,
+    exit_by: Option<Instant>,
+    approve: Option<Box<ToApprove>>,
+}
+
+impl Finished {
+    fn at_once(report: RunReport) -> Finished {
+        Finished {
+            report,
+            watchdog: None,
+            exit_by: None,
+            approve: None,
         }
+    }
+
+    /// A fresh watchdog for the last steps only.
+    fn rearm(&mut self, enabled: bool) {
+        let deadline = Instant::now() + EXIT_MARGIN;
+        self.watchdog = enabled.then(|| Watchdog::arm(deadline));
+        self.exit_by = self.watchdog.as_ref().map(|_| deadline);
+    }
+}
+
+/// One handler shared by every round of consuming (intake resumes after a
+/// withdrawn notice).
+struct SharedHandler<H>(Arc<H>);
+
+#[async_trait]
+impl<H: MessageHandler> MessageHandler for SharedHandler<H> {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        self.0.handle(job).await
     }
 }

@@ -4,7 +4,7 @@
 //! overwrite newer progress.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -179,6 +179,11 @@ pub trait CheckpointStore: Send + Sync + 'static {
         self.write(key, checkpoint, precondition).await
     }
 
+    /// Deletes the checkpoint for `key`; deleting one that does not exist
+    /// succeeds. The consumer deletes attempt records with it when their
+    /// message is gone; operators delete abandoned checkpoints.
+    async fn delete(&self, key: &str) -> Result<(), StorageError>;
+
     /// [`CheckpointStore::read`], with the stamp the checkpoint was written
     /// with (`None` if it was written by [`CheckpointStore::write`], or if
     /// the store keeps no stamps; the default).
@@ -227,6 +232,9 @@ pub struct JobCheckpoint {
     key: String,
     latest: Option<(Checkpoint, ETag)>,
     cancelled: Option<CancellationToken>,
+    /// Set to the key when a write loses to another writer (see
+    /// [`JobCheckpoint::noting_conflicts_in`]).
+    conflicts: Option<Arc<OnceLock<String>>>,
     /// Random per handle: only this handle's writes carry it, so a stored
     /// stamp with it proves the stored checkpoint is this handle's.
     writer: String,
@@ -270,6 +278,7 @@ impl JobCheckpoint {
             key,
             latest,
             cancelled: None,
+            conflicts: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
         })
@@ -279,6 +288,15 @@ impl JobCheckpoint {
     /// job's token, cancelled when its lease is lost or on shutdown).
     pub fn fenced_by(mut self, token: CancellationToken) -> Self {
         self.cancelled = Some(token);
+        self
+    }
+
+    /// Notes in `note` (the first time) the key of a write that fails with
+    /// [`StorageError::Conflict`], so whoever runs the job learns that it was
+    /// fenced out by another writer even if the error is swallowed or
+    /// wrapped on its way out of the handler.
+    pub(crate) fn noting_conflicts_in(mut self, note: Arc<OnceLock<String>>) -> Self {
+        self.conflicts = Some(note);
         self
     }
 
@@ -343,6 +361,14 @@ impl JobCheckpoint {
     ///   `checkpoint`: a worker that lost its message must not adopt the new
     ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        let saved = self.save_fenced(checkpoint).await;
+        if let (Err(StorageError::Conflict { key }), Some(note)) = (&saved, &self.conflicts) {
+            let _ = note.set(key.clone());
+        }
+        saved
+    }
+
+    async fn save_fenced(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         // One retry at most: after an earlier write of ours is adopted, a
         // second conflict can only be another writer's.
         for _ in 0..2 {
@@ -459,6 +485,9 @@ mod tests {
         }
         async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
             self.inner.read(key).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StorageError> {
+            self.inner.delete(key).await
         }
         async fn write(
             &self,

@@ -1,94 +1,148 @@
-//! The record written to `<queue>-poison` when a message is given up on: the
-//! original message text plus what is needed to investigate it later,
-//! because the poison queue assigns a new id and resets the dequeue count.
+//! The record written to `<queue>-poison` when a message is given up on:
+//! the original message text, byte for byte, plus what is needed to
+//! investigate and replay it, because the poison queue assigns a new id and
+//! resets the dequeue count.
+//!
+//! The record is plain JSON text whatever the work queue's encoding, and
+//! `body` is the original text exactly as it was on the work queue (still
+//! base64 for a base64 queue): nothing is encoded twice. An original too big
+//! to fit beside the metadata into one queue message (64 KiB) is stored as
+//! a blob (a claim check) and the record points at it, with its length and
+//! SHA-256, so nothing is ever cut short.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
 use crate::encoding::MessageEncoding;
 use crate::error::StorageError;
 
-/// The JSON document a poisoned message becomes (then encoded with the
-/// consumer's [`MessageEncoding`](crate::MessageEncoding), so the same tools
-/// read both queues).
+/// The JSON document a poisoned message becomes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoisonRecord {
     /// The queue the message came from.
     pub queue: String,
     /// The message's id in that queue.
     pub original_id: String,
-    /// How many times it had been received.
+    /// How many times it had been received (evictions included).
     pub dequeue_count: u32,
+    /// How many of those deliveries failed in the handler.
+    #[serde(default)]
+    pub failures: u32,
     /// When it was first sent.
     #[serde(with = "time::serde::rfc3339::option")]
     pub inserted_at: Option<OffsetDateTime>,
     /// When it was moved to the poison queue.
     #[serde(with = "time::serde::rfc3339")]
     pub poisoned_at: OffsetDateTime,
-    /// The last failure: the handler's error, or why the body did not decode
-    /// (at most [`MAX_LAST_ERROR_LEN`] bytes, unless `last_error_truncated`).
+    /// Why it was given up on: the handler's permanent error, its last
+    /// failure after too many, why the body did not decode, or the
+    /// crash-loop guard (at most [`MAX_LAST_ERROR_LEN`] bytes, unless
+    /// `last_error_truncated`).
     pub last_error: String,
-    /// True if `last_error` was cut short: an error text of any length must
-    /// not keep the record from fitting into one queue message.
+    /// True if `last_error` was cut short.
     #[serde(default)]
     pub last_error_truncated: bool,
-    /// The original message text, exactly as it was on the queue (unless
-    /// `body_truncated`).
-    pub body: String,
-    /// True if `body` was cut short to fit the poison message into the
-    /// queue's 64 KiB limit (an original near that limit plus the metadata
-    /// would not fit, and the message would otherwise never leave the queue).
+    /// How the original text encodes the message's bytes (the work queue's
+    /// encoding).
     #[serde(default)]
-    pub body_truncated: bool,
+    pub encoding: MessageEncoding,
+    /// The original message text, exactly as it was on the queue; `None`
+    /// when it is stored as a blob (`body_blob`).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Where the original text is stored when it did not fit here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_blob: Option<BodyBlob>,
+}
+
+/// A claim check: the blob holding a poisoned message's original text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BodyBlob {
+    /// The blob container (the poison payload store's name).
+    pub container: String,
+    /// The blob's name in it.
+    pub name: String,
+    /// Length of the original text in bytes.
+    pub len: usize,
+    /// SHA-256 of the original text, lowercase hex, to check a download.
+    pub sha256: String,
+}
+
+impl BodyBlob {
+    /// The claim check for `text` stored as `name` in `container`.
+    pub fn new(container: &str, name: String, text: &str) -> Self {
+        BodyBlob {
+            container: container.to_owned(),
+            name,
+            len: text.len(),
+            sha256: sha256_hex(text.as_bytes()),
+        }
+    }
+
+    /// True if `bytes` are exactly the original this points at.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        bytes.len() == self.len && sha256_hex(bytes) == self.sha256
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The most of `last_error` a poison record keeps: enough for any error
 /// chain a person reads, small next to the 64 KiB message limit.
 pub const MAX_LAST_ERROR_LEN: usize = 4 * 1024;
 
+/// The most a poison message may take, counted as the queue service counts
+/// it once XML-escaped: 64 KiB, less a margin.
+pub const MAX_POISON_MESSAGE_LEN: usize = 63 * 1024;
+
 impl PoisonRecord {
-    /// Serializes and encodes the record as message text of at most
-    /// `max_len` bytes. `last_error` is first cut to [`MAX_LAST_ERROR_LEN`];
-    /// if the text is still too long, `body` is shortened, then
-    /// `last_error` further (bounded attempts). Fails only if the rest of
-    /// the record alone does not fit.
-    pub fn encode_within(
-        mut self,
-        encoding: MessageEncoding,
-        max_len: usize,
-    ) -> Result<(Self, String), StorageError> {
+    /// The record as queue message text (plain JSON), if it fits into one
+    /// message; `None` if it does not (then store the body as a blob).
+    pub fn to_message_text(&self) -> Result<Option<String>, StorageError> {
+        let text = serde_json::to_string(self)
+            .map_err(|e| StorageError::InvalidArgument(format!("poison record: {e}")))?;
+        Ok((xml_escaped_len(&text) <= MAX_POISON_MESSAGE_LEN).then_some(text))
+    }
+
+    /// Caps `last_error` at [`MAX_LAST_ERROR_LEN`].
+    pub(crate) fn cap_last_error(&mut self) {
         if self.last_error.len() > MAX_LAST_ERROR_LEN {
             truncate_at_char_boundary(&mut self.last_error, MAX_LAST_ERROR_LEN);
             self.last_error_truncated = true;
         }
-        for _ in 0..32 {
-            let json = serde_json::to_vec(&self)
-                .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
-            let text = encoding.encode(&json)?;
-            if text.len() <= max_len {
-                return Ok((self, text));
-            }
-            // The body goes first: the error says why it was given up on.
-            let (field, truncated) = if !self.body.is_empty() {
-                (&mut self.body, &mut self.body_truncated)
-            } else if !self.last_error.is_empty() {
-                (&mut self.last_error, &mut self.last_error_truncated)
-            } else {
-                break;
-            };
-            // Shrink in proportion to the excess, with a margin for escaping.
-            let keep = field.len().saturating_mul(max_len) / text.len() * 9 / 10;
-            truncate_at_char_boundary(field, keep.min(field.len().saturating_sub(1)));
-            *truncated = true;
-        }
-        Err(StorageError::InvalidArgument(format!(
-            "poison record does not fit in {max_len} bytes"
-        )))
+    }
+
+    /// Parses a poison queue message.
+    pub fn from_message_text(text: &str) -> Result<Self, StorageError> {
+        serde_json::from_str(text).map_err(|e| StorageError::InvalidData {
+            what: "poison record".to_owned(),
+            reason: e.to_string(),
+        })
     }
 }
 
+/// The length of `text` once XML-escaped as a queue message is sent.
+fn xml_escaped_len(text: &str) -> usize {
+    text.len()
+        + text
+            .bytes()
+            .map(|b| match b {
+                b'&' => 4,
+                b'<' | b'>' => 3,
+                b'"' | b'\'' => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
 /// Cuts `text` to at most `max` bytes without splitting a character.
-fn truncate_at_char_boundary(text: &mut String, max: usize) {
+pub(crate) fn truncate_at_char_boundary(text: &mut String, max: usize) {
     if text.len() <= max {
         return;
     }
@@ -105,83 +159,81 @@ pub fn poison_queue_name(queue: &str) -> String {
     format!("{queue}-poison")
 }
 
+/// The blob name of a poisoned message's original: one per queue and
+/// message id, so poisoning the same message twice writes the same blob.
+pub fn poison_body_blob_name(queue: &str, original_id: &str) -> String {
+    format!("{queue}/{original_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(body: String) -> PoisonRecord {
+    fn record(body: &str) -> PoisonRecord {
         PoisonRecord {
             queue: "jobs".into(),
             original_id: "id".into(),
             dequeue_count: 5,
+            failures: 5,
             inserted_at: None,
             poisoned_at: OffsetDateTime::UNIX_EPOCH,
             last_error: "boom".into(),
             last_error_truncated: false,
-            body,
-            body_truncated: false,
+            encoding: MessageEncoding::Text,
+            body: Some(body.to_owned()),
+            body_blob: None,
         }
     }
 
     #[test]
-    fn small_records_are_kept_whole() {
-        let (kept, text) = record("small".into())
-            .encode_within(MessageEncoding::Base64, 48 * 1024)
-            .unwrap();
-        assert!(!kept.body_truncated);
-        let json = MessageEncoding::Base64.decode(&text).unwrap();
-        let decoded: PoisonRecord = serde_json::from_slice(&json).unwrap();
-        assert_eq!(decoded, kept);
-    }
-
-    #[test]
-    fn a_body_near_the_queue_limit_is_truncated_to_fit() {
-        for encoding in [MessageEncoding::Text, MessageEncoding::Base64] {
-            // Multi-byte characters and characters JSON escapes.
-            let body = "é\"\\x".repeat(20_000);
-            let (kept, text) = record(body.clone())
-                .encode_within(encoding, 48 * 1024)
-                .unwrap();
-            assert!(text.len() <= 48 * 1024, "{}", text.len());
-            assert!(kept.body_truncated);
-            assert!(body.starts_with(&kept.body));
-            assert!(
-                kept.body.len() > 8 * 1024,
-                "kept a useful prefix: {}",
-                kept.body.len()
-            );
+    fn small_records_round_trip_exactly() {
+        for body in ["small", "é\"\\x<&>'", ""] {
+            let text = record(body).to_message_text().unwrap().expect("fits");
+            let back = PoisonRecord::from_message_text(&text).unwrap();
+            assert_eq!(back, record(body));
         }
     }
 
     #[test]
-    fn a_huge_error_text_is_capped_and_the_record_still_fits() {
-        for encoding in [MessageEncoding::Text, MessageEncoding::Base64] {
-            let mut huge = record("é\"x".repeat(30_000));
-            huge.last_error = "ü\"\u{1}".repeat(40_000);
-            let (kept, text) = huge.clone().encode_within(encoding, 48 * 1024).unwrap();
-            assert!(text.len() <= 48 * 1024, "{}", text.len());
-            assert!(kept.last_error_truncated && kept.body_truncated);
-            assert!(kept.last_error.len() <= MAX_LAST_ERROR_LEN);
-            assert!(huge.last_error.starts_with(&kept.last_error));
-            assert!(huge.body.starts_with(&kept.body));
-        }
+    fn records_that_would_not_fit_once_escaped_are_refused_not_cut() {
+        // 20 KiB of quotes is 120 KiB escaped.
+        assert!(
+            record(&"\"".repeat(20 * 1024))
+                .to_message_text()
+                .unwrap()
+                .is_none()
+        );
+        // Near the limit without escapes: fits.
+        assert!(
+            record(&"a".repeat(60 * 1024))
+                .to_message_text()
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            record(&"a".repeat(64 * 1024))
+                .to_message_text()
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
-    fn the_error_is_shortened_too_when_the_body_alone_is_not_enough() {
-        let mut small = record(String::new());
-        small.last_error = "e".repeat(MAX_LAST_ERROR_LEN);
-        let (kept, text) = small.encode_within(MessageEncoding::Text, 1024).unwrap();
-        assert!(text.len() <= 1024, "{}", text.len());
-        assert!(kept.last_error_truncated);
-        assert!(!kept.body_truncated);
-        assert!(kept.last_error.len() > 256, "kept a useful prefix");
+    fn a_claim_check_recognises_its_original_only() {
+        let blob = BodyBlob::new("poison", poison_body_blob_name("jobs", "id"), "original");
+        assert_eq!(blob.name, "jobs/id");
+        assert!(blob.matches(b"original"));
+        assert!(!blob.matches(b"originaL"));
+        assert!(!blob.matches(b"original "));
     }
 
     #[test]
-    fn a_record_whose_metadata_alone_is_too_big_is_refused() {
-        let mut record = record("body".into());
-        record.queue = "q".repeat(200);
-        assert!(record.encode_within(MessageEncoding::Text, 100).is_err());
+    fn a_huge_error_text_is_capped() {
+        let mut huge = record("x");
+        huge.last_error = "ü\"\u{1}".repeat(40_000);
+        huge.cap_last_error();
+        assert!(huge.last_error_truncated);
+        assert!(huge.last_error.len() <= MAX_LAST_ERROR_LEN);
+        assert!(huge.to_message_text().unwrap().is_some());
     }
 }

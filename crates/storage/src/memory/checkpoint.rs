@@ -105,6 +105,12 @@ impl CheckpointStore for InMemoryCheckpointStore {
         self.outage.check("checkpoint store")?;
         Ok(self.lock().get(key).cloned())
     }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.outage.check("checkpoint store")?;
+        self.lock().remove(key);
+        Ok(())
+    }
 }
 
 impl InMemoryCheckpointStore {

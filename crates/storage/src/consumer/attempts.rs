@@ -1,0 +1,190 @@
+//! Attempt records: what earlier deliveries of a message ended in, kept
+//! durably beside the checkpoints so every VM of a fleet counts the same.
+//!
+//! The queue's own `DequeueCount` cannot tell a failure from an eviction
+//! (it rises on every receive), so the consumer records the outcomes that
+//! count itself: handler failures, and waits for another holder of the same
+//! job. A delivery that ended in neither (released on shutdown, a lost
+//! lease, a crash) leaves no trace, which is what the crash-loop guard
+//! measures.
+//!
+//! A record lives in the checkpoint store under
+//! `.spot-worker/attempts/<message id>` (an in-progress checkpoint whose
+//! progress is the record), written with the store's ETag fencing, and is
+//! deleted with its message. It is read only when it can matter: after a
+//! handler failed, or when the crash-loop guard could fire; a message that
+//! succeeds at its first delivery costs no request at all.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
+use crate::error::StorageError;
+use crate::queue::MessageId;
+
+use super::poison::truncate_at_char_boundary;
+
+/// The longest `last_error` an attempt record keeps.
+const MAX_RECORDED_ERROR_LEN: usize = 1024;
+
+/// Outcomes recorded for one message by its earlier deliveries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Attempts {
+    /// Deliveries whose handler failed.
+    pub(crate) failures: u32,
+    /// Deliveries fenced out by another holder of the same job.
+    pub(crate) waits: u32,
+    /// The latest failure, for the poison record and for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_error: Option<String>,
+}
+
+impl Attempts {
+    /// Deliveries, of `dequeue_count`, that left no recorded outcome.
+    pub(crate) fn unexplained(&self, dequeue_count: u32) -> u32 {
+        dequeue_count.saturating_sub(self.failures.saturating_add(self.waits))
+    }
+
+    /// This record with one more failure.
+    pub(crate) fn failed(&self, error: &str) -> Attempts {
+        let mut last_error = error.to_owned();
+        truncate_at_char_boundary(&mut last_error, MAX_RECORDED_ERROR_LEN);
+        Attempts {
+            failures: self.failures.saturating_add(1),
+            waits: self.waits,
+            last_error: Some(last_error),
+        }
+    }
+
+    /// This record with one more wait.
+    pub(crate) fn waited(&self) -> Attempts {
+        Attempts {
+            waits: self.waits.saturating_add(1),
+            ..self.clone()
+        }
+    }
+}
+
+/// A record as read: its content, and the ETag a rewrite must match.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ReadAttempts {
+    pub(crate) attempts: Attempts,
+    etag: Option<ETag>,
+}
+
+/// Reads and writes attempt records in a checkpoint store.
+#[derive(Clone, Debug)]
+pub(crate) struct AttemptLog {
+    store: Arc<dyn CheckpointStore>,
+}
+
+impl AttemptLog {
+    pub(crate) fn new(store: Arc<dyn CheckpointStore>) -> Self {
+        AttemptLog { store }
+    }
+
+    /// The checkpoint key of `id`'s record.
+    pub(crate) fn key(id: &MessageId) -> String {
+        format!(".spot-worker/attempts/{id}")
+    }
+
+    /// The record of `id`; empty if there is none.
+    pub(crate) async fn read(&self, id: &MessageId) -> Result<ReadAttempts, StorageError> {
+        let key = Self::key(id);
+        let Some((checkpoint, etag)) = self.store.read(&key).await? else {
+            return Ok(ReadAttempts::default());
+        };
+        let invalid = |reason: String| StorageError::InvalidData {
+            what: format!("attempt record {key}"),
+            reason,
+        };
+        let Checkpoint::InProgress { progress } = checkpoint else {
+            return Err(invalid(
+                "a completed checkpoint, not an attempt record".into(),
+            ));
+        };
+        let attempts = serde_json::from_value(progress).map_err(|e| invalid(e.to_string()))?;
+        Ok(ReadAttempts {
+            attempts,
+            etag: Some(etag),
+        })
+    }
+
+    /// Replaces the record `read` came from with `attempts`, fenced by its
+    /// ETag (a concurrent writer can only be a delivery that took the
+    /// message over after a lost lease; its count wins).
+    pub(crate) async fn write(
+        &self,
+        id: &MessageId,
+        read: &ReadAttempts,
+        attempts: &Attempts,
+    ) -> Result<(), StorageError> {
+        let progress = serde_json::to_value(attempts)
+            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
+        let precondition = match &read.etag {
+            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
+            None => WritePrecondition::Create,
+        };
+        self.store
+            .write(
+                &Self::key(id),
+                &Checkpoint::InProgress { progress },
+                precondition,
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes `id`'s record, if any: its message is gone.
+    pub(crate) async fn forget(&self, id: &MessageId) -> Result<(), StorageError> {
+        self.store.delete(&Self::key(id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::InMemoryCheckpointStore;
+
+    #[tokio::test]
+    async fn records_round_trip_are_fenced_and_forgotten() {
+        let log = AttemptLog::new(Arc::new(InMemoryCheckpointStore::new()));
+        let id = MessageId::new("m-1");
+        let empty = log.read(&id).await.unwrap();
+        assert_eq!(empty.attempts, Attempts::default());
+        let once = empty.attempts.failed("boom");
+        log.write(&id, &empty, &once).await.unwrap();
+        let read = log.read(&id).await.unwrap();
+        assert_eq!(read.attempts, once);
+        // A writer holding the stale (empty) view is refused.
+        let stale = log.write(&id, &empty, &once.failed("again")).await;
+        assert!(
+            matches!(stale, Err(StorageError::Conflict { .. })),
+            "{stale:?}"
+        );
+        log.write(&id, &read, &read.attempts.waited())
+            .await
+            .unwrap();
+        let read = log.read(&id).await.unwrap();
+        assert_eq!((read.attempts.failures, read.attempts.waits), (1, 1));
+        log.forget(&id).await.unwrap();
+        assert_eq!(log.read(&id).await.unwrap().attempts, Attempts::default());
+        // Forgetting what is not there is fine.
+        log.forget(&id).await.unwrap();
+    }
+
+    #[test]
+    fn long_errors_are_capped_and_counts_never_overflow() {
+        let huge = "é".repeat(10_000);
+        let attempts = Attempts {
+            failures: u32::MAX,
+            waits: u32::MAX,
+            last_error: None,
+        }
+        .failed(&huge);
+        assert_eq!(attempts.failures, u32::MAX);
+        assert!(attempts.last_error.as_ref().unwrap().len() <= MAX_RECORDED_ERROR_LEN);
+        assert_eq!(attempts.unexplained(5), 0);
+    }
+}

@@ -1,0 +1,222 @@
+//! What a user writes: a [`MessageHandler`] (or an async closure through
+//! [`handler_fn`]) that gets one [`Job`] per delivery and returns `Ok`, a
+//! failure worth retrying, or a [`Permanent`] one.
+
+use std::future::Future;
+use std::str::Utf8Error;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::checkpoint::{CheckpointStore, JobCheckpoint};
+use crate::error::StorageError;
+use crate::queue::MessageId;
+
+/// What a handler's failure carries; its text becomes the poison record's
+/// `last_error`. Wrap it with [`permanent`] when retrying cannot help.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failure that retrying cannot fix (a body that is not a job, an invalid
+/// range, a different result already stored): the message goes to the
+/// poison queue at once, with this error as the reason. Build it with
+/// [`permanent`].
+///
+/// ```
+/// use spot_worker_storage::{HandlerError, Permanent, permanent};
+///
+/// let error: HandlerError = permanent("the body is not a job");
+/// assert!(Permanent::is_in(error.as_ref()));
+/// assert_eq!(error.to_string(), "the body is not a job");
+/// let transient: HandlerError = "connection reset".into();
+/// assert!(!Permanent::is_in(transient.as_ref()));
+/// ```
+#[derive(Debug)]
+pub struct Permanent(HandlerError);
+
+impl std::fmt::Display for Permanent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Permanent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl Permanent {
+    /// True if `error`, or any error in its `source()` chain, was marked
+    /// permanent.
+    pub fn is_in(error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut current = Some(error);
+        while let Some(e) = current {
+            if e.is::<Permanent>() {
+                return true;
+            }
+            current = e.source();
+        }
+        false
+    }
+}
+
+/// Marks `error` as permanent: the message is poisoned at once instead of
+/// being retried.
+pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
+    Box::new(Permanent(error.into()))
+}
+
+/// User code that processes one message. Returning `Ok` deletes the message;
+/// returning `Err` (or panicking, unless built with `panic = "abort"`)
+/// retries it later and poisons it after `max_failures` failures; a
+/// [`permanent`] error poisons it at once. The future is dropped if the
+/// lease is lost or the worker shuts down, so keep work between awaits
+/// restartable.
+#[async_trait]
+pub trait MessageHandler: Send + Sync + 'static {
+    /// Processes one message.
+    async fn handle(&self, job: Job) -> Result<(), HandlerError>;
+
+    /// The key of the job `body` asks for, if it names one (for example a
+    /// `job_id` field); `None` (the default) uses the message id. It keys
+    /// [`Job::checkpoint`], and the consumer checks that checkpoint for
+    /// completion before running the handler, so a job finished by another
+    /// message (a duplicate) or whose delete was cut short is deleted
+    /// instead of run again, and never poisoned.
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        let _ = body;
+        None
+    }
+
+    /// Whether the completed job whose checkpoint holds `result` is the job
+    /// `body` asks for. The default says yes, and the message is deleted
+    /// without running the handler. Return a [`permanent`] error when the
+    /// message asks for something else under the same key (say, a job id
+    /// re-used for another range): it is then poisoned with that reason
+    /// instead of silently skipped.
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        let _ = (body, result);
+        Ok(())
+    }
+}
+
+/// A [`MessageHandler`] made from an async closure; see [`handler_fn`].
+pub struct FnHandler<F>(F);
+
+/// Wraps an async closure as a [`MessageHandler`].
+pub fn handler_fn<F, Fut>(f: F) -> FnHandler<F>
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    FnHandler(f)
+}
+
+#[async_trait]
+impl<F, Fut> MessageHandler for FnHandler<F>
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        (self.0)(job).await
+    }
+}
+
+/// Set when a checkpoint write of this delivery lost to another writer: the
+/// consumer then knows the delivery was fenced out by another holder of the
+/// same job, whatever error the handler returned.
+pub(crate) type ConflictNote = Arc<OnceLock<String>>;
+
+/// One delivery of a message, as the handler sees it.
+#[derive(Debug)]
+pub struct Job {
+    pub(crate) id: MessageId,
+    pub(crate) key: String,
+    pub(crate) dequeue_count: u32,
+    pub(crate) inserted_at: Option<OffsetDateTime>,
+    pub(crate) body: Vec<u8>,
+    pub(crate) cancelled: CancellationToken,
+    pub(crate) fence: CancellationToken,
+    pub(crate) deadline: watch::Receiver<Option<Instant>>,
+    pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    pub(crate) conflict: ConflictNote,
+}
+
+impl Job {
+    /// The message id.
+    pub fn id(&self) -> &MessageId {
+        &self.id
+    }
+
+    /// The job's checkpoint key: [`MessageHandler::job_key`] of the body,
+    /// or the message id.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// How many times the message has been received, this time included.
+    /// Evictions raise it too: it is not a count of failures.
+    pub fn dequeue_count(&self) -> u32 {
+        self.dequeue_count
+    }
+
+    /// When the message was first sent, if known.
+    pub fn inserted_at(&self) -> Option<OffsetDateTime> {
+        self.inserted_at
+    }
+
+    /// The decoded body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The decoded body as UTF-8 text.
+    pub fn text(&self) -> Result<&str, Utf8Error> {
+        std::str::from_utf8(&self.body)
+    }
+
+    /// Cancelled when the lease is lost or the worker winds down; long
+    /// handlers watch it, save their progress and return an error (the
+    /// message is then released at once for another worker, and the
+    /// delivery does not count as a failure).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancelled
+    }
+
+    /// The instant by which a winding-down handler must have returned (after
+    /// it, the handler is dropped and its message released); `None` while
+    /// the worker is not shutting down or has no deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline.borrow()
+    }
+
+    /// This job's checkpoint, under [`Job::key`].
+    pub async fn checkpoint(&self) -> Result<JobCheckpoint, StorageError> {
+        self.checkpoint_for(&self.key).await
+    }
+
+    /// A checkpoint under a key the handler chooses. Its writes are refused
+    /// once the lease is lost or the message released, but allowed while
+    /// winding down. A write that loses to another writer fails with
+    /// [`StorageError::Conflict`] and marks this delivery as fenced out: the
+    /// consumer then waits for the other holder of the job instead of
+    /// counting a failure, whatever the handler returns.
+    pub async fn checkpoint_for(&self, key: &str) -> Result<JobCheckpoint, StorageError> {
+        let store = self.checkpoints.clone().ok_or_else(|| {
+            StorageError::InvalidArgument("the consumer has no checkpoint store".to_owned())
+        })?;
+        Ok(JobCheckpoint::load(store, key)
+            .await?
+            .fenced_by(self.fence.clone())
+            .noting_conflicts_in(Arc::clone(&self.conflict)))
+    }
+}

@@ -1,0 +1,481 @@
+//! The consumer's decisions as pure functions of a delivery's facts, so
+//! every rule is in one place and tested as a table:
+//!
+//! - [`admit`]: before the handler runs: delete a job that is completed
+//!   already, poison a body that cannot be decoded or a message stuck in a
+//!   crash loop, or run it.
+//! - [`settle`]: after the handler stopped: delete, release, wait for the
+//!   other holder of the job, retry, or poison.
+//!
+//! Only a handler's own failure counts towards the poison queue: a delivery
+//! ended by shutdown (a Spot eviction) or by a lost lease never does.
+
+use super::attempts::Attempts;
+
+/// The limits that turn counts into a poison decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Failures after which a message is poisoned.
+    pub(crate) max_failures: u32,
+    /// Deliveries without a recorded outcome after which it is poisoned.
+    pub(crate) max_deliveries: u32,
+}
+
+/// Why a message goes to the poison queue; its text is the record's
+/// `last_error`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PoisonCause {
+    /// The message text does not decode with the configured encoding.
+    Undecodable(String),
+    /// Delivered too often without any recorded outcome: each delivery's
+    /// process died (or was evicted) while handling it.
+    CrashLoop {
+        dequeue_count: u32,
+        unexplained: u32,
+        max_deliveries: u32,
+    },
+    /// The handler marked its failure permanent.
+    Permanent(String),
+    /// The handler failed `failures` times.
+    Failed {
+        failures: u32,
+        max_failures: u32,
+        last_error: String,
+    },
+}
+
+impl PoisonCause {
+    /// The poison record's `last_error`: what really happened.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            PoisonCause::Undecodable(reason) => format!("the message does not decode: {reason}"),
+            PoisonCause::CrashLoop {
+                dequeue_count,
+                unexplained,
+                max_deliveries,
+            } => format!(
+                "crash-loop guard: delivered {dequeue_count} times, {unexplained} of them ended \
+                 without an outcome (the worker died or was evicted mid-job), more than \
+                 max_deliveries {max_deliveries}"
+            ),
+            PoisonCause::Permanent(error) => format!("permanent failure: {error}"),
+            PoisonCause::Failed {
+                failures,
+                max_failures,
+                last_error,
+            } => {
+                let times = if *failures == 1 { "time" } else { "times" };
+                format!(
+                    "the handler failed {failures} {times} (max_failures {max_failures}); last error: {last_error}"
+                )
+            }
+        }
+    }
+}
+
+/// What is known when a message arrives.
+#[derive(Clone, Debug)]
+pub(crate) struct Arrival<'a> {
+    /// Receives so far, this one included.
+    pub(crate) dequeue_count: u32,
+    /// What the job's checkpoint says about completion.
+    pub(crate) completion: Completion,
+    /// Why the body does not decode, if it does not.
+    pub(crate) undecodable: Option<&'a str>,
+    /// Outcomes recorded by earlier deliveries (read only when the
+    /// crash-loop guard could fire; empty otherwise).
+    pub(crate) attempts: &'a Attempts,
+}
+
+/// What the job's checkpoint says, checked before the handler runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Completion {
+    NotCompleted,
+    /// Completed, and the handler agrees it is this message's job.
+    Completed,
+    /// Completed, but the handler says this message asks for another job
+    /// under the same key (its permanent error).
+    CompletedDifferently(String),
+}
+
+/// What to do with a message before running its handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Run,
+    /// Done on an earlier delivery (or by a duplicate message): delete.
+    DeleteCompleted,
+    Poison(PoisonCause),
+}
+
+/// Decides what to do with a message that just arrived. A completed job is
+/// deleted before any poison decision: a finished job whose delete was cut
+/// short must never land in the poison queue.
+pub(crate) fn admit(arrival: &Arrival<'_>, limits: Limits) -> Admission {
+    match &arrival.completion {
+        Completion::Completed => return Admission::DeleteCompleted,
+        Completion::CompletedDifferently(reason) => {
+            return Admission::Poison(PoisonCause::Permanent(reason.clone()));
+        }
+        Completion::NotCompleted => {}
+    }
+    if let Some(reason) = arrival.undecodable {
+        return Admission::Poison(PoisonCause::Undecodable(reason.to_owned()));
+    }
+    let unexplained = arrival.attempts.unexplained(arrival.dequeue_count);
+    if unexplained > limits.max_deliveries {
+        return Admission::Poison(PoisonCause::CrashLoop {
+            dequeue_count: arrival.dequeue_count,
+            unexplained,
+            max_deliveries: limits.max_deliveries,
+        });
+    }
+    Admission::Run
+}
+
+/// How the handler's run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ending<'a> {
+    Succeeded,
+    Failed {
+        error: &'a str,
+        permanent: bool,
+    },
+    /// Dropped before it finished (release stage, or lease lost).
+    Dropped,
+}
+
+/// What is known when the handler has stopped.
+#[derive(Clone, Debug)]
+pub(crate) struct Departure<'a> {
+    pub(crate) ending: Ending<'a>,
+    /// Another consumer has the message now: nothing may be written for it.
+    pub(crate) lease_lost: bool,
+    /// The worker is winding down or releasing: the handler was told to stop.
+    pub(crate) shutting_down: bool,
+    /// A checkpoint write of this delivery lost to another holder of the job.
+    pub(crate) fenced_by_peer: bool,
+    /// Outcomes recorded by earlier deliveries.
+    pub(crate) attempts: &'a Attempts,
+}
+
+/// What to do with a message once its handler has stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    Delete,
+    /// Visible again at once, not counted: the worker is shutting down.
+    Release,
+    /// Nothing may or need be done (the lease is lost, or the handler was
+    /// dropped for no known reason: the message reappears after its lease).
+    Leave(&'static str),
+    /// Fenced out by another holder of the job: record the wait and check
+    /// again later; never poisoned for it.
+    WaitForPeer {
+        attempts: Attempts,
+    },
+    /// Record the failure and retry after a backoff.
+    Retry {
+        attempts: Attempts,
+    },
+    Poison(PoisonCause),
+}
+
+/// Decides how to settle a delivery whose handler has stopped.
+pub(crate) fn settle(departure: &Departure<'_>, limits: Limits) -> Settlement {
+    if departure.lease_lost {
+        return Settlement::Leave("the lease is lost; another consumer has the message");
+    }
+    let (error, permanent) = match departure.ending {
+        Ending::Succeeded => return Settlement::Delete,
+        // Whatever a handler told to stop returns, it did not fail on its
+        // own: hand the message to another worker now, uncounted.
+        _ if departure.shutting_down => return Settlement::Release,
+        Ending::Dropped => return Settlement::Leave("the handler was dropped for no known reason"),
+        Ending::Failed { error, permanent } => (error, permanent),
+    };
+    if departure.fenced_by_peer {
+        return Settlement::WaitForPeer {
+            attempts: departure.attempts.waited(),
+        };
+    }
+    if permanent {
+        return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
+    }
+    let attempts = departure.attempts.failed(error);
+    if attempts.failures >= limits.max_failures {
+        return Settlement::Poison(PoisonCause::Failed {
+            failures: attempts.failures,
+            max_failures: limits.max_failures,
+            last_error: error.to_owned(),
+        });
+    }
+    Settlement::Retry { attempts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_failures: 3,
+        max_deliveries: 10,
+    };
+
+    fn attempts(failures: u32, waits: u32) -> Attempts {
+        Attempts {
+            failures,
+            waits,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn admission_table() {
+        use Admission::*;
+        let none = attempts(0, 0);
+        let crash_loop = |dequeue_count, unexplained| {
+            Poison(PoisonCause::CrashLoop {
+                dequeue_count,
+                unexplained,
+                max_deliveries: 10,
+            })
+        };
+        let open = Completion::NotCompleted;
+        let done = Completion::Completed;
+        let other = Completion::CompletedDifferently("j1 was [0, 10)".into());
+        // (dequeue count, completion, undecodable, attempts, expected)
+        let rows: Vec<(u32, Completion, Option<&str>, Attempts, Admission)> = vec![
+            (1, open.clone(), None, none.clone(), Run),
+            (10, open.clone(), None, none.clone(), Run),
+            (11, open.clone(), None, none.clone(), crash_loop(11, 11)),
+            // Recorded failures and waits are explained deliveries.
+            (11, open.clone(), None, attempts(1, 0), Run),
+            (14, open.clone(), None, attempts(2, 2), Run),
+            (15, open.clone(), None, attempts(2, 2), crash_loop(15, 11)),
+            // Completed wins over every poison reason.
+            (1, done.clone(), None, none.clone(), DeleteCompleted),
+            (500, done.clone(), None, none.clone(), DeleteCompleted),
+            (3, done, Some("bad base64"), none.clone(), DeleteCompleted),
+            // Completed as another job: a permanent failure, never a skip.
+            (
+                1,
+                other.clone(),
+                None,
+                none.clone(),
+                Poison(PoisonCause::Permanent("j1 was [0, 10)".into())),
+            ),
+            (
+                500,
+                other,
+                None,
+                none.clone(),
+                Poison(PoisonCause::Permanent("j1 was [0, 10)".into())),
+            ),
+            (
+                1,
+                open,
+                Some("bad base64"),
+                none.clone(),
+                Poison(PoisonCause::Undecodable("bad base64".into())),
+            ),
+        ];
+        for (dequeue_count, completion, undecodable, attempts, expected) in rows {
+            let arrival = Arrival {
+                dequeue_count,
+                completion,
+                undecodable,
+                attempts: &attempts,
+            };
+            assert_eq!(admit(&arrival, LIMITS), expected, "{arrival:?}");
+        }
+    }
+
+    #[test]
+    fn settlement_table() {
+        use Settlement::*;
+        let failed = Ending::Failed {
+            error: "boom",
+            permanent: false,
+        };
+        let permanent = Ending::Failed {
+            error: "not a job",
+            permanent: true,
+        };
+        let retry = |failures| Retry {
+            attempts: Attempts {
+                failures,
+                waits: 0,
+                last_error: Some("boom".into()),
+            },
+        };
+        let wait = |waits| WaitForPeer {
+            attempts: Attempts {
+                failures: 0,
+                waits,
+                last_error: None,
+            },
+        };
+        let poisoned = |failures| {
+            Poison(PoisonCause::Failed {
+                failures,
+                max_failures: 3,
+                last_error: "boom".into(),
+            })
+        };
+        let lost = Leave("the lease is lost; another consumer has the message");
+        // (ending, lease lost, shutting down, fenced by peer, attempts, expected)
+        let rows: Vec<(Ending<'_>, bool, bool, bool, Attempts, Settlement)> = vec![
+            (
+                Ending::Succeeded,
+                false,
+                false,
+                false,
+                attempts(0, 0),
+                Delete,
+            ),
+            (
+                Ending::Succeeded,
+                false,
+                true,
+                false,
+                attempts(2, 0),
+                Delete,
+            ),
+            // A lost lease: nothing may be written, whatever happened.
+            (
+                Ending::Succeeded,
+                true,
+                false,
+                false,
+                attempts(0, 0),
+                lost.clone(),
+            ),
+            (
+                failed.clone(),
+                true,
+                false,
+                false,
+                attempts(2, 0),
+                lost.clone(),
+            ),
+            (Ending::Dropped, true, true, false, attempts(0, 0), lost),
+            // Shutdown: released, never counted, however often.
+            (failed.clone(), false, true, false, attempts(2, 0), Release),
+            (
+                permanent.clone(),
+                false,
+                true,
+                false,
+                attempts(0, 0),
+                Release,
+            ),
+            (Ending::Dropped, false, true, false, attempts(0, 0), Release),
+            (failed.clone(), false, true, true, attempts(0, 0), Release),
+            (
+                Ending::Dropped,
+                false,
+                false,
+                false,
+                attempts(0, 0),
+                Leave("the handler was dropped for no known reason"),
+            ),
+            // Failures count up to max_failures.
+            (
+                failed.clone(),
+                false,
+                false,
+                false,
+                attempts(0, 0),
+                retry(1),
+            ),
+            (
+                failed.clone(),
+                false,
+                false,
+                false,
+                attempts(1, 0),
+                retry(2),
+            ),
+            (
+                failed.clone(),
+                false,
+                false,
+                false,
+                attempts(2, 0),
+                poisoned(3),
+            ),
+            (
+                failed.clone(),
+                false,
+                false,
+                false,
+                attempts(7, 0),
+                poisoned(8),
+            ),
+            // Fenced out by another holder of the job: wait, never poison.
+            (failed.clone(), false, false, true, attempts(0, 0), wait(1)),
+            (
+                failed.clone(),
+                false,
+                false,
+                true,
+                attempts(0, 40),
+                wait(41),
+            ),
+            (
+                permanent.clone(),
+                false,
+                false,
+                true,
+                attempts(0, 0),
+                wait(1),
+            ),
+            // Permanent: poisoned at once.
+            (
+                permanent,
+                false,
+                false,
+                false,
+                attempts(0, 0),
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
+        ];
+        for (ending, lease_lost, shutting_down, fenced_by_peer, attempts, expected) in rows {
+            let departure = Departure {
+                ending,
+                lease_lost,
+                shutting_down,
+                fenced_by_peer,
+                attempts: &attempts,
+            };
+            assert_eq!(settle(&departure, LIMITS), expected, "{departure:?}");
+        }
+    }
+
+    #[test]
+    fn poison_causes_name_what_happened() {
+        let crash = PoisonCause::CrashLoop {
+            dequeue_count: 101,
+            unexplained: 101,
+            max_deliveries: 100,
+        }
+        .describe();
+        assert!(
+            crash.contains("crash-loop guard") && crash.contains("101"),
+            "{crash}"
+        );
+        let failed = PoisonCause::Failed {
+            failures: 5,
+            max_failures: 5,
+            last_error: "db down".into(),
+        }
+        .describe();
+        assert!(
+            failed.contains("failed 5 times") && failed.ends_with("db down"),
+            "{failed}"
+        );
+        assert_eq!(
+            PoisonCause::Permanent("range 5..3 is empty".into()).describe(),
+            "permanent failure: range 5..3 is empty"
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The storage calls that carry out a settlement: delete, make visible
+//! again, move to the poison queue (with a claim check for big originals),
+//! and keep the attempt record. Each call has its own deadline, separate
+//! from shutdown: settling must still happen while the worker drains.
+
+use std::future::Future;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::error::StorageError;
+use crate::queue::QueueMessage;
+
+use super::Consumer;
+use super::attempts::{Attempts, ReadAttempts};
+use super::delivery::Delivery;
+use super::lease::Lease;
+use super::poison::{BodyBlob, PoisonRecord, poison_body_blob_name};
+use super::settlement::PoisonCause;
+use super::stats::bump;
+
+impl Consumer {
+    /// Runs one settle call under its own deadline; `None` if it failed.
+    pub(super) async fn settle_call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, StorageError>>,
+    ) -> Option<T> {
+        match tokio::time::timeout(self.config.settle_timeout, call).await {
+            Ok(Ok(value)) => Some(value),
+            Ok(Err(StorageError::LeaseLost { .. })) => {
+                bump(&self.counters.leases_lost);
+                tracing::warn!(
+                    what,
+                    "lease lost before settling; another consumer has the message"
+                );
+                None
+            }
+            Ok(Err(error)) => {
+                bump(&self.counters.settle_failures);
+                tracing::warn!(what, %error, "settling failed; the message reappears after its visibility timeout");
+                None
+            }
+            Err(_) => {
+                bump(&self.counters.settle_failures);
+                tracing::warn!(
+                    what,
+                    "settling timed out; the message reappears after its visibility timeout"
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) async fn delete(&self, lease: &Lease) -> bool {
+        let receipt = lease.receipt().await;
+        self.settle_call("delete", self.queue.delete(&lease.id, &receipt))
+            .await
+            .is_some()
+    }
+
+    pub(super) async fn make_visible_after(&self, lease: &Lease, delay: Duration) -> bool {
+        let receipt = lease.receipt().await;
+        self.settle_call(
+            "update visibility",
+            self.queue.update_visibility(&lease.id, &receipt, delay),
+        )
+        .await
+        .is_some()
+    }
+
+    /// The message's attempt record; empty (with a warning) if it cannot be
+    /// read: then this delivery's outcome is decided as if it were the
+    /// first, and the crash-loop guard stays the backstop.
+    pub(super) async fn read_attempts(&self, delivery: &Delivery) -> ReadAttempts {
+        let id = &delivery.message.id;
+        self.settle_call("read the attempt record", self.attempts.read(id))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Writes the attempt record before the message becomes visible again,
+    /// so the next delivery, on any VM, counts on from it.
+    pub(super) async fn record_attempts(
+        &self,
+        delivery: &Delivery,
+        read: &ReadAttempts,
+        attempts: &Attempts,
+    ) {
+        let id = &delivery.message.id;
+        self.settle_call(
+            "write the attempt record",
+            self.attempts.write(id, read, attempts),
+        )
+        .await;
+    }
+
+    /// Deletes the attempt record of a message that is gone. Only a
+    /// redelivered message can have one; a leftover record is harmless
+    /// (message ids are never reused), so a failure is only logged.
+    pub(super) async fn forget_attempts(&self, delivery: &Delivery) {
+        if delivery.message.dequeue_count > 1 {
+            let id = &delivery.message.id;
+            self.settle_call("delete the attempt record", self.attempts.forget(id))
+                .await;
+        }
+    }
+
+    /// Moves the message to the poison queue: sends the record (storing a
+    /// big original as a blob first), then deletes the original and its
+    /// attempt record, renewing the lease until the copy is made. If any
+    /// step before the delete fails the original stays (it reappears and is
+    /// poisoned again later, to the same blob name), so nothing is lost; if
+    /// the delete fails the poison queue may hold a duplicate.
+    pub(super) async fn poison(&self, mut delivery: Delivery, cause: PoisonCause, failures: u32) {
+        let last_error = cause.describe();
+        let sent = if delivery.lease.is_lost() {
+            false
+        } else {
+            self.send_to_poison(&delivery.message, last_error.clone(), failures)
+                .await
+        };
+        delivery.stop_renewing().await;
+        if delivery.lease.is_lost() {
+            bump(&self.counters.leases_lost);
+            tracing::warn!(
+                copied = sent,
+                "lease lost while moving the message to the poison queue; another consumer has it"
+            );
+            return;
+        }
+        if !sent {
+            // Kept out of the way for a while instead of being retried at
+            // once, but never dropped.
+            self.make_visible_after(&delivery.lease, self.config.retry_backoff_max)
+                .await;
+            return;
+        }
+        if self.delete(&delivery.lease).await {
+            bump(&self.counters.poisoned);
+            tracing::warn!(poison_queue = self.poison.name(), %last_error, "moved to the poison queue");
+            self.forget_attempts(&delivery).await;
+        }
+    }
+
+    /// Sends the poison record for `message`; false if it was not sent.
+    async fn send_to_poison(
+        &self,
+        message: &QueueMessage,
+        last_error: String,
+        failures: u32,
+    ) -> bool {
+        let mut record = PoisonRecord {
+            queue: self.queue.name().to_owned(),
+            original_id: message.id.to_string(),
+            dequeue_count: message.dequeue_count,
+            failures,
+            inserted_at: message.inserted_at,
+            poisoned_at: OffsetDateTime::now_utc(),
+            last_error,
+            last_error_truncated: false,
+            encoding: self.config.encoding,
+            body: Some(message.body.clone()),
+            body_blob: None,
+        };
+        record.cap_last_error();
+        let text = match record.to_message_text() {
+            Ok(Some(text)) => text,
+            Ok(None) => match self.claim_check(&mut record, message).await {
+                Some(text) => text,
+                None => return false,
+            },
+            Err(error) => {
+                bump(&self.counters.settle_failures);
+                tracing::error!(%error, "could not build the poison record");
+                return false;
+            }
+        };
+        self.settle_call(
+            "send to poison queue",
+            self.poison.send(&text, Duration::ZERO),
+        )
+        .await
+        .is_some()
+    }
+
+    /// Stores the original text as a blob and points `record` at it; the
+    /// record's message text, or `None` if that could not be done.
+    async fn claim_check(
+        &self,
+        record: &mut PoisonRecord,
+        message: &QueueMessage,
+    ) -> Option<String> {
+        let Some(store) = &self.poison_bodies else {
+            bump(&self.counters.settle_failures);
+            tracing::error!(
+                len = message.body.len(),
+                "the original does not fit into a poison record and the consumer has no store \
+                 for poison bodies (Consumer::with_poison_bodies); keeping the message rather \
+                 than losing its body"
+            );
+            return None;
+        };
+        let name = poison_body_blob_name(self.queue.name(), message.id.as_str());
+        self.settle_call(
+            "store the poisoned original as a blob",
+            store.put_new(&name, message.body.as_bytes()),
+        )
+        .await?;
+        record.body_blob = Some(BodyBlob::new(store.name(), name, &message.body));
+        record.body = None;
+        match record.to_message_text() {
+            Ok(Some(text)) => Some(text),
+            _ => {
+                bump(&self.counters.settle_failures);
+                tracing::error!("the poison record does not fit even without its body");
+                None
+            }
+        }
+    }
+
+    /// Makes messages visible again that were received but never started,
+    /// one request each, all at once: during a drain every one counts.
+    pub(super) async fn release_unstarted(&self, messages: Vec<QueueMessage>) {
+        let releases = messages.into_iter().map(|message| async move {
+            let lease = Lease::new(message.id, message.pop_receipt);
+            if self.make_visible_after(&lease, Duration::ZERO).await {
+                bump(&self.counters.released);
+            }
+        });
+        futures_util::future::join_all(releases).await;
+    }
+}
