@@ -55,7 +55,7 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
         concurrency: 2,
         // The contract's defaults: 30 s leases, five deliveries.
         visibility_timeout: Duration::from_secs(30),
-        max_dequeue_count: 5,
+        max_failures: 5,
         timeout: Duration::from_secs(20 * 60),
         binary: Default::default(),
         keep_logs: false,

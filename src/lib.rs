@@ -24,7 +24,9 @@ pub use spot_worker_storage as storage;
 pub use spot_worker_telemetry as telemetry;
 
 pub use spot_worker_runtime::{Worker, WorkerConfig};
-pub use spot_worker_storage::{HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
+pub use spot_worker_storage::{
+    HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent,
+};
 
 #[cfg(feature = "azure")]
 pub mod setup;

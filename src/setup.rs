@@ -68,8 +68,9 @@ impl AzureSetup {
         Ok(AzureSetup { config, storage })
     }
 
-    /// A worker on the configured queue, its `<queue>-poison` queue and the
-    /// checkpoint container. Missing queues and containers are created by
+    /// A worker on the configured queue, its `<queue>-poison` queue, the
+    /// checkpoint container and the poison container (originals too big for
+    /// their poison record). Missing queues and containers are created by
     /// the warmup gate.
     pub fn worker(&self) -> Result<Worker, SetupError> {
         let queue = self.storage.queue(&self.config.queue)?;
@@ -79,9 +80,11 @@ impl AzureSetup {
         let checkpoints = self
             .storage
             .checkpoint_store(&self.config.checkpoint_container)?;
+        let poison_bodies = self.storage.result_store(&self.config.poison_container)?;
         Ok(
             Worker::new(self.config.clone(), Arc::new(queue), Arc::new(poison))
-                .with_checkpoints(Arc::new(checkpoints)),
+                .with_checkpoints(Arc::new(checkpoints))
+                .with_poison_bodies(Arc::new(poison_bodies)),
         )
     }
 }

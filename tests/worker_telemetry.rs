@@ -252,7 +252,7 @@ fn worker_config() -> WorkerConfig {
         concurrency: 3,
         // The failure is final at once: it is poisoned, never retried, so
         // the counts below are exact whatever the timing.
-        max_dequeue_count: 1,
+        max_failures: 1,
         ..WorkerConfig::default()
     };
     config.imds.enabled = false; // not on an Azure VM

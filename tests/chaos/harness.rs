@@ -83,8 +83,8 @@ pub struct Options {
     pub concurrency: usize,
     /// `SPOT_WORKER_VISIBILITY_TIMEOUT`.
     pub visibility_timeout: Duration,
-    /// `SPOT_WORKER_MAX_DEQUEUE_COUNT`.
-    pub max_dequeue_count: u32,
+    /// `SPOT_WORKER_MAX_FAILURES`.
+    pub max_failures: u32,
     /// Bound of the whole run, from the first worker start to the last result.
     pub timeout: Duration,
     /// The worker binary (`examples/primes`).
@@ -553,10 +553,7 @@ async fn boot_vm(shared: &Shared) -> Result<Vm> {
             "SPOT_WORKER_VISIBILITY_TIMEOUT",
             format!("{}s", options.visibility_timeout.as_secs()),
         )
-        .env(
-            "SPOT_WORKER_MAX_DEQUEUE_COUNT",
-            options.max_dequeue_count.to_string(),
-        )
+        .env("SPOT_WORKER_MAX_FAILURES", options.max_failures.to_string())
         .env("SPOT_WORKER_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

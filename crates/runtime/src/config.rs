@@ -44,9 +44,14 @@ pub struct WorkerConfig {
     /// (at most every 10 s), 5 s to 7 days (`SPOT_WORKER_VISIBILITY_TIMEOUT`,
     /// default 30s).
     pub visibility_timeout: Duration,
-    /// Failed deliveries before a message goes to the poison queue
-    /// (`SPOT_WORKER_MAX_DEQUEUE_COUNT`, default 5, at least 1).
-    pub max_dequeue_count: u32,
+    /// Handler failures before a message goes to the poison queue
+    /// (`SPOT_WORKER_MAX_FAILURES`, default 5, at least 1). Evictions and
+    /// other releases never count.
+    pub max_failures: u32,
+    /// Crash-loop guard: deliveries without a recorded outcome (the worker
+    /// died or was evicted mid-job) before a message goes to the poison
+    /// queue (`SPOT_WORKER_MAX_DELIVERIES`, default 100, at least 1).
+    pub max_deliveries: u32,
     /// Longest pause between receives while the queue is empty
     /// (`SPOT_WORKER_IDLE_POLL_MAX`, default 1s). It bounds how long a
     /// message released by an evicted worker waits for an idle one; each
@@ -55,6 +60,9 @@ pub struct WorkerConfig {
     /// Blob container for checkpoints (`SPOT_WORKER_CHECKPOINT_CONTAINER`,
     /// default `checkpoints`).
     pub checkpoint_container: String,
+    /// Blob container for the originals of poisoned messages too big for
+    /// their poison record (`SPOT_WORKER_POISON_CONTAINER`, default `poison`).
+    pub poison_container: String,
     /// Where the liveness and readiness endpoints listen
     /// (`SPOT_WORKER_HEALTH_ADDR`, default `127.0.0.1:8080`).
     pub health_addr: SocketAddr,
@@ -127,9 +135,11 @@ impl Default for WorkerConfig {
             encoding: MessageEncoding::Text,
             concurrency: std::thread::available_parallelism().map_or(1, usize::from),
             visibility_timeout: Duration::from_secs(30),
-            max_dequeue_count: 5,
+            max_failures: 5,
+            max_deliveries: 100,
             idle_poll_max: Duration::from_secs(1),
             checkpoint_container: "checkpoints".to_owned(),
+            poison_container: "poison".to_owned(),
             health_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             imds: ImdsSettings {
                 enabled: true,
@@ -160,9 +170,11 @@ struct FileConfig {
     message_encoding: Option<String>,
     concurrency: Option<usize>,
     visibility_timeout: Option<String>,
-    max_dequeue_count: Option<u32>,
+    max_failures: Option<u32>,
+    max_deliveries: Option<u32>,
     idle_poll_max: Option<String>,
     checkpoint_container: Option<String>,
+    poison_container: Option<String>,
     health_addr: Option<String>,
     imds: Option<String>,
     imds_endpoint: Option<String>,
@@ -216,9 +228,11 @@ impl WorkerConfig {
                 "MESSAGE_ENCODING" => file.message_encoding.clone(),
                 "CONCURRENCY" => file.concurrency.map(|n| n.to_string()),
                 "VISIBILITY_TIMEOUT" => file.visibility_timeout.clone(),
-                "MAX_DEQUEUE_COUNT" => file.max_dequeue_count.map(|n| n.to_string()),
+                "MAX_FAILURES" => file.max_failures.map(|n| n.to_string()),
+                "MAX_DELIVERIES" => file.max_deliveries.map(|n| n.to_string()),
                 "IDLE_POLL_MAX" => file.idle_poll_max.clone(),
                 "CHECKPOINT_CONTAINER" => file.checkpoint_container.clone(),
+                "POISON_CONTAINER" => file.poison_container.clone(),
                 "HEALTH_ADDR" => file.health_addr.clone(),
                 "IMDS" => file.imds.clone(),
                 "IMDS_ENDPOINT" => file.imds_endpoint.clone(),
@@ -279,13 +293,21 @@ impl WorkerConfig {
             self.visibility_timeout =
                 parse_duration(&v).map_err(|e| invalid("VISIBILITY_TIMEOUT", &v, e))?;
         }
-        if let Some(v) = get("MAX_DEQUEUE_COUNT") {
-            self.max_dequeue_count = v
+        if let Some(v) = get("MAX_FAILURES") {
+            self.max_failures = v
                 .parse()
-                .map_err(|e| invalid("MAX_DEQUEUE_COUNT", &v, format!("{e}")))?;
+                .map_err(|e| invalid("MAX_FAILURES", &v, format!("{e}")))?;
+        }
+        if let Some(v) = get("MAX_DELIVERIES") {
+            self.max_deliveries = v
+                .parse()
+                .map_err(|e| invalid("MAX_DELIVERIES", &v, format!("{e}")))?;
         }
         if let Some(v) = get("IDLE_POLL_MAX") {
             self.idle_poll_max = parse_duration(&v).map_err(|e| invalid("IDLE_POLL_MAX", &v, e))?;
+        }
+        if let Some(v) = get("POISON_CONTAINER") {
+            self.poison_container = v;
         }
         if let Some(v) = get("CHECKPOINT_CONTAINER") {
             self.checkpoint_container = v;
@@ -367,11 +389,18 @@ impl WorkerConfig {
                 "at least 200ms (the first pause after an empty receive)",
             );
         }
-        if self.max_dequeue_count == 0 {
+        if self.max_failures == 0 {
             return invalid(
-                "SPOT_WORKER_MAX_DEQUEUE_COUNT",
+                "SPOT_WORKER_MAX_FAILURES",
                 "0".into(),
-                "at least 1 (the first failed delivery then poisons the message)",
+                "at least 1 (the first failure then poisons the message)",
+            );
+        }
+        if self.max_deliveries == 0 {
+            return invalid(
+                "SPOT_WORKER_MAX_DELIVERIES",
+                "0".into(),
+                "at least 1; keep it high: evictions count towards this crash-loop guard",
             );
         }
         self.shutdown.validate()
@@ -619,11 +648,10 @@ mod tests {
         assert!(err.to_string().contains("concurrency"), "{err}");
         let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "2s")]).unwrap_err();
         assert!(err.to_string().contains("between 5 s"), "{err}");
-        let err = config(&[("SPOT_WORKER_MAX_DEQUEUE_COUNT", "0")]).unwrap_err();
-        assert!(
-            err.to_string().contains("SPOT_WORKER_MAX_DEQUEUE_COUNT"),
-            "{err}"
-        );
+        for setting in ["SPOT_WORKER_MAX_FAILURES", "SPOT_WORKER_MAX_DELIVERIES"] {
+            let err = config(&[(setting, "0")]).unwrap_err();
+            assert!(err.to_string().contains(setting), "{err}");
+        }
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");

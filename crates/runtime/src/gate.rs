@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use spot_worker_imds::WatcherHealth;
-use spot_worker_storage::{CheckpointStore, MessageQueue};
+use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
 use tokio::sync::watch;
 
 use crate::health::{Gate, Readiness};
@@ -31,6 +31,7 @@ pub(crate) struct Checks {
     pub(crate) queue: Arc<dyn MessageQueue>,
     pub(crate) poison: Arc<dyn MessageQueue>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    pub(crate) poison_bodies: Option<Arc<dyn ResultStore>>,
     pub(crate) warmup: Option<WarmupFn>,
 }
 
@@ -47,6 +48,9 @@ pub(crate) async fn open(checks: Checks, readiness: &watch::Sender<Readiness>) {
             checks.queue.prepare().await?;
             checks.poison.prepare().await?;
             if let Some(store) = &checks.checkpoints {
+                store.prepare().await?;
+            }
+            if let Some(store) = &checks.poison_bodies {
                 store.prepare().await?;
             }
             Ok::<(), spot_worker_storage::StorageError>(())

@@ -16,14 +16,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use spot_worker_imds::{
     ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvent, ShutdownPolicy,
     ShutdownSignal, Watcher, WatcherConfig, WatcherHealth,
 };
 use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
-    MessageQueue, ShutdownSignals,
+    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
+    ResultStore, ShutdownSignals,
 };
 use spot_worker_telemetry::{Metrics, Telemetry};
 use tokio::sync::watch;
@@ -78,6 +77,7 @@ pub struct Worker {
     queue: Arc<dyn MessageQueue>,
     poison: Arc<dyn MessageQueue>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
+    poison_bodies: Option<Arc<dyn ResultStore>>,
     warmup: Option<WarmupFn>,
     telemetry: Option<Telemetry>,
     metrics: Metrics,
@@ -126,6 +126,7 @@ impl Worker {
             queue,
             poison,
             checkpoints: None,
+            poison_bodies: None,
             warmup: None,
             telemetry: None,
             metrics: Metrics::noop(),
@@ -142,9 +143,18 @@ impl Worker {
         self
     }
 
-    /// Gives handlers checkpoints (`Job::checkpoint`) kept in `store`.
+    /// Gives handlers checkpoints (`Job::checkpoint`) kept in `store`,
+    /// which also keeps the attempt records that decide poisoning.
     pub fn with_checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.checkpoints = Some(store);
+        self
+    }
+
+    /// Where poisoned originals too big for their poison record are kept
+    /// (a claim check; usually the blob container `poison`). Without it
+    /// such a message stays in the queue rather than lose its body.
+    pub fn with_poison_bodies(mut self, store: Arc<dyn ResultStore>) -> Self {
+        self.poison_bodies = Some(store);
         self
     }
 
@@ -281,6 +291,7 @@ impl Worker {
             queue: Arc::clone(&self.queue),
             poison: Arc::clone(&self.poison),
             checkpoints: self.checkpoints.clone(),
+            poison_bodies: self.poison_bodies.clone(),
             warmup: self.warmup.clone(),
         };
         let gate = gate::open(checks, &self.readiness);
@@ -379,7 +390,7 @@ impl Worker {
             self.readiness.send_modify(|r| r.shutting_down = None);
             self.metrics.set_ready(true);
             let mut drained = self
-                .consume(&consumer, SharedHandler(Arc::clone(&handler)), triggers)
+                .consume(&consumer, Arc::clone(&handler), triggers)
                 .await;
             drained.report.shutdown.resumed = resumed;
             let next = wait_after_drain(
@@ -512,7 +523,8 @@ impl Worker {
             max_in_flight: self.config.concurrency,
             batch_size: u8::try_from(self.config.concurrency.min(32)).unwrap_or(32),
             visibility_timeout: self.config.visibility_timeout,
-            max_failures: self.config.max_dequeue_count,
+            max_failures: self.config.max_failures,
+            max_deliveries: self.config.max_deliveries,
             idle_backoff_max: self.config.idle_poll_max,
             encoding: self.config.encoding,
             ..ConsumerConfig::default()
@@ -521,8 +533,11 @@ impl Worker {
         let queue = MeteredQueue::work(Arc::clone(&self.queue), metrics.clone());
         let poison =
             MeteredQueue::poison(Arc::clone(&self.poison), self.queue.name(), metrics.clone());
-        let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
+        let mut consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
             .map_err(WorkerError::Storage)?;
+        if let Some(store) = &self.poison_bodies {
+            consumer = consumer.with_poison_bodies(Arc::clone(store));
+        }
         Ok(match &self.checkpoints {
             Some(store) => consumer.with_checkpoints(Arc::new(MeteredCheckpoints {
                 inner: Arc::clone(store),
@@ -634,16 +649,5 @@ impl Finished {
         let deadline = Instant::now() + EXIT_MARGIN;
         self.watchdog = enabled.then(|| Watchdog::arm(deadline));
         self.exit_by = self.watchdog.as_ref().map(|_| deadline);
-    }
-}
-
-/// One handler shared by every round of consuming (intake resumes after a
-/// withdrawn notice).
-struct SharedHandler<H>(Arc<H>);
-
-#[async_trait]
-impl<H: MessageHandler> MessageHandler for SharedHandler<H> {
-    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        self.0.handle(job).await
     }
 }

@@ -1006,7 +1006,7 @@ async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
     running.wait_for("both received", |s| s.received == 2).await;
-    // Many retry backoffs and leases long, with max_dequeue_count 3.
+    // Many retry backoffs and leases long, with max_failures 3.
     tokio::time::sleep(Duration::from_secs(120)).await;
     let stats = running.consumer.stats();
     assert_eq!(

@@ -108,6 +108,29 @@ pub trait MessageHandler: Send + Sync + 'static {
     }
 }
 
+/// A shared handler is a handler: a worker that runs its consumer more than
+/// once (intake resumed after a cancelled event) hands it the same one.
+/// Everything is forwarded, so the job key and the completed-job check are
+/// never lost on the way.
+#[async_trait]
+impl<H: MessageHandler + ?Sized> MessageHandler for Arc<H> {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        (**self).handle(job).await
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        (**self).job_key(body)
+    }
+
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        (**self).verify_completed(body, result)
+    }
+}
+
 /// A [`MessageHandler`] made from an async closure; see [`handler_fn`].
 pub struct FnHandler<F>(F);
 
