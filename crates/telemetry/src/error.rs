@@ -12,14 +12,9 @@ use crate::appinsights::ConnectionStringError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TelemetryError {
-    /// An environment variable has a value this crate cannot use.
-    #[error("environment variable {var} is invalid: {reason}")]
-    InvalidEnv {
-        /// The variable's name.
-        var: &'static str,
-        /// Why its value was rejected.
-        reason: String,
-    },
+    /// A setting could not be read, or has a value this crate cannot use.
+    #[error(transparent)]
+    Setting(#[from] spot_worker_settings::SettingError),
 
     /// `OTEL_EXPORTER_OTLP_PROTOCOL` asks for a transport this crate does not
     /// ship (only `http/protobuf` is built in, to keep gRPC out of the tree).
