@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::appinsights::ConnectionStringError;
+use crate::appinsights::AppInsightsConnectionStringError;
 
 /// Everything that can go wrong while configuring, installing, flushing or
 /// shutting down telemetry.
@@ -28,7 +28,7 @@ pub enum TelemetryError {
 
     /// The Application Insights connection string does not parse.
     #[error("invalid Application Insights connection string: {0}")]
-    InvalidConnectionString(#[from] ConnectionStringError),
+    InvalidConnectionString(#[from] AppInsightsConnectionStringError),
 
     /// An exporter or its HTTP client could not be built.
     #[error("building the {exporter} exporter failed: {reason}")]
