@@ -6,6 +6,7 @@
 mod demo;
 mod emulator;
 mod events;
+mod operate;
 
 use std::process::ExitCode;
 
@@ -15,7 +16,8 @@ use clap::{Parser, Subcommand};
 use spot_worker_runtime::{interrupted, parse_duration};
 use tracing_subscriber::EnvFilter;
 
-/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
+/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events,
+/// and operate a fleet's queue, poison queue and checkpoints.
 #[derive(Debug, Parser)]
 #[command(name = "spot-worker", version, about)]
 struct Cli {
@@ -50,6 +52,8 @@ enum Command {
     /// jobs, a Preempt mid-job, the drain, a second worker resuming from
     /// the checkpoints, and checks that nothing was lost or done twice.
     Demo(demo::DemoArgs),
+    /// Put jobs on the work queue: one message per line of JSON Lines.
+    Enqueue(operate::enqueue::EnqueueArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
             Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
             Command::ImdsEmulator(args) => emulator::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Enqueue(args) => operate::enqueue::run(args).await,
         }
     });
     match result {
