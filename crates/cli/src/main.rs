@@ -54,6 +54,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Put jobs on the work queue: one message per line of JSON Lines.
     Enqueue(operate::enqueue::EnqueueArgs),
+    /// Read, requeue or purge the records of the poison queue.
+    Poison(operate::poison::PoisonArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
             Command::ImdsEmulator(args) => emulator::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Enqueue(args) => operate::enqueue::run(args).await,
+            Command::Poison(args) => operate::poison::run(args).await,
         }
     });
     match result {

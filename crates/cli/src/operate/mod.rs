@@ -4,8 +4,12 @@
 //! and containers with the same credentials.
 
 pub mod enqueue;
+pub mod poison;
+mod scan;
 
-use anyhow::{Context as _, Result};
+use std::io::IsTerminal as _;
+
+use anyhow::{Context as _, Result, bail};
 use spot_worker::setup::AzureSetup;
 use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
 use spot_worker_runtime::WorkerConfig;
@@ -44,6 +48,14 @@ impl Fleet {
             .with_context(|| format!("queue {name:?}"))
     }
 
+    /// The work queue's poison queue (`<queue>-poison`).
+    pub fn poison_queue(&self) -> Result<AzureQueue> {
+        self.setup
+            .storage
+            .poison_queue(&self.config.queue)
+            .with_context(|| format!("the poison queue of {:?}", self.config.queue))
+    }
+
     /// The checkpoint container (`SPOT_WORKER_CHECKPOINT_CONTAINER`).
     pub fn checkpoints(&self) -> Result<BlobCheckpointStore> {
         let name = &self.config.checkpoint_container;
@@ -62,10 +74,65 @@ impl Fleet {
     }
 }
 
+/// Whether a destructive command may go ahead: `--yes`, or a person who
+/// typed `y` at the terminal. Without a terminal and without `--yes` it
+/// refuses, so a script never deletes by accident.
+pub fn confirm(question: &str, yes: bool) -> Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("{question}: refusing without --yes (stdin is not a terminal to ask on)");
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// A duration as people read it in a table: `42s`, `5m`, `3h`, `2d`.
+pub fn age(seconds: i64) -> String {
+    let seconds = seconds.max(0);
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m", seconds / 60),
+        3600..86_400 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
 /// The encoding's name as `SPOT_WORKER_MESSAGE_ENCODING` spells it.
 pub fn encoding_name(encoding: MessageEncoding) -> &'static str {
     match encoding {
         MessageEncoding::Text => "text",
         MessageEncoding::Base64 => "base64",
+    }
+}
+
+/// Seconds from `then` to now (negative if the clocks disagree).
+pub fn seconds_since(then: time::OffsetDateTime) -> i64 {
+    (time::OffsetDateTime::now_utc() - then).whole_seconds()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_like_people_say_them() {
+        for (seconds, text) in [
+            (-5, "0s"),
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m"),
+            (3599, "59m"),
+            (3600, "1h"),
+            (86_399, "23h"),
+            (86_400, "1d"),
+        ] {
+            assert_eq!(age(seconds), text, "{seconds}");
+        }
     }
 }
