@@ -56,6 +56,8 @@ enum Command {
     Enqueue(operate::enqueue::EnqueueArgs),
     /// Read, requeue or purge the records of the poison queue.
     Poison(operate::poison::PoisonArgs),
+    /// List, show or delete job checkpoints.
+    Checkpoints(operate::checkpoints::CheckpointsArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(args).await,
             Command::Enqueue(args) => operate::enqueue::run(args).await,
             Command::Poison(args) => operate::poison::run(args).await,
+            Command::Checkpoints(args) => operate::checkpoints::run(args).await,
         }
     });
     match result {

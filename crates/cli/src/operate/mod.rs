@@ -3,6 +3,7 @@
 //! the worker ([`AzureSetup`]), so they reach the same queue, poison queue
 //! and containers with the same credentials.
 
+pub mod checkpoints;
 pub mod enqueue;
 pub mod poison;
 mod scan;
