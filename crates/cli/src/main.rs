@@ -58,6 +58,8 @@ enum Command {
     Poison(operate::poison::PoisonArgs),
     /// List, show or delete job checkpoints.
     Checkpoints(operate::checkpoints::CheckpointsArgs),
+    /// The queue, the poison queue, jobs in progress and workers' readiness.
+    Status(operate::status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
             Command::Enqueue(args) => operate::enqueue::run(args).await,
             Command::Poison(args) => operate::poison::run(args).await,
             Command::Checkpoints(args) => operate::checkpoints::run(args).await,
+            Command::Status(args) => operate::status::run(args).await,
         }
     });
     match result {

@@ -7,6 +7,7 @@ pub mod checkpoints;
 pub mod enqueue;
 pub mod poison;
 mod scan;
+pub mod status;
 
 use std::io::IsTerminal as _;
 
