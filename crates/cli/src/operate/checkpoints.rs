@@ -10,9 +10,8 @@ use serde_json::Value;
 use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
 use spot_worker_storage::{Checkpoint, CheckpointStore as _};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
-use super::{Fleet, age, confirm, seconds_since};
+use super::{Fleet, age, confirm, rfc3339, seconds_since};
 
 /// The prefix of the worker's own records in the checkpoint container.
 const WORKER_RECORDS: &str = ".spot-worker/";
@@ -21,6 +20,13 @@ const PARALLEL_READS: usize = 16;
 
 /// List, show or delete job checkpoints.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  spot-worker checkpoints list --in-progress
+  spot-worker checkpoints show job-42
+  spot-worker checkpoints delete job-42 --yes
+
+The container is SPOT_WORKER_CHECKPOINT_CONTAINER (default `checkpoints`).")]
 pub struct CheckpointsArgs {
     #[command(subcommand)]
     command: CheckpointsCommand,
@@ -88,7 +94,7 @@ impl JobRow {
         let mut document = serde_json::json!({
             "job": self.job,
             "size": self.len,
-            "last_write": self.last_write.and_then(|t| t.format(&Rfc3339).ok()),
+            "last_write": self.last_write.map(rfc3339),
         });
         let fields = match &self.checkpoint {
             Ok(checkpoint) => serde_json::to_value(checkpoint).unwrap_or_default(),

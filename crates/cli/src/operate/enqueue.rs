@@ -34,7 +34,9 @@ Examples:
 Each line is one JSON document, sent as is. With --skip-existing every line
 needs a string `job_id` field (as the worker's job key), and a line whose job
 already has a completed checkpoint (or, with --results, a result blob) is
-skipped, so re-running after an interruption sends only what is missing.")]
+skipped, so re-running after an interruption sends only what is missing. A
+job still in progress is sent again: if its message is still queued, the
+worker's per-job checkpoint fencing lets only one of the two run it.")]
 pub struct EnqueueArgs {
     /// JSON Lines file; `-` or nothing reads stdin.
     input: Option<PathBuf>,

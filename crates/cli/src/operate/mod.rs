@@ -113,6 +113,12 @@ pub fn encoding_name(encoding: MessageEncoding) -> &'static str {
     }
 }
 
+/// A time as RFC 3339 (`2026-11-23T10:57:43Z`).
+pub fn rfc3339(time: time::OffsetDateTime) -> String {
+    time.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| time.to_string())
+}
+
 /// Seconds from `then` to now (negative if the clocks disagree).
 pub fn seconds_since(then: time::OffsetDateTime) -> i64 {
     (time::OffsetDateTime::now_utc() - then).whole_seconds()

@@ -12,7 +12,7 @@ use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, compact, job_rows};
-use super::{Fleet, age, seconds_since};
+use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -148,9 +148,7 @@ async fn gather(fleet: &Fleet, http: &reqwest::Client, health: &[String]) -> Res
         workers.push(worker_status(http, url).await);
     }
     Ok(Status {
-        at: OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default(),
+        at: rfc3339(OffsetDateTime::now_utc()),
         queue,
         poison,
         jobs_in_progress,

@@ -13,10 +13,20 @@ use spot_worker_storage::StorageError;
 use record::{Entry, Selection, original_size, original_text, short_reason};
 
 use super::scan::Scan;
-use super::{Fleet, age, encoding_name, seconds_since};
+use super::{Fleet, age, encoding_name, rfc3339, seconds_since};
 
 /// Read, requeue or purge the poison queue's records.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  spot-worker poison list
+  spot-worker poison show ID
+  spot-worker poison requeue --reason-contains timeout
+  spot-worker poison purge --all --yes
+
+The poison queue is `<SPOT_WORKER_QUEUE>-poison`, reached with the worker's
+own settings (AZURE_STORAGE_CONNECTION_STRING, or SPOT_WORKER_STORAGE_ACCOUNT_URL
+with a managed identity or `az login`).")]
 pub struct PoisonArgs {
     #[command(subcommand)]
     command: PoisonCommand,
@@ -241,13 +251,14 @@ async fn show(fleet: &Fleet, id: &str, raw: bool) -> Result<()> {
     );
     if let Some(inserted) = record.inserted_at {
         println!(
-            "first sent:    {inserted} ({} ago)",
+            "first sent:    {} ({} ago)",
+            rfc3339(inserted),
             age(seconds_since(inserted))
         );
     }
     println!(
         "poisoned:      {} ({} ago)",
-        record.poisoned_at,
+        rfc3339(record.poisoned_at),
         age(seconds_since(record.poisoned_at))
     );
     let truncated = if record.last_error_truncated {
