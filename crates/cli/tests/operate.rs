@@ -375,6 +375,20 @@ async fn enqueue_names_a_missing_file_and_a_missing_environment() {
         output.stderr
     );
 
+    // Input that fails to read: said so, with the line it stopped at.
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(spot_worker(&azurite, MessageEncoding::Text)
+        .arg("enqueue")
+        .arg(dir.path()))
+    .await;
+    assert_eq!(output.code, Some(1));
+    assert!(
+        output.stderr.contains("reading line 1: "),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stdout.starts_with("0 sent"), "{}", output.stdout);
+
     let output = run(spot_worker(&azurite, MessageEncoding::Text)
         .env_remove("AZURE_STORAGE_CONNECTION_STRING")
         .args(["enqueue", "-"]))
@@ -422,6 +436,14 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
     assert!(big_row.contains(" blob "), "{big_row}");
     assert!(big_row.contains(&big.len().to_string()), "{big_row}");
     assert!(big_row.contains("the handler failed 1 time"), "{big_row}");
+
+    // --all receives every record and makes it visible again.
+    let all =
+        run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "list", "--all"])).await;
+    all.assert_success();
+    assert!(all.stdout.contains(big_id.as_str()), "{}", all.stdout);
+    assert!(all.stdout.ends_with("2 record(s)\n"), "{}", all.stdout);
+    assert_eq!(poison_records(&storage).await.len(), 2, "visible again");
 
     let show = run(spot_worker(&azurite, MessageEncoding::Text).args([
         "poison",

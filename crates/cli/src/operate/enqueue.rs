@@ -161,6 +161,8 @@ struct Summary {
     blank: u64,
     bad: u64,
     failed: u64,
+    /// Why reading stopped before the end of the input, if it did.
+    unread: Option<String>,
 }
 
 impl Summary {
@@ -264,6 +266,9 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         summary.failed,
         summary.blank
     );
+    if let Some(reason) = &summary.unread {
+        bail!("{reason}; nothing after it was read (the summary above counts what was)");
+    }
     if summary.bad > 0 || summary.failed > 0 {
         bail!(
             "{} bad line(s) and {} failed send(s), listed above by line number; \
@@ -291,10 +296,14 @@ async fn send_all(
     let mut raw = Vec::new();
     for number in 1u64.. {
         raw.clear();
-        let read = reader
-            .read_until(b'\n', &mut raw)
-            .await
-            .with_context(|| format!("reading line {number}"))?;
+        let read = match reader.read_until(b'\n', &mut raw).await {
+            Ok(read) => read,
+            Err(e) => {
+                // Sends already started still finish and are counted.
+                summary.unread = Some(format!("reading line {number}: {e}"));
+                break;
+            }
+        };
         if read == 0 {
             break;
         }
