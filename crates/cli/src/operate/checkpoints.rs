@@ -112,21 +112,41 @@ fn is_job(name: &str) -> bool {
     !name.starts_with(WORKER_RECORDS)
 }
 
-/// Every job checkpoint, read (at most [`PARALLEL_READS`] at once), in
-/// name order.
-pub async fn job_rows(store: &BlobCheckpointStore) -> Result<Vec<JobRow>> {
+/// The job checkpoints, read (at most [`PARALLEL_READS`] at once), in
+/// name order; with `max_reads`, only that many of the most recently
+/// written (one request each), and the count of those left unread.
+pub async fn job_rows(
+    store: &BlobCheckpointStore,
+    max_reads: Option<usize>,
+) -> Result<(Vec<JobRow>, usize)> {
     let blobs = store
         .list()
         .await
         .context("listing the checkpoint container")?;
-    let jobs = blobs.into_iter().filter(|blob| is_job(&blob.name));
-    let mut rows: Vec<JobRow> = stream::iter(jobs)
+    let jobs: Vec<StoredBlob> = blobs
+        .into_iter()
+        .filter(|blob| is_job(&blob.name))
+        .collect();
+    let (to_read, unread) = match max_reads {
+        Some(max) => most_recent(jobs, max),
+        None => (jobs, 0),
+    };
+    let mut rows: Vec<JobRow> = stream::iter(to_read)
         .map(|blob| read_row(store, blob))
         .buffer_unordered(PARALLEL_READS)
         .collect()
         .await;
     rows.sort_by(|a, b| a.job.cmp(&b.job));
-    Ok(rows)
+    Ok((rows, unread))
+}
+
+/// The `max` most recently written blobs (a job being worked on is written
+/// often; a finished one never again), and how many were left out.
+fn most_recent(mut blobs: Vec<StoredBlob>, max: usize) -> (Vec<StoredBlob>, usize) {
+    blobs.sort_by_key(|blob| std::cmp::Reverse(blob.last_modified));
+    let unread = blobs.len().saturating_sub(max);
+    blobs.truncate(max);
+    (blobs, unread)
 }
 
 async fn read_row(store: &BlobCheckpointStore, blob: StoredBlob) -> JobRow {
@@ -180,8 +200,8 @@ async fn list(
     in_progress: bool,
     json: bool,
 ) -> Result<()> {
-    let rows: Vec<JobRow> = job_rows(store)
-        .await?
+    let (rows, _) = job_rows(store, None).await?;
+    let rows: Vec<JobRow> = rows
         .into_iter()
         .filter(|row| !in_progress || row.is_in_progress())
         .collect();
@@ -296,6 +316,41 @@ mod tests {
             (".spot-workers", true),
         ] {
             assert_eq!(is_job(name), job, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_most_recently_written_are_read_first() {
+        let blob = |name: &str, minute: Option<i64>| StoredBlob {
+            name: name.to_owned(),
+            len: 1,
+            last_modified: minute.map(|m| OffsetDateTime::UNIX_EPOCH + time::Duration::minutes(m)),
+        };
+        let blobs = || {
+            vec![
+                blob("old", Some(1)),
+                blob("new", Some(3)),
+                blob("mid", Some(2)),
+                blob("unknown", None),
+            ]
+        };
+        let names = |(blobs, unread): (Vec<StoredBlob>, usize)| {
+            (
+                blobs.into_iter().map(|b| b.name).collect::<Vec<_>>(),
+                unread,
+            )
+        };
+        for (max, expected, unread) in [
+            (0, vec![], 4),
+            (2, vec!["new", "mid"], 2),
+            (4, vec!["new", "mid", "old", "unknown"], 0),
+            (9, vec!["new", "mid", "old", "unknown"], 0),
+        ] {
+            assert_eq!(
+                names(most_recent(blobs(), max)),
+                (expected.into_iter().map(str::to_owned).collect(), unread),
+                "{max}"
+            );
         }
     }
 

@@ -2,6 +2,7 @@
 //! poison queue, the jobs in progress per their checkpoints, and, given
 //! their health URLs, whether the workers are ready.
 
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -44,6 +45,10 @@ pub struct StatusArgs {
     /// One JSON document per screen (one line each with --watch).
     #[arg(long)]
     json: bool,
+    /// Checkpoints read per screen, most recently written first (each read
+    /// is one storage request; older ones are counted, not read).
+    #[arg(long, default_value_t = 200)]
+    max_reads: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,6 +82,8 @@ struct Status {
     poison: QueueStatus,
     jobs_in_progress: Vec<JobStatus>,
     completed_jobs: usize,
+    /// Job checkpoints beyond --max-reads, not read.
+    checkpoints_not_read: usize,
     workers: Vec<WorkerStatus>,
 }
 
@@ -97,7 +104,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let interrupted = spot_worker_runtime::interrupted();
     tokio::pin!(interrupted);
     for screen in 1u64.. {
-        let status = gather(&fleet, &http, &health).await?;
+        let status = gather(&fleet, &http, &health, args.max_reads).await?;
         print(&status, args.json, args.watch)?;
         if !args.watch || args.count.is_some_and(|count| screen >= count) {
             break;
@@ -123,10 +130,15 @@ fn readiness_url(given: &str) -> Result<String> {
     Ok(url.to_string())
 }
 
-async fn gather(fleet: &Fleet, http: &reqwest::Client, health: &[String]) -> Result<Status> {
+async fn gather(
+    fleet: &Fleet,
+    http: &reqwest::Client,
+    health: &[String],
+    max_reads: usize,
+) -> Result<Status> {
     let queue = queue_status(&fleet.queue()?).await?;
     let poison = queue_status(&fleet.poison_queue()?).await?;
-    let rows = job_rows(&fleet.checkpoints()?).await?;
+    let (rows, checkpoints_not_read) = job_rows(&fleet.checkpoints()?, Some(max_reads)).await?;
     let completed_jobs = rows
         .iter()
         .filter(|row| matches!(row.checkpoint, Ok(ref c) if c.is_completed()))
@@ -153,6 +165,7 @@ async fn gather(fleet: &Fleet, http: &reqwest::Client, health: &[String]) -> Res
         poison,
         jobs_in_progress,
         completed_jobs,
+        checkpoints_not_read,
         workers,
     })
 }
@@ -210,7 +223,7 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         println!("{text}");
         return Ok(());
     }
-    if watch {
+    if watch && std::io::stdout().is_terminal() {
         // Clear the terminal between screens, as `watch` does.
         print!("\x1b[2J\x1b[H");
     }
@@ -224,8 +237,12 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
             queue.name, queue.approximate_depth
         );
     }
+    let unread = match status.checkpoints_not_read {
+        0 => String::new(),
+        n => format!("; {n} older not read, see --max-reads"),
+    };
     println!(
-        "jobs    {} in progress, {} completed (checkpoints)",
+        "jobs    {} in progress, {} completed (checkpoints{unread})",
         status.jobs_in_progress.len(),
         status.completed_jobs
     );

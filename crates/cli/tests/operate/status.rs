@@ -62,6 +62,17 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     assert!(text.contains(&format!("{nobody}/readyz")), "{text}");
     assert!(text.contains("NOT READY (unreachable)"), "{text}");
 
+    // Each checkpoint read is a request: --max-reads bounds them.
+    let bounded = run(cli().args(["status", "--json", "--max-reads", "0"])).await;
+    bounded.assert_success();
+    let bounded: serde_json::Value = serde_json::from_str(&bounded.stdout).unwrap();
+    assert_eq!(bounded["checkpoints_not_read"], 2, "{bounded}");
+    assert_eq!(
+        bounded["jobs_in_progress"],
+        serde_json::json!([]),
+        "{bounded}"
+    );
+
     // A real worker on the same storage: ready once its gate opened.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health = format!("http://{}", listener.local_addr().unwrap());
@@ -114,6 +125,7 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     assert_eq!(last["jobs_in_progress"][0]["job"], "a");
     assert_eq!(last["jobs_in_progress"][0]["progress"]["done"], 3);
     assert_eq!(last["completed_jobs"], 1);
+    assert_eq!(last["checkpoints_not_read"], 0);
     assert!(last["queue"]["approximate_depth"].is_u64(), "{last}");
 
     stop.cancel();
