@@ -1,11 +1,15 @@
 //! `spot-worker status`.
 
+use std::process::Stdio;
 use std::sync::Arc;
 
 use spot_worker_storage::{
     Checkpoint, CheckpointStore as _, HandlerError, Job, MessageEncoding, WritePrecondition,
     handler_fn,
 };
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
 
 use crate::common::*;
 
@@ -138,4 +142,34 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     let bad = run(cli().args(["status", "--health", "10.0.0.4:8080"])).await;
     assert_eq!(bad.code, Some(1));
     assert!(bad.stderr.contains("is not a URL"), "{}", bad.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_refreshes_until_ctrl_c() {
+    let azurite = start_azurite();
+    let mut child = spot_worker(&azurite, MessageEncoding::Text)
+        .args(["status", "--watch", "--json", "--interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut screens = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        let line = tokio::time::timeout(PATIENCE, screens.next_line())
+            .await
+            .expect("a screen in time")
+            .unwrap()
+            .expect("a screen");
+        let screen: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(screen["queue"]["name"], QUEUE);
+    }
+    // Ctrl-C (SIGINT) ends the loop: a clean exit, not a kill.
+    let pid = child.id().expect("still running").to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status().await;
+    assert!(kill.unwrap().success());
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("it stops in time")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }
