@@ -20,6 +20,7 @@
 
 pub use spot_worker_imds as imds;
 pub use spot_worker_runtime as runtime;
+pub use spot_worker_runtime::settings;
 pub use spot_worker_storage as storage;
 pub use spot_worker_telemetry as telemetry;
 

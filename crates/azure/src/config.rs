@@ -17,7 +17,7 @@ use crate::redact::redact;
 use crate::sas::AccountSasScope;
 
 /// The environment variable naming a user-assigned managed identity's client id.
-pub const CLIENT_ID_ENV: &str = "AZURE_CLIENT_ID";
+pub const CLIENT_ID_ENV: &str = spot_worker_settings::table::CLIENT_ID.key;
 
 /// Storage configuration could not be built. Never contains secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -221,33 +221,27 @@ impl Credentials {
         })
     }
 
-    /// Chooses from the environment: `AZURE_STORAGE_CONNECTION_STRING` if set;
-    /// otherwise a managed identity if `AZURE_CLIENT_ID` is set (the VM's
-    /// user-assigned identity); otherwise the Azure CLI. `endpoints` is the
-    /// account from configuration, used unless a connection string is set.
-    pub fn from_env(endpoints: Option<AccountEndpoints>) -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok(), endpoints)
-    }
-
-    /// [`Credentials::from_env`] with variables from `lookup` instead of the
-    /// process environment (for tests and configuration files).
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
+    /// Chooses the credential: the connection string
+    /// (`AZURE_STORAGE_CONNECTION_STRING`) if given; otherwise a managed
+    /// identity if a client id (`AZURE_CLIENT_ID`, the VM's user-assigned
+    /// identity) is given; otherwise the Azure CLI. `endpoints` is the
+    /// account from configuration, used unless a connection string is given.
+    /// Blank values count as absent.
+    pub fn choose(
+        connection_string: Option<&str>,
+        client_id: Option<&str>,
         endpoints: Option<AccountEndpoints>,
     ) -> Result<Self, ConfigError> {
-        let connection_string = lookup(crate::connection_string::CONNECTION_STRING_ENV);
-        if let Some(parsed) = ConnectionString::from_optional(connection_string.as_deref())? {
+        if let Some(parsed) = ConnectionString::from_optional(connection_string)? {
             return Ok(Credentials::ConnectionString(parsed));
         }
         let endpoints = endpoints.ok_or_else(|| ConfigError::InvalidUrl {
             url: String::new(),
             reason: "no connection string and no storage account URL configured".to_owned(),
         })?;
-        match lookup(CLIENT_ID_ENV) {
-            Some(client_id) if !client_id.trim().is_empty() => {
-                Self::managed_identity(endpoints, Some(client_id.trim().to_owned()))
-            }
-            _ => Self::azure_cli(endpoints),
+        match client_id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(client_id) => Self::managed_identity(endpoints, Some(client_id.to_owned())),
+            None => Self::azure_cli(endpoints),
         }
     }
 
@@ -361,15 +355,6 @@ impl StorageConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| vars.get(name).cloned()
-    }
 
     fn account() -> Option<AccountEndpoints> {
         Some(AccountEndpoints::for_account("acct").unwrap())
@@ -377,23 +362,22 @@ mod tests {
 
     #[test]
     fn a_connection_string_wins() {
-        let vars = lookup(&[
-            (
-                "AZURE_STORAGE_CONNECTION_STRING",
-                "UseDevelopmentStorage=true",
-            ),
-            ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001"),
-        ]);
-        assert_eq!(
-            Credentials::from_lookup(vars, account()).unwrap().kind(),
-            "connection string"
+        let chosen = Credentials::choose(
+            Some("UseDevelopmentStorage=true"),
+            Some("00000000-0000-0000-0000-000000000001"),
+            account(),
         );
+        assert_eq!(chosen.unwrap().kind(), "connection string");
     }
 
     #[test]
     fn a_client_id_selects_the_user_assigned_managed_identity() {
-        let vars = lookup(&[("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001")]);
-        let credentials = Credentials::from_lookup(vars, account()).unwrap();
+        let credentials = Credentials::choose(
+            None,
+            Some("00000000-0000-0000-0000-000000000001"),
+            account(),
+        )
+        .unwrap();
         assert_eq!(credentials.kind(), "managed identity");
         let Credentials::Token { endpoints, .. } = credentials else {
             panic!("a token credential");
@@ -406,12 +390,12 @@ mod tests {
 
     #[test]
     fn otherwise_the_azure_cli_and_an_account_is_required() {
-        let none = lookup(&[("AZURE_STORAGE_CONNECTION_STRING", "  ")]);
+        let blank = Some("  ");
         assert_eq!(
-            Credentials::from_lookup(&none, account()).unwrap().kind(),
+            Credentials::choose(blank, blank, account()).unwrap().kind(),
             "Azure CLI"
         );
-        assert!(Credentials::from_lookup(&none, None).is_err());
+        assert!(Credentials::choose(blank, None, None).is_err());
     }
 
     #[test]
