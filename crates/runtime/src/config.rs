@@ -228,35 +228,39 @@ impl WorkerConfig {
             })
         };
         if self.queue.is_empty() {
-            return invalid("queue", String::new(), "a queue name is required");
+            return invalid(table::QUEUE.key, String::new(), "a queue name is required");
         }
         if self.concurrency == 0 {
-            return invalid("concurrency", "0".into(), "at least one message at a time");
+            return invalid(
+                table::CONCURRENCY.key,
+                "0".into(),
+                "at least one message at a time",
+            );
         }
         if !(MIN_VISIBILITY..=MAX_VISIBILITY).contains(&self.visibility_timeout) {
             return invalid(
-                "visibility_timeout",
+                table::VISIBILITY_TIMEOUT.key,
                 format!("{:?}", self.visibility_timeout),
                 "must be between 5 s (time to renew) and 7 days (Azure's limit)",
             );
         }
         if self.idle_poll_max < Duration::from_millis(200) {
             return invalid(
-                "idle_poll_max",
+                table::IDLE_POLL_MAX.key,
                 format!("{:?}", self.idle_poll_max),
                 "at least 200ms (the first pause after an empty receive)",
             );
         }
         if self.max_failures == 0 {
             return invalid(
-                "SPOT_WORKER_MAX_FAILURES",
+                table::MAX_FAILURES.key,
                 "0".into(),
                 "at least 1 (the first failure then poisons the message)",
             );
         }
         if self.max_deliveries == 0 {
             return invalid(
-                "SPOT_WORKER_MAX_DELIVERIES",
+                table::MAX_DELIVERIES.key,
                 "0".into(),
                 "at least 1; keep it high: evictions count towards this crash-loop guard",
             );
@@ -286,14 +290,14 @@ impl ShutdownSettings {
         };
         if self.release_floor < Duration::from_millis(100) {
             return invalid(
-                "SPOT_WORKER_RELEASE_FLOOR",
+                table::RELEASE_FLOOR.key,
                 self.release_floor,
                 "at least 100ms: releasing takes one request per message".into(),
             );
         }
         if self.release_floor > self.release_margin {
             return invalid(
-                "SPOT_WORKER_RELEASE_FLOOR",
+                table::RELEASE_FLOOR.key,
                 self.release_floor,
                 format!(
                     "at most SPOT_WORKER_RELEASE_MARGIN ({:?})",
@@ -303,7 +307,7 @@ impl ShutdownSettings {
         }
         if self.drain_budget <= self.release_margin {
             return invalid(
-                "SPOT_WORKER_DRAIN_BUDGET",
+                table::DRAIN_BUDGET.key,
                 self.drain_budget,
                 format!(
                     "must be longer than SPOT_WORKER_RELEASE_MARGIN ({:?})",
@@ -313,7 +317,7 @@ impl ShutdownSettings {
         }
         if self.longest_drain() + EXIT_MARGIN > STOP_TIMEOUT {
             return invalid(
-                "SPOT_WORKER_DRAIN_BUDGET",
+                table::DRAIN_BUDGET.key,
                 self.drain_budget,
                 format!(
                     "the drain ({:?} at most) plus {EXIT_MARGIN:?} to exit must fit in the \
@@ -462,7 +466,7 @@ mod tests {
         let err = config(&[("SPOT_WORKER_MESSAGE_ENCODING", "utf16")]).unwrap_err();
         assert!(err.to_string().contains("text` or `base64"), "{err}");
         let err = config(&[("SPOT_WORKER_CONCURRENCY", "0")]).unwrap_err();
-        assert!(err.to_string().contains("concurrency"), "{err}");
+        assert!(err.to_string().contains("SPOT_WORKER_CONCURRENCY"), "{err}");
         let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "2s")]).unwrap_err();
         assert!(err.to_string().contains("between 5 s"), "{err}");
         for setting in ["SPOT_WORKER_MAX_FAILURES", "SPOT_WORKER_MAX_DELIVERIES"] {

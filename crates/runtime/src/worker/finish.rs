@@ -62,7 +62,7 @@ pub(super) async fn wrong_vm_name(mut health: watch::Receiver<WatcherHealth>) ->
         });
     match mismatch {
         Some((configured, metadata)) => ConfigError::Invalid {
-            setting: "SPOT_WORKER_VM_NAME".to_owned(),
+            setting: spot_worker_settings::table::VM_NAME.key.to_owned(),
             value: configured,
             reason: format!(
                 "instance metadata (compute.name) says this VM is {metadata:?}; events would \
