@@ -28,7 +28,7 @@ pub enum SetupError {
     Setting(#[from] SettingError),
     /// The storage account or its credentials are unusable.
     #[error("storage: {0}")]
-    Storage(#[from] spot_worker_azure::ConfigError),
+    Storage(#[from] spot_worker_azure::StorageConfigError),
     /// `SPOT_WORKER_STORAGE_ACCOUNT_URL` does not name a storage account.
     #[error("{STORAGE_ACCOUNT_URL_ENV}={value:?} is invalid: {reason}")]
     AccountUrl {

@@ -21,7 +21,7 @@ pub const CLIENT_ID_ENV: &str = spot_worker_settings::table::CLIENT_ID.key;
 
 /// Storage configuration could not be built. Never contains secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum StorageConfigError {
     /// The connection string is unusable.
     #[error(transparent)]
     ConnectionString(#[from] ConnectionStringError),
@@ -62,7 +62,7 @@ pub struct AccountEndpoints {
 
 impl AccountEndpoints {
     /// The public-cloud endpoints of account `account_name`.
-    pub fn for_account(account_name: &str) -> Result<Self, ConfigError> {
+    pub fn for_account(account_name: &str) -> Result<Self, StorageConfigError> {
         Ok(AccountEndpoints {
             blob: parse_url(&format!("https://{account_name}.blob.core.windows.net"))?,
             queue: parse_url(&format!("https://{account_name}.queue.core.windows.net"))?,
@@ -70,7 +70,7 @@ impl AccountEndpoints {
     }
 
     /// Explicit service URLs (sovereign clouds, private endpoints).
-    pub fn new(blob: &str, queue: &str) -> Result<Self, ConfigError> {
+    pub fn new(blob: &str, queue: &str) -> Result<Self, StorageConfigError> {
         Ok(AccountEndpoints {
             blob: parse_url(blob)?,
             queue: parse_url(queue)?,
@@ -89,12 +89,12 @@ impl fmt::Debug for AccountEndpoints {
     }
 }
 
-fn parse_url(text: &str) -> Result<Url, ConfigError> {
-    let url = Url::parse(text).map_err(|e| ConfigError::InvalidUrl {
+fn parse_url(text: &str) -> Result<Url, StorageConfigError> {
+    let url = Url::parse(text).map_err(|e| StorageConfigError::InvalidUrl {
         url: redact(text),
         reason: e.to_string(),
     })?;
-    check_service_url(&url).map_err(|reason| ConfigError::InvalidUrl {
+    check_service_url(&url).map_err(|reason| StorageConfigError::InvalidUrl {
         url: without_secrets(&url),
         reason: reason.to_owned(),
     })?;
@@ -200,7 +200,7 @@ impl Credentials {
     pub fn managed_identity(
         endpoints: AccountEndpoints,
         client_id: Option<String>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, StorageConfigError> {
         Ok(Credentials::Token {
             endpoints,
             credential: ManagedIdentityTokens::new(client_id)?,
@@ -209,11 +209,12 @@ impl Credentials {
     }
 
     /// The developer's `az login` session.
-    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, ConfigError> {
-        let credential = AzureCliCredential::new(None).map_err(|e| ConfigError::Credential {
-            kind: "Azure CLI",
-            reason: redact(&e.to_string()),
-        })?;
+    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, StorageConfigError> {
+        let credential =
+            AzureCliCredential::new(None).map_err(|e| StorageConfigError::Credential {
+                kind: "Azure CLI",
+                reason: redact(&e.to_string()),
+            })?;
         Ok(Credentials::Token {
             endpoints,
             credential,
@@ -231,11 +232,11 @@ impl Credentials {
         connection_string: Option<&str>,
         client_id: Option<&str>,
         endpoints: Option<AccountEndpoints>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, StorageConfigError> {
         if let Some(parsed) = ConnectionString::from_optional(connection_string)? {
             return Ok(Credentials::ConnectionString(parsed));
         }
-        let endpoints = endpoints.ok_or_else(|| ConfigError::InvalidUrl {
+        let endpoints = endpoints.ok_or_else(|| StorageConfigError::InvalidUrl {
             url: String::new(),
             reason: "no connection string and no storage account URL configured".to_owned(),
         })?;
@@ -347,7 +348,7 @@ impl StorageConfig {
     }
 
     /// From a connection string's text.
-    pub fn from_connection_string(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_connection_string(text: &str) -> Result<Self, StorageConfigError> {
         Ok(Self::new(Credentials::ConnectionString(text.parse()?)))
     }
 }

@@ -63,7 +63,7 @@ mod sas;
 pub use checkpoint::BlobCheckpointStore;
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
-    AccountEndpoints, CLIENT_ID_ENV, ConfigError, Credentials, RetryConfig, StorageConfig,
+    AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,
 };
 pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
