@@ -55,11 +55,12 @@ install_infra_venv() {
   fi
 }
 
-# Debian packages the infra checks run: installed only when their command is
-# missing (CI runs as root; elsewhere sudo is used if present).
+# Debian packages installed only when their command is missing (CI runs as
+# root; elsewhere sudo is used if present). usage: install_debian_tools
+# PACKAGE:COMMAND...
 install_debian_tools() {
   local missing=() pair
-  for pair in cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck; do
+  for pair in "$@"; do
     command -v "${pair#*:}" >/dev/null || missing+=("${pair%%:*}")
   done
   ((${#missing[@]} == 0)) && return 0
@@ -100,11 +101,24 @@ case "$infra_checks" in
   0 | false | disabled) echo "==> infra checks disabled" ;;
   *)
     echo "==> Debian tools for the infra checks (cloud-init, systemd-analyze, shellcheck)"
-    install_debian_tools
+    install_debian_tools cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck
     echo "==> infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
     python_id="$(python_identity)"
     install_if_changed <(cat tools/infra/requirements.txt && echo "python: $python_id") \
       tools/infra/.venv/.installed-requirements-sha256 install_infra_venv
+    ;;
+esac
+
+# tests/vm_in_a_box.rs builds a VM in network/mount/PID namespaces: it needs
+# unshare and mount (util-linux, mount), ip (iproute2), openssl for its
+# throwaway CA, and what install-worker.sh runs (curl, python3). Skipped
+# with SPOT_WORKER_VM_IN_A_BOX=0.
+case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
+  0 | false | disabled) echo "==> VM-in-a-box rehearsal disabled" ;;
+  *)
+    echo "==> Debian tools for the VM-in-a-box rehearsal (unshare, mount, ip, openssl, curl, python3)"
+    install_debian_tools util-linux:unshare mount:mount iproute2:ip openssl:openssl curl:curl \
+      python3:python3 ca-certificates:update-ca-certificates
     ;;
 esac
 

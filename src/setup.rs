@@ -25,6 +25,14 @@ pub enum SetupError {
     /// The storage account or its credentials are unusable.
     #[error("storage: {0}")]
     Storage(#[from] spot_worker_azure::ConfigError),
+    /// `SPOT_WORKER_STORAGE_ACCOUNT_URL` does not name a storage account.
+    #[error("{STORAGE_ACCOUNT_URL_ENV}={value:?} is invalid: {reason}")]
+    AccountUrl {
+        /// The value as given.
+        value: String,
+        /// Why, and what is expected.
+        reason: String,
+    },
 }
 
 /// A worker's configuration and its Azure Storage account, from the
@@ -44,7 +52,12 @@ impl AzureSetup {
         let endpoints = std::env::var(STORAGE_ACCOUNT_URL_ENV)
             .ok()
             .filter(|url| !url.trim().is_empty())
-            .map(|url| account_endpoints(&url))
+            .map(|url| {
+                account_endpoints(&url).map_err(|reason| SetupError::AccountUrl {
+                    value: spot_worker_azure::redact(url.trim()),
+                    reason,
+                })
+            })
             .transpose()?;
         let credentials = Credentials::from_env(endpoints)?;
         tracing::info!(
@@ -76,25 +89,62 @@ impl AzureSetup {
     }
 }
 
+/// What the account URL must look like, for error messages.
+const EXPECTED: &str = "expected https://<account>.blob.<suffix> (e.g. \
+    https://myaccount.blob.core.windows.net) or just the account name";
+
 /// The blob and queue endpoints of an account given by one service URL
 /// (`https://acct.blob.core.windows.net`, any cloud's suffix) or by name.
-pub fn account_endpoints(text: &str) -> Result<AccountEndpoints, spot_worker_azure::ConfigError> {
+/// The error says why the text is not one, and what is expected.
+pub fn account_endpoints(text: &str) -> Result<AccountEndpoints, String> {
     let text = text.trim().trim_end_matches('/');
-    let Some(rest) = text.strip_prefix("https://") else {
-        return AccountEndpoints::for_account(text);
+    let Some((scheme, rest)) = text.split_once("://") else {
+        check_account_name(text)?;
+        return AccountEndpoints::for_account(text).map_err(|e| e.to_string());
     };
-    let mut labels: Vec<&str> = rest.split('.').collect();
-    if labels.len() >= 3 && matches!(labels[1], "blob" | "queue" | "table" | "file" | "dfs") {
-        labels[1] = "blob";
-        let blob = format!("https://{}", labels.join("."));
-        labels[1] = "queue";
-        let queue = format!("https://{}", labels.join("."));
-        return AccountEndpoints::new(&blob, &queue);
+    match scheme.to_ascii_lowercase().as_str() {
+        "https" => {}
+        "http" => {
+            return Err(format!(
+                "plain http is refused: the managed identity's bearer token would travel in \
+                 clear (a local emulator is reached with AZURE_STORAGE_CONNECTION_STRING instead); {EXPECTED}"
+            ));
+        }
+        other => return Err(format!("unsupported scheme {other:?}; {EXPECTED}")),
     }
-    Err(spot_worker_azure::ConfigError::InvalidUrl {
-        url: text.to_owned(),
-        reason: "expected https://<account>.blob.<suffix> (or the account name)".to_owned(),
-    })
+    if rest.contains(['/', '?', '#', '@']) {
+        return Err(format!(
+            "only the account's service URL, without path, query or credentials; {EXPECTED}"
+        ));
+    }
+    let mut labels: Vec<&str> = rest.split('.').collect();
+    let service_url = labels.len() >= 3
+        && matches!(labels[1], "blob" | "queue" | "table" | "file" | "dfs")
+        && labels.iter().all(|label| !label.is_empty());
+    if !service_url {
+        return Err(EXPECTED.to_owned());
+    }
+    check_account_name(labels[0])?;
+    labels[1] = "blob";
+    let blob = format!("https://{}", labels.join("."));
+    labels[1] = "queue";
+    let queue = format!("https://{}", labels.join("."));
+    AccountEndpoints::new(&blob, &queue).map_err(|e| e.to_string())
+}
+
+/// Storage account names: 3 to 24 lowercase letters and digits.
+fn check_account_name(name: &str) -> Result<(), String> {
+    let valid = (3..=24).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a storage account name (3 to 24 lowercase letters and digits); {EXPECTED}"
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -126,5 +176,53 @@ mod tests {
             "https://acct.queue.core.chinacloudapi.cn/"
         );
         assert!(account_endpoints("https://example.com").is_err());
+    }
+
+    #[test]
+    fn bad_account_urls_say_why() {
+        let cases = [
+            ("http://acct.blob.core.windows.net", "plain http is refused"),
+            (
+                "http://127.0.0.1:10000/devstoreaccount1",
+                "plain http is refused",
+            ),
+            ("ftp://acct.blob.core.windows.net", "unsupported scheme"),
+            (
+                "https://acct.blob.core.windows.net/container",
+                "without path",
+            ),
+            (
+                "https://acct.blob.core.windows.net?sv=1",
+                "without path, query",
+            ),
+            ("https://example.com", "expected https://<account>.blob"),
+            (
+                "https://Acct.blob.core.windows.net",
+                "not a storage account name",
+            ),
+            (
+                "https://a.blob.core.windows.net",
+                "not a storage account name",
+            ),
+            ("my_account", "not a storage account name"),
+            ("https://acct.blob..net", "expected https://<account>.blob"),
+        ];
+        for (given, expected) in cases {
+            let reason = account_endpoints(given).unwrap_err();
+            assert!(reason.contains(expected), "{given}: {reason}");
+        }
+    }
+
+    #[test]
+    fn the_error_names_the_variable() {
+        let err = SetupError::AccountUrl {
+            value: "http://acct.blob.core.windows.net".to_owned(),
+            reason: account_endpoints("http://acct.blob.core.windows.net").unwrap_err(),
+        };
+        let text = err.to_string();
+        assert!(
+            text.starts_with("SPOT_WORKER_STORAGE_ACCOUNT_URL=\"http://acct.blob.core.windows.net\" is invalid: plain http"),
+            "{text}"
+        );
     }
 }

@@ -19,7 +19,6 @@
 //! the drain budget.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,14 +32,15 @@ use spot_worker_primes::PrimesJob;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod rendered;
+
+use rendered::{render, seconds, worker_binary};
+
 /// The scale set VM the emulator serves (Flexible scale sets name VMs
 /// `{scale set}_{suffix}`).
 const VM: &str = "spotvmss_0";
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 const PATIENCE: Duration = Duration::from_secs(120);
-/// Where cloud-init puts the files the unit refers to.
-const ENV_FILE: &str = "/etc/spot-worker/worker.env";
-const UNIT_FILE: &str = "/etc/systemd/system/spot-worker.service";
 
 /// What `main.bicep` passes to `modules/compute.bicep` (sample account and
 /// identity: they are swapped for Azurite below, as documented).
@@ -67,181 +67,6 @@ fn deployment_values() -> BTreeMap<&'static str, String> {
         ),
         ("workerBinarySha256", "0".repeat(64)),
     ])
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `target/<profile>/examples/primes`, next to this test's `deps/` folder.
-fn worker_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("primes{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "the worker binary {} does not exist: run `cargo test` (which builds examples) \
-         or `cargo build --example primes` first",
-        binary.display()
-    );
-    binary
-}
-
-/// Evaluates compute.bicep's `var` chain: `loadTextContent('…')`,
-/// `replace(var, '{{token}}', expr)`, `base64(var)`, vars and parameters.
-fn render_compute_vars() -> BTreeMap<String, String> {
-    let compute = repo().join("bicep/modules/compute.bicep");
-    let text = std::fs::read_to_string(&compute).unwrap();
-    let params = deployment_values();
-    let mut vars = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("var ") else {
-            continue;
-        };
-        let (name, expr) = rest.split_once(" = ").expect("var NAME = EXPR");
-        let value = evaluate(expr.trim(), &vars, &params, compute.parent().unwrap());
-        vars.insert(name.to_owned(), value);
-    }
-    vars
-}
-
-fn evaluate(
-    expr: &str,
-    vars: &BTreeMap<String, String>,
-    params: &BTreeMap<&str, String>,
-    dir: &Path,
-) -> String {
-    if let Some(path) = expr
-        .strip_prefix("loadTextContent('")
-        .and_then(|e| e.strip_suffix("')"))
-    {
-        return std::fs::read_to_string(dir.join(path)).unwrap();
-    }
-    if let Some(inner) = expr
-        .strip_prefix("base64(")
-        .and_then(|e| e.strip_suffix(')'))
-    {
-        return base64_encode(evaluate(inner, vars, params, dir).as_bytes());
-    }
-    if let Some(args) = expr
-        .strip_prefix("replace(")
-        .and_then(|e| e.strip_suffix(')'))
-    {
-        let (source, rest) = args.split_once(", '").expect("replace(var, 'token', expr)");
-        let (token, with) = rest.split_once("', ").expect("replace(var, 'token', expr)");
-        return evaluate(source, vars, params, dir)
-            .replace(token, &evaluate(with, vars, params, dir));
-    }
-    if let Some(value) = vars.get(expr) {
-        return value.clone();
-    }
-    if let Some(value) = params.get(expr) {
-        return value.clone();
-    }
-    panic!("tests/deploy.rs cannot evaluate compute.bicep expression {expr:?}: extend evaluate()");
-}
-
-/// The `write_files` of the rendered cloud-config (`path` → decoded content).
-/// The document is ours: each entry has `- path:` and a one-line base64
-/// `content:`; `cloud-init schema` validates it in scripts/test.sh.
-fn written_files(cloud_config: &str) -> BTreeMap<String, String> {
-    assert!(cloud_config.starts_with("#cloud-config\n"));
-    let mut files = BTreeMap::new();
-    let mut path = None;
-    for line in cloud_config.lines() {
-        let line = line.trim();
-        if let Some(p) = line.strip_prefix("- path: ") {
-            path = Some(p.to_owned());
-        } else if let Some(content) = line.strip_prefix("content: ") {
-            let path = path.take().expect("content follows its path");
-            let bytes = base64_decode(content);
-            files.insert(path, String::from_utf8(bytes).expect("text files"));
-        }
-    }
-    files
-}
-
-/// `KEY=VALUE` lines as systemd's `EnvironmentFile=` reads them (comments,
-/// blank lines, optional double quotes).
-fn parse_env_file(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
-        .map(|l| {
-            let (k, v) = l.split_once('=').expect("KEY=VALUE");
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(v);
-            (k.trim().to_owned(), v.to_owned())
-        })
-        .collect()
-}
-
-/// `Key=value` settings of a unit file (last one wins, as in systemd).
-fn unit_settings(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-fn seconds(text: &str) -> u64 {
-    text.strip_suffix('s')
-        .unwrap_or(text)
-        .parse()
-        .unwrap_or_else(|_| panic!("{text:?} is not a number of seconds"))
-}
-
-/// Whether `text` still has a `{{name}}` the rendering should have filled.
-fn has_placeholder(text: &str) -> bool {
-    text.split("{{").skip(1).any(|rest| {
-        rest.split_once("}}").is_some_and(|(name, _)| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())
-        })
-    })
-}
-
-/// The rendered unit and environment, as systemd on the VM would use them.
-struct Rendered {
-    unit: BTreeMap<String, String>,
-    env: BTreeMap<String, String>,
-}
-
-fn render() -> Rendered {
-    let vars = render_compute_vars();
-    let files = written_files(&vars["cloudInit"]);
-    let unit_text = files.get(UNIT_FILE).expect("cloud-init writes the unit");
-    let unit = unit_settings(unit_text);
-    assert_eq!(
-        unit.get("EnvironmentFile").map(String::as_str),
-        Some(ENV_FILE)
-    );
-    let env_text = files.get(ENV_FILE).expect("cloud-init writes the env file");
-    for (path, text) in &files {
-        assert!(
-            !has_placeholder(text),
-            "unfilled {{{{placeholder}}}} in {path}:\n{text}"
-        );
-    }
-    let env = parse_env_file(env_text);
-    // The unit may also set Environment= lines; they come after the file.
-    let mut env = env;
-    for line in unit_text.lines() {
-        if let Some(assignment) = line.trim().strip_prefix("Environment=") {
-            let (k, v) = assignment.split_once('=').unwrap();
-            env.insert(k.to_owned(), v.trim_matches('"').to_owned());
-        }
-    }
-    Rendered { unit, env }
 }
 
 /// The child's stdout and stderr, kept for the failure message.
@@ -296,7 +121,7 @@ async fn until_ready(child: &mut Child, url: &str, output: &Output) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rendered_vm_environment_runs_the_real_worker() {
-    let rendered = render();
+    let rendered = render(&deployment_values());
     let unit = &rendered.unit;
     let env = &rendered.env;
 
@@ -475,55 +300,44 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
     );
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding (what Bicep's `base64()` produces).
-fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let mut n = 0u32;
-    let mut bits = 0;
-    for c in text.bytes().filter(|&c| c != b'=') {
-        let v = ALPHABET
-            .iter()
-            .position(|&a| a == c)
-            .unwrap_or_else(|| panic!("not base64: {c:?}")) as u32;
-        n = (n << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((n >> bits) as u8);
-        }
-    }
-    out
-}
-
-#[test]
-fn base64_round_trips() {
-    for text in ["", "a", "ab", "abc", "abcd", "[Unit]\nDescription=x\n"] {
-        assert_eq!(
-            base64_decode(&base64_encode(text.as_bytes())),
-            text.as_bytes()
+/// A mistyped account URL in the environment file stops the worker at
+/// start-up, before anything is requested, with an error that names the
+/// variable and says why (plain http would carry the bearer token in clear).
+#[tokio::test]
+async fn a_bad_account_url_stops_the_worker_naming_the_variable() {
+    let rendered = render(&deployment_values());
+    for (url, why) in [
+        (
+            "http://spotworkerabc123.blob.core.windows.net/",
+            "plain http is refused",
+        ),
+        ("https://spotworkerabc123.example.com/", "expected https://"),
+        (
+            "https://Spot_Worker.blob.core.windows.net/",
+            "not a storage account name",
+        ),
+    ] {
+        let mut env = rendered.env.clone();
+        env.insert("SPOT_WORKER_STORAGE_ACCOUNT_URL".into(), url.into());
+        env.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
+        let output = tokio::time::timeout(
+            PATIENCE,
+            Command::new(worker_binary())
+                .env_clear()
+                .envs(&env)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the worker exits at once")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
+        assert!(
+            stderr.contains("SPOT_WORKER_STORAGE_ACCOUNT_URL") && stderr.contains(why),
+            "{url}: {stderr}"
         );
     }
-    assert_eq!(base64_encode(b"spot"), "c3BvdA==");
 }

@@ -3,12 +3,17 @@
 # deployment's artifacts container with the scale set's user-assigned managed
 # identity (an IMDS token; no key, no SAS), checks its SHA-256, installs it and
 # starts spot-worker.service. {{...}} are filled in by ../modules/compute.bicep.
+#
+# SPOT_WORKER_INSTALL_ROOT (unset on a VM) installs under that directory
+# instead of / and leaves systemd alone: tests/vm_in_a_box.rs runs this script
+# for real (token from IMDS, HTTPS download, hash check) into a scratch root.
 set -euo pipefail
 
 readonly BINARY_URL='{{workerBinaryUrl}}'
 readonly BINARY_SHA256='{{workerBinarySha256}}'
 readonly CLIENT_ID='{{clientId}}'
-readonly DEST=/opt/spot-worker/bin/spot-worker-primes
+readonly ROOT="${SPOT_WORKER_INSTALL_ROOT:-}"
+readonly DEST="${ROOT}/opt/spot-worker/bin/spot-worker-primes"
 readonly IMDS=http://169.254.169.254
 # Role assignments can take minutes to propagate after a deployment, and the
 # deploy script uploads the binary after the storage exists: keep trying for
@@ -51,6 +56,10 @@ until download; do
 done
 
 install -D -m 0755 -o root -g root "$work/worker" "$DEST"
+if [[ -n "$ROOT" ]]; then
+  log "installed $DEST (sha256 $BINARY_SHA256); install root set, so the service is left alone"
+  exit 0
+fi
 systemctl daemon-reload
 systemctl enable --now spot-worker.service
 log "installed $DEST (sha256 $BINARY_SHA256) and started spot-worker.service"

@@ -10,12 +10,14 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use azure_storage_queue::{QueueClient, QueueClientOptions};
 
 use crate::checkpoint::BlobCheckpointStore;
-use crate::config::{AccountEndpoints, ConfigError, Credentials, StorageConfig, without_secrets};
-use crate::connection_string::{ConnectionStringError, SharedKeyOrSas};
+use crate::config::{
+    AccountEndpoints, ConfigError, Credentials, StorageConfig, check_service_url, without_secrets,
+};
+use crate::connection_string::{ConnectionString, ConnectionStringError, SharedKeyOrSas};
 use crate::queue::{AzureQueue, MessageTtl};
 use crate::redact::redact;
 use crate::result::BlobResultStore;
-use crate::sas::{SasPolicy, SasSource};
+use crate::sas::{AccountSasScope, SasPolicy, SasSource};
 
 /// A storage account, ready to hand out queues, checkpoint stores and
 /// result stores.
@@ -47,6 +49,7 @@ impl AzureStorage {
                             .clone()
                             .ok_or(ConnectionStringError::MissingAccountName)?,
                         key: key.clone(),
+                        scope: worker_sas_scope(cs),
                         lifetime: config.sas_lifetime,
                     },
                     SharedKeyOrSas::Sas(sas) => SasSource::Fixed(sas.clone()),
@@ -186,21 +189,31 @@ impl AzureStorage {
     }
 }
 
-/// `base` with `name` appended as one more path segment. A base with a
-/// query or fragment is refused: appending after it would not name the
-/// queue or container, and a query there usually means a SAS that belongs in
-/// `SharedAccessSignature` (connection strings and [`AccountEndpoints::new`]
-/// refuse it already; this guards hand-built [`AccountEndpoints`]).
+/// The worker's SAS scope for `cs`'s endpoints: https only, unless an
+/// endpoint is a local emulator on plain http (only loopback hosts pass
+/// [`check_service_url`]).
+fn worker_sas_scope(cs: &ConnectionString) -> AccountSasScope {
+    let scope = AccountSasScope::WORKER;
+    if cs.blob_endpoint.scheme() == "http" || cs.queue_endpoint.scheme() == "http" {
+        scope.allowing_http()
+    } else {
+        scope
+    }
+}
+
+/// `base` with `name` appended as one more path segment. A base that is not
+/// a valid service URL is refused ([`check_service_url`]: connection strings
+/// and [`AccountEndpoints::new`] refuse it already; this guards hand-built
+/// [`AccountEndpoints`]): a query or fragment, after which the name would
+/// not name the queue or container and which usually means a SAS that
+/// belongs in `SharedAccessSignature`, or plain http to a host that is not
+/// loopback, where the SAS or token would travel in clear.
 fn child_url(base: &Url, name: &str) -> Result<Url, ConfigError> {
     let invalid = |reason: &str| ConfigError::InvalidUrl {
         url: without_secrets(base),
         reason: reason.to_owned(),
     };
-    if base.query().is_some() || base.fragment().is_some() {
-        return Err(invalid(
-            "a service URL must not have a query string or fragment (a SAS goes into SharedAccessSignature)",
-        ));
-    }
+    check_service_url(base).map_err(invalid)?;
     let mut url = base.clone();
     url.path_segments_mut()
         .map_err(|()| invalid("not a base URL"))?

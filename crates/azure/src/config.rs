@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::http::{ExponentialRetryOptions, RetryOptions, Url};
-use azure_identity::{
-    AzureCliCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
-};
+use azure_identity::AzureCliCredential;
 
 use crate::connection_string::{ConnectionString, ConnectionStringError};
+use crate::identity::ManagedIdentityTokens;
 use crate::redact::redact;
 
 /// The environment variable naming a user-assigned managed identity's client id.
@@ -112,14 +111,26 @@ pub(crate) fn without_secrets(url: &Url) -> String {
     shown.to_string()
 }
 
-/// What a storage service URL must look like: http(s), no credentials, no
-/// query string and no fragment. Queue and container names are appended to
-/// its path, which a query would end up after; and a query here is usually a
-/// SAS pasted into the wrong place, where it would be logged as part of the
-/// URL. Returns why not.
+/// What a storage service URL must look like: https (plain http only to a
+/// loopback host, i.e. a local emulator), no credentials, no query string
+/// and no fragment. Every request carries a SAS signed with the account key
+/// or a bearer token, which over plain http anyone on the path could read
+/// and replay. Queue and container names are appended to the path, which a
+/// query would end up after; and a query here is usually a SAS pasted into
+/// the wrong place, where it would be logged as part of the URL. Returns
+/// why not.
 pub(crate) fn check_service_url(url: &Url) -> Result<(), &'static str> {
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err("must be an http or https URL");
+    match url.scheme() {
+        "https" => {}
+        "http" if is_loopback(url) => {}
+        "http" => {
+            return Err(
+                "must be https: plain http is allowed only to a loopback host \
+                 (127.0.0.0/8, ::1, localhost: a local emulator), since every request \
+                 carries a SAS or bearer token",
+            );
+        }
+        _ => return Err("must be an https URL"),
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("must not contain a user name or password");
@@ -133,6 +144,18 @@ pub(crate) fn check_service_url(url: &Url) -> Result<(), &'static str> {
         return Err("must not have a fragment");
     }
     Ok(())
+}
+
+/// Whether `url`'s host is this machine: 127.0.0.0/8, `::1` or `localhost`.
+pub(crate) fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
 }
 
 /// How to authenticate.
@@ -172,22 +195,14 @@ impl fmt::Debug for Credentials {
 
 impl Credentials {
     /// A managed identity; a user-assigned one when `client_id` is given.
+    /// Its token requests go straight to IMDS, never through a proxy.
     pub fn managed_identity(
         endpoints: AccountEndpoints,
         client_id: Option<String>,
     ) -> Result<Self, ConfigError> {
-        let options = ManagedIdentityCredentialOptions {
-            user_assigned_id: client_id.map(UserAssignedId::ClientId),
-            ..Default::default()
-        };
-        let credential =
-            ManagedIdentityCredential::new(Some(options)).map_err(|e| ConfigError::Credential {
-                kind: "managed identity",
-                reason: redact(&e.to_string()),
-            })?;
         Ok(Credentials::Token {
             endpoints,
-            credential,
+            credential: ManagedIdentityTokens::new(client_id)?,
             kind: "managed identity",
         })
     }

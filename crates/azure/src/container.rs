@@ -157,12 +157,43 @@ impl Container {
 }
 
 /// Blob names this crate accepts: 1 to 1024 characters, none of them a
-/// control character. `kind` names the caller's notion of a name.
+/// control character, and no `/`-separated segment `.` or `..`: URLs
+/// resolve those, so `a/../b` would read or write blob `b` and `..` the
+/// container itself. `kind` names the caller's notion of a name.
 pub(crate) fn validate_blob_name(name: &str, kind: &str) -> Result<(), StorageError> {
     if name.is_empty() || name.len() > MAX_BLOB_NAME_LEN || name.chars().any(char::is_control) {
         return Err(StorageError::InvalidArgument(format!(
             "{kind} must be 1 to {MAX_BLOB_NAME_LEN} characters without control characters"
         )));
     }
+    if name.split('/').any(|segment| matches!(segment, "." | "..")) {
+        return Err(StorageError::InvalidArgument(format!(
+            "{kind} {name:?} must not be or contain a path segment `.` or `..` \
+             (URLs resolve them, so another blob would be addressed)"
+        )));
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_names_with_dot_segments_are_refused() {
+        for ok in [
+            "j1",
+            "j1.json",
+            ".spot-worker/probe-1",
+            "a..b",
+            "..a",
+            "a/.b",
+        ] {
+            assert!(validate_blob_name(ok, "name").is_ok(), "{ok}");
+        }
+        for bad in [".", "..", "a/..", "../a", "a/./b", "", "a\nb"] {
+            let err = validate_blob_name(bad, "checkpoint key").unwrap_err();
+            assert!(err.to_string().contains("checkpoint key"), "{bad}: {err}");
+        }
+    }
 }

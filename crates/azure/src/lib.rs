@@ -53,6 +53,7 @@ mod config;
 mod connection_string;
 mod container;
 mod error;
+mod identity;
 mod queue;
 mod redact;
 mod result;
@@ -70,4 +71,4 @@ pub use connection_string::{
 pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;
-pub use sas::{SasError, sign_account_sas};
+pub use sas::{AccountSasScope, SasError, sign_account_sas};

@@ -1,7 +1,9 @@
 //! Account SAS tokens signed from an account key, and the pipeline policy
 //! that puts one on every request. The 1.x SDK crates have no shared-key
 //! authentication, so a key (including the emulator's) is turned into a
-//! short-lived SAS instead, re-signed before it expires.
+//! short-lived SAS instead (one hour, re-signed at half-life), scoped to
+//! what the worker's calls need ([`AccountSasScope::WORKER`]) and to https
+//! unless the account is a local emulator on loopback.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -16,13 +18,62 @@ use time::format_description::well_known::Rfc3339;
 
 /// The SAS version signed; its string-to-sign includes the encryption scope.
 const SAS_VERSION: &str = "2021-08-06";
-/// Blob and queue services.
-const SERVICES: &str = "bq";
-/// Service, container and object level operations.
-const RESOURCE_TYPES: &str = "sco";
-/// Read, write, delete, list, add, create, update, process: everything the
-/// consumer and the checkpoint store do, nothing account-administrative.
-const PERMISSIONS: &str = "rwdlacup";
+/// What an account SAS allows: the `ss`, `srt` and `sp` fields, and whether
+/// plain http is allowed (`spr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountSasScope {
+    /// Services: `b` blob, `q` queue.
+    pub services: &'static str,
+    /// Resource types: `s` service, `c` container/queue, `o` object/message.
+    pub resource_types: &'static str,
+    /// Permissions, in the order the service requires (`rwdlacup`).
+    pub permissions: &'static str,
+    /// `spr=https` when true; `https,http` (local emulators) when false.
+    pub https_only: bool,
+}
+
+impl AccountSasScope {
+    /// What the worker's own calls need, and nothing more: on blob and
+    /// queue, at container level create a container or queue (`c`) and read
+    /// a queue's properties (`r`); at object level read, write and create
+    /// blobs (`r`, `w`, `c`: checkpoints are overwritten, results created),
+    /// delete blobs (`d`: probes, finished checkpoints, claim checks), add
+    /// messages (`a`: poison records), update them (`u`: visibility
+    /// renewals) and get/delete them (`p`). No service level (`s`), so no
+    /// account properties; no list (`l`): the worker never enumerates.
+    pub const WORKER: Self = AccountSasScope {
+        services: "bq",
+        resource_types: "co",
+        permissions: "rwdacup",
+        https_only: true,
+    };
+
+    /// For operators and tests that inspect an account: everything the
+    /// worker may do plus listing, at every level. Never given to a worker.
+    pub const OPERATOR: Self = AccountSasScope {
+        services: "bq",
+        resource_types: "sco",
+        permissions: "rwdlacup",
+        https_only: true,
+    };
+
+    /// The same scope, also valid over plain http (a local emulator on
+    /// loopback; other hosts are refused before any request is made).
+    pub fn allowing_http(self) -> Self {
+        AccountSasScope {
+            https_only: false,
+            ..self
+        }
+    }
+
+    fn protocol(&self) -> &'static str {
+        if self.https_only {
+            "https"
+        } else {
+            "https,http"
+        }
+    }
+}
 /// Allows clock skew between this machine and the service.
 const START_SKEW: Duration = Duration::from_secs(5 * 60);
 /// Query parameter names of an account SAS, replaced on every try.
@@ -33,24 +84,26 @@ const SAS_PARAMETERS: [&str; 8] = ["sv", "ss", "srt", "sp", "se", "st", "spr", "
 #[error("cannot sign an account SAS: {0}")]
 pub struct SasError(String);
 
-/// Signs an account SAS for blob and queue, valid from a few minutes ago
-/// until `expiry`. Returns the query string (without `?`); it is a secret.
+/// Signs an account SAS with `scope`, valid from a few minutes ago until
+/// `expiry`. Returns the query string (without `?`); it is a secret.
 ///
 /// ```
 /// use azure_core::credentials::Secret;
-/// use spot_worker_azure::sign_account_sas;
+/// use spot_worker_azure::{AccountSasScope, sign_account_sas};
 /// let expiry = time::macros::datetime!(2030-01-01 0:00 UTC);
-/// let sas = sign_account_sas("devstoreaccount1", &Secret::new("a2V5"), expiry).unwrap();
+/// let sas = sign_account_sas("devstoreaccount1", &Secret::new("a2V5"), &AccountSasScope::WORKER, expiry).unwrap();
 /// assert!(sas.secret().contains("se=2030-01-01T00%3A00%3A00Z"));
+/// assert!(sas.secret().contains("sp=rwdacup") && sas.secret().contains("spr=https&"));
 /// assert!(sas.secret().contains("&sig="));
 /// ```
 pub fn sign_account_sas(
     account_name: &str,
     key: &Secret,
+    scope: &AccountSasScope,
     expiry: OffsetDateTime,
 ) -> Result<Secret, SasError> {
     let start = expiry.min(OffsetDateTime::now_utc()) - START_SKEW;
-    let pairs = signed_pairs(account_name, key, start, expiry)?;
+    let pairs = signed_pairs(account_name, key, scope, start, expiry)?;
     let mut url = Url::parse("http://sas.invalid/").map_err(|e| SasError(e.to_string()))?;
     url.query_pairs_mut()
         .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())));
@@ -60,24 +113,31 @@ pub fn sign_account_sas(
 fn signed_pairs(
     account_name: &str,
     key: &Secret,
+    scope: &AccountSasScope,
     start: OffsetDateTime,
     expiry: OffsetDateTime,
 ) -> Result<Vec<(&'static str, String)>, SasError> {
     let start = format_time(start)?;
     let expiry = format_time(expiry)?;
-    let protocol = "https,http";
+    let AccountSasScope {
+        services,
+        resource_types,
+        permissions,
+        ..
+    } = scope;
+    let protocol = scope.protocol();
     // The field order is fixed by the service; empty lines are the unused
     // signed IP and encryption scope.
     let string_to_sign = format!(
-        "{account_name}\n{PERMISSIONS}\n{SERVICES}\n{RESOURCE_TYPES}\n{start}\n{expiry}\n\n{protocol}\n{SAS_VERSION}\n\n"
+        "{account_name}\n{permissions}\n{services}\n{resource_types}\n{start}\n{expiry}\n\n{protocol}\n{SAS_VERSION}\n\n"
     );
     let signature = azure_core::hmac::hmac_sha256(&string_to_sign, key)
         .map_err(|e| SasError(crate::redact::redact(&e.to_string())))?;
     Ok(vec![
         ("sv", SAS_VERSION.to_owned()),
-        ("ss", SERVICES.to_owned()),
-        ("srt", RESOURCE_TYPES.to_owned()),
-        ("sp", PERMISSIONS.to_owned()),
+        ("ss", (*services).to_owned()),
+        ("srt", (*resource_types).to_owned()),
+        ("sp", (*permissions).to_owned()),
         ("st", start),
         ("se", expiry),
         ("spr", protocol.to_owned()),
@@ -100,6 +160,7 @@ pub(crate) enum SasSource {
     AccountKey {
         account_name: String,
         key: Secret,
+        scope: AccountSasScope,
         lifetime: Duration,
     },
     /// Use this fixed token.
@@ -149,11 +210,12 @@ impl SasPolicy {
             SasSource::AccountKey {
                 account_name,
                 key,
+                scope,
                 lifetime,
             } => {
                 let expiry = now + *lifetime;
-                let pairs =
-                    signed_pairs(account_name, key, now - START_SKEW, expiry).map_err(|e| {
+                let pairs = signed_pairs(account_name, key, scope, now - START_SKEW, expiry)
+                    .map_err(|e| {
                         azure_core::Error::with_message(
                             azure_core::error::ErrorKind::Credential,
                             e.to_string(),
@@ -224,7 +286,9 @@ mod tests {
         let key = Secret::new(crate::connection_string::DEVELOPMENT_ACCOUNT_KEY);
         let start = time::macros::datetime!(2030-01-01 0:00 UTC);
         let expiry = time::macros::datetime!(2030-01-01 1:00 UTC);
-        let pairs = signed_pairs("devstoreaccount1", &key, start, expiry).unwrap();
+        // The string-to-sign of the broad scope, over http and https.
+        let scope = AccountSasScope::OPERATOR.allowing_http();
+        let pairs = signed_pairs("devstoreaccount1", &key, &scope, start, expiry).unwrap();
         let sig = &pairs.iter().find(|(k, _)| *k == "sig").unwrap().1;
         assert_eq!(sig, KNOWN_SIGNATURE);
     }
@@ -257,6 +321,7 @@ mod tests {
         let policy = SasPolicy::new(SasSource::AccountKey {
             account_name: "devstoreaccount1".into(),
             key: Secret::new(crate::connection_string::DEVELOPMENT_ACCOUNT_KEY),
+            scope: AccountSasScope::WORKER,
             lifetime: Duration::from_secs(3600),
         });
         let first = policy.current_pairs().unwrap();

@@ -199,8 +199,14 @@ async fn list_blob_names(
     use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
 
     let expiry = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
-    let sas = spot_worker_azure::sign_account_sas(ACCOUNT_NAME, &Secret::new(ACCOUNT_KEY), expiry)
-        .unwrap();
+    let scope = spot_worker_azure::AccountSasScope::OPERATOR.allowing_http();
+    let sas = spot_worker_azure::sign_account_sas(
+        ACCOUNT_NAME,
+        &Secret::new(ACCOUNT_KEY),
+        &scope,
+        expiry,
+    )
+    .unwrap();
     let url = format!(
         "{}/{container}?restype=container&comp=list&{}",
         azurite.blob_endpoint(),

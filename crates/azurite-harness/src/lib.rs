@@ -12,6 +12,13 @@
 //! mistaken for ours. A port taken by someone else makes Azurite exit with
 //! `EADDRINUSE`, reported as [`HarnessError::PortInUse`].
 //!
+//! [`Azurite::start_https`] starts it as production looks instead: HTTPS
+//! with a given certificate, OAuth (`--oauth basic`: bearer tokens are
+//! checked for issuer, audience and lifetime), a named account, and blob and
+//! queue on port 443 of addresses of the caller's choosing (inside a network
+//! namespace, where `https://<account>.blob.core.windows.net` resolves to
+//! them).
+//!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
 //! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
 //! runs), or whatever `AZURITE_BIN` names.
@@ -26,6 +33,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod https;
+
+pub use https::HttpsOptions;
 
 /// The emulator's well-known account name.
 pub const ACCOUNT_NAME: &str = "devstoreaccount1";
@@ -90,6 +101,9 @@ pub struct Azurite {
     table_port: u16,
     /// An extra account only this instance knows; see the crate docs.
     probe_account: String,
+    /// Production-style HTTPS and OAuth instead of plain local HTTP (boxed:
+    /// most instances are local, and users keep `Azurite` in enums).
+    https: Option<Box<HttpsOptions>>,
     child: Option<Child>,
     starts: u32,
 }
@@ -114,6 +128,7 @@ impl Azurite {
                 queue_port: ports[1],
                 table_port: ports[2],
                 probe_account: format!("probe{:016x}", random_u64()),
+                https: None,
                 child: None,
                 starts: 0,
             };
@@ -140,6 +155,9 @@ impl Azurite {
         self.starts += 1;
         let log_path = self.log_path();
         let log = File::create(&log_path)?;
+        if let Some(https) = self.https.clone() {
+            return self.start_https_process(&https, log);
+        }
         let child = Command::new(&self.binary)
             .args([
                 "--silent",

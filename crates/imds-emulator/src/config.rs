@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::identity::IdentityConfig;
+
 /// How the emulated VM looks and how the emulated service behaves.
 ///
 /// The defaults describe instance 0 of a Spot scale set called `spotvmss`
@@ -27,6 +29,9 @@ pub struct EmulatorConfig {
     /// Delay of the very first Scheduled Events GET (the real service takes
     /// up to two minutes when Scheduled Events is first enabled).
     pub first_call_delay: Duration,
+    /// The VM's managed identities and the tokens the identity endpoint
+    /// issues (none by default: a VM without identities).
+    pub identity: IdentityConfig,
 }
 
 impl Default for EmulatorConfig {
@@ -59,6 +64,7 @@ impl EmulatorConfig {
             vm_size: "Standard_D2s_v5".to_owned(),
             rate_limit_per_sec: Some(5),
             first_call_delay: Duration::ZERO,
+            identity: IdentityConfig::default(),
         }
     }
 

@@ -36,9 +36,9 @@ pub(crate) fn routes() -> Router<Emulator> {
 }
 
 /// A refused control request, answered as `{"error": message}`.
-struct Refusal(StatusCode, String);
+pub(crate) struct Refusal(StatusCode, String);
 
-type Answer = Result<Response, Refusal>;
+pub(crate) type Answer = Result<Response, Refusal>;
 
 impl From<Refusal> for Response {
     fn from(Refusal(status, message): Refusal) -> Self {
@@ -57,16 +57,16 @@ impl From<EmulatorError> for Refusal {
     }
 }
 
-fn bad_request(message: impl Into<String>) -> Refusal {
+pub(crate) fn bad_request(message: impl Into<String>) -> Refusal {
     Refusal(StatusCode::BAD_REQUEST, message.into())
 }
 
-fn answer(result: Answer) -> Response {
+pub(crate) fn answer(result: Answer) -> Response {
     result.unwrap_or_else(Response::from)
 }
 
 /// Parses a JSON body; an empty body counts as `{}` where `empty_ok`.
-fn parse<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, Refusal> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, Refusal> {
     let body = if empty_ok && body.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
     } else {
@@ -77,7 +77,7 @@ fn parse<T: DeserializeOwned>(body: &[u8], empty_ok: bool) -> Result<T, Refusal>
 }
 
 /// Seconds from JSON as a duration, refusing negative or absurd values.
-fn seconds(field: &str, secs: f64) -> Result<Duration, Refusal> {
+pub(crate) fn seconds(field: &str, secs: f64) -> Result<Duration, Refusal> {
     if !(0.0..=366.0 * 24.0 * 3600.0).contains(&secs) {
         return Err(bad_request(format!(
             "{field} must be between 0 and one year"
@@ -258,7 +258,7 @@ struct ConfigChange {
 }
 
 /// Tells a present `null` (`Some(None)`) from an absent field (`None`).
-fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

@@ -11,8 +11,10 @@ use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::event::EventSpec;
 use crate::fault::Fault;
+use crate::identity::IdentityConfig;
 use crate::scenario::{self, Action, Scenario};
 use crate::state::{Approval, State, Stats};
+use crate::token::IssuedToken;
 
 /// The api-version whose document [`Emulator::document`] returns.
 pub const CURRENT_API_VERSION: &str = "2020-07-01";
@@ -176,6 +178,17 @@ impl Emulator {
     /// Request counters.
     pub fn stats(&self) -> Stats {
         self.with_state(|state| state.stats)
+    }
+
+    /// Replaces the VM's managed identities and token settings; tokens
+    /// already issued stay valid until they expire, as in Azure.
+    pub fn set_identity(&self, identity: IdentityConfig) {
+        self.with_state(|state| state.config.identity = identity);
+    }
+
+    /// The tokens the identity endpoint issued, oldest first.
+    pub fn tokens(&self) -> Vec<IssuedToken> {
+        self.with_state(|state| state.tokens.clone())
     }
 
     /// The id of the event a scenario step scheduled under `key`.

@@ -40,12 +40,14 @@
 //!
 //! IMDS (with `Metadata: true` and `api-version`):
 //! `GET /metadata/scheduledevents`, `POST /metadata/scheduledevents`
-//! (`{"StartRequests":[{"EventId":"…"}]}`), `GET /metadata/instance`.
+//! (`{"StartRequests":[{"EventId":"…"}]}`), `GET /metadata/instance`,
+//! `GET /metadata/identity/oauth2/token` (managed-identity tokens for the
+//! identities in [`IdentityConfig`]).
 //!
 //! Control (JSON, no header): `POST /emulator/events`,
 //! `POST /emulator/events/{id}/start`, `POST /emulator/events/{id}/complete`,
 //! `DELETE /emulator/events/{id}`, `POST|DELETE /emulator/faults`,
-//! `POST /emulator/config`, `GET /emulator/scenarios`,
+//! `POST /emulator/config`, `GET|POST /emulator/identity`, `GET /emulator/scenarios`,
 //! `POST /emulator/scenarios/{name}`, `GET /emulator/state`,
 //! `POST /emulator/reset`.
 
@@ -55,11 +57,14 @@ mod emulator;
 mod error;
 mod event;
 mod fault;
+mod identity;
+mod identity_control;
 mod imds;
 mod response;
 mod scenario;
 mod server;
 mod state;
+mod token;
 
 pub use axum::http::StatusCode;
 pub use config::EmulatorConfig;
@@ -67,7 +72,9 @@ pub use emulator::{CURRENT_API_VERSION, Emulator, ScheduledEvent};
 pub use error::EmulatorError;
 pub use event::{EventSource, EventSpec, EventStatus};
 pub use fault::Fault;
+pub use identity::{IdentityConfig, TOKEN_PATH};
 pub use imds::{INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS};
 pub use scenario::{Action, Scenario, Step};
 pub use server::RunningEmulator;
 pub use state::{Approval, Stats};
+pub use token::IssuedToken;

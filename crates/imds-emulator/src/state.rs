@@ -15,6 +15,7 @@ use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::event::{self, EventSource, EventSpec, EventStatus, WireDocument, WireEvent};
 use crate::fault::FaultQueue;
+use crate::token::IssuedToken;
 
 /// The first api-version that shows `Terminate` events.
 const TERMINATE_SINCE: &str = "2019-01-01";
@@ -36,6 +37,8 @@ pub struct Stats {
     pub bad_requests: u64,
     /// Requests answered with an injected fault.
     pub faults_served: u64,
+    /// `GET /metadata/identity/oauth2/token` requests (answered or refused).
+    pub token_gets: u64,
 }
 
 /// One approved event id from a `StartRequests` POST.
@@ -127,6 +130,8 @@ pub(crate) struct State {
     pub approvals: Vec<Approval>,
     pub stats: Stats,
     pub faults: FaultQueue,
+    /// Tokens the identity endpoint issued, oldest first.
+    pub tokens: Vec<IssuedToken>,
     /// Arrival times of the IMDS requests admitted in the last second.
     rate_window: VecDeque<Instant>,
     /// The first Scheduled Events GET has not been answered yet.
@@ -146,6 +151,7 @@ impl State {
             approvals: Vec::new(),
             stats: Stats::default(),
             faults: FaultQueue::default(),
+            tokens: Vec::new(),
             rate_window: VecDeque::new(),
             first_get_pending: true,
             keys: HashMap::new(),
@@ -308,6 +314,7 @@ impl State {
         self.approvals.clear();
         self.stats = Stats::default();
         self.faults.clear();
+        self.tokens.clear();
         self.rate_window.clear();
         self.keys.clear();
     }

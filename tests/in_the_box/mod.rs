@@ -1,0 +1,34 @@
+//! The pieces of `tests/vm_in_a_box.rs`: entering fresh network, mount and
+//! PID namespaces ([`namespace`]), the VM's network, name resolution and
+//! trust store inside them ([`network`]), throwaway certificate authorities
+//! ([`pki`]) and the worker process as systemd would run it ([`vm`]).
+
+#![allow(dead_code)] // Not every helper is used by every case.
+
+mod failures;
+pub mod namespace;
+pub mod network;
+pub mod pki;
+mod success;
+pub mod the_box;
+pub mod vm;
+
+use std::process::Command;
+
+/// Runs `program args`, panicking with its output if it fails: every
+/// command here sets up the box, and the test cannot go on without it.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {} failed ({}):\n{}{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

@@ -1,0 +1,118 @@
+//! Re-runs one test of this binary inside new network, mount and PID
+//! namespaces (`unshare --net --mount --pid --fork --kill-child`, inside a
+//! user namespace when not run as root): a
+//! loopback-only network the test configures, a private mount table for
+//! `/etc/hosts` and the CA bundle, and a PID namespace whose first process
+//! is the inner test, so that when it ends, or is killed, the kernel kills
+//! everything it started (Azurite, workers, scripts).
+
+use std::io::Read;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set for the inner run; the outer test leaves the work to it.
+pub const INSIDE_ENV: &str = "SPOT_WORKER_VM_IN_A_BOX_INSIDE";
+/// `SPOT_WORKER_VM_IN_A_BOX=0` skips the rehearsal, explicitly and loudly.
+pub const OPT_OUT_ENV: &str = "SPOT_WORKER_VM_IN_A_BOX";
+
+/// Whether this process is the inner run.
+pub fn inside() -> bool {
+    std::env::var(INSIDE_ENV).as_deref() == Ok("1")
+}
+
+/// Whether the rehearsal was switched off on purpose (`0`, `false` or
+/// `disabled`, as `scripts/test.sh` reads it).
+pub fn opted_out() -> bool {
+    matches!(
+        std::env::var(OPT_OUT_ENV).as_deref(),
+        Ok("0" | "false" | "disabled")
+    )
+}
+
+/// What the inner run printed and how it ended.
+pub struct InnerRun {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the ignored test `test_name` of this binary inside the namespaces, for at most
+/// `limit`. Panics with a clear message if namespaces cannot be made.
+pub fn run_inside(test_name: &str, limit: Duration) -> InnerRun {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut unshare = Command::new("unshare");
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        // Without root, a user namespace in which this user is root owns
+        // the others (where the kernel allows unprivileged user namespaces).
+        unshare.args(["--user", "--map-root-user"]);
+    }
+    let mut child = unshare
+        .args(["--net", "--mount", "--propagation", "private"])
+        .args(["--pid", "--fork", "--kill-child"])
+        .arg("--")
+        .arg(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            test_name,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(INSIDE_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run unshare(1) to make the VM's namespaces: {e}. Install util-linux, \
+                 or set {OPT_OUT_ENV}=0 to skip this rehearsal explicitly"
+            )
+        });
+    let stdout = drain(child.stdout.take().expect("piped"));
+    let stderr = drain(child.stderr.take().expect("piped"));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for unshare") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // --kill-child: the inner run dies with unshare, and the
+            // kernel then kills every process of its PID namespace.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the rehearsal did not finish within {limit:?}; its output:\n{}\n{}",
+                stdout.join().unwrap_or_default(),
+                stderr.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let run = InnerRun {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    let unavailable = !run.status.success()
+        && run.stderr.contains("unshare failed")
+        && !run.stdout.contains("running 1 test");
+    assert!(
+        !unavailable,
+        "network/mount/PID namespaces are unavailable here ({}): run as root (or with \
+         unprivileged user namespaces), or set {OPT_OUT_ENV}=0 to skip this rehearsal \
+         explicitly",
+        run.stderr.trim()
+    );
+    run
+}
+
+/// Reads a pipe to its end on a thread.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}

@@ -1,0 +1,179 @@
+//! The deployment working: the installed worker on exactly the rendered
+//! environment becomes ready with a real token, does its jobs, drains and
+//! approves a Preempt and exits 0; and short-lived tokens are refreshed while
+//! it keeps working.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use spot_worker::azure::AzureQueue;
+use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
+use spot_worker_imds_emulator::EventSpec;
+use spot_worker_primes::{PrimesJob, expected_result};
+
+use super::network::IMDS_IP;
+use super::the_box::{CLIENT_ID, TheBox, bearer_validations, note, wait_for};
+use super::vm::Vm;
+use crate::rendered::seconds;
+
+impl TheBox {
+    pub async fn the_deployment_works(
+        &self,
+        binary: &Path,
+        env: &BTreeMap<String, String>,
+        queue: &AzureQueue,
+        sentinel: &PrimesJob,
+    ) {
+        let started = Instant::now();
+        let bearer_before = bearer_validations(&self.azurite);
+        let mut vm = Vm::start(binary, env);
+        vm.until_ready().await;
+        note(format!(
+            "worker ready after {:?} (warmup gate open)",
+            started.elapsed()
+        ));
+        let results = self
+            .operator
+            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
+            .unwrap();
+        let checkpoints = self
+            .operator
+            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
+            .unwrap();
+        let small = PrimesJob::new("small", 0, 2_000_000).unwrap();
+        queue
+            .send(&small.to_message(), Duration::ZERO)
+            .await
+            .unwrap();
+        for job in [sentinel, &small] {
+            let name = format!("{}.json", job.job_id);
+            let bytes = wait_for(&vm, &format!("result {name}"), || async {
+                results.get(&name).await.unwrap()
+            })
+            .await;
+            let result: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(result, expected_result(job));
+            note(format!("job {}: result {result}", job.job_id));
+        }
+
+        let big = PrimesJob::new("big", 0, 200_000_000_000).unwrap();
+        queue.send(&big.to_message(), Duration::ZERO).await.unwrap();
+        wait_for(&vm, "the long job's first checkpoint", || async {
+            checkpoints.read("big").await.unwrap()
+        })
+        .await;
+        let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
+        let notice = Instant::now();
+        let drain_budget = seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
+        let status = vm.exit_within(Duration::from_secs(drain_budget + 5)).await;
+        assert!(status.success(), "exit {status}; log:\n{}", vm.log());
+        note(format!(
+            "Preempt {} at {IMDS_IP}: exit 0 after {:?}",
+            preempt.id,
+            notice.elapsed()
+        ));
+        let approval = self
+            .emulator
+            .approvals()
+            .into_iter()
+            .find(|a| a.event_id == preempt.id)
+            .unwrap_or_else(|| panic!("the Preempt was not approved; log:\n{}", vm.log()));
+        note(format!(
+            "IMDS saw the approval POST for {}",
+            approval.event_id
+        ));
+        // Azure evicts the VM now; the next VM in the box starts clean.
+        self.emulator.complete_event(&preempt.id).unwrap();
+        let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(back.len(), 1, "the long job's message is back at once");
+        assert_eq!(
+            PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
+            "big"
+        );
+        queue
+            .delete(&back[0].id, &back[0].pop_receipt)
+            .await
+            .unwrap();
+
+        let tokens: Vec<_> = self
+            .emulator
+            .tokens()
+            .into_iter()
+            .filter(|t| t.client_id == CLIENT_ID)
+            .collect();
+        assert!(!tokens.is_empty());
+        let bearer = bearer_validations(&self.azurite) - bearer_before;
+        assert!(bearer > 0, "Azurite authorised requests by bearer token");
+        note(format!(
+            "IMDS issued {} token(s) to {CLIENT_ID} (resource {}); Azurite authorised {bearer} request(s) by bearer token",
+            tokens.len(),
+            tokens[0].resource
+        ));
+        for line in vm.transcript(&[
+            "managed identity token acquired",
+            "warmup gate",
+            "Preempt",
+            "approv",
+            "drain",
+            "released",
+            "stopped",
+        ]) {
+            note(format!("  worker: {line}"));
+        }
+    }
+
+    pub async fn short_lived_tokens_are_refreshed(
+        &self,
+        binary: &Path,
+        env: &BTreeMap<String, String>,
+    ) {
+        const LIFETIME_SECS: u64 = 8;
+        self.identity(serde_json::json!({"token_lifetime_secs": LIFETIME_SECS}))
+            .await;
+        let first_token_at = self.emulator.tokens().len();
+        let queue = self.operator.queue(&env["SPOT_WORKER_QUEUE"]).unwrap();
+        let results = self
+            .operator
+            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
+            .unwrap();
+        let mut vm = Vm::start(binary, env);
+        vm.until_ready().await;
+        let first = self.emulator.tokens()[first_token_at].clone();
+        let expired_at = SystemTime::UNIX_EPOCH + Duration::from_secs(first.expires_on);
+        // Wait (bounded) until the first token has expired, then give work.
+        wait_for(&vm, "the first token to expire", || async {
+            (SystemTime::now() > expired_at + Duration::from_secs(1)).then_some(())
+        })
+        .await;
+        let late = PrimesJob::new("after-expiry", 0, 1_000_000).unwrap();
+        queue
+            .send(&late.to_message(), Duration::ZERO)
+            .await
+            .unwrap();
+        let bytes = wait_for(&vm, "the job given after expiry", || async {
+            results.get("after-expiry.json").await.unwrap()
+        })
+        .await;
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            expected_result(&late)
+        );
+        assert!(vm.stop().await.success());
+        let newer = self
+            .emulator
+            .tokens()
+            .iter()
+            .filter(|t| t.expires_on > first.expires_on)
+            .count();
+        assert!(
+            newer > 0,
+            "fresh tokens were fetched after the first expired"
+        );
+        self.identity(serde_json::json!({"token_lifetime_secs": 86_400}))
+            .await;
+        note(format!(
+            "{LIFETIME_SECS} s tokens: the worker kept working past the first token's expiry ({newer} newer token(s) fetched)"
+        ));
+    }
+}

@@ -1,0 +1,127 @@
+//! A VM in a box: the deployed worker, unmodified, on the path a real
+//! deployment takes. Inside network, mount and PID namespaces made by this
+//! test (see `in_the_box::namespace`):
+//!
+//! - `169.254.169.254:80` is the IMDS emulator, serving Scheduled Events and
+//!   the managed-identity token endpoint for the scale set's user-assigned
+//!   identity;
+//! - Azurite serves the storage account named from `bicep/main.bicepparam`
+//!   over HTTPS with OAuth (`--oauth basic`), blob on `127.0.0.2:443` and
+//!   queue on `127.0.0.3:443`, reached as
+//!   `https://<account>.blob.core.windows.net` through the box's
+//!   `/etc/hosts`, its certificate trusted through the box's CA bundle;
+//! - `bicep/cloud-init/install-worker.sh`, as rendered, fetches a token from
+//!   IMDS, downloads the worker from the artifacts container with it, checks
+//!   its SHA-256 and installs it (into a scratch root);
+//! - the installed worker runs with exactly the environment file the
+//!   templates render: account URL, `AZURE_CLIENT_ID`, queue, containers,
+//!   health address, drain settings. Its token comes from IMDS, its requests
+//!   are authorised by bearer token, its jobs are done, and a Preempt at the
+//!   real IMDS address is drained and approved, exit 0.
+//!
+//! The only value not as Azure would render it is
+//! `APPLICATIONINSIGHTS_CONNECTION_STRING`, rendered empty: the box has no
+//! Application Insights, and the template allows it (the telemetry crate
+//! treats an empty value as "no export"), so no export to an unreachable
+//! ingestion host clutters the run.
+//!
+//! Then what goes wrong on real VMs, each with a clear error and nothing
+//! taken from the queue: a client id IMDS does not know, tokens storage
+//! refuses (wrong issuer), a certificate the VM does not trust, proxy
+//! variables pointing at a dead proxy (the token is still fetched: IMDS is
+//! never reached through a proxy); and short-lived tokens, refreshed while
+//! the worker keeps working past their expiry.
+//!
+//! `SPOT_WORKER_VM_IN_A_BOX=0` skips it explicitly; without namespaces
+//! (not root, no user namespaces) it fails saying so. Run with
+//! `--nocapture` to see the transcript.
+
+mod in_the_box;
+mod rendered;
+
+use std::time::Duration;
+
+use in_the_box::namespace::{inside, opted_out, run_inside};
+use in_the_box::the_box::TheBox;
+use rendered::worker_binary;
+use spot_worker::storage::MessageQueue;
+use spot_worker_primes::PrimesJob;
+
+/// What a whole inner run may take.
+const BOX_LIMIT: Duration = Duration::from_secs(900);
+
+#[test]
+fn the_deployed_worker_runs_in_a_vm_in_a_box() {
+    if inside() {
+        return; // The inner run only runs `inside_the_box`.
+    }
+    if opted_out() {
+        eprintln!("SKIPPED: the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)");
+        return;
+    }
+    // Built by `cargo test` (examples are), checked before entering the box.
+    worker_binary();
+    let run = run_inside("inside_the_box", BOX_LIMIT);
+    println!("{}", run.stdout);
+    assert!(
+        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
+        "the rehearsal failed ({}):\n{}\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+}
+
+/// The inner half, run by the outer test inside the namespaces (with
+/// `--ignored --exact`); ignored in a normal run, so it never passes
+/// without having done anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the inner half of the_deployed_worker_runs_in_a_vm_in_a_box, which runs it in the box"]
+async fn inside_the_box() {
+    assert!(
+        inside(),
+        "run the_deployed_worker_runs_in_a_vm_in_a_box: this half needs the box's namespaces"
+    );
+    // Proxy settings of the machine running the tests do not exist on the
+    // VM (and no proxy is reachable in the box); the dedicated case sets
+    // its own for the worker.
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        // SAFETY: the only test of this (inner) process, before any client
+        // or child process reads the environment.
+        unsafe { std::env::remove_var(name) };
+    }
+    let the_box = TheBox::set_up().await;
+    the_box.rehearse().await;
+}
+
+impl TheBox {
+    async fn rehearse(&self) {
+        let env = self.vm_env();
+        self.check_the_environment(&env);
+        let installed = self.install().await;
+        let queue = self.operator.queue(&env["SPOT_WORKER_QUEUE"]).unwrap();
+        queue.prepare().await.unwrap();
+        let sentinel = PrimesJob::new("sentinel", 0, 100_000).unwrap();
+        queue
+            .send(&sentinel.to_message(), Duration::ZERO)
+            .await
+            .unwrap();
+
+        self.wrong_client_id(&installed, &env, &queue).await;
+        self.token_storage_refuses(&installed, &env, &queue).await;
+        self.untrusted_certificate(&installed, &env, &queue).await;
+        self.dead_proxy(&installed, &env, &queue).await;
+        self.the_deployment_works(&installed, &env, &queue, &sentinel)
+            .await;
+        self.short_lived_tokens_are_refreshed(&installed, &env)
+            .await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
