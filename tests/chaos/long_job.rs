@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng as _;
 use rand::rngs::StdRng;
@@ -29,9 +29,6 @@ use super::{
 
 /// The long job's `job_id`.
 const JOB_ID: &str = "long-job";
-/// How long one eviction may wait for a VM to be seen holding the job (a
-/// fresh delivery shows first at its first lease renewal, half a lease in).
-const FIND_BOUND: Duration = Duration::from_secs(60);
 /// How often the logs are read while looking for the holder.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -111,8 +108,12 @@ impl fmt::Display for Figures {
 }
 
 /// Preempts the long job's holder `long.evictions` times, each after it
-/// has held the job for a while; stops early (saying why) if no holder is
-/// seen within [`FIND_BOUND`], the job completes or the run is over.
+/// has held the job for a while; stops early (saying why) if the job
+/// completes or the run is over. No shorter bound on finding the holder:
+/// a released message may wait behind the whole backlog (seen with
+/// Azurite: 24 s behind 30 jobs), and a fresh delivery shows
+/// first at its first lease renewal, half a lease in; the run's own
+/// timeout bounds the wait.
 pub(super) async fn evict_repeatedly(
     shared: Arc<Shared>,
     slots: Vec<mpsc::Sender<Order>>,
@@ -143,13 +144,9 @@ async fn evict_once(
     message_id: &str,
     hold: Duration,
 ) -> Result<(), String> {
-    let give_up = Instant::now() + FIND_BOUND;
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             return Err("the run was over first".to_owned());
-        }
-        if Instant::now() >= give_up {
-            return Err(format!("no VM was seen holding it for {FIND_BOUND:?}"));
         }
         if let Some((slot, vm)) = holder(shared, message_id) {
             tokio::time::sleep(hold).await;
