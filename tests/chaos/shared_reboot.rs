@@ -292,20 +292,30 @@ fn check_not_approved(shared: &Shared, pair: &[VmHandle], event_id: &str) {
     }
 }
 
-/// After a cancel: both log that they take work again and then hold a
-/// message. Returns what was seen.
+/// After a cancel: both log that they take work again and then a delivery
+/// (the first line naming a message: a resumed checkpoint, a lease renewal
+/// or a finished job, so seconds later). Returns what was seen.
 async fn resumed(shared: &Shared, pair: &[VmHandle], event_id: &str) -> String {
+    // Where in the log the VM resumed intake after parking, if it has.
+    let resumed_at = |lines: &[Line]| {
+        let parked = lines.iter().position(|l| is_parked_for(l, event_id))?;
+        Some(parked + lines[parked..].iter().position(|l| l.message == RESUMED)?)
+    };
+    let resumed = |vm: &VmHandle| resumed_at(&read_log(&vm.log)).is_some();
     let took_work = |vm: &VmHandle| {
         let lines = read_log(&vm.log);
-        let parked = lines.iter().position(|l| is_parked_for(l, event_id))?;
-        let resumed = parked + lines[parked..].iter().position(|l| l.message == RESUMED)?;
-        lines[resumed..].iter().find(|l| l.message_id().is_some())?;
-        Some(())
+        let at = resumed_at(&lines)?;
+        lines[at..]
+            .iter()
+            .find(|l| l.message_id().is_some())
+            .map(drop)
     };
     let cancelled = Instant::now();
-    if wait_until(shared, || pair.iter().all(|vm| took_work(vm).is_some())).await {
+    let both_resumed = wait_until(shared, || pair.iter().all(resumed)).await;
+    let resumed_ms = cancelled.elapsed().as_millis();
+    if both_resumed && wait_until(shared, || pair.iter().all(|vm| took_work(vm).is_some())).await {
         format!(
-            "cancelled; both took work again within {} ms",
+            "cancelled; both resumed intake within {resumed_ms} ms and logged a delivery within {} ms",
             cancelled.elapsed().as_millis()
         )
     } else {
@@ -315,7 +325,7 @@ async fn resumed(shared: &Shared, pair: &[VmHandle], event_id: &str) -> String {
             .map(|vm| vm.name.as_str())
             .collect();
         shared.step_failed(format!(
-            "shared Reboot {event_id}: after the cancel, {stuck:?} did not resume and take work within {STAGE_BOUND:?}"
+            "shared Reboot {event_id}: after the cancel, {stuck:?} did not resume and take work within {STAGE_BOUND:?} each"
         ));
         format!("cancelled; {stuck:?} did not take work again")
     }
