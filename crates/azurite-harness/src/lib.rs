@@ -19,6 +19,9 @@
 //! namespace, where `https://<account>.blob.core.windows.net` resolves to
 //! them).
 //!
+//! [`otlp`] is the telemetry side: a collector that decodes what the
+//! exporters send.
+//!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
 //! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
 //! runs), or whatever `AZURITE_BIN` names.
@@ -35,6 +38,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod https;
+pub mod otlp;
 
 pub use https::HttpsOptions;
 

@@ -10,6 +10,7 @@ use spot_worker_imds::{
     RunningWatcher, ScheduledEvent, ScheduledEvents, ShutdownPolicy, ShutdownSignal, Transition,
     Watcher, WatcherConfig,
 };
+use spot_worker_runtime::settings::table;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -24,7 +25,7 @@ pub struct EventsArgs {
 
     /// This VM's name as listed in `Resources` (default: from instance
     /// metadata).
-    #[arg(long, global = true, env = "SPOT_WORKER_VM_NAME")]
+    #[arg(long, global = true, env = table::VM_NAME.key)]
     vm_name: Option<String>,
 
     #[command(subcommand)]
@@ -93,7 +94,7 @@ impl PolicyArgs {
 }
 
 pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
-    let client = ImdsClient::new(ImdsConfig::from_env().with_endpoint(endpoint))
+    let client = ImdsClient::new(ImdsConfig::default().with_endpoint(endpoint))
         .context("configuring the IMDS client")?;
     match args.action {
         None => print_document(&client, args.vm_name, args.json).await,

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 // Durations on the command line read like the configuration's: `1s`,
 // `250ms`, `2m` or a bare number of seconds.
+use spot_worker_runtime::settings::table;
 use spot_worker_runtime::{interrupted, parse_duration};
 use tracing_subscriber::EnvFilter;
 
@@ -24,7 +25,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = spot_worker_imds::ENDPOINT_ENV,
+        env = table::IMDS_ENDPOINT.key,
         default_value = spot_worker_imds::DEFAULT_ENDPOINT,
         value_parser = parse_endpoint
     )]
@@ -32,7 +33,7 @@ struct Cli {
 
     /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`
     /// [default: warn; error for `demo`, whose drain warnings are expected].
-    #[arg(long, global = true, env = "RUST_LOG")]
+    #[arg(long, global = true, env = table::LOG_FILTER.key)]
     log: Option<String>,
 
     #[command(subcommand)]
@@ -126,7 +127,7 @@ mod tests {
 
     #[test]
     fn an_empty_endpoint_means_the_default() {
-        // As `ImdsConfig::from_env` treats an empty SPOT_WORKER_IMDS_ENDPOINT.
+        // As the settings treat any blank value.
         assert_eq!(
             parse_endpoint(" ").unwrap(),
             spot_worker_imds::DEFAULT_ENDPOINT

@@ -23,8 +23,8 @@ mod transition;
 mod watcher;
 
 pub use client::{
-    Approval, ApprovalScope, DEFAULT_ENDPOINT, ENDPOINT_ENV, INSTANCE_API_VERSION, ImdsClient,
-    ImdsConfig, MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
+    Approval, ApprovalScope, DEFAULT_ENDPOINT, INSTANCE_API_VERSION, ImdsClient, ImdsConfig,
+    MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
 };
 pub use error::ImdsError;
 pub use model::{

@@ -99,7 +99,7 @@ impl WatcherHealth {
 /// # async fn run() -> Result<(), spot_worker_imds::ImdsError> {
 /// use spot_worker_imds::{ImdsClient, ImdsConfig, ShutdownPolicy, Watcher, WatcherConfig};
 ///
-/// let client = ImdsClient::new(ImdsConfig::from_env())?;
+/// let client = ImdsClient::new(ImdsConfig::default())?;
 /// let mut watcher = Watcher::new(client, WatcherConfig::default());
 /// let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
 /// let _running = watcher.spawn();

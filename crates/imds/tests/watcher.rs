@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use reqwest::StatusCode;
-use spot_worker::imds::{
+use spot_worker_imds::{
     Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy,
     TransitionKind, Watcher, WatcherConfig,
 };

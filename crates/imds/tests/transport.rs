@@ -9,9 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use spot_worker::imds::{
-    ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy, Watcher, WatcherConfig,
-};
+use spot_worker_imds::{ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy, Watcher, WatcherConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

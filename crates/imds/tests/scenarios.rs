@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use spot_worker::imds::{
+use spot_worker_imds::{
     EventSource, EventStatus, EventType, ShutdownPolicy, ShutdownSignal, Transition,
     TransitionKind, Watcher,
 };
