@@ -48,6 +48,20 @@ pub struct AzureSetup {
 impl AzureSetup {
     /// Reads the environment contract.
     pub fn from_env() -> Result<Self, SetupError> {
+        Self::from_env_with(|storage| storage)
+    }
+
+    /// The same contract for an operator's tools (`spot-worker enqueue`,
+    /// `poison`, `checkpoints`, `status`): same account and credentials,
+    /// with SAS tokens that may also list
+    /// ([`StorageConfig::for_operator`]).
+    pub fn operator_from_env() -> Result<Self, SetupError> {
+        Self::from_env_with(StorageConfig::for_operator)
+    }
+
+    fn from_env_with(
+        adjust: impl FnOnce(StorageConfig) -> StorageConfig,
+    ) -> Result<Self, SetupError> {
         let config = WorkerConfig::from_env()?;
         let endpoints = std::env::var(STORAGE_ACCOUNT_URL_ENV)
             .ok()
@@ -64,7 +78,7 @@ impl AzureSetup {
             credential = credentials.kind(),
             "storage credentials chosen"
         );
-        let storage = AzureStorage::new(StorageConfig::new(credentials))?;
+        let storage = AzureStorage::new(adjust(StorageConfig::new(credentials)))?;
         Ok(AzureSetup { config, storage })
     }
 

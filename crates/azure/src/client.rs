@@ -49,7 +49,7 @@ impl AzureStorage {
                             .clone()
                             .ok_or(ConnectionStringError::MissingAccountName)?,
                         key: key.clone(),
-                        scope: worker_sas_scope(cs),
+                        scope: sas_scope(config.sas_scope, cs),
                         lifetime: config.sas_lifetime,
                     },
                     SharedKeyOrSas::Sas(sas) => SasSource::Fixed(sas.clone()),
@@ -189,11 +189,10 @@ impl AzureStorage {
     }
 }
 
-/// The worker's SAS scope for `cs`'s endpoints: https only, unless an
+/// The configured SAS scope for `cs`'s endpoints: https only, unless an
 /// endpoint is a local emulator on plain http (only loopback hosts pass
 /// [`check_service_url`]).
-fn worker_sas_scope(cs: &ConnectionString) -> AccountSasScope {
-    let scope = AccountSasScope::WORKER;
+fn sas_scope(scope: AccountSasScope, cs: &ConnectionString) -> AccountSasScope {
     if cs.blob_endpoint.scheme() == "http" || cs.queue_endpoint.scheme() == "http" {
         scope.allowing_http()
     } else {

@@ -14,6 +14,7 @@ use azure_identity::AzureCliCredential;
 use crate::connection_string::{ConnectionString, ConnectionStringError};
 use crate::identity::ManagedIdentityTokens;
 use crate::redact::redact;
+use crate::sas::AccountSasScope;
 
 /// The environment variable naming a user-assigned managed identity's client id.
 pub const CLIENT_ID_ENV: &str = "AZURE_CLIENT_ID";
@@ -326,6 +327,10 @@ pub struct StorageConfig {
     pub retry: RetryConfig,
     /// Lifetime of SAS tokens signed from an account key (re-signed at half).
     pub sas_lifetime: Duration,
+    /// What SAS tokens signed from an account key allow:
+    /// [`AccountSasScope::WORKER`] by default, [`AccountSasScope::OPERATOR`]
+    /// (listing too) for the operator's command ([`StorageConfig::for_operator`]).
+    pub sas_scope: AccountSasScope,
 }
 
 impl StorageConfig {
@@ -335,7 +340,16 @@ impl StorageConfig {
             credentials,
             retry: RetryConfig::default(),
             sas_lifetime: Duration::from_secs(3600),
+            sas_scope: AccountSasScope::WORKER,
         }
+    }
+
+    /// The same account for an operator's tools, which also list blobs
+    /// (checkpoints). Never for a worker: it needs no listing.
+    #[must_use]
+    pub fn for_operator(mut self) -> Self {
+        self.sas_scope = AccountSasScope::OPERATOR;
+        self
     }
 
     /// From a connection string's text.

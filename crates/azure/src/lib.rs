@@ -54,6 +54,7 @@ mod connection_string;
 mod container;
 mod error;
 mod identity;
+mod listing;
 mod queue;
 mod redact;
 mod result;
@@ -68,6 +69,7 @@ pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
     DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
 };
+pub use listing::StoredBlob;
 pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;

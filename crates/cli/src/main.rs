@@ -6,6 +6,7 @@
 mod demo;
 mod emulator;
 mod events;
+mod operate;
 
 use std::process::ExitCode;
 
@@ -16,7 +17,8 @@ use spot_worker_runtime::settings::table;
 use spot_worker_runtime::{interrupted, parse_duration};
 use tracing_subscriber::EnvFilter;
 
-/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
+/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events,
+/// and operate a fleet's queue, poison queue and checkpoints.
 #[derive(Debug, Parser)]
 #[command(name = "spot-worker", version, about)]
 struct Cli {
@@ -51,6 +53,14 @@ enum Command {
     /// jobs, a Preempt mid-job, the drain, a second worker resuming from
     /// the checkpoints, and checks that nothing was lost or done twice.
     Demo(demo::DemoArgs),
+    /// Put jobs on the work queue: one message per line of JSON Lines.
+    Enqueue(operate::enqueue::EnqueueArgs),
+    /// Read, requeue or purge the records of the poison queue.
+    Poison(operate::poison::PoisonArgs),
+    /// List, show or delete job checkpoints.
+    Checkpoints(operate::checkpoints::CheckpointsArgs),
+    /// The queue, the poison queue, jobs in progress and workers' readiness.
+    Status(operate::status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +83,10 @@ fn main() -> ExitCode {
             Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
             Command::ImdsEmulator(args) => emulator::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Enqueue(args) => operate::enqueue::run(args).await,
+            Command::Poison(args) => operate::poison::run(args).await,
+            Command::Checkpoints(args) => operate::checkpoints::run(args).await,
+            Command::Status(args) => operate::status::run(args).await,
         }
     });
     match result {

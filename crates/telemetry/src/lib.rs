@@ -37,8 +37,6 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
-
 mod appinsights;
 mod config;
 mod error;
