@@ -101,6 +101,7 @@ fn check_terminate_notice(notice: Duration) -> Result<(), Refusal> {
 #[serde(deny_unknown_fields)]
 struct NewEvent {
     event_type: String,
+    event_id: Option<String>,
     resources: Option<Vec<String>>,
     notice_secs: Option<f64>,
     status: Option<EventStatus>,
@@ -113,6 +114,9 @@ struct NewEvent {
 impl NewEvent {
     fn into_spec(self) -> Result<EventSpec, Refusal> {
         let mut spec = EventSpec::new(self.event_type);
+        if let Some(id) = self.event_id {
+            spec = spec.id(id);
+        }
         if let Some(resources) = self.resources {
             spec = spec.resources(resources);
         }

@@ -55,6 +55,7 @@ enum Completion {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventSpec {
     event_type: String,
+    id: Option<String>,
     resources: Option<Vec<String>>,
     notice: Option<Duration>,
     status: EventStatus,
@@ -69,6 +70,7 @@ impl EventSpec {
     pub fn new(event_type: impl Into<String>) -> Self {
         Self {
             event_type: event_type.into(),
+            id: None,
             resources: None,
             notice: None,
             status: EventStatus::Scheduled,
@@ -113,6 +115,14 @@ impl EventSpec {
         S: Into<String>,
     {
         self.resources = Some(resources.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The `EventId` (default: a fresh upper-case UUID). Azure lists one
+    /// event that affects several VMs under the same id on each of them, so
+    /// a test emulating such an event on several emulators sets it.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
         self
     }
 
@@ -231,6 +241,12 @@ impl EventSpec {
         .to_owned()
     }
 
+    pub(crate) fn resolved_id(&self) -> String {
+        self.id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string().to_uppercase())
+    }
+
     pub(crate) fn resolved_resources(&self, vm_name: &str) -> Vec<String> {
         self.resources
             .clone()
@@ -245,6 +261,9 @@ impl EventSpec {
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.event_type.trim().is_empty() {
             return Err("event_type must not be empty".to_owned());
+        }
+        if self.id.as_ref().is_some_and(|id| id.trim().is_empty()) {
+            return Err("event_id must not be empty".to_owned());
         }
         if let Some(resources) = &self.resources {
             if resources.is_empty() {
@@ -284,6 +303,7 @@ impl EventSpec {
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "event_type": self.event_type,
+            "event_id": self.id,
             "resources": self.resources,
             "notice_secs": self.resolved_notice().as_secs_f64(),
             "status": self.status,

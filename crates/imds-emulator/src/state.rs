@@ -219,9 +219,15 @@ impl State {
         now: SystemTime,
     ) -> Result<&Event, EmulatorError> {
         spec.validate().map_err(EmulatorError::InvalidSpec)?;
+        let id = spec.resolved_id();
+        if self.event(&id).is_some() {
+            return Err(EmulatorError::InvalidSpec(format!(
+                "an event with id {id} is already listed"
+            )));
+        }
         let status = spec.status();
         let event = Event {
-            id: uuid::Uuid::new_v4().to_string().to_uppercase(),
+            id,
             event_type: spec.event_type().to_owned(),
             resources: spec.resolved_resources(&self.config.vm_name),
             status,
