@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::emulator::{CURRENT_API_VERSION, Emulator};
 use crate::error::EmulatorError;
-use crate::event::{EventSource, EventSpec, EventStatus};
+use crate::event::{EmulatedSource, EmulatedStatus, EventSpec};
 use crate::fault::Fault;
 use crate::response;
 use crate::scenario::{Action, Scenario};
@@ -104,8 +104,8 @@ struct NewEvent {
     event_id: Option<String>,
     resources: Option<Vec<String>>,
     notice_secs: Option<f64>,
-    status: Option<EventStatus>,
-    source: Option<EventSource>,
+    status: Option<EmulatedStatus>,
+    source: Option<EmulatedSource>,
     duration_secs: Option<i64>,
     description: Option<String>,
     complete_after_secs: Option<f64>,
@@ -123,12 +123,12 @@ impl NewEvent {
         if let Some(notice) = self.notice_secs {
             spec = spec.notice(seconds("notice_secs", notice)?);
         }
-        if self.status == Some(EventStatus::Started) {
+        if self.status == Some(EmulatedStatus::Started) {
             spec = spec.started();
         } else if spec.event_type() == "Terminate" {
             check_terminate_notice(spec.resolved_notice())?;
         }
-        if self.source == Some(EventSource::User) {
+        if self.source == Some(EmulatedSource::User) {
             spec = spec.source_user();
         }
         if let Some(duration) = self.duration_secs {

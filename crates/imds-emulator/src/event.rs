@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// There is no "Completed": the real service removes finished events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventStatus {
+pub enum EmulatedStatus {
     /// Announced; starts when approved or when `NotBefore` passes.
     #[serde(alias = "scheduled")]
     Scheduled,
@@ -20,7 +20,7 @@ pub enum EventStatus {
 
 /// `EventSource`: who initiated the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventSource {
+pub enum EmulatedSource {
     /// Azure (maintenance, evictions, failures).
     #[serde(alias = "platform")]
     Platform,
@@ -58,8 +58,8 @@ pub struct EventSpec {
     id: Option<String>,
     resources: Option<Vec<String>>,
     notice: Option<Duration>,
-    status: EventStatus,
-    source: EventSource,
+    status: EmulatedStatus,
+    source: EmulatedSource,
     duration_secs: Option<i64>,
     description: Option<String>,
     completion: Completion,
@@ -73,8 +73,8 @@ impl EventSpec {
             id: None,
             resources: None,
             notice: None,
-            status: EventStatus::Scheduled,
-            source: EventSource::Platform,
+            status: EmulatedStatus::Scheduled,
+            source: EmulatedSource::Platform,
             duration_secs: None,
             description: None,
             completion: Completion::Default,
@@ -135,13 +135,13 @@ impl EventSpec {
     /// Appear directly as `Started` with an empty `NotBefore`, like the
     /// events created after a host hardware failure.
     pub fn started(mut self) -> Self {
-        self.status = EventStatus::Started;
+        self.status = EmulatedStatus::Started;
         self
     }
 
     /// Initiated by the user (`EventSource: "User"`).
     pub fn source_user(mut self) -> Self {
-        self.source = EventSource::User;
+        self.source = EmulatedSource::User;
         self
     }
 
@@ -184,7 +184,7 @@ impl EventSpec {
             .unwrap_or_else(|| default_notice(&self.event_type))
     }
 
-    pub(crate) fn status(&self) -> EventStatus {
+    pub(crate) fn status(&self) -> EmulatedStatus {
         self.status
     }
 
@@ -219,7 +219,7 @@ impl EventSpec {
         if let Some(description) = &self.description {
             return description.clone();
         }
-        let user = self.source == EventSource::User;
+        let user = self.source == EmulatedSource::User;
         match (self.event_type.as_str(), user) {
             ("Preempt", _) => "Virtual machine is being evicted from the Spot pool.",
             ("Terminate", _) => "Virtual machine is being deleted from the scale set.",
@@ -253,7 +253,7 @@ impl EventSpec {
             .unwrap_or_else(|| vec![vm_name.to_owned()])
     }
 
-    pub(crate) fn source(&self) -> EventSource {
+    pub(crate) fn source(&self) -> EmulatedSource {
         self.source
     }
 
@@ -357,11 +357,11 @@ pub(crate) struct WireEvent<'a> {
     pub event_type: &'a str,
     pub resource_type: &'static str,
     pub resources: &'a [String],
-    pub event_status: EventStatus,
+    pub event_status: EmulatedStatus,
     pub not_before: String,
     pub description: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub event_source: Option<EventSource>,
+    pub event_source: Option<EmulatedSource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_in_seconds: Option<i64>,
 }
