@@ -79,8 +79,8 @@ async fn run() -> anyhow::Result<()> {
         .await
         .context("running the worker")?;
     tracing::info!(
-        trigger = %report.shutdown.trigger,
-        notice_to_drained_ms = report.shutdown.notice_to_drained.as_millis() as u64,
+        trigger = %report.drain.trigger,
+        notice_to_drained_ms = report.drain.notice_to_drained.as_millis() as u64,
         processed = report.stats.succeeded,
         released = report.stats.released,
         "stopped"

@@ -107,8 +107,8 @@ fn worker_config() -> WorkerConfig {
         ..WorkerConfig::default()
     };
     config.imds.enabled = false; // not on an Azure VM
-    config.shutdown.handle_signals = false;
-    config.shutdown.watchdog = false;
+    config.drain.handle_signals = false;
+    config.drain.watchdog = false;
     config
 }
 

@@ -69,7 +69,7 @@ pub struct WorkerConfig {
     /// Scheduled Events settings.
     pub imds: ImdsSettings,
     /// How the worker stops.
-    pub shutdown: ShutdownSettings,
+    pub drain: DrainSettings,
     /// Give up (and exit with an error, so the service manager restarts the
     /// worker) if the warmup gate has not opened after this long
     /// (`SPOT_WORKER_GATE_TIMEOUT`; default: wait as long as it takes).
@@ -94,7 +94,7 @@ pub struct ImdsSettings {
 
 /// How the worker stops.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShutdownSettings {
+pub struct DrainSettings {
     /// Time kept in hand before the hard deadline: handlers still running
     /// this long before it are dropped and their messages released
     /// (`SPOT_WORKER_RELEASE_MARGIN`, default 3s).
@@ -149,7 +149,7 @@ impl Default for WorkerConfig {
                 vm_name: None,
                 poll_interval: table::IMDS_POLL_INTERVAL.default,
             },
-            shutdown: ShutdownSettings {
+            drain: DrainSettings {
                 release_margin: table::RELEASE_MARGIN.default,
                 release_floor: table::RELEASE_FLOOR.default,
                 drain_budget: table::DRAIN_BUDGET.default,
@@ -203,7 +203,7 @@ impl WorkerConfig {
                 vm_name: source.get(&table::VM_NAME)?.map(|name| name.into_owned()),
                 poll_interval: source.get(&table::IMDS_POLL_INTERVAL)?,
             },
-            shutdown: ShutdownSettings {
+            drain: DrainSettings {
                 release_margin: source.get(&table::RELEASE_MARGIN)?,
                 release_floor: source.get(&table::RELEASE_FLOOR)?,
                 drain_budget: source.get(&table::DRAIN_BUDGET)?,
@@ -265,11 +265,11 @@ impl WorkerConfig {
                 "at least 1; keep it high: evictions count towards this crash-loop guard",
             );
         }
-        self.shutdown.validate()
+        self.drain.validate()
     }
 }
 
-impl ShutdownSettings {
+impl DrainSettings {
     /// The longest a drain can take from its notice to its hard deadline:
     /// the drain budget, or the release margin plus the release floor when a
     /// short notice stretches the release past the time left.
@@ -364,7 +364,7 @@ mod tests {
         assert_eq!(c.encoding, MessageEncoding::Text);
         assert_eq!(c.health_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(c.imds.endpoint, "http://169.254.169.254");
-        assert!(c.imds.enabled && c.shutdown.approve_events && c.shutdown.watchdog);
+        assert!(c.imds.enabled && c.drain.approve_events && c.drain.watchdog);
         assert!(c.concurrency >= 1);
     }
 
@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(c.concurrency, 32);
         assert_eq!(c.health_addr.port(), 9000);
         assert_eq!(c.imds.endpoint, "http://127.0.0.1:8089");
-        assert_eq!(c.shutdown.drain_budget, Duration::from_secs(20));
+        assert_eq!(c.drain.drain_budget, Duration::from_secs(20));
         assert!(!c.imds.enabled);
     }
 
@@ -402,7 +402,7 @@ mod tests {
         let c = config(&[(CONFIG_FILE_ENV, file), ("SPOT_WORKER_CONCURRENCY", "7")]).unwrap();
         assert_eq!(c.queue, "from-file");
         assert_eq!(c.concurrency, 7, "the environment wins");
-        assert!(!c.shutdown.watchdog);
+        assert!(!c.drain.watchdog);
     }
 
     #[test]
@@ -444,9 +444,9 @@ mod tests {
 
     #[test]
     fn shared_events_are_approved_only_when_asked() {
-        assert!(!config(&[]).unwrap().shutdown.approve_shared_events);
+        assert!(!config(&[]).unwrap().drain.approve_shared_events);
         let c = config(&[("SPOT_WORKER_APPROVE_SHARED_EVENTS", "on")]).unwrap();
-        assert!(c.shutdown.approve_shared_events);
+        assert!(c.drain.approve_shared_events);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");
         std::fs::write(
@@ -455,8 +455,8 @@ mod tests {
         )
         .unwrap();
         let c = config(&[(CONFIG_FILE_ENV, path.to_str().unwrap())]).unwrap();
-        assert!(c.shutdown.approve_shared_events);
-        assert_eq!(c.shutdown.release_floor, Duration::from_secs(1));
+        assert!(c.drain.approve_shared_events);
+        assert_eq!(c.drain.release_floor, Duration::from_secs(1));
     }
 
     #[test]

@@ -25,11 +25,11 @@ mod metered;
 pub mod shutdown;
 mod worker;
 
-pub use config::{EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, ShutdownSettings, WorkerConfig};
+pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerConfig};
 pub use error::{ConfigError, WorkerError};
 pub use gate::{WarmupError, WarmupFn};
 pub use health::{Gate, Readiness};
-pub use shutdown::{Plan, Trigger, WATCHDOG_EXIT_CODE, interrupted};
+pub use shutdown::{DrainPlan, DrainTrigger, WATCHDOG_EXIT_CODE, interrupted};
 /// The settings table and its sources, which [`WorkerConfig`] reads.
 pub use spot_worker_settings::{self as settings, parse_duration};
-pub use worker::{RunReport, ShutdownReport, Worker};
+pub use worker::{DrainReport, RunReport, Worker};

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::json;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
-    InMemoryQueue, Job, MessageEncoding, MessageId, MessageQueue, PoisonRecord, PopReceipt,
-    QueueMessage, ShutdownSignals, StorageError, WritePrecondition, async_trait, handler_fn,
+    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError,
+    InMemoryCheckpointStore, InMemoryQueue, Job, MessageEncoding, MessageId, MessageQueue,
+    PoisonRecord, PopReceipt, QueueMessage, StorageError, WritePrecondition, async_trait,
+    handler_fn,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -526,7 +527,7 @@ async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_t
         Ok::<(), HandlerError>(())
     });
     let consumer = consumer(&queue, &poison, config());
-    let signals = ShutdownSignals::new();
+    let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }
@@ -574,7 +575,7 @@ async fn winding_down_lets_handlers_checkpoint_then_releases_their_messages() {
         Err::<(), HandlerError>("interrupted by shutdown".into())
     });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let signals = ShutdownSignals::new();
+    let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }

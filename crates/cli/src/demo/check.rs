@@ -45,7 +45,7 @@ impl Demo {
         let (queued, poisoned) = self.storage.messages_left().await?;
         let finished = self.tracker.totals().finished;
         let duplicates = finished.saturating_sub(n);
-        let drain = &eviction.report.shutdown;
+        let drain = &eviction.report.drain;
         let drained_in_time = drain.met_deadline && drain.notice_to_drained < PREEMPT_NOTICE;
         let [counted_a, counted_b] = [Who::A, Who::B].map(|who| self.tracker.counted(who));
         let counted = counted_a + counted_b;

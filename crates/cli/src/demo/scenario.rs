@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec};
 use spot_worker_primes::{PrimesConfig, PrimesJob, Progress};
 use spot_worker_runtime::{
-    ImdsSettings, RunReport, ShutdownSettings, Trigger, Worker, WorkerConfig, WorkerError,
+    DrainSettings, DrainTrigger, ImdsSettings, RunReport, Worker, WorkerConfig, WorkerError,
 };
 use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
@@ -132,10 +132,10 @@ impl Demo {
             },
             // Both workers share this process: a watchdog would end the
             // whole demo, and signals are the demo's to handle.
-            shutdown: ShutdownSettings {
+            drain: DrainSettings {
                 watchdog: false,
                 handle_signals: false,
-                ..defaults.shutdown
+                ..defaults.drain
             },
             ..defaults
         };
@@ -203,11 +203,11 @@ impl Demo {
         };
         self.tracker.end_status();
         let report = self.joined(Who::A, ended)?;
-        let Trigger::Event(notice) = &report.shutdown.trigger else {
+        let DrainTrigger::Event(notice) = &report.drain.trigger else {
             return Err(self.stopped_early(Who::A, Ok(Ok(report))));
         };
         let seen_after = notice.first_seen.duration_since(posted).unwrap_or_default();
-        let drain = &report.shutdown;
+        let drain = &report.drain;
         self.tracker.say(format!(
             "A saw the notice {} after it was posted (polling every {}) and drained in {}",
             millis(seen_after),
@@ -260,8 +260,8 @@ impl Demo {
         let report = self.joined(Who::B, ended)?;
         self.tracker.say(format!(
             "every job has its result; B stopped ({}) in {}",
-            report.shutdown.trigger,
-            millis(report.shutdown.notice_to_drained)
+            report.drain.trigger,
+            millis(report.drain.notice_to_drained)
         ));
         Ok(())
     }
@@ -291,7 +291,7 @@ impl Demo {
         match self.joined(who, ended) {
             Ok(report) => anyhow!(
                 "worker {who} stopped unexpectedly ({})",
-                report.shutdown.trigger
+                report.drain.trigger
             ),
             Err(error) => error,
         }

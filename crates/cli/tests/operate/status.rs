@@ -85,8 +85,8 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
         ..spot_worker::WorkerConfig::default()
     };
     config.imds.enabled = false; // not an Azure VM
-    config.shutdown.handle_signals = false;
-    config.shutdown.watchdog = false;
+    config.drain.handle_signals = false;
+    config.drain.watchdog = false;
     let worker = spot_worker::Worker::new(
         config,
         Arc::new(storage.queue(QUEUE).unwrap()),

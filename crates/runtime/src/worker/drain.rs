@@ -1,11 +1,11 @@
 //! One drain: consume until the first trigger, then stop intake, wind
 //! handlers down and release what is left, to the plan.
 
-use spot_worker_storage::{Consumer, MessageHandler, ShutdownSignals};
+use spot_worker_storage::{Consumer, DrainSignals, MessageHandler};
 use tokio::time::Instant;
 
-use super::{RunReport, ShutdownReport, Worker};
-use crate::shutdown::{Plan, Trigger, Triggers, Watchdog};
+use super::{DrainReport, RunReport, Worker};
+use crate::shutdown::{DrainPlan, DrainTrigger, Triggers, Watchdog};
 
 impl Worker {
     /// Runs the consumer until the first trigger, then drains it to the plan.
@@ -15,7 +15,7 @@ impl Worker {
         handler: H,
         triggers: &Triggers,
     ) -> Drained {
-        let signals = ShutdownSignals::new();
+        let signals = DrainSignals::new();
         let consuming = consumer.run_until(handler, signals.clone());
         tokio::pin!(consuming);
 
@@ -23,17 +23,17 @@ impl Worker {
             // The consumer only returns once told to stop.
             stats = &mut consuming => {
                 tracing::error!("the consumer stopped by itself");
-                let shutdown = self.stopped_before_start(Trigger::Requested).shutdown;
-                return Drained { report: RunReport { stats, shutdown }, watchdog: None, exit_by: None };
+                let shutdown = self.stopped_before_start(DrainTrigger::Requested).drain;
+                return Drained { report: RunReport { stats, drain: shutdown }, watchdog: None, exit_by: None };
             }
             trigger = triggers.first() => trigger,
         };
         let noticed_at = Instant::now();
-        let plan = Plan::new(&trigger, noticed_at, &self.config.shutdown);
+        let plan = DrainPlan::new(&trigger, noticed_at, &self.config.drain);
         self.readiness
             .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
         self.metrics.set_ready(false);
-        if let Trigger::Event(notice) = &trigger {
+        if let DrainTrigger::Event(notice) = &trigger {
             self.metrics.eviction_notice(notice.event_type.as_str());
         }
         tracing::warn!(
@@ -44,7 +44,7 @@ impl Worker {
         );
         let watchdog = self
             .config
-            .shutdown
+            .drain
             .watchdog
             .then(|| Watchdog::arm(plan.hard_deadline));
 
@@ -83,7 +83,7 @@ impl Worker {
         Drained {
             report: RunReport {
                 stats,
-                shutdown: ShutdownReport {
+                drain: DrainReport {
                     trigger,
                     notice_to_drained,
                     released_running_handlers,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_imds::{
-    ImdsClient, ImdsConfig, RunningWatcher, ShutdownPolicy, ShutdownSignal, Watcher, WatcherConfig,
+    ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
@@ -37,10 +37,10 @@ use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupError, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue};
-use crate::shutdown::{Trigger, Triggers};
+use crate::shutdown::{DrainTrigger, Triggers};
 
 use finish::{Finished, final_step, wrong_vm_name};
-pub use report::{RunReport, ShutdownReport};
+pub use report::{DrainReport, RunReport};
 
 /// A queue worker for a Spot VM, built in a few lines and run once.
 ///
@@ -57,8 +57,8 @@ pub use report::{RunReport, ShutdownReport};
 /// let mut config = WorkerConfig::default();
 /// config.imds.enabled = false; // not on an Azure VM
 /// config.health_addr = "127.0.0.1:0".parse().unwrap();
-/// config.shutdown.handle_signals = false;
-/// config.shutdown.watchdog = false;
+/// config.drain.handle_signals = false;
+/// config.drain.watchdog = false;
 ///
 /// let worker = Worker::new(config, Arc::new(queue.clone()), Arc::new(InMemoryQueue::new("jobs-poison")));
 /// let stop = worker.shutdown_token();
@@ -178,7 +178,7 @@ impl Worker {
 
         let (watcher, event_signal) = self.watch_events()?;
         let triggers = Triggers::new(event_signal, self.requested.clone());
-        if self.config.shutdown.handle_signals {
+        if self.config.drain.handle_signals {
             triggers.listen_for_signals();
         }
 
@@ -194,7 +194,7 @@ impl Worker {
         if let Ok(finished) = &mut result
             && let Some(chosen) = finished.approve.take()
         {
-            finished.report.shutdown.approved_event = self
+            finished.report.drain.approved_event = self
                 .approve(&chosen.event, &chosen.scope, final_step(exit_by, 2))
                 .await;
         }
@@ -234,9 +234,7 @@ impl Worker {
         }))
     }
 
-    fn watch_events(
-        &self,
-    ) -> Result<(Option<RunningWatcher>, Option<ShutdownSignal>), WorkerError> {
+    fn watch_events(&self) -> Result<(Option<RunningWatcher>, Option<NoticeSignal>), WorkerError> {
         if !self.config.imds.enabled {
             return Ok((None, None));
         }
@@ -249,7 +247,7 @@ impl Worker {
                 ..WatcherConfig::default()
             },
         );
-        let signal = watcher.shutdown_on(ShutdownPolicy::default());
+        let signal = watcher.notice_signal(NoticePolicy::default());
         Ok((Some(watcher.spawn()), Some(signal)))
     }
 
@@ -295,12 +293,12 @@ impl Worker {
                     tracing::info!(%trigger, "stopping before the warmup gate opened");
                     let report = self.stopped_before_start(trigger);
                     let next = wait_after_drain(
-                        &report.shutdown.trigger,
+                        &report.drain.trigger,
                         triggers,
                         watcher,
                         &mut None,
                         &self.readiness,
-                        &self.config.shutdown,
+                        &self.config.drain,
                     )
                     .await;
                     match next {
@@ -312,7 +310,7 @@ impl Worker {
                             let mut finished = Finished::at_once(report);
                             finished.approve = approve;
                             if parked {
-                                finished.rearm(self.config.shutdown.watchdog);
+                                finished.rearm(self.config.drain.watchdog);
                             }
                             return Ok(finished);
                         }
@@ -332,12 +330,12 @@ impl Worker {
         self.serve(handler, triggers, watcher).await
     }
 
-    fn stopped_before_start(&self, trigger: Trigger) -> RunReport {
+    fn stopped_before_start(&self, trigger: DrainTrigger) -> RunReport {
         self.readiness
             .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
         RunReport {
             stats: ConsumerStats::default(),
-            shutdown: ShutdownReport {
+            drain: DrainReport {
                 trigger,
                 notice_to_drained: Duration::ZERO,
                 released_running_handlers: false,
@@ -369,14 +367,14 @@ impl Worker {
             let mut drained = self
                 .consume(&consumer, Arc::clone(&handler), triggers)
                 .await;
-            drained.report.shutdown.resumed = resumed;
+            drained.report.drain.resumed = resumed;
             let next = wait_after_drain(
-                &drained.report.shutdown.trigger,
+                &drained.report.drain.trigger,
                 triggers,
                 watcher,
                 &mut drained.watchdog,
                 &self.readiness,
-                &self.config.shutdown,
+                &self.config.drain,
             )
             .await;
             match next {
@@ -397,7 +395,7 @@ impl Worker {
                     if parked {
                         // The drain's deadline is long past: give the last
                         // steps their own.
-                        finished.rearm(self.config.shutdown.watchdog);
+                        finished.rearm(self.config.drain.watchdog);
                     }
                     return Ok(finished);
                 }

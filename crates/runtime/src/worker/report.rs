@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use spot_worker_storage::ConsumerStats;
 
-use crate::shutdown::Trigger;
+use crate::shutdown::DrainTrigger;
 
 /// What a run did.
 #[derive(Debug, Clone)]
@@ -12,14 +12,14 @@ pub struct RunReport {
     /// What the consumer did.
     pub stats: ConsumerStats,
     /// How the worker stopped.
-    pub shutdown: ShutdownReport,
+    pub drain: DrainReport,
 }
 
 /// How the worker stopped.
 #[derive(Debug, Clone)]
-pub struct ShutdownReport {
+pub struct DrainReport {
     /// What started it.
-    pub trigger: Trigger,
+    pub trigger: DrainTrigger,
     /// From the notice to every message settled or released.
     pub notice_to_drained: Duration,
     /// Whether handlers were still running at the release instant and had
