@@ -48,8 +48,8 @@ pub use report::{DrainReport, RunReport};
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use spot_worker_runtime::{Worker, WorkerConfig};
-/// use spot_worker_storage::{handler_fn, HandlerError, InMemoryQueue, Job, MessageQueue};
+/// use spot_worker_runtime::{HandlerError, Job, Worker, WorkerConfig, handler_fn};
+/// use spot_worker_storage::{InMemoryQueue, MessageQueue};
 ///
 /// let queue = InMemoryQueue::new("jobs");
 /// queue.send("hello", Duration::ZERO).await.unwrap();
