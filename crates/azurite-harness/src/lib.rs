@@ -19,7 +19,8 @@
 //! namespace, where `https://<account>.blob.core.windows.net` resolves to
 //! them).
 //!
-//! [`otlp`] is the telemetry side: a collector that decodes what the
+//! [`faulty`] wraps any queue in switchable faults; [`otlp`] is the
+//! telemetry side: a collector that decodes what the
 //! exporters send.
 //!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
@@ -37,6 +38,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod faulty;
 mod https;
 pub mod otlp;
 
