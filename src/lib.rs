@@ -38,7 +38,26 @@ pub use spot_worker_azure as azure;
 #[cfg(feature = "emulator")]
 pub use spot_worker_imds_emulator as emulator;
 
-/// The examples in README.md, compiled as doc tests so they cannot rot.
-#[doc = include_str!("../README.md")]
+/// The examples in README.md and docs/, compiled as doc tests so they
+/// cannot rot.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/deploying.md")]
+    struct Deploying;
+    #[doc = include_str!("../docs/imds.md")]
+    struct Imds;
+    #[doc = include_str!("../docs/lifecycle.md")]
+    struct Lifecycle;
+    #[doc = include_str!("../docs/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../docs/storage.md")]
+    struct Storage;
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+}

@@ -11,7 +11,7 @@
 //! (both must wait, approve nothing, then take work again) and later one
 //! that starts (both must wait, then exit 0).
 //!
-//! The long run is `cargo bench --bench chaos` (see the README).
+//! The long run is `cargo bench --bench chaos` (see docs/benchmarks.md).
 
 #[path = "chaos/harness.rs"]
 mod harness;

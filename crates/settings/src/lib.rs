@@ -9,7 +9,7 @@
 //!   (`SPOT_WORKER_DRAIN_BUDGET` is `drain_budget`, `RUST_LOG` is
 //!   `rust_log`); a key not in the table is an error;
 //! - command-line flags (`--drain-budget`; see [`Setting::flag`]);
-//! - the README's configuration table ([`markdown_table`]), checked by a
+//! - the configuration table of `docs/configuration.md` ([`markdown_table`]), checked by a
 //!   test to be exactly the table.
 //!
 //! Precedence, highest first: flags (or code), environment, file, default.
@@ -59,7 +59,7 @@ pub fn help() -> String {
     out
 }
 
-/// The README's configuration table: one row per setting of
+/// The configuration table of `docs/configuration.md`: one row per setting of
 /// [`table::ALL`], in its order.
 pub fn markdown_table() -> String {
     let mut out = String::from("| variable | default | meaning |\n|---|---|---|\n");

@@ -14,10 +14,10 @@ pub struct Setting<T: 'static> {
     /// The value when none is given. Settings without one are
     /// `Setting<Option<T>>` with the default `None`.
     pub default: T,
-    /// How the README shows the default, when not as the value itself
+    /// How the docs show the default, when not as the value itself
     /// (e.g. "CPUs" for a default worked out at run time).
     pub default_doc: Option<&'static str>,
-    /// One line of Markdown for `--help` and the README.
+    /// One line of Markdown for `--help` and the docs.
     pub doc: &'static str,
 }
 
@@ -42,7 +42,7 @@ impl<T: SettingValue> Setting<T> {
     }
 }
 
-/// A setting of any type, as the table, the README and `--help` see it.
+/// A setting of any type, as the table, the docs and `--help` see it.
 pub trait Describe: Sync {
     /// The environment variable.
     fn key(&self) -> &'static str;

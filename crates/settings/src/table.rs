@@ -1,4 +1,4 @@
-//! Every setting, in the order the README lists them.
+//! Every setting, in the order docs/configuration.md lists them.
 //!
 //! A crate reads its settings by these constants (`table::DRAIN_BUDGET`),
 //! never by building a variable name, so that searching for
@@ -86,7 +86,7 @@ pub const MAX_FAILURES: Setting<u32> = Setting {
     key: "SPOT_WORKER_MAX_FAILURES",
     default: 5,
     default_doc: None,
-    doc: "handler failures before the poison queue (evictions never count; see [Delivery semantics](#delivery-semantics))",
+    doc: "handler failures before the poison queue (evictions never count; see [Delivery semantics](lifecycle.md#delivery-semantics))",
 };
 
 /// The crash-loop guard.
@@ -305,7 +305,7 @@ pub const SDK_DISABLED: Setting<bool> = Setting {
     doc: "`true`: logs only, no exporter",
 };
 
-/// Every setting, in the README's order.
+/// Every setting, in the order of docs/configuration.md.
 pub const ALL: &[&dyn Describe] = &[
     &CONNECTION_STRING,
     &STORAGE_ACCOUNT_URL,

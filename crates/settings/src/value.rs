@@ -8,7 +8,7 @@ use std::time::Duration;
 pub trait SettingValue: Sized + Clone + Sync {
     /// Parses a value given as text (the environment, a flag, or the file).
     fn parse(text: &str) -> Result<Self, String>;
-    /// The value as it would be written (for the README).
+    /// The value as it would be written (for the docs).
     fn show(&self) -> String;
 }
 

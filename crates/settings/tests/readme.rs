@@ -1,18 +1,19 @@
-//! The README's configuration table is the settings table, row for row.
-//! `SPOT_WORKER_BLESS=1 cargo test -p spot-worker-settings --test readme`
-//! rewrites it after a change to the table.
+//! The configuration table of `docs/configuration.md` is the settings
+//! table, row for row. `SPOT_WORKER_BLESS=1 cargo test -p
+//! spot-worker-settings --test readme` rewrites it after a change to the
+//! table.
 
 use std::path::Path;
 
 const HEADER: &str = "| variable | default | meaning |";
 
 #[test]
-fn the_readme_lists_exactly_the_settings_table() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+fn the_docs_list_exactly_the_settings_table() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let start = readme
         .find(HEADER)
-        .expect("the README has a configuration table");
+        .expect("docs/configuration.md has the configuration table");
     let end = readme[start..]
         .find("\n\n")
         .map_or(readme.len(), |at| start + at + 1);
@@ -26,7 +27,7 @@ fn the_readme_lists_exactly_the_settings_table() {
         return;
     }
     panic!(
-        "README.md's configuration table differs from the settings table; \
+        "docs/configuration.md's configuration table differs from the settings table; \
          run with SPOT_WORKER_BLESS=1 to rewrite it. Expected:\n{expected}"
     );
 }
