@@ -14,13 +14,12 @@
 //! Under `cargo test --all-targets` (no `--bench` flag) it does nothing:
 //! `tests/chaos.rs` runs the same harness, short and seed-fixed.
 
-#[path = "../tests/chaos/harness.rs"]
-mod harness;
-
 use std::process::ExitCode;
 use std::time::Duration;
 
-use harness::{FaultMix, LongJob, Options, SharedReboots};
+use spot_worker_azurite_harness::chaos::{
+    self as harness, FaultMix, LongJob, Options, SharedReboots,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

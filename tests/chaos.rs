@@ -13,12 +13,11 @@
 //!
 //! The long run is `cargo bench --bench chaos` (see docs/benchmarks.md).
 
-#[path = "chaos/harness.rs"]
-mod harness;
-
 use std::time::Duration;
 
-use harness::{FaultMix, LongJob, Options, SharedReboots};
+use spot_worker_azurite_harness::chaos::{
+    self as harness, FaultMix, LongJob, Options, SharedReboots,
+};
 
 /// Fixed, so CI runs the same schedule every time; the long run draws one.
 const SEED: u64 = 20_260_606;

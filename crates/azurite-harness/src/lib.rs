@@ -33,11 +33,12 @@ use std::fs::File;
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod chaos;
 pub mod faulty;
 mod https;
 pub mod otlp;
@@ -463,12 +464,20 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// The workspace's root directory (this crate is `crates/azurite-harness`).
+pub fn workspace_root() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .nth(2)
+        .map_or_else(|| crate_dir.to_owned(), Path::to_owned)
+}
+
 fn binary_path() -> PathBuf {
     if let Some(path) = std::env::var_os("AZURITE_BIN") {
         return PathBuf::from(path);
     }
-    // crates/azurite-harness -> workspace root.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/azurite/node_modules/.bin/azurite")
+    workspace_root().join("tools/azurite/node_modules/.bin/azurite")
 }
 
 fn free_port() -> std::io::Result<u16> {

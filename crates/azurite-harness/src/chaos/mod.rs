@@ -20,11 +20,7 @@
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).
 
-#![allow(dead_code)] // Each includer uses its own subset.
-
-#[path = "long_job.rs"]
 mod long_job;
-#[path = "shared_reboot.rs"]
 mod shared_reboot;
 
 pub use long_job::LongJob;
@@ -39,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::Azurite;
 use anyhow::{Context as _, Result, bail};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
@@ -46,7 +43,6 @@ use rand::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 use spot_worker::azure::{AzureQueue, AzureStorage, RetryConfig, StorageConfig};
 use spot_worker::storage::{MessageQueue as _, PoisonRecord, ResultStore as _};
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_imds_emulator::{
     Emulator, EmulatorConfig, EventSpec, Fault, RunningEmulator, StatusCode,
 };
@@ -113,15 +109,22 @@ pub struct Options {
 /// How many faults of each kind the schedule holds.
 #[derive(Clone, Copy, Debug)]
 pub struct FaultMix {
+    /// Preempt notices to one VM (drain, exit 0, replaced).
     pub preempt: usize,
+    /// SIGKILLs without notice (replaced).
     pub kill: usize,
+    /// Short Freezes (must not drain).
     pub freeze: usize,
+    /// Azurite stopped and started again on the same data.
     pub azurite_outage: usize,
+    /// IMDS answering slowly for a while.
     pub imds_slow: usize,
+    /// IMDS failing (503, malformed, dropped) for a while.
     pub imds_failing: usize,
 }
 
 impl FaultMix {
+    /// Faults of every kind together.
     pub fn total(&self) -> usize {
         self.preempt
             + self.kill
@@ -289,7 +292,8 @@ pub fn worker_binary() -> Result<PathBuf> {
         .and_then(Path::parent)
         .context("this program is not in target/<profile>/deps")?;
     let binary = profile_dir.join("examples").join("primes");
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::workspace_root();
+    let workspace = root.as_path();
     if is_fresh(&binary, workspace) {
         return Ok(binary);
     }
@@ -353,45 +357,69 @@ fn is_fresh(binary: &Path, workspace: &Path) -> bool {
 /// What happened, for the figures and the checks.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// The seed of the schedule (replays it).
     pub seed: u64,
+    /// Worker processes at a time.
     pub workers: usize,
+    /// Jobs enqueued (the long one included).
     pub jobs: usize,
+    /// Numbers in all the jobs' ranges.
     pub numbers: u64,
+    /// Malformed messages enqueued.
     pub malformed: usize,
+    /// Wall time of the run.
     pub elapsed: Duration,
     /// Every fault injected: seconds since the start, kind, target.
     pub faults: Vec<(f64, String, String)>,
+    /// VMs started, replacements included.
     pub vms_started: usize,
     /// Drains after a Preempt: (VM, notice-to-drained ms).
     pub preempt_drains: Vec<(String, u64)>,
     /// Drains after the final SIGTERM.
     pub stop_drains: Vec<(String, u64)>,
+    /// Deliveries logged by the workers.
     pub deliveries: u64,
+    /// Deliveries released by a drain.
     pub released_on_drain: u64,
+    /// Deliveries that failed and were retried.
     pub retried: u64,
+    /// Deliveries whose lease was lost.
     pub leases_lost: u64,
+    /// Deliveries that waited for another holder of the job.
     pub fenced_out: u64,
+    /// Deliveries of a job already completed (deleted, not run).
     pub already_completed: u64,
     /// Deliveries that ended without a checkpoint of where they got (killed,
     /// lease lost): each redid at most one chunk.
     pub cut_deliveries: u64,
+    /// An upper bound of the numbers counted twice.
     pub redone_bound: u64,
+    /// Deliveries that resumed from a checkpoint.
     pub resumed: u64,
+    /// Results written again with the same content (harmless).
     pub identical_rewrites: u64,
+    /// Jobs with conflicting results.
     pub duplicates: u64,
+    /// Jobs without a result.
     pub lost: u64,
+    /// Jobs whose result differs from an independent count.
     pub wrong: u64,
+    /// Records in the poison queue.
     pub poisoned: usize,
+    /// ERROR lines in the workers' logs.
     pub error_lines: u64,
     /// The long job's evictions, if the run had one.
     pub long_job: Option<long_job::Figures>,
     /// The shared Reboots, in schedule order.
     pub shared_reboots: Vec<shared_reboot::Record>,
+    /// Where the logs were kept, if they were.
     pub log_dir: Option<PathBuf>,
+    /// The checks that failed (empty: passed).
     pub failures: Vec<String>,
 }
 
 impl Report {
+    /// Whether every check held.
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
