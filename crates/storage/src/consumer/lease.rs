@@ -19,13 +19,15 @@ use crate::queue::{MessageId, MessageQueue, PopReceipt};
 /// than a regular renewal, so a short outage does not cost the lease.
 const RETRY_DIVISOR: u32 = 4;
 
-/// The longest gap between renewals. A long visibility timeout then leaves
-/// most of itself for retrying through an outage instead of half.
-const MAX_RENEWAL_PERIOD: Duration = Duration::from_secs(10);
-
-/// How often a lease of `visibility_timeout` is renewed.
+/// How often a lease of `visibility_timeout` is renewed: every third of it.
+/// A job of N minutes then costs about 3·N / visibility renewals (each one
+/// storage transaction), so a long visibility timeout makes long jobs cheap;
+/// the other two thirds are left for a slow answer or for retrying a renewal
+/// through a storage outage. (Renewals used to come at most 10 s apart
+/// whatever the timeout: six transactions per job-minute however long the
+/// lease. The default 30 s lease is still renewed every 10 s.)
 pub(crate) fn renewal_period(visibility_timeout: Duration) -> Duration {
-    (visibility_timeout / 2).min(MAX_RENEWAL_PERIOD)
+    visibility_timeout / 3
 }
 
 /// The current pop receipt of a message, shared by its renewal task and
@@ -223,15 +225,84 @@ mod tests {
     const VISIBILITY: Duration = Duration::from_secs(6);
 
     #[test]
-    fn renewals_come_every_half_lease_but_at_most_ten_seconds_apart() {
-        assert_eq!(
-            renewal_period(Duration::from_secs(6)),
-            Duration::from_secs(3)
+    fn renewals_come_every_third_of_the_lease_so_their_number_scales_with_job_over_lease() {
+        for (visibility, period) in [(6, 2), (30, 10), (300, 100), (3600, 1200)] {
+            assert_eq!(
+                renewal_period(Duration::from_secs(visibility)),
+                Duration::from_secs(period),
+                "visibility {visibility} s"
+            );
+        }
+    }
+
+    /// A job of ten minutes under a five-minute lease costs a handful of
+    /// renewals, not one every ten seconds.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_job_costs_three_renewals_per_lease_length() {
+        struct CountingUpdates {
+            inner: InMemoryQueue,
+            updates: std::sync::atomic::AtomicU32,
+        }
+        #[async_trait::async_trait]
+        impl MessageQueue for CountingUpdates {
+            fn name(&self) -> &str {
+                self.inner.name()
+            }
+            async fn prepare(&self) -> Result<(), StorageError> {
+                self.inner.prepare().await
+            }
+            async fn receive(
+                &self,
+                max: u8,
+                visibility: Duration,
+            ) -> Result<Vec<crate::queue::QueueMessage>, StorageError> {
+                self.inner.receive(max, visibility).await
+            }
+            async fn update_visibility(
+                &self,
+                id: &MessageId,
+                receipt: &PopReceipt,
+                visibility: Duration,
+            ) -> Result<PopReceipt, StorageError> {
+                self.updates.fetch_add(1, Ordering::SeqCst);
+                self.inner.update_visibility(id, receipt, visibility).await
+            }
+            async fn delete(
+                &self,
+                id: &MessageId,
+                receipt: &PopReceipt,
+            ) -> Result<(), StorageError> {
+                self.inner.delete(id, receipt).await
+            }
+            async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
+                self.inner.send(body, delay).await
+            }
+        }
+        let visibility = Duration::from_secs(300);
+        let queue = Arc::new(CountingUpdates {
+            inner: InMemoryQueue::new("q"),
+            updates: std::sync::atomic::AtomicU32::new(0),
+        });
+        queue.send("a", Duration::ZERO).await.unwrap();
+        let leased_at = Instant::now();
+        let message = queue.receive(1, visibility).await.unwrap().remove(0);
+        let lease = Lease::new(message.id, message.pop_receipt);
+        let renewal = Renewal::start(
+            Arc::clone(&queue) as Arc<dyn MessageQueue>,
+            Arc::clone(&lease),
+            leased_at,
+            visibility,
+            CancellationToken::new(),
         );
+        tokio::time::sleep(Duration::from_secs(600) + Duration::from_millis(1)).await;
+        renewal.stop(&CancellationToken::new()).await;
         assert_eq!(
-            renewal_period(Duration::from_secs(300)),
-            Duration::from_secs(10)
+            queue.updates.load(Ordering::SeqCst),
+            6,
+            "at 100, 200, 300, 400, 500 and 600 s"
         );
+        assert!(!lease.is_lost());
+        assert!(!queue.inner.messages()[0].visible, "still leased");
     }
 
     #[tokio::test(start_paused = true)]
