@@ -328,3 +328,54 @@ fn a_fill_wait_longer_than_a_second_is_refused() {
     let error = new(with_wait(Duration::from_millis(1001))).unwrap_err();
     assert!(error.to_string().contains("receive_fill_wait"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_for_the_rest() {
+    let (queue, poison) = queues();
+    for seconds in [10, 20, 30, 40, 0, 0] {
+        queue
+            .send(&seconds.to_string(), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let handler = handler_fn({
+        let started = Arc::clone(&started);
+        move |job: Job| {
+            let started = Arc::clone(&started);
+            async move {
+                let seconds: u64 = job.text()?.parse()?;
+                if seconds == 0 {
+                    started.lock().unwrap().push(tokio::time::Instant::now());
+                }
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let config = ConsumerConfig {
+        batch_size: 4,
+        max_in_flight: 4,
+        receive_fill_wait: Duration::from_secs(1),
+        ..config()
+    };
+    let consumer = spot_worker_storage::Consumer::new(
+        Arc::new(queue.clone()),
+        Arc::new(poison.clone()),
+        config,
+    )
+    .unwrap();
+    let began = tokio::time::Instant::now();
+    let running = Running::start(consumer, handler);
+    running.wait_for("all handled", |s| s.succeeded == 6).await;
+    running.stop().await;
+    let started = started.lock().unwrap().clone();
+    let first_short = started[0] - began;
+    // The 10 s job frees the first slot; the next receive comes after the
+    // 100 ms pause in slots freeing, not after the whole 1 s fill wait.
+    assert!(
+        first_short >= Duration::from_secs(10)
+            && first_short <= Duration::from_secs(10) + Duration::from_millis(200),
+        "the next job started {first_short:?} after the first receive"
+    );
+}

@@ -24,8 +24,9 @@ pub struct ConsumerConfig {
     /// After a receive that returned a full batch (a backlog), the longest
     /// wait for more slots to free before receiving again, so that one
     /// receive fetches a whole batch instead of one message per freed slot.
-    /// It ends as soon as the batch is complete; an idle or draining queue
-    /// is asked at once. Zero receives as soon as one slot is free.
+    /// It ends as soon as the batch is complete, or when no slot has freed
+    /// for 100 ms (long jobs); an idle or draining queue is asked at once.
+    /// At most 1 s; zero receives as soon as one slot is free.
     pub receive_fill_wait: Duration,
     /// First delay after an empty receive.
     pub idle_backoff_floor: Duration,
@@ -61,7 +62,7 @@ impl Default for ConsumerConfig {
             batch_size: 16,
             max_in_flight: 16,
             visibility_timeout: Duration::from_secs(30),
-            receive_fill_wait: Duration::from_millis(250),
+            receive_fill_wait: Duration::from_secs(1),
             idle_backoff_floor: Duration::from_millis(200),
             idle_backoff_max: Duration::from_secs(10),
             retry_backoff_base: Duration::from_secs(5),

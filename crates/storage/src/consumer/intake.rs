@@ -1,10 +1,12 @@
 //! When to receive: how many free slots the next receive waits for, and for
 //! how long at most. Every receive is a storage transaction, so with a
-//! backlog the consumer fills its batch instead of asking again the moment
-//! one slot frees; with no backlog it asks at once, so an idle worker picks
-//! up a released message without delay. Either way it never asks for more
-//! messages than it has free slots: a message taken ahead of a free slot
-//! would be hidden from idle peers for nothing.
+//! backlog of short jobs the consumer fills its batch instead of asking
+//! again the moment one slot frees; with no backlog it asks at once, so an
+//! idle worker picks up a released message without delay, and once slots
+//! stop freeing one after the other (long jobs) it asks with what it has.
+//! Either way it never asks for more messages than it has free slots: a
+//! message taken ahead of a free slot would be hidden from idle peers for
+//! nothing.
 
 use std::time::Duration;
 
@@ -30,12 +32,19 @@ impl LastReceive {
     }
 }
 
-/// How many free slots to gather before receiving, and the longest wait
-/// for them after the first one is free.
+/// A pause this long with no slot freeing means the jobs in flight are not
+/// short ones finishing one after the other: waiting longer for a full
+/// batch would only leave the free slots idle.
+pub(crate) const FILL_GAP: Duration = Duration::from_millis(100);
+
+/// How many free slots to gather before receiving, the longest wait for
+/// them after the first one is free, and the longest pause between two
+/// slots freeing before the consumer receives with what it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SlotWait {
     pub(crate) slots: usize,
     pub(crate) at_most: Duration,
+    pub(crate) gap: Duration,
 }
 
 /// The wait before the next receive. `batch` is the most one receive can
@@ -48,10 +57,12 @@ pub(crate) fn slot_wait(last: LastReceive, batch: usize, fill_wait: Duration) ->
         LastReceive::Full => SlotWait {
             slots: batch.max(1),
             at_most: fill_wait,
+            gap: FILL_GAP.min(fill_wait),
         },
         LastReceive::Empty | LastReceive::Partial => SlotWait {
             slots: 1,
             at_most: Duration::ZERO,
+            gap: Duration::ZERO,
         },
     }
 }
@@ -60,7 +71,7 @@ pub(crate) fn slot_wait(last: LastReceive, batch: usize, fill_wait: Duration) ->
 mod tests {
     use super::*;
 
-    const FILL: Duration = Duration::from_millis(250);
+    const FILL: Duration = Duration::from_secs(1);
 
     #[test]
     fn a_receive_is_classified_by_what_it_returned() {
@@ -84,6 +95,7 @@ mod tests {
         let at_once = SlotWait {
             slots: 1,
             at_most: Duration::ZERO,
+            gap: Duration::ZERO,
         };
         for (last, batch, expected) in [
             // Idle or draining the last few: receive with what is free now.
@@ -96,6 +108,7 @@ mod tests {
                 SlotWait {
                     slots: 32,
                     at_most: FILL,
+                    gap: FILL_GAP,
                 },
             ),
             (
@@ -104,6 +117,7 @@ mod tests {
                 SlotWait {
                     slots: 1,
                     at_most: FILL,
+                    gap: FILL_GAP,
                 },
             ),
         ] {
@@ -111,6 +125,21 @@ mod tests {
                 slot_wait(last, batch, FILL),
                 expected,
                 "{last:?}, batch {batch}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_gap_never_outlasts_the_whole_wait() {
+        for (fill_wait, gap) in [
+            (Duration::from_secs(1), FILL_GAP),
+            (Duration::from_millis(30), Duration::from_millis(30)),
+            (Duration::ZERO, Duration::ZERO),
+        ] {
+            assert_eq!(
+                slot_wait(LastReceive::Full, 32, fill_wait).gap,
+                gap,
+                "{fill_wait:?}"
             );
         }
     }

@@ -289,7 +289,8 @@ impl Consumer {
 
     /// Waits for at least one free slot, then takes as many more as one
     /// batch can use: those free now, and, up to `wait.slots`, those that
-    /// free within `wait.at_most`. `None` means shutdown.
+    /// free within `wait.at_most` as long as no pause between two of them
+    /// lasts `wait.gap`. `None` means shutdown.
     async fn acquire_slots(
         &self,
         slots: &Arc<Semaphore>,
@@ -310,11 +311,12 @@ impl Consumer {
         }
         let deadline = Instant::now() + wait.at_most;
         while permits.len() < wait.slots.min(usize::from(self.config.batch_size)) {
+            let pause_ends = (Instant::now() + wait.gap).min(deadline);
             tokio::select! {
                 biased;
                 _ = shutdown.stopping() => return None,
                 permit = Arc::clone(slots).acquire_owned() => permits.push(permit.ok()?),
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(pause_ends) => break,
             }
         }
         Some(permits)
