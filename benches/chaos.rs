@@ -5,7 +5,9 @@
 //! needed) on one Azurite queue, each on its own emulated Spot VM; a few
 //! hundred jobs and a few malformed messages; a seeded random schedule of
 //! about thirty faults (Preempt notices, SIGKILLs, short Freezes, Azurite
-//! outages, slow and failing IMDS). It then checks every result, the queues
+//! outages, slow and failing IMDS), plus one long job Preempted on whichever
+//! VM holds it seven times (max_failures is 5) and four Reboots shared by
+//! two VMs (two cancelled, two left to start). It then checks every result, the queues
 //! and the drains, prints the figures and exits non-zero if a check failed.
 //! The seed is printed; `--seed` replays the same schedule.
 //!
@@ -18,7 +20,7 @@ mod harness;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use harness::{FaultMix, Options};
+use harness::{FaultMix, LongJob, Options, SharedReboots};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,6 +58,18 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
         // The contract's defaults: 30 s leases, five deliveries.
         visibility_timeout: Duration::from_secs(30),
         max_failures: 5,
+        // Evicted twice more than max_failures: evictions must not count.
+        // Long enough that it outlasts seven holds even when it runs alone
+        // on a core at the end (about 100 M numbers/s in a release build).
+        long_job: Some(LongJob {
+            span: 8_000_000_000,
+            evictions: 7,
+            hold: (Duration::from_secs(1), Duration::from_secs(4)),
+        }),
+        shared_reboots: SharedReboots {
+            cancelled: 2,
+            started: 2,
+        },
         timeout: Duration::from_secs(20 * 60),
         binary: Default::default(),
         keep_logs: false,

@@ -28,7 +28,7 @@
 //! The baseline, measured in the same run on the same jobs, is the strategy
 //! most workers use on SIGTERM: stop taking messages and wait for the
 //! in-flight handlers to finish (no cancellation, no checkpoint, no release),
-//! i.e. the storage [`Consumer`] with [`ShutdownSignals::stop_receiving`]
+//! i.e. the storage [`Consumer`] with [`DrainSignals::stop_receiving`]
 //! only, capped at the 30 s an eviction notice gives. Its clock starts at the
 //! stop itself (no detection), which favours it.
 
@@ -42,7 +42,7 @@ use anyhow::{Context, Result, bail};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::runtime::{RunReport, Worker, WorkerConfig};
 use spot_worker::storage::{
-    CheckpointStore, Consumer, ConsumerConfig, MessageQueue, ResultStore, ShutdownSignals,
+    CheckpointStore, Consumer, ConsumerConfig, DrainSignals, MessageQueue, ResultStore,
     poison_queue_name,
 };
 use spot_worker_azurite_harness::Azurite;
@@ -182,7 +182,7 @@ fn print_setup(options: &Options) {
 struct Drain {
     /// Preempt visible in IMDS → `run()` returned.
     notice_to_exit: Duration,
-    /// `report.shutdown.notice_to_drained`: seen → drained.
+    /// `report.drain.notice_to_drained`: seen → drained.
     seen_to_drained: Duration,
     released: u64,
     met_deadline: bool,
@@ -270,8 +270,8 @@ impl Bench {
         config.imds.endpoint = self.emulator.url();
         config.imds.vm_name = Some(VM.to_owned());
         config.imds.poll_interval = POLL_INTERVAL;
-        config.shutdown.watchdog = false;
-        config.shutdown.handle_signals = false;
+        config.drain.watchdog = false;
+        config.drain.handle_signals = false;
         config
     }
 
@@ -300,10 +300,10 @@ impl Bench {
         let redelivered = redelivered(stores.queue.as_ref(), k).await?;
         Ok(Drain {
             notice_to_exit,
-            seen_to_drained: report.shutdown.notice_to_drained,
+            seen_to_drained: report.drain.notice_to_drained,
             released: report.stats.released,
-            met_deadline: report.shutdown.met_deadline,
-            released_running_handlers: report.shutdown.released_running_handlers,
+            met_deadline: report.drain.met_deadline,
+            released_running_handlers: report.drain.released_running_handlers,
             redelivered,
             throttled,
         })
@@ -326,7 +326,7 @@ impl Bench {
             config,
         )?
         .with_checkpoints(Arc::clone(&stores.checkpoints));
-        let signals = ShutdownSignals::new();
+        let signals = DrainSignals::new();
         let handler = primes(&stores, &in_flight);
         let mut running = tokio::spawn({
             let signals = signals.clone();
@@ -420,7 +420,7 @@ fn print_spot_worker(ours: &[(usize, Vec<Drain>)]) {
         ours.iter()
             .map(|(k, d)| (*k, Summary::of(d.iter().map(|d| d.notice_to_exit)))),
     );
-    println!("\n## spot-worker: seen to drained (`report.shutdown.notice_to_drained`)\n");
+    println!("\n## spot-worker: seen to drained (`report.drain.notice_to_drained`)\n");
     summary_table(
         ours.iter()
             .map(|(k, d)| (*k, Summary::of(d.iter().map(|d| d.seen_to_drained)))),

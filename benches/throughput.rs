@@ -69,9 +69,9 @@ use serde_json::json;
 use spot_worker::azure::{AzureQueue, AzureStorage, StorageConfig};
 use spot_worker::runtime::{Worker, WorkerConfig};
 use spot_worker::storage::{
-    CheckpointStore, Consumer, ConsumerConfig, HandlerError, Job, MessageHandler, MessageId,
-    MessageQueue, PopReceipt, QueueMessage, ResultStore, ShutdownSignals, StorageError,
-    async_trait, handler_fn, poison_queue_name,
+    CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, MessageHandler,
+    MessageId, MessageQueue, PopReceipt, QueueMessage, ResultStore, StorageError, async_trait,
+    handler_fn, poison_queue_name,
 };
 use spot_worker_azurite_harness::Azurite;
 use spot_worker_primes::{PrimesConfig, PrimesJob, Progress};
@@ -870,8 +870,8 @@ fn worker_config(queue: &str) -> WorkerConfig {
     };
     // No IMDS here: the figures are the queue path's.
     config.imds.enabled = false;
-    config.shutdown.watchdog = false;
-    config.shutdown.handle_signals = false;
+    config.drain.watchdog = false;
+    config.drain.handle_signals = false;
     config
 }
 
@@ -1152,7 +1152,7 @@ impl<H: MessageHandler> MessageHandler for Timed<H> {
 /// One consumer running the primes job on `queue`, with its progress
 /// reports and delivery start times.
 struct PrimesConsumer {
-    signals: ShutdownSignals,
+    signals: DrainSignals,
     running: tokio::task::JoinHandle<spot_worker::storage::ConsumerStats>,
     reports: Reports,
     started: Arc<Mutex<Vec<Instant>>>,
@@ -1187,7 +1187,7 @@ impl PrimesConsumer {
             inner: primes,
             started: Arc::clone(&started),
         };
-        let signals = ShutdownSignals::new();
+        let signals = DrainSignals::new();
         let running = tokio::spawn({
             let signals = signals.clone();
             async move { consumer.run_until(handler, signals).await }
@@ -1428,7 +1428,7 @@ async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result
         config.clone(),
     )?;
     let held = Arc::new(tokio::sync::Notify::new());
-    let holder_signals = ShutdownSignals::new();
+    let holder_signals = DrainSignals::new();
     let holding = tokio::spawn({
         let (signals, held) = (holder_signals.clone(), Arc::clone(&held));
         async move {
@@ -1448,7 +1448,7 @@ async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result
         .context("the holder never got its message")?;
     let peer = Consumer::new(Arc::clone(&queue) as Arc<dyn MessageQueue>, poison, config)?;
     let started = Arc::new(Mutex::new(None));
-    let peer_signals = ShutdownSignals::new();
+    let peer_signals = DrainSignals::new();
     let peering = tokio::spawn({
         let (signals, started) = (peer_signals.clone(), Arc::clone(&started));
         async move {

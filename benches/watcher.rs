@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rand::Rng;
-use spot_worker::imds::{ImdsClient, ImdsConfig, ShutdownPolicy, Watcher, WatcherConfig};
+use spot_worker::imds::{ImdsClient, ImdsConfig, NoticePolicy, Watcher, WatcherConfig};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -265,7 +265,7 @@ async fn start_poller(
                 ..WatcherConfig::default()
             };
             let mut watcher = Watcher::new(client, config);
-            let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+            let shutdown = watcher.notice_signal(NoticePolicy::default());
             let running = watcher.spawn();
             let mut health = running.health();
             let stop = stop.clone();

@@ -10,14 +10,14 @@
 //! after each, then writes the blob `j1.json` = `{"job_id":"j1","primes":N}`
 //! (create-only) to the container `results`.
 //!
-//! Configuration is the environment contract every spot-worker shares (see
-//! `spot_worker::setup`): `AZURE_STORAGE_CONNECTION_STRING` (or
-//! `SPOT_WORKER_STORAGE_ACCOUNT_URL` with a managed identity and
-//! `AZURE_CLIENT_ID`), `SPOT_WORKER_QUEUE` (default `jobs`),
-//! `SPOT_WORKER_MESSAGE_ENCODING`, `SPOT_WORKER_IMDS_ENDPOINT`,
-//! `SPOT_WORKER_HEALTH_ADDR`, `SPOT_WORKER_CONCURRENCY`; telemetry from the
-//! standard `OTEL_*` variables and `APPLICATIONINSIGHTS_CONNECTION_STRING`.
-//! `SPOT_WORKER_RESULTS_CONTAINER` renames the results container.
+//! Configuration is the settings table every spot-worker shares (see
+//! `spot_worker::settings` and `--help`): flags (`--queue orders`), the
+//! environment (`SPOT_WORKER_QUEUE=orders`), the `SPOT_WORKER_CONFIG` file,
+//! then the defaults. Storage by `AZURE_STORAGE_CONNECTION_STRING`, or
+//! `SPOT_WORKER_STORAGE_ACCOUNT_URL` with the managed identity
+//! `AZURE_CLIENT_ID`; telemetry from the standard `OTEL_*` variables and
+//! `APPLICATIONINSIGHTS_CONNECTION_STRING`; `SPOT_WORKER_RESULTS_CONTAINER`
+//! names the results container.
 //!
 //! This file only wires: the job lives in `spot-worker-primes`, the worker
 //! in `spot-worker-runtime`.
@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use spot_worker::settings::{self, Source, table};
 use spot_worker::setup::AzureSetup;
 use spot_worker::storage::ResultStore;
 use spot_worker::telemetry::{self, TelemetryConfig};
@@ -49,12 +50,16 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let telemetry = telemetry::init(TelemetryConfig::from_env()?).context("starting telemetry")?;
-    let setup = AzureSetup::from_env().context("reading the configuration")?;
-    let container = std::env::var("SPOT_WORKER_RESULTS_CONTAINER")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .unwrap_or_else(|| "results".to_owned());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{}", settings::help());
+        return Ok(());
+    }
+    let settings = Source::from_env()?.with_args(args)?;
+    let telemetry =
+        telemetry::init(TelemetryConfig::from_source(&settings)?).context("starting telemetry")?;
+    let setup = AzureSetup::from_source(&settings).context("reading the configuration")?;
+    let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
     let worker = setup
@@ -74,8 +79,8 @@ async fn run() -> anyhow::Result<()> {
         .await
         .context("running the worker")?;
     tracing::info!(
-        trigger = %report.shutdown.trigger,
-        notice_to_drained_ms = report.shutdown.notice_to_drained.as_millis() as u64,
+        trigger = %report.drain.trigger,
+        notice_to_drained_ms = report.drain.notice_to_drained.as_millis() as u64,
         processed = report.stats.succeeded,
         released = report.stats.released,
         "stopped"

@@ -8,24 +8,25 @@
 //!
 //! - [`runtime`]: the [`Worker`] users build: warmup gate, health endpoints,
 //!   a drain that fits a Spot VM's 30 s eviction notice.
-//! - [`imds`]: the Scheduled Events client, watcher and shutdown policy.
+//! - [`imds`]: the Scheduled Events client, watcher and notice policy.
+//! - [`settings`]: the one table of settings and where their values come
+//!   from (flags, environment, the `SPOT_WORKER_CONFIG` file, defaults).
 //! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
 //!   in-memory implementations for unit tests.
 //! - `azure` (default feature `azure`): Azure Storage Queue and Blob
 //!   implementations of the storage traits.
 //! - [`telemetry`]: `tracing` + OpenTelemetry export and the worker's metrics.
-//! - `setup` (feature `azure`): the documented environment contract wired to
-//!   Azure Storage.
+//! - `setup` (feature `azure`): the settings wired to Azure Storage.
 //! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
 
 pub use spot_worker_imds as imds;
 pub use spot_worker_runtime as runtime;
+pub use spot_worker_runtime::settings;
 pub use spot_worker_storage as storage;
 pub use spot_worker_telemetry as telemetry;
 
-pub use spot_worker_runtime::{Worker, WorkerConfig};
-pub use spot_worker_storage::{
-    HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent,
+pub use spot_worker_runtime::{
+    HandlerError, Job, MessageHandler, Permanent, Worker, WorkerConfig, handler_fn, permanent,
 };
 
 #[cfg(feature = "azure")]
@@ -37,7 +38,26 @@ pub use spot_worker_azure as azure;
 #[cfg(feature = "emulator")]
 pub use spot_worker_imds_emulator as emulator;
 
-/// The examples in README.md, compiled as doc tests so they cannot rot.
-#[doc = include_str!("../README.md")]
+/// The examples in README.md and docs/, compiled as doc tests so they
+/// cannot rot.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/deploying.md")]
+    struct Deploying;
+    #[doc = include_str!("../docs/imds.md")]
+    struct Imds;
+    #[doc = include_str!("../docs/lifecycle.md")]
+    struct Lifecycle;
+    #[doc = include_str!("../docs/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../docs/storage.md")]
+    struct Storage;
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+}

@@ -1,20 +1,21 @@
-//! The documented environment contract, wired to Azure Storage: what every
-//! worker built on spot-worker reads, so one deployment fits them all.
+//! The documented settings, wired to Azure Storage: what every worker built
+//! on spot-worker reads, so one deployment fits them all.
 //!
-//! | variable | meaning |
-//! |---|---|
-//! | `AZURE_STORAGE_CONNECTION_STRING` | storage by connection string (`UseDevelopmentStorage=true` for Azurite) |
-//! | `SPOT_WORKER_STORAGE_ACCOUNT_URL` | otherwise: the account (`https://<account>.blob.core.windows.net`, or just its name), reached with a managed identity |
-//! | `AZURE_CLIENT_ID` | the user-assigned managed identity's client id |
-//! | `SPOT_WORKER_QUEUE`, `SPOT_WORKER_MESSAGE_ENCODING`, `SPOT_WORKER_CONCURRENCY`, `SPOT_WORKER_HEALTH_ADDR`, `SPOT_WORKER_IMDS_ENDPOINT`, ... | see [`WorkerConfig`](crate::runtime::WorkerConfig) |
+//! Every setting is a row of [the settings table](crate::settings::table),
+//! read from flags, the environment, the `SPOT_WORKER_CONFIG` file and the
+//! defaults by one [`Source`]. Storage is chosen by
+//! `AZURE_STORAGE_CONNECTION_STRING` (`UseDevelopmentStorage=true` for
+//! Azurite), or else `SPOT_WORKER_STORAGE_ACCOUNT_URL` with the managed
+//! identity `AZURE_CLIENT_ID` (or the Azure CLI's login).
 
 use std::sync::Arc;
 
 use spot_worker_azure::{AccountEndpoints, AzureStorage, Credentials, StorageConfig};
+use spot_worker_runtime::settings::{SettingError, Source, table};
 use spot_worker_runtime::{ConfigError, Worker, WorkerConfig};
 
 /// Names the storage account when no connection string is given.
-pub const STORAGE_ACCOUNT_URL_ENV: &str = "SPOT_WORKER_STORAGE_ACCOUNT_URL";
+pub const STORAGE_ACCOUNT_URL_ENV: &str = table::STORAGE_ACCOUNT_URL.key;
 
 /// Why the environment does not describe a usable worker.
 #[derive(Debug, thiserror::Error)]
@@ -22,9 +23,12 @@ pub enum SetupError {
     /// A worker setting is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A setting could not be read.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
     /// The storage account or its credentials are unusable.
     #[error("storage: {0}")]
-    Storage(#[from] spot_worker_azure::ConfigError),
+    Storage(#[from] spot_worker_azure::StorageConfigError),
     /// `SPOT_WORKER_STORAGE_ACCOUNT_URL` does not name a storage account.
     #[error("{STORAGE_ACCOUNT_URL_ENV}={value:?} is invalid: {reason}")]
     AccountUrl {
@@ -46,25 +50,50 @@ pub struct AzureSetup {
 }
 
 impl AzureSetup {
-    /// Reads the environment contract.
+    /// Reads the settings from the environment and the `SPOT_WORKER_CONFIG`
+    /// file.
     pub fn from_env() -> Result<Self, SetupError> {
-        let config = WorkerConfig::from_env()?;
-        let endpoints = std::env::var(STORAGE_ACCOUNT_URL_ENV)
-            .ok()
-            .filter(|url| !url.trim().is_empty())
+        Self::from_source(&Source::from_env()?)
+    }
+
+    /// Reads the settings from `source` (e.g. the environment with the
+    /// command line's flags on top: `Source::from_env()?.with_args(args)?`).
+    pub fn from_source(source: &Source) -> Result<Self, SetupError> {
+        Self::build(source, |storage| storage)
+    }
+
+    /// The same settings for an operator's tools (`spot-worker enqueue`,
+    /// `poison`, `checkpoints`, `status`): same account and credentials,
+    /// with SAS tokens that may also list
+    /// ([`StorageConfig::for_operator`]).
+    pub fn operator_from_env() -> Result<Self, SetupError> {
+        Self::build(&Source::from_env()?, StorageConfig::for_operator)
+    }
+
+    fn build(
+        source: &Source,
+        adjust: impl FnOnce(StorageConfig) -> StorageConfig,
+    ) -> Result<Self, SetupError> {
+        let config = WorkerConfig::from_source(source)?;
+        let endpoints = source
+            .get(&table::STORAGE_ACCOUNT_URL)?
             .map(|url| {
                 account_endpoints(&url).map_err(|reason| SetupError::AccountUrl {
-                    value: spot_worker_azure::redact(url.trim()),
+                    value: spot_worker_azure::redact(&url),
                     reason,
                 })
             })
             .transpose()?;
-        let credentials = Credentials::from_env(endpoints)?;
+        let credentials = Credentials::choose(
+            source.get(&table::CONNECTION_STRING)?.as_deref(),
+            source.get(&table::CLIENT_ID)?.as_deref(),
+            endpoints,
+        )?;
         tracing::info!(
             credential = credentials.kind(),
             "storage credentials chosen"
         );
-        let storage = AzureStorage::new(StorageConfig::new(credentials))?;
+        let storage = AzureStorage::new(adjust(StorageConfig::new(credentials)))?;
         Ok(AzureSetup { config, storage })
     }
 

@@ -137,10 +137,11 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
     );
     // The worker itself refuses a drain that does not fit the stop timeout:
     // check that the pair on the VM is the pair it checks against.
-    let config = WorkerConfig::from_lookup(|name| env.get(name).cloned())
+    let vars = env.clone();
+    let config = WorkerConfig::from_lookup(move |name| vars.get(name).cloned())
         .expect("worker.env is a configuration the worker accepts");
     assert_eq!(Duration::from_secs(stop_timeout), STOP_TIMEOUT);
-    assert!(config.shutdown.longest_drain() + EXIT_MARGIN <= STOP_TIMEOUT);
+    assert!(config.drain.longest_drain() + EXIT_MARGIN <= STOP_TIMEOUT);
     // What the VM is given: managed identity, the health extension's address.
     assert_eq!(
         env["SPOT_WORKER_STORAGE_ACCOUNT_URL"],

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use harness::*;
-use spot_worker::runtime::Trigger;
+use spot_worker::runtime::DrainTrigger;
 use spot_worker::storage::{HandlerError, Job, handler_fn};
 use tokio::sync::Notify;
 
@@ -26,9 +26,9 @@ async fn a_second_sigterm_releases_at_once() {
     let env = Env::start().await;
     env.queue.send("stubborn", Duration::ZERO).await.unwrap();
     let mut config = env.config(VM_A);
-    config.shutdown.handle_signals = true;
+    config.drain.handle_signals = true;
     // Without the second signal, the handler would hold the drain for 17 s.
-    config.shutdown.drain_budget = Duration::from_secs(20);
+    config.drain.drain_budget = Duration::from_secs(20);
     let started = Arc::new(Notify::new());
     let handler = handler_fn({
         let started = started.clone();
@@ -59,8 +59,8 @@ async fn a_second_sigterm_releases_at_once() {
     let report = within("the drain", running).await.unwrap().unwrap();
     let took = again.elapsed();
 
-    assert_eq!(report.shutdown.trigger, Trigger::Signal("SIGTERM"));
-    assert!(report.shutdown.released_running_handlers);
+    assert_eq!(report.drain.trigger, DrainTrigger::Signal("SIGTERM"));
+    assert!(report.drain.released_running_handlers);
     assert_eq!(report.stats.released, 1);
     assert!(
         took < Duration::from_secs(8),

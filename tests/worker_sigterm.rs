@@ -8,7 +8,7 @@
 mod harness;
 
 use harness::*;
-use spot_worker::runtime::Trigger;
+use spot_worker::runtime::DrainTrigger;
 use spot_worker_primes::PrimesJob;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +19,7 @@ async fn sigterm_drains_and_another_worker_resumes() {
 
     let mut a = env.primes_worker(VM_A);
     let mut config = env.config(VM_A);
-    config.shutdown.handle_signals = true;
+    config.drain.handle_signals = true;
     a.worker = env.worker(config);
     let progress = a.progress.clone();
     let running = tokio::spawn(a.worker.run(a.handler));
@@ -31,9 +31,9 @@ async fn sigterm_drains_and_another_worker_resumes() {
     assert_eq!(sent, 0);
     let report = within("the drain", running).await.unwrap().unwrap();
 
-    assert_eq!(report.shutdown.trigger, Trigger::Signal("SIGTERM"));
-    assert!(report.shutdown.met_deadline);
-    assert!(!report.shutdown.approved_event, "no event to approve");
+    assert_eq!(report.drain.trigger, DrainTrigger::Signal("SIGTERM"));
+    assert!(report.drain.met_deadline);
+    assert!(!report.drain.approved_event, "no event to approve");
     assert_eq!(report.stats.released, 1);
     let stopped_at = env.checkpoint_cursor("j1").await.expect("progress saved");
 

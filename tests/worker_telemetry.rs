@@ -8,142 +8,20 @@
 //! from the runtime's instrumentation around the handler and the queues.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, Uri};
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
 use spot_worker::storage::{InMemoryQueue, MessageId, MessageQueue};
 use spot_worker::telemetry::{Telemetry, TelemetryConfig, names};
 use spot_worker::{HandlerError, Job, MessageHandler, Worker, WorkerConfig, handler_fn};
-use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::{CancellationToken, DropGuard};
+use spot_worker_azurite_harness::otlp::{Collector, Received, WAIT, string_attribute};
+use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 const QUEUE: &str = "telemetry-jobs";
 const FAILING_BODY: &str = "reject me";
-/// Bound of every wait; generous because CI machines stall.
-const WAIT: Duration = Duration::from_secs(15);
-
-#[derive(Default)]
-struct Received {
-    traces: Vec<ExportTraceServiceRequest>,
-    metrics: Vec<ExportMetricsServiceRequest>,
-    bad_requests: Vec<String>,
-}
-
-/// What the OTLP receiver decoded, shared with the test.
-#[derive(Clone, Default)]
-struct Collector {
-    received: Arc<Mutex<Received>>,
-    changed: Arc<Notify>,
-}
-
-impl Collector {
-    /// Serves OTLP/HTTP (`/v1/traces`, `/v1/metrics`) on 127.0.0.1 and
-    /// returns its base URL and a guard that stops it.
-    ///
-    /// It runs on a thread and runtime of its own: the worker drops its
-    /// `Telemetry` at the end of `run()`, and that drop makes a blocking
-    /// final export on the test's only runtime thread. A receiver sharing
-    /// that thread could not answer it.
-    fn start(&self) -> (String, DropGuard) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new()
-            .route("/v1/traces", post(traces))
-            .route("/v1/metrics", post(metrics))
-            .fallback(unexpected)
-            .with_state(self.clone());
-        let stop = CancellationToken::new();
-        let stopped = stop.clone().cancelled_owned();
-        std::thread::Builder::new()
-            .name("otlp-receiver".to_owned())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                    let serving = axum::serve(listener, app).with_graceful_shutdown(stopped);
-                    serving.await.unwrap();
-                });
-            })
-            .unwrap();
-        (url, stop.drop_guard())
-    }
-
-    fn record(&self, update: impl FnOnce(&mut Received)) {
-        update(&mut self.received.lock().unwrap());
-        self.changed.notify_waiters();
-    }
-
-    /// Waits (bounded) until `check` finds what it looks for in what has
-    /// arrived, re-checking on every request rather than on a timer.
-    async fn wait_for<T>(&self, what: &str, check: impl Fn(&Received) -> Option<T>) -> T {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            // Registered before checking, so a request landing in between
-            // still wakes us.
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let received = self.received.lock().unwrap();
-                let bad = &received.bad_requests;
-                assert!(bad.is_empty(), "the receiver rejected requests: {bad:?}");
-                if let Some(found) = check(&received) {
-                    return found;
-                }
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("timed out after {WAIT:?} waiting for {what}");
-            }
-        }
-    }
-}
-
-async fn traces(State(collector): State<Collector>, body: Bytes) -> StatusCode {
-    decode(&collector, body, |r, request| r.traces.push(request))
-}
-
-async fn metrics(State(collector): State<Collector>, body: Bytes) -> StatusCode {
-    decode(&collector, body, |r, request| r.metrics.push(request))
-}
-
-/// Decodes an OTLP protobuf body; anything undecodable fails the test.
-fn decode<M: prost::Message + Default>(
-    collector: &Collector,
-    body: Bytes,
-    store: impl FnOnce(&mut Received, M),
-) -> StatusCode {
-    match M::decode(body) {
-        Ok(request) => {
-            collector.record(|r| store(r, request));
-            StatusCode::OK
-        }
-        Err(error) => {
-            let problem = format!("undecodable OTLP body: {error}");
-            collector.record(|r| r.bad_requests.push(problem));
-            StatusCode::BAD_REQUEST
-        }
-    }
-}
-
-async fn unexpected(State(collector): State<Collector>, uri: Uri) -> StatusCode {
-    collector.record(|r| r.bad_requests.push(format!("unexpected path {uri}")));
-    StatusCode::NOT_FOUND
-}
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(WAIT, future).await {
@@ -152,39 +30,12 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     }
 }
 
-fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
-    let kv = attributes.iter().find(|kv| kv.key == key)?;
-    kv.value.as_ref()?.value.as_ref()
-}
-
-fn string_attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
-    match attribute(attributes, key)? {
-        any_value::Value::StringValue(s) => Some(s),
-        _ => None,
-    }
-}
-
 fn process_spans(received: &Received) -> Vec<Span> {
     let name = format!("process {QUEUE}");
     received
-        .traces
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
+        .spans()
         .filter(|span| span.name == name)
         .cloned()
-        .collect()
-}
-
-/// Every metric of every export, in arrival order.
-fn all_metrics(received: &Received) -> Vec<&Metric> {
-    received
-        .metrics
-        .iter()
-        .flat_map(|r| &r.resource_metrics)
-        .flat_map(|rm| &rm.scope_metrics)
-        .flat_map(|sm| &sm.metrics)
         .collect()
 }
 
@@ -220,7 +71,7 @@ fn queue_counter(metrics: &[&Metric], name: &str) -> Option<i64> {
 
 /// Every value the readiness gauge was exported with, in arrival order.
 fn ready_values(received: &Received) -> Vec<i64> {
-    let metrics = all_metrics(received);
+    let metrics = received.all_metrics();
     let gauges = metrics.iter().filter(|m| m.name == names::READY);
     gauges
         .flat_map(|m| match &m.data {
@@ -256,8 +107,8 @@ fn worker_config() -> WorkerConfig {
         ..WorkerConfig::default()
     };
     config.imds.enabled = false; // not on an Azure VM
-    config.shutdown.handle_signals = false;
-    config.shutdown.watchdog = false;
+    config.drain.handle_signals = false;
+    config.drain.watchdog = false;
     config
 }
 
@@ -267,7 +118,8 @@ fn worker_config() -> WorkerConfig {
 #[tokio::test(flavor = "current_thread")]
 async fn the_workers_spans_and_metrics_reach_the_otlp_collector() {
     let collector = Collector::default();
-    let (endpoint, _stop_receiver) = collector.start();
+    let running = collector.start();
+    let endpoint = running.url.clone();
     let config = TelemetryConfig::default()
         .with_otlp_endpoint(endpoint)
         // Frequent periodic exports, so readiness is seen while running.
@@ -325,14 +177,14 @@ async fn the_workers_spans_and_metrics_reach_the_otlp_collector() {
 
     collector
         .wait_for("the final metrics", |r| {
-            let metrics = all_metrics(r);
+            let metrics = r.all_metrics();
             latest(&metrics, names::MESSAGES_PROCESSED)?;
             // Readiness drops before the final flush: its point comes last.
             (ready_values(r).last() == Some(&0)).then_some(())
         })
         .await;
-    let received = collector.received.lock().unwrap();
-    assert_metrics(&all_metrics(&received), &ids);
+    let received = collector.received();
+    assert_metrics(&received.all_metrics(), &ids);
 }
 
 /// One span per message, following the messaging conventions; only the

@@ -12,17 +12,30 @@
 //! workers' JSON logs and exit statuses, that every graceful drain met its
 //! deadline. It prints the figures and the failed checks.
 //!
+//! Two scripted faults go beyond single VMs: one long job, enqueued first,
+//! is Preempted on whichever VM holds it more times than `max_failures`
+//! (see [`long_job`]), and one Reboot listing two VMs is posted to both,
+//! then cancelled or left to start (see [`shared_reboot`]).
+//!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).
 
 #![allow(dead_code)] // Each includer uses its own subset.
+
+#[path = "long_job.rs"]
+mod long_job;
+#[path = "shared_reboot.rs"]
+mod shared_reboot;
+
+pub use long_job::LongJob;
+pub use shared_reboot::SharedReboots;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,7 +52,7 @@ use spot_worker_imds_emulator::{
 };
 use spot_worker_primes::{PrimesJob, expected_result};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// The queue the workers consume (a fresh Azurite per run).
 const QUEUE: &str = "chaos";
@@ -91,6 +104,10 @@ pub struct Options {
     pub binary: PathBuf,
     /// Keep the workers' logs even if every check passes.
     pub keep_logs: bool,
+    /// One long job, enqueued first and evicted repeatedly.
+    pub long_job: Option<LongJob>,
+    /// Reboots shared by two VMs, in the schedule besides `faults`.
+    pub shared_reboots: SharedReboots,
 }
 
 /// How many faults of each kind the schedule holds.
@@ -132,6 +149,14 @@ enum FaultKind {
     ImdsSlow { delay: Duration, count: u32 },
     /// The VM's next `count` Scheduled Events GETs fail with `fault`.
     ImdsFailing { fault: Fault, count: u32 },
+    /// One Reboot listing this VM and the one in `peer`'s slot, posted to
+    /// both, `notice` ahead; cancelled once both wait for it, or left to
+    /// start at `NotBefore`.
+    SharedReboot {
+        peer: usize,
+        notice: Duration,
+        cancel: bool,
+    },
 }
 
 impl FaultKind {
@@ -143,6 +168,8 @@ impl FaultKind {
             FaultKind::AzuriteOutage { .. } => "azurite-outage",
             FaultKind::ImdsSlow { .. } => "imds-slow",
             FaultKind::ImdsFailing { .. } => "imds-failing",
+            FaultKind::SharedReboot { cancel: true, .. } => "shared-reboot-cancelled",
+            FaultKind::SharedReboot { cancel: false, .. } => "shared-reboot-started",
         }
     }
 }
@@ -173,6 +200,9 @@ impl fmt::Display for FaultKind {
                 };
                 write!(f, "imds-failing ({count} GETs {what})")
             }
+            FaultKind::SharedReboot { notice, .. } => {
+                write!(f, "{} (notice {} s)", self.name(), notice.as_secs())
+            }
         }
     }
 }
@@ -202,7 +232,7 @@ fn plan_faults(rng: &mut StdRng, options: &Options) -> Vec<PlannedFault> {
         kinds.extend(std::iter::repeat_n(kind, count));
     }
     kinds.shuffle(rng);
-    kinds
+    let mut plan: Vec<PlannedFault> = kinds
         .into_iter()
         .map(|kind| {
             let kind = match kind {
@@ -240,7 +270,9 @@ fn plan_faults(rng: &mut StdRng, options: &Options) -> Vec<PlannedFault> {
                 slot: rng.random_range(0..options.workers),
             }
         })
-        .collect()
+        .collect();
+    shared_reboot::plan(rng, options, &mut plan);
+    plan
 }
 
 /// The worker binary `examples/primes` of the profile this program was built
@@ -351,6 +383,10 @@ pub struct Report {
     pub wrong: u64,
     pub poisoned: usize,
     pub error_lines: u64,
+    /// The long job's evictions, if the run had one.
+    pub long_job: Option<long_job::Figures>,
+    /// The shared Reboots, in schedule order.
+    pub shared_reboots: Vec<shared_reboot::Record>,
     pub log_dir: Option<PathBuf>,
     pub failures: Vec<String>,
 }
@@ -405,7 +441,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  deliveries       {} ({} released by drains, {} resumed from a checkpoint, {} retried, {} leases lost, {} fenced out, {} already completed)",
+            "  deliveries       {} ({} released by drains, {} resumed from a checkpoint, {} retried, {} leases lost, {} waited for another holder, {} already completed)",
             self.deliveries,
             self.released_on_drain,
             self.resumed,
@@ -434,6 +470,12 @@ impl fmt::Display for Report {
             "  lost             {} (wrong results: {}; poison queue: {} records)",
             self.lost, self.wrong, self.poisoned
         )?;
+        if let Some(long) = &self.long_job {
+            writeln!(f, "  long job         {long}")?;
+        }
+        for reboot in &self.shared_reboots {
+            writeln!(f, "  shared reboot    {reboot}")?;
+        }
         writeln!(f, "  ERROR log lines  {}", self.error_lines)?;
         writeln!(f, "  fault log:")?;
         for (at, kind, target) in &self.faults {
@@ -460,6 +502,8 @@ enum Ending {
     Preempted,
     Killed,
     Stopped,
+    /// It exited by itself when a shared Reboot it waited for started.
+    Rebooted,
     /// It exited by itself, or did not exit in time after a notice.
     Unexpected(String),
 }
@@ -472,11 +516,27 @@ struct VmRecord {
     ending: Option<Ending>,
     exit: Option<String>,
     exit_ok: bool,
+    ended_at: Option<SystemTime>,
 }
 
 enum Order {
     Fault(FaultKind),
+    /// Preempt the VM if it is still the one named (it was seen holding the
+    /// long job); answers whether it was.
+    EvictIfCurrent {
+        vm: String,
+        evicted: oneshot::Sender<bool>,
+    },
     Stop,
+}
+
+/// What the scripted steps need of a slot's running, ready VM.
+#[derive(Clone)]
+struct VmHandle {
+    name: String,
+    log: PathBuf,
+    health: String,
+    emulator: Emulator,
 }
 
 /// What every slot supervisor shares.
@@ -488,6 +548,21 @@ struct Shared {
     vm_counter: AtomicUsize,
     faults: Mutex<Vec<(f64, String, String)>>,
     vms: Mutex<Vec<VmRecord>>,
+    /// Per slot, its VM once ready, until it ends.
+    current: Mutex<Vec<Option<VmHandle>>>,
+    /// VMs that are to exit by themselves (a shared Reboot started), with
+    /// the ending to record.
+    expected_exits: Mutex<HashMap<String, Ending>>,
+    /// Checks failed by the scripted steps, for the report.
+    step_failures: Mutex<Vec<String>>,
+    /// The shared Reboots run so far.
+    reboots: Mutex<Vec<shared_reboot::Record>>,
+    /// Set once the run is over: scripted steps stop waiting.
+    stopping: AtomicBool,
+    /// Held by a shared Reboot for its whole course and by each eviction of
+    /// the long job: the evictions run besides the schedule, and a Preempt of
+    /// a VM waiting for a shared Reboot would end it mid-check.
+    exclusive_step: tokio::sync::Mutex<()>,
     http: reqwest::Client,
 }
 
@@ -497,16 +572,59 @@ impl Shared {
     }
 
     fn record_fault(&self, kind: &FaultKind, target: &str) {
+        self.record_fault_named(&kind.to_string(), target);
+    }
+
+    fn record_fault_named(&self, kind: &str, target: &str) {
         let at = self.now();
-        let line = (at, kind.to_string(), target.to_owned());
+        let line = (at, kind.to_owned(), target.to_owned());
         eprintln!("chaos: {at:7.1} s  {:<40} {target}", line.1);
         self.faults.lock().unwrap().push(line);
     }
 
+    fn step_failed(&self, failure: String) {
+        eprintln!("chaos: FAILED: {failure}");
+        self.step_failures.lock().unwrap().push(failure);
+    }
+
+    /// The slot's VM, if it is running and was ready.
+    fn current(&self, slot: usize) -> Option<VmHandle> {
+        self.current.lock().unwrap().get(slot).cloned().flatten()
+    }
+
+    /// The slot's VM is about to end (an order to Preempt or kill it was
+    /// taken): scripted steps must not pick it any more.
+    fn retire(&self, slot: usize) {
+        if let Some(current) = self.current.lock().unwrap().get_mut(slot) {
+            *current = None;
+        }
+    }
+
+    /// Whether the VM's process has ended (as far as its supervisor knows).
+    fn has_ended(&self, vm: &str) -> bool {
+        self.ended_at(vm).is_some()
+    }
+
+    /// When the VM's process ended, if it has.
+    fn ended_at(&self, vm: &str) -> Option<SystemTime> {
+        self.vms
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.name == vm)
+            .and_then(|r| r.ended_at)
+    }
+
     fn record_end(&self, vm: &str, ending: Ending, exit: Option<ExitStatus>) {
+        for current in self.current.lock().unwrap().iter_mut() {
+            if current.as_ref().is_some_and(|c| c.name == vm) {
+                *current = None;
+            }
+        }
         let mut vms = self.vms.lock().unwrap();
         if let Some(record) = vms.iter_mut().find(|r| r.name == vm) {
             record.ending = Some(ending);
+            record.ended_at = Some(SystemTime::now());
             record.exit_ok = exit.is_some_and(|s| s.success());
             record.exit = Some(exit.map_or("did not exit".to_owned(), |s| s.to_string()));
         }
@@ -516,6 +634,7 @@ impl Shared {
 /// A running VM.
 struct Vm {
     name: String,
+    log: PathBuf,
     emulator: RunningEmulator,
     child: Child,
     health: String,
@@ -555,7 +674,9 @@ async fn boot_vm(shared: &Shared) -> Result<Vm> {
         )
         .env("SPOT_WORKER_MAX_FAILURES", options.max_failures.to_string())
         .env("SPOT_WORKER_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
+        // The consumer's debug lines (lease renewals, deletes) name the
+        // message each delivery holds: how the harness finds the long job.
+        .env("RUST_LOG", "info,spot_worker_storage=debug")
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
@@ -565,13 +686,15 @@ async fn boot_vm(shared: &Shared) -> Result<Vm> {
         .with_context(|| format!("starting {}", options.binary.display()))?;
     shared.vms.lock().unwrap().push(VmRecord {
         name: name.clone(),
-        log,
+        log: log.clone(),
         ending: None,
         exit: None,
         exit_ok: false,
+        ended_at: None,
     });
     Ok(Vm {
         name,
+        log,
         emulator,
         child,
         health: format!("http://127.0.0.1:{port}/readyz"),
@@ -625,11 +748,19 @@ async fn supervise(shared: Arc<Shared>, slot: usize, mut commands: mpsc::Receive
             shared.record_end(&vm.name, ending, status);
             continue;
         }
+        shared.current.lock().unwrap()[slot] = Some(VmHandle {
+            name: vm.name.clone(),
+            log: vm.log.clone(),
+            health: vm.health.clone(),
+            emulator: (*vm.emulator).clone(),
+        });
         loop {
             let command = tokio::select! {
                 status = vm.child.wait() => {
                     let status = status.ok();
-                    shared.record_end(&vm.name, Ending::Unexpected(format!("exited by itself: {status:?}")), status);
+                    let expected = shared.expected_exits.lock().unwrap().remove(&vm.name);
+                    let ending = expected.unwrap_or_else(|| Ending::Unexpected(format!("exited by itself: {status:?}")));
+                    shared.record_end(&vm.name, ending, status);
                     break;
                 }
                 command = commands.recv() => command.unwrap_or(Order::Stop),
@@ -647,31 +778,25 @@ async fn supervise(shared: Arc<Shared>, slot: usize, mut commands: mpsc::Receive
                     let _ = vm.emulator.shutdown().await;
                     return;
                 }
+                Order::EvictIfCurrent { vm: name, evicted } => {
+                    if name != vm.name {
+                        let _ = evicted.send(false);
+                        continue;
+                    }
+                    shared.retire(slot);
+                    shared.record_fault_named("evict-long-job", &vm.name);
+                    preempt(&shared, &mut vm).await;
+                    let _ = evicted.send(true);
+                    break;
+                }
                 Order::Fault(kind) => {
+                    if matches!(kind, FaultKind::Preempt | FaultKind::Kill) {
+                        shared.retire(slot);
+                    }
                     shared.record_fault(&kind, &vm.name);
                     match kind {
                         FaultKind::Preempt => {
-                            let not_before = match vm.emulator.schedule(EventSpec::preempt()) {
-                                Ok(event) => event.not_before,
-                                Err(error) => {
-                                    eprintln!("chaos: scheduling a Preempt failed: {error}");
-                                    None
-                                }
-                            };
-                            let status = wait_exit(&mut vm.child, PREEMPT_EXIT_BOUND).await;
-                            // Our own deadline check, besides the worker's
-                            // `met_deadline`: gone before NotBefore, when
-                            // Azure would take the VM away.
-                            let ending = match not_before {
-                                _ if status.is_none() => Ending::Unexpected(format!(
-                                    "still running {PREEMPT_EXIT_BOUND:?} after a Preempt notice"
-                                )),
-                                Some(at) if SystemTime::now() >= at => Ending::Unexpected(
-                                    "exited after the Preempt's NotBefore".to_owned(),
-                                ),
-                                _ => Ending::Preempted,
-                            };
-                            shared.record_end(&vm.name, ending, status);
+                            preempt(&shared, &mut vm).await;
                             break;
                         }
                         FaultKind::Kill => {
@@ -692,13 +817,39 @@ async fn supervise(shared: Arc<Shared>, slot: usize, mut commands: mpsc::Receive
                         FaultKind::ImdsFailing { fault, count } => {
                             vm.emulator.inject_faults(fault, count);
                         }
-                        FaultKind::AzuriteOutage { .. } => {}
+                        // Run by the schedule itself (they span slots).
+                        FaultKind::AzuriteOutage { .. } | FaultKind::SharedReboot { .. } => {}
                     }
                 }
             }
         }
         let _ = vm.emulator.shutdown().await;
     }
+}
+
+/// Posts a Preempt to the VM and waits (bounded) for its worker to exit;
+/// records how it ended.
+async fn preempt(shared: &Shared, vm: &mut Vm) {
+    let not_before = match vm.emulator.schedule(EventSpec::preempt()) {
+        Ok(event) => event.not_before,
+        Err(error) => {
+            eprintln!("chaos: scheduling a Preempt failed: {error}");
+            None
+        }
+    };
+    let status = wait_exit(&mut vm.child, PREEMPT_EXIT_BOUND).await;
+    // Our own deadline check, besides the worker's `met_deadline`: gone
+    // before NotBefore, when Azure would take the VM away.
+    let ending = match not_before {
+        _ if status.is_none() => Ending::Unexpected(format!(
+            "still running {PREEMPT_EXIT_BOUND:?} after a Preempt notice"
+        )),
+        Some(at) if SystemTime::now() >= at => {
+            Ending::Unexpected("exited after the Preempt's NotBefore".to_owned())
+        }
+        _ => Ending::Preempted,
+    };
+    shared.record_end(&vm.name, ending, status);
 }
 
 fn storage_client(connection_string: &str) -> Result<AzureStorage> {
@@ -741,12 +892,17 @@ pub async fn run(options: Options) -> Result<Report> {
             (start, start + span)
         })
         .collect();
-    let jobs: Vec<PrimesJob> = (0..options.jobs)
+    let mut jobs: Vec<PrimesJob> = (0..options.jobs)
         .map(|i| {
             let (start, end) = ranges[rng.random_range(0..ranges.len())];
             PrimesJob::new(format!("job-{i:04}"), start, end).expect("a valid job")
         })
         .collect();
+    // The long job is jobs[0], enqueued before the rest.
+    if let Some(long) = &options.long_job {
+        jobs.insert(0, long.job(&mut rng));
+    }
+    report.jobs = jobs.len();
     report.numbers = jobs.iter().map(|j| j.end - j.start).sum();
     let malformed: Vec<&str> = MALFORMED[..report.malformed].to_vec();
     let mut messages: Vec<(Option<usize>, String)> = jobs
@@ -755,7 +911,8 @@ pub async fn run(options: Options) -> Result<Report> {
         .map(|(i, job)| (Some(i), job.to_message()))
         .chain(malformed.iter().map(|body| (None, (*body).to_owned())))
         .collect();
-    messages.shuffle(&mut rng);
+    let first = usize::from(options.long_job.is_some());
+    messages[first..].shuffle(&mut rng);
     let plan = plan_faults(&mut rng, &options);
     eprintln!(
         "chaos: seed {} — {} jobs, {} malformed, {} workers, {} faults planned",
@@ -798,10 +955,14 @@ pub async fn run(options: Options) -> Result<Report> {
     poison.prepare().await?;
     results.prepare().await?;
     let mut job_of_message: HashMap<String, usize> = HashMap::new();
+    let mut long_job_message = None;
     for (job, body) in &messages {
         let id = queue.send(body, Duration::ZERO).await?;
         if let Some(job) = job {
             job_of_message.insert(id.as_str().to_owned(), *job);
+            if *job == 0 && options.long_job.is_some() {
+                long_job_message = Some(id.as_str().to_owned());
+            }
         }
     }
 
@@ -819,6 +980,12 @@ pub async fn run(options: Options) -> Result<Report> {
         vm_counter: AtomicUsize::new(0),
         faults: Mutex::new(Vec::new()),
         vms: Mutex::new(Vec::new()),
+        current: Mutex::new(vec![None; options.workers]),
+        expected_exits: Mutex::new(HashMap::new()),
+        step_failures: Mutex::new(Vec::new()),
+        reboots: Mutex::new(Vec::new()),
+        stopping: AtomicBool::new(false),
+        exclusive_step: tokio::sync::Mutex::new(()),
         http: reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(2))
@@ -833,10 +1000,24 @@ pub async fn run(options: Options) -> Result<Report> {
     }
 
     let deadline = tokio::time::Instant::now() + options.timeout;
+    // The long job's evictions run besides the schedule, from the start.
+    let evictions = match (&options.long_job, &long_job_message) {
+        (Some(long), Some(message_id)) => Some(tokio::spawn(long_job::evict_repeatedly(
+            Arc::clone(&shared),
+            slots.clone(),
+            long.clone(),
+            message_id.clone(),
+            StdRng::seed_from_u64(rng.random()),
+        ))),
+        _ => None,
+    };
     let outcome = async {
         for fault in &plan {
             tokio::time::sleep(fault.gap).await;
-            if let FaultKind::AzuriteOutage { hold } = fault.kind {
+            if let FaultKind::SharedReboot { .. } = fault.kind {
+                let record = shared_reboot::run(&shared, &slots, fault.slot, &fault.kind).await;
+                shared.reboots.lock().unwrap().push(record);
+            } else if let FaultKind::AzuriteOutage { hold } = fault.kind {
                 shared.record_fault(&fault.kind, "azurite");
                 let azurite = Arc::clone(&azurite);
                 tokio::task::spawn_blocking(move || -> Result<()> {
@@ -879,6 +1060,17 @@ pub async fn run(options: Options) -> Result<Report> {
             options.timeout
         )),
     }
+
+    // It gives up once the job is done or the run is over.
+    shared.stopping.store(true, Ordering::SeqCst);
+    let evicted = match evictions {
+        Some(task) => Some(
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .map_err(|_| anyhow::anyhow!("the long job's evictions did not stop"))??,
+        ),
+        None => None,
+    };
 
     // Every worker stops with SIGTERM, which drains like a notice.
     for slot in &slots {
@@ -937,6 +1129,15 @@ pub async fn run(options: Options) -> Result<Report> {
     let vms = shared.vms.lock().unwrap().clone();
     report.vms_started = vms.len();
     analyse_logs(&mut report, &vms, &job_of_message, &jobs)?;
+    if let (Some(long), Some(message_id), Some(evicted)) =
+        (&options.long_job, &long_job_message, evicted)
+    {
+        long_job::check(&mut report, long, &options, message_id, evicted, &vms)?;
+    }
+    report.shared_reboots = shared.reboots.lock().unwrap().clone();
+    for failure in shared.step_failures.lock().unwrap().drain(..) {
+        report.fail(failure);
+    }
     if report.lost > 0 {
         report.fail(format!("{} jobs lost (no result)", report.lost));
     }
@@ -987,8 +1188,18 @@ async fn storage_progress(
     })
 }
 
+/// The consumer's log message for a delivery released by a drain.
+const RELEASED: &str = "released on shutdown (not counted as a failure)";
+/// ... for a delivery that found another holder of its job making progress.
+const WAITED_FOR_PEER: &str =
+    "another holder of this job wrote newer progress; checking again later (not a failure)";
+/// ... for a delivery of a job completed on an earlier one.
+const ALREADY_COMPLETED: &str = "the job is completed already; deleted without running it";
+
 /// One JSON log line of a worker.
 struct Line {
+    /// RFC 3339, UTC: orders lines across VMs as text.
+    timestamp: String,
     level: String,
     message: String,
     fields: serde_json::Map<String, Value>,
@@ -999,6 +1210,11 @@ fn parse_line(text: &str) -> Option<Line> {
     let value: Value = serde_json::from_str(text).ok()?;
     let fields = value.get("fields")?.as_object()?.clone();
     Some(Line {
+        timestamp: value
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
         level: value.get("level")?.as_str()?.to_owned(),
         message: fields.get("message")?.as_str()?.to_owned(),
         span: value
@@ -1008,6 +1224,27 @@ fn parse_line(text: &str) -> Option<Line> {
             .unwrap_or_default(),
         fields,
     })
+}
+
+impl Line {
+    /// The message this line is about: its delivery's span (the consumer's
+    /// or the handler's) or its own field (lease renewals).
+    fn message_id(&self) -> Option<&str> {
+        ["message_id", "messaging.message.id"]
+            .iter()
+            .find_map(|name| self.span.get(*name).or_else(|| self.fields.get(*name)))
+            .and_then(Value::as_str)
+    }
+}
+
+/// A worker's log so far, its JSON lines only (a missing file reads as
+/// empty: the worker has not started writing).
+fn read_log(path: &Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(parse_line)
+        .collect()
 }
 
 /// The drains, deliveries and conflicts the workers logged, checked against
@@ -1037,7 +1274,7 @@ fn analyse_logs(
             if line.level == "ERROR" {
                 report.error_lines += 1;
             }
-            if raw.contains("a different result already exists") {
+            if raw.contains("a different result is stored already") {
                 report.duplicates += 1;
             }
             // The consumer's span names the delivery `message_id` and
@@ -1085,7 +1322,7 @@ fn analyse_logs(
                     }
                     drains.push(ms);
                 }
-                "released on shutdown" => {
+                RELEASED => {
                     report.released_on_drain += 1;
                     if let Some(job) = job {
                         *saved.entry(job).or_default() += 1;
@@ -1099,10 +1336,10 @@ fn analyse_logs(
                 }
                 "resuming from the checkpoint" => report.resumed += 1,
                 "the identical result already existed" => report.identical_rewrites += 1,
-                "checkpoint fenced out by another worker; abandoning this delivery" => {
+                WAITED_FOR_PEER => {
                     report.fenced_out += 1;
                 }
-                "already completed on an earlier delivery; deleted" => {
+                ALREADY_COMPLETED => {
                     report.already_completed += 1;
                     if let Some(job) = job {
                         *saved.entry(job).or_default() += 1;
@@ -1126,17 +1363,20 @@ fn analyse_logs(
             }
         }
         match &vm.ending {
-            Some(Ending::Preempted) | Some(Ending::Stopped) => {
-                let preempted = vm.ending == Some(Ending::Preempted);
+            Some(ending @ (Ending::Preempted | Ending::Stopped | Ending::Rebooted)) => {
+                let preempted = *ending == Ending::Preempted;
+                let expected_trigger = match ending {
+                    Ending::Preempted => "Preempt",
+                    Ending::Rebooted => "Reboot",
+                    _ => "SIGTERM",
+                };
                 if !vm.exit_ok {
                     report.fail(format!(
-                        "{}: exit status {} after {}",
+                        "{}: exit status {} after {expected_trigger}",
                         vm.name,
                         vm.exit.as_deref().unwrap_or("unknown"),
-                        if preempted { "a Preempt" } else { "SIGTERM" }
                     ));
                 }
-                let expected_trigger = if preempted { "Preempt" } else { "SIGTERM" };
                 if !triggers.iter().any(|t| t.contains(expected_trigger)) {
                     // "shutdown requested" after a Preempt means the worker
                     // saw the event's token cancelled but not its notice,
@@ -1147,8 +1387,11 @@ fn analyse_logs(
                         vm.name
                     ));
                 }
-                match drains.first() {
+                // The last drain ended the process (an earlier one was for
+                // a shared Reboot that was cancelled).
+                match drains.last() {
                     Some(ms) if preempted => report.preempt_drains.push((vm.name.clone(), *ms)),
+                    Some(_) if *ending == Ending::Rebooted => {}
                     Some(ms) => report.stop_drains.push((vm.name.clone(), *ms)),
                     None => report.fail(format!("{}: no \"drained\" log line", vm.name)),
                 }

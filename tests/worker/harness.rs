@@ -123,8 +123,8 @@ impl Env {
         config.imds.endpoint = self.emulator_of(vm).url();
         config.imds.vm_name = Some(vm.to_owned());
         config.imds.poll_interval = Duration::from_millis(250);
-        config.shutdown.watchdog = false;
-        config.shutdown.handle_signals = false;
+        config.drain.watchdog = false;
+        config.drain.handle_signals = false;
         config
     }
 

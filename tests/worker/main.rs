@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use harness::*;
 use spot_worker::imds::EventType;
-use spot_worker::runtime::{Gate, Trigger};
+use spot_worker::runtime::{DrainTrigger, Gate};
 use spot_worker::storage::{HandlerError, Job, handler_fn};
 use spot_worker_imds_emulator::{EventSpec, Fault};
 use spot_worker_primes::PrimesJob;
@@ -31,24 +31,24 @@ async fn a_preempt_mid_job_drains_in_time_and_another_worker_resumes() {
         .unwrap();
     let report = within("worker A to drain", running).await.unwrap().unwrap();
 
-    let Trigger::Event(notice) = &report.shutdown.trigger else {
-        panic!("drained for {:?}", report.shutdown.trigger);
+    let DrainTrigger::Event(notice) = &report.drain.trigger else {
+        panic!("drained for {:?}", report.drain.trigger);
     };
     assert_eq!(notice.event_type, EventType::Preempt);
     assert_eq!(notice.event_id.as_str(), eviction.id);
-    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert!(report.drain.met_deadline, "{:?}", report.drain);
     assert!(
-        report.shutdown.notice_to_drained < Duration::from_secs(5),
+        report.drain.notice_to_drained < Duration::from_secs(5),
         "a cooperative handler drains in well under the 30 s notice: {:?}",
-        report.shutdown.notice_to_drained
+        report.drain.notice_to_drained
     );
     assert!(
-        !report.shutdown.released_running_handlers,
+        !report.drain.released_running_handlers,
         "it checkpointed and returned"
     );
     assert_eq!(report.stats.released, 1);
     assert!(
-        report.shutdown.approved_event,
+        report.drain.approved_event,
         "the eviction was approved after the drain"
     );
     assert!(
@@ -90,8 +90,8 @@ async fn a_handler_that_ignores_cancellation_is_cut_off_and_its_message_released
     let env = Env::start().await;
     env.queue.send("stubborn", Duration::ZERO).await.unwrap();
     let mut config = env.config(VM_A);
-    config.shutdown.drain_budget = Duration::from_secs(4);
-    config.shutdown.release_margin = Duration::from_secs(2);
+    config.drain.drain_budget = Duration::from_secs(4);
+    config.drain.release_margin = Duration::from_secs(2);
     let started = std::sync::Arc::new(tokio::sync::Notify::new());
     let handler = handler_fn({
         let started = started.clone();
@@ -125,11 +125,11 @@ async fn a_handler_that_ignores_cancellation_is_cut_off_and_its_message_released
     assert!(!running.is_finished());
     let report = within("the drain", running).await.unwrap().unwrap();
 
-    assert!(report.shutdown.released_running_handlers);
-    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert!(report.drain.released_running_handlers);
+    assert!(report.drain.met_deadline, "{:?}", report.drain);
     assert_eq!(report.stats.released, 1);
     // Released at the release instant (budget minus margin), not later.
-    let took = report.shutdown.notice_to_drained;
+    let took = report.drain.notice_to_drained;
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(4),
         "{took:?}"
@@ -339,8 +339,8 @@ async fn a_shared_reboot_is_not_approved_and_the_worker_waits_then_resumes_when_
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(report.shutdown.resumed, 1);
-    assert_eq!(report.shutdown.trigger, Trigger::Requested);
+    assert_eq!(report.drain.resumed, 1);
+    assert_eq!(report.drain.trigger, DrainTrigger::Requested);
     assert_eq!(report.stats.succeeded, 2);
     assert!(env.emulator.approvals().is_empty(), "never approved");
     env.assert_queues_empty().await;
@@ -389,8 +389,8 @@ async fn a_parked_worker_exits_when_the_event_starts_or_it_is_told_to() {
     let (running, _stop, reboot) = parked_worker(&env).await;
     env.emulator.start_event(&reboot).unwrap();
     let report = within("the exit", running).await.unwrap().unwrap();
-    assert!(matches!(report.shutdown.trigger, Trigger::Event(_)));
-    assert!(!report.shutdown.approved_event);
+    assert!(matches!(report.drain.trigger, DrainTrigger::Event(_)));
+    assert!(!report.drain.approved_event);
     assert!(env.emulator.approvals().is_empty());
 
     // A stop while parked (SIGTERM takes the same path) exits at once.
@@ -451,7 +451,7 @@ async fn a_shared_event_pending_at_start_does_not_make_the_worker_exit() {
 async fn a_shared_event_is_approved_when_the_deployment_opts_in() {
     let env = Env::start().await;
     let mut config = env.config(VM_A);
-    config.shutdown.approve_shared_events = true;
+    config.drain.approve_shared_events = true;
     let (handler, _handled) = reporting_handler();
     let worker = env.worker(config);
     let mut readiness = worker.readiness();
@@ -464,7 +464,7 @@ async fn a_shared_event_is_approved_when_the_deployment_opts_in() {
         .schedule(EventSpec::reboot().resources([VM_A, VM_B]))
         .unwrap();
     let report = within("the drain", running).await.unwrap().unwrap();
-    assert!(report.shutdown.approved_event, "{:?}", report.shutdown);
+    assert!(report.drain.approved_event, "{:?}", report.drain);
     assert!(
         env.emulator
             .approvals()
@@ -480,8 +480,8 @@ async fn an_already_started_preempt_still_releases_the_message_in_flight() {
     let mut config = env.config(VM_A);
     // The real watchdog, in this process: before the release floor it ended
     // the process (status 3) the moment a started event was seen.
-    config.shutdown.watchdog = true;
-    config.shutdown.release_floor = Duration::from_secs(3);
+    config.drain.watchdog = true;
+    config.drain.release_floor = Duration::from_secs(3);
     let started = std::sync::Arc::new(tokio::sync::Notify::new());
     let handler = handler_fn({
         let started = started.clone();
@@ -506,17 +506,17 @@ async fn an_already_started_preempt_still_releases_the_message_in_flight() {
         .unwrap();
     let report = within("the drain", running).await.unwrap().unwrap();
 
-    let Trigger::Event(notice) = &report.shutdown.trigger else {
-        panic!("drained for {:?}", report.shutdown.trigger);
+    let DrainTrigger::Event(notice) = &report.drain.trigger else {
+        panic!("drained for {:?}", report.drain.trigger);
     };
     assert_eq!(notice.event_id.as_str(), preempt.id);
     assert_eq!(notice.status.as_str(), "Started");
     assert_eq!(report.stats.released, 1, "released, not left hidden");
-    assert!(report.shutdown.met_deadline, "{:?}", report.shutdown);
+    assert!(report.drain.met_deadline, "{:?}", report.drain);
     assert!(
-        report.shutdown.notice_to_drained < Duration::from_secs(3),
+        report.drain.notice_to_drained < Duration::from_secs(3),
         "{:?}",
-        report.shutdown.notice_to_drained
+        report.drain.notice_to_drained
     );
     // Visible again at once, not after its 10 s visibility timeout.
     let again = env.queue.receive(1, Duration::from_secs(30)).await.unwrap();
@@ -551,7 +551,7 @@ async fn a_half_sent_request_does_not_keep_a_drained_worker_up() {
         .unwrap()
         .unwrap();
     let took = asked.elapsed();
-    assert_eq!(report.shutdown.trigger, Trigger::Requested);
+    assert_eq!(report.drain.trigger, DrainTrigger::Requested);
     assert!(took < Duration::from_secs(4), "run returned after {took:?}");
     drop(client);
 }

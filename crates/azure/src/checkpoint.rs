@@ -47,6 +47,14 @@ impl BlobCheckpointStore {
         self.container.create_if_missing().await
     }
 
+    /// Every blob in the container, for operators (`spot-worker
+    /// checkpoints`): job checkpoints, and under `.spot-worker/` the
+    /// worker's own records (attempt records, write probes). Needs the
+    /// list permission of [`StorageConfig::for_operator`](crate::StorageConfig::for_operator).
+    pub async fn list(&self) -> Result<Vec<crate::StoredBlob>, StorageError> {
+        self.container.list("").await
+    }
+
     fn what(&self, key: &str) -> String {
         format!("checkpoint {}/{key}", self.container.name)
     }

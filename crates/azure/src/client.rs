@@ -11,7 +11,8 @@ use azure_storage_queue::{QueueClient, QueueClientOptions};
 
 use crate::checkpoint::BlobCheckpointStore;
 use crate::config::{
-    AccountEndpoints, ConfigError, Credentials, StorageConfig, check_service_url, without_secrets,
+    AccountEndpoints, Credentials, StorageConfig, StorageConfigError, check_service_url,
+    without_secrets,
 };
 use crate::connection_string::{ConnectionString, ConnectionStringError, SharedKeyOrSas};
 use crate::queue::{AzureQueue, MessageTtl};
@@ -37,7 +38,7 @@ enum Auth {
 impl AzureStorage {
     /// Prepares clients for the account `config` describes. No request is
     /// made yet.
-    pub fn new(config: StorageConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: StorageConfig) -> Result<Self, StorageConfigError> {
         let (endpoints, auth) = match &config.credentials {
             Credentials::ConnectionString(cs) => {
                 let source = match &cs.credentials {
@@ -49,7 +50,7 @@ impl AzureStorage {
                             .clone()
                             .ok_or(ConnectionStringError::MissingAccountName)?,
                         key: key.clone(),
-                        scope: worker_sas_scope(cs),
+                        scope: sas_scope(config.sas_scope, cs),
                         lifetime: config.sas_lifetime,
                     },
                     SharedKeyOrSas::Sas(sas) => SasSource::Fixed(sas.clone()),
@@ -93,7 +94,7 @@ impl AzureStorage {
     /// default would silently delete poison records nobody has looked at
     /// yet. Every other queue keeps the service default. Override either
     /// with [`AzureQueue::with_message_ttl`].
-    pub fn queue(&self, name: &str) -> Result<AzureQueue, ConfigError> {
+    pub fn queue(&self, name: &str) -> Result<AzureQueue, StorageConfigError> {
         if let Some(base) = name.strip_suffix(POISON_SUFFIX) {
             validate_poison_base(base, name)?;
         }
@@ -104,7 +105,7 @@ impl AzureStorage {
             ..Default::default()
         };
         let client = QueueClient::new(url, self.credential(), Some(options)).map_err(|e| {
-            ConfigError::InvalidUrl {
+            StorageConfigError::InvalidUrl {
                 url: redact(self.endpoints.queue.as_str()),
                 reason: redact(&e.to_string()),
             }
@@ -124,7 +125,7 @@ impl AzureStorage {
     /// never expire. Fails with a clear error if `queue` is not a valid queue
     /// name or is too long to leave room for the suffix (at most
     /// [`MAX_POISONED_QUEUE_NAME_LEN`] characters).
-    pub fn poison_queue(&self, queue: &str) -> Result<AzureQueue, ConfigError> {
+    pub fn poison_queue(&self, queue: &str) -> Result<AzureQueue, StorageConfigError> {
         validate_name(queue)?;
         self.queue(&format!("{queue}{POISON_SUFFIX}"))
     }
@@ -132,7 +133,10 @@ impl AzureStorage {
     /// A checkpoint store keeping one blob per job in `container` (created by
     /// [`CheckpointStore::prepare`](spot_worker_storage::CheckpointStore::prepare)
     /// or [`BlobCheckpointStore::create_container_if_missing`]).
-    pub fn checkpoint_store(&self, container: &str) -> Result<BlobCheckpointStore, ConfigError> {
+    pub fn checkpoint_store(
+        &self,
+        container: &str,
+    ) -> Result<BlobCheckpointStore, StorageConfigError> {
         let client = self.container_client(container)?;
         Ok(BlobCheckpointStore::new(
             container.to_owned(),
@@ -144,7 +148,7 @@ impl AzureStorage {
     /// A create-only result store keeping one blob per result in
     /// `container` (created by
     /// [`ResultStore::prepare`](spot_worker_storage::ResultStore::prepare)).
-    pub fn result_store(&self, container: &str) -> Result<BlobResultStore, ConfigError> {
+    pub fn result_store(&self, container: &str) -> Result<BlobResultStore, StorageConfigError> {
         let client = self.container_client(container)?;
         Ok(BlobResultStore::new(
             container.to_owned(),
@@ -153,7 +157,7 @@ impl AzureStorage {
         ))
     }
 
-    fn container_client(&self, container: &str) -> Result<BlobContainerClient, ConfigError> {
+    fn container_client(&self, container: &str) -> Result<BlobContainerClient, StorageConfigError> {
         validate_name(container)?;
         let url = child_url(&self.endpoints.blob, container)?;
         let options = BlobContainerClientOptions {
@@ -161,7 +165,7 @@ impl AzureStorage {
             ..Default::default()
         };
         BlobContainerClient::new(url, self.credential(), Some(options)).map_err(|e| {
-            ConfigError::InvalidUrl {
+            StorageConfigError::InvalidUrl {
                 url: redact(self.endpoints.blob.as_str()),
                 reason: redact(&e.to_string()),
             }
@@ -189,11 +193,10 @@ impl AzureStorage {
     }
 }
 
-/// The worker's SAS scope for `cs`'s endpoints: https only, unless an
+/// The configured SAS scope for `cs`'s endpoints: https only, unless an
 /// endpoint is a local emulator on plain http (only loopback hosts pass
 /// [`check_service_url`]).
-fn worker_sas_scope(cs: &ConnectionString) -> AccountSasScope {
-    let scope = AccountSasScope::WORKER;
+fn sas_scope(scope: AccountSasScope, cs: &ConnectionString) -> AccountSasScope {
     if cs.blob_endpoint.scheme() == "http" || cs.queue_endpoint.scheme() == "http" {
         scope.allowing_http()
     } else {
@@ -208,8 +211,8 @@ fn worker_sas_scope(cs: &ConnectionString) -> AccountSasScope {
 /// not name the queue or container and which usually means a SAS that
 /// belongs in `SharedAccessSignature`, or plain http to a host that is not
 /// loopback, where the SAS or token would travel in clear.
-fn child_url(base: &Url, name: &str) -> Result<Url, ConfigError> {
-    let invalid = |reason: &str| ConfigError::InvalidUrl {
+fn child_url(base: &Url, name: &str) -> Result<Url, StorageConfigError> {
+    let invalid = |reason: &str| StorageConfigError::InvalidUrl {
         url: without_secrets(base),
         reason: reason.to_owned(),
     };
@@ -235,9 +238,9 @@ const MAX_NAME_LEN: usize = 63;
 /// A poison queue name is checked for its base queue's sake first, so that
 /// a too-long name says which queue name to shorten rather than just
 /// "must be 3 to 63 characters".
-fn validate_poison_base(base: &str, name: &str) -> Result<(), ConfigError> {
+fn validate_poison_base(base: &str, name: &str) -> Result<(), StorageConfigError> {
     if base.len() > MAX_POISONED_QUEUE_NAME_LEN {
-        return Err(ConfigError::InvalidName {
+        return Err(StorageConfigError::InvalidName {
             name: name.to_owned(),
             reason: "is the poison queue of a queue name longer than 56 characters; queue names \
                      may have at most 56 characters so that `<queue>-poison` fits the 63 allowed",
@@ -248,9 +251,9 @@ fn validate_poison_base(base: &str, name: &str) -> Result<(), ConfigError> {
 
 /// Queue and container names: 3 to 63 lowercase letters, digits and
 /// single hyphens, starting and ending with a letter or digit.
-fn validate_name(name: &str) -> Result<(), ConfigError> {
+fn validate_name(name: &str) -> Result<(), StorageConfigError> {
     let invalid = |reason| {
-        Err(ConfigError::InvalidName {
+        Err(StorageConfigError::InvalidName {
             name: name.to_owned(),
             reason,
         })
@@ -324,7 +327,10 @@ mod tests {
                 .unwrap_err(),
         ] {
             let text = err.to_string();
-            assert!(matches!(err, ConfigError::InvalidName { .. }), "{err:?}");
+            assert!(
+                matches!(err, StorageConfigError::InvalidName { .. }),
+                "{err:?}"
+            );
             assert!(text.contains("at most 56 characters"), "{text}");
         }
         assert!(storage.poison_queue("Jobs").is_err());

@@ -14,13 +14,14 @@ use azure_identity::AzureCliCredential;
 use crate::connection_string::{ConnectionString, ConnectionStringError};
 use crate::identity::ManagedIdentityTokens;
 use crate::redact::redact;
+use crate::sas::AccountSasScope;
 
 /// The environment variable naming a user-assigned managed identity's client id.
-pub const CLIENT_ID_ENV: &str = "AZURE_CLIENT_ID";
+pub const CLIENT_ID_ENV: &str = spot_worker_settings::table::CLIENT_ID.key;
 
 /// Storage configuration could not be built. Never contains secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum StorageConfigError {
     /// The connection string is unusable.
     #[error(transparent)]
     ConnectionString(#[from] ConnectionStringError),
@@ -61,7 +62,7 @@ pub struct AccountEndpoints {
 
 impl AccountEndpoints {
     /// The public-cloud endpoints of account `account_name`.
-    pub fn for_account(account_name: &str) -> Result<Self, ConfigError> {
+    pub fn for_account(account_name: &str) -> Result<Self, StorageConfigError> {
         Ok(AccountEndpoints {
             blob: parse_url(&format!("https://{account_name}.blob.core.windows.net"))?,
             queue: parse_url(&format!("https://{account_name}.queue.core.windows.net"))?,
@@ -69,7 +70,7 @@ impl AccountEndpoints {
     }
 
     /// Explicit service URLs (sovereign clouds, private endpoints).
-    pub fn new(blob: &str, queue: &str) -> Result<Self, ConfigError> {
+    pub fn new(blob: &str, queue: &str) -> Result<Self, StorageConfigError> {
         Ok(AccountEndpoints {
             blob: parse_url(blob)?,
             queue: parse_url(queue)?,
@@ -88,12 +89,12 @@ impl fmt::Debug for AccountEndpoints {
     }
 }
 
-fn parse_url(text: &str) -> Result<Url, ConfigError> {
-    let url = Url::parse(text).map_err(|e| ConfigError::InvalidUrl {
+fn parse_url(text: &str) -> Result<Url, StorageConfigError> {
+    let url = Url::parse(text).map_err(|e| StorageConfigError::InvalidUrl {
         url: redact(text),
         reason: e.to_string(),
     })?;
-    check_service_url(&url).map_err(|reason| ConfigError::InvalidUrl {
+    check_service_url(&url).map_err(|reason| StorageConfigError::InvalidUrl {
         url: without_secrets(&url),
         reason: reason.to_owned(),
     })?;
@@ -199,7 +200,7 @@ impl Credentials {
     pub fn managed_identity(
         endpoints: AccountEndpoints,
         client_id: Option<String>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, StorageConfigError> {
         Ok(Credentials::Token {
             endpoints,
             credential: ManagedIdentityTokens::new(client_id)?,
@@ -208,11 +209,12 @@ impl Credentials {
     }
 
     /// The developer's `az login` session.
-    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, ConfigError> {
-        let credential = AzureCliCredential::new(None).map_err(|e| ConfigError::Credential {
-            kind: "Azure CLI",
-            reason: redact(&e.to_string()),
-        })?;
+    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, StorageConfigError> {
+        let credential =
+            AzureCliCredential::new(None).map_err(|e| StorageConfigError::Credential {
+                kind: "Azure CLI",
+                reason: redact(&e.to_string()),
+            })?;
         Ok(Credentials::Token {
             endpoints,
             credential,
@@ -220,33 +222,27 @@ impl Credentials {
         })
     }
 
-    /// Chooses from the environment: `AZURE_STORAGE_CONNECTION_STRING` if set;
-    /// otherwise a managed identity if `AZURE_CLIENT_ID` is set (the VM's
-    /// user-assigned identity); otherwise the Azure CLI. `endpoints` is the
-    /// account from configuration, used unless a connection string is set.
-    pub fn from_env(endpoints: Option<AccountEndpoints>) -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok(), endpoints)
-    }
-
-    /// [`Credentials::from_env`] with variables from `lookup` instead of the
-    /// process environment (for tests and configuration files).
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
+    /// Chooses the credential: the connection string
+    /// (`AZURE_STORAGE_CONNECTION_STRING`) if given; otherwise a managed
+    /// identity if a client id (`AZURE_CLIENT_ID`, the VM's user-assigned
+    /// identity) is given; otherwise the Azure CLI. `endpoints` is the
+    /// account from configuration, used unless a connection string is given.
+    /// Blank values count as absent.
+    pub fn choose(
+        connection_string: Option<&str>,
+        client_id: Option<&str>,
         endpoints: Option<AccountEndpoints>,
-    ) -> Result<Self, ConfigError> {
-        let connection_string = lookup(crate::connection_string::CONNECTION_STRING_ENV);
-        if let Some(parsed) = ConnectionString::from_optional(connection_string.as_deref())? {
+    ) -> Result<Self, StorageConfigError> {
+        if let Some(parsed) = ConnectionString::from_optional(connection_string)? {
             return Ok(Credentials::ConnectionString(parsed));
         }
-        let endpoints = endpoints.ok_or_else(|| ConfigError::InvalidUrl {
+        let endpoints = endpoints.ok_or_else(|| StorageConfigError::InvalidUrl {
             url: String::new(),
             reason: "no connection string and no storage account URL configured".to_owned(),
         })?;
-        match lookup(CLIENT_ID_ENV) {
-            Some(client_id) if !client_id.trim().is_empty() => {
-                Self::managed_identity(endpoints, Some(client_id.trim().to_owned()))
-            }
-            _ => Self::azure_cli(endpoints),
+        match client_id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(client_id) => Self::managed_identity(endpoints, Some(client_id.to_owned())),
+            None => Self::azure_cli(endpoints),
         }
     }
 
@@ -326,6 +322,10 @@ pub struct StorageConfig {
     pub retry: RetryConfig,
     /// Lifetime of SAS tokens signed from an account key (re-signed at half).
     pub sas_lifetime: Duration,
+    /// What SAS tokens signed from an account key allow:
+    /// [`AccountSasScope::WORKER`] by default, [`AccountSasScope::OPERATOR`]
+    /// (listing too) for the operator's command ([`StorageConfig::for_operator`]).
+    pub sas_scope: AccountSasScope,
 }
 
 impl StorageConfig {
@@ -335,11 +335,20 @@ impl StorageConfig {
             credentials,
             retry: RetryConfig::default(),
             sas_lifetime: Duration::from_secs(3600),
+            sas_scope: AccountSasScope::WORKER,
         }
     }
 
+    /// The same account for an operator's tools, which also list blobs
+    /// (checkpoints). Never for a worker: it needs no listing.
+    #[must_use]
+    pub fn for_operator(mut self) -> Self {
+        self.sas_scope = AccountSasScope::OPERATOR;
+        self
+    }
+
     /// From a connection string's text.
-    pub fn from_connection_string(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_connection_string(text: &str) -> Result<Self, StorageConfigError> {
         Ok(Self::new(Credentials::ConnectionString(text.parse()?)))
     }
 }
@@ -347,15 +356,6 @@ impl StorageConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| vars.get(name).cloned()
-    }
 
     fn account() -> Option<AccountEndpoints> {
         Some(AccountEndpoints::for_account("acct").unwrap())
@@ -363,23 +363,22 @@ mod tests {
 
     #[test]
     fn a_connection_string_wins() {
-        let vars = lookup(&[
-            (
-                "AZURE_STORAGE_CONNECTION_STRING",
-                "UseDevelopmentStorage=true",
-            ),
-            ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001"),
-        ]);
-        assert_eq!(
-            Credentials::from_lookup(vars, account()).unwrap().kind(),
-            "connection string"
+        let chosen = Credentials::choose(
+            Some("UseDevelopmentStorage=true"),
+            Some("00000000-0000-0000-0000-000000000001"),
+            account(),
         );
+        assert_eq!(chosen.unwrap().kind(), "connection string");
     }
 
     #[test]
     fn a_client_id_selects_the_user_assigned_managed_identity() {
-        let vars = lookup(&[("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000001")]);
-        let credentials = Credentials::from_lookup(vars, account()).unwrap();
+        let credentials = Credentials::choose(
+            None,
+            Some("00000000-0000-0000-0000-000000000001"),
+            account(),
+        )
+        .unwrap();
         assert_eq!(credentials.kind(), "managed identity");
         let Credentials::Token { endpoints, .. } = credentials else {
             panic!("a token credential");
@@ -392,12 +391,12 @@ mod tests {
 
     #[test]
     fn otherwise_the_azure_cli_and_an_account_is_required() {
-        let none = lookup(&[("AZURE_STORAGE_CONNECTION_STRING", "  ")]);
+        let blank = Some("  ");
         assert_eq!(
-            Credentials::from_lookup(&none, account()).unwrap().kind(),
+            Credentials::choose(blank, blank, account()).unwrap().kind(),
             "Azure CLI"
         );
-        assert!(Credentials::from_lookup(&none, None).is_err());
+        assert!(Credentials::choose(blank, None, None).is_err());
     }
 
     #[test]

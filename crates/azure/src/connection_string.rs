@@ -22,7 +22,7 @@ pub const DEVELOPMENT_ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 /// The environment variable local runs take the connection string from.
-pub const CONNECTION_STRING_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
+pub const CONNECTION_STRING_ENV: &str = spot_worker_settings::table::CONNECTION_STRING.key;
 
 /// A connection string that could not be used. Its text never contains the
 /// key or SAS signature.
@@ -50,9 +50,6 @@ pub enum ConnectionStringError {
         /// Why.
         reason: String,
     },
-    /// The environment variable is not valid Unicode.
-    #[error("{CONNECTION_STRING_ENV} is not valid Unicode")]
-    NotUnicode,
 }
 
 /// How a connection string authenticates.
@@ -112,15 +109,6 @@ impl ConnectionString {
             ..Fields::default()
         }
         .build()
-    }
-
-    /// Reads [`CONNECTION_STRING_ENV`]; `Ok(None)` if it is unset or empty.
-    pub fn from_env() -> Result<Option<Self>, ConnectionStringError> {
-        match std::env::var(CONNECTION_STRING_ENV) {
-            Ok(value) => Self::from_optional(Some(&value)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConnectionStringError::NotUnicode),
-        }
     }
 
     /// Parses a connection string that may be absent or blank.

@@ -23,7 +23,7 @@ use azure_core::http::{ClientOptions, Transport};
 use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId};
 use time::OffsetDateTime;
 
-use crate::config::{CLIENT_ID_ENV, ConfigError};
+use crate::config::{CLIENT_ID_ENV, StorageConfigError};
 use crate::redact::redact;
 
 /// IMDS is on the host: a connection that takes longer is not coming.
@@ -50,8 +50,8 @@ impl fmt::Debug for ManagedIdentityTokens {
 
 impl ManagedIdentityTokens {
     /// The identity `client_id` (user-assigned), or the system-assigned one.
-    pub(crate) fn new(client_id: Option<String>) -> Result<Arc<Self>, ConfigError> {
-        let credential_error = |reason: String| ConfigError::Credential {
+    pub(crate) fn new(client_id: Option<String>) -> Result<Arc<Self>, StorageConfigError> {
+        let credential_error = |reason: String| StorageConfigError::Credential {
             kind: "managed identity",
             reason: redact(&reason),
         };

@@ -54,6 +54,7 @@ mod connection_string;
 mod container;
 mod error;
 mod identity;
+mod listing;
 mod queue;
 mod redact;
 mod result;
@@ -62,12 +63,13 @@ mod sas;
 pub use checkpoint::BlobCheckpointStore;
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
-    AccountEndpoints, CLIENT_ID_ENV, ConfigError, Credentials, RetryConfig, StorageConfig,
+    AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,
 };
 pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
     DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
 };
+pub use listing::StoredBlob;
 pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;

@@ -42,6 +42,15 @@ impl BlobResultStore {
         format!("result {}/{name}", self.container.name)
     }
 
+    /// Deletes blob `name`; one that does not exist counts as deleted. For
+    /// operators only (`spot-worker poison requeue` removes a claim check
+    /// once its original is back on the queue): results are otherwise
+    /// never deleted.
+    pub async fn delete(&self, name: &str) -> Result<(), StorageError> {
+        validate_blob_name(name, "result name")?;
+        self.container.delete(name, &self.what(name)).await
+    }
+
     /// One create-only upload; `Conflict` if the blob exists.
     async fn create(&self, name: &str, body: &[u8]) -> Result<(), StorageError> {
         let options = BlobClientUploadOptions {

@@ -1,6 +1,7 @@
 //! BlobCheckpointStore against a real Azurite: ETag-fenced create, update
 //! and conflict, resume, write stamps (a handle's own landed write is
-//! recognised, another worker's equal write is not), and completed jobs.
+//! recognised, another worker's equal write is not), completed jobs, and
+//! the operator-side listing (which the worker's SAS scope may not do).
 
 mod common;
 
@@ -234,4 +235,41 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
     let stats = task.await.unwrap();
     assert_eq!((stats.retried, stats.poisoned), (0, 0));
     assert_eq!(queue.approximate_message_count().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_operator_scope_lists_checkpoints() {
+    let azurite = start_azurite();
+    let mut operator_config =
+        spot_worker_azure::StorageConfig::from_connection_string(&azurite.connection_string())
+            .unwrap()
+            .for_operator();
+    operator_config.retry = common::short_retries();
+    let operator = spot_worker_azure::AzureStorage::new(operator_config).unwrap();
+    let name = unique("ckpt");
+    let store = operator.checkpoint_store(&name).unwrap();
+    // A container that does not exist yet lists nothing.
+    assert_eq!(store.list().await.unwrap(), Vec::new());
+    store.create_container_if_missing().await.unwrap();
+    for key in ["b", "a", ".spot-worker/attempts/m1"] {
+        store
+            .write(key, &progress(1), WritePrecondition::Create)
+            .await
+            .unwrap();
+    }
+
+    let listed = store.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|blob| blob.name.as_str()).collect();
+    assert_eq!(names, [".spot-worker/attempts/m1", "a", "b"]);
+    let written = progress(1).to_json_bytes().unwrap().len() as u64;
+    assert!(listed.iter().all(|blob| blob.len == written), "{listed:?}");
+    assert!(listed.iter().all(|blob| blob.last_modified.is_some()));
+
+    // The worker's SAS has no list permission: least privilege.
+    let worker = storage(&azurite).checkpoint_store(&name).unwrap();
+    let refused = worker.list().await.unwrap_err();
+    assert!(
+        matches!(refused, StorageError::Rejected { status: 403, .. }),
+        "{refused:?}"
+    );
 }

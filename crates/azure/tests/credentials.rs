@@ -12,8 +12,8 @@ use azure_core::credentials::Secret;
 use azure_core::http::{Method, Request, StatusCode, Url, new_http_client};
 use common::{start_azurite, storage, unique};
 use spot_worker_azure::{
-    AccountEndpoints, AccountSasScope, AzureStorage, ConfigError, ConnectionString,
-    ConnectionStringError, Credentials, StorageConfig, sign_account_sas,
+    AccountEndpoints, AccountSasScope, AzureStorage, ConnectionString, ConnectionStringError,
+    Credentials, StorageConfig, StorageConfigError, sign_account_sas,
 };
 use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
 use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
@@ -62,7 +62,8 @@ fn bearer_tokens_never_go_over_plain_http_either() {
     )
     .unwrap_err();
     assert!(
-        matches!(err, ConfigError::InvalidUrl { .. }) && err.to_string().contains("must be https"),
+        matches!(err, StorageConfigError::InvalidUrl { .. })
+            && err.to_string().contains("must be https"),
         "{err}"
     );
     // Hand-built endpoints (public fields) are checked when a client is made.

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
 use serde_json::json;
 use spot_worker_azure::{AzureQueue, AzureStorage, MessageTtl};
+use spot_worker_azurite_harness::faulty::FaultyQueue;
 use spot_worker_storage::{
     Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, JobCheckpoint,
-    MessageEncoding, MessageHandler, MessageId, MessageQueue, PoisonRecord, PopReceipt,
-    QueueMessage, ResultStore, StorageError, async_trait, handler_fn, poison_queue_name,
+    MessageEncoding, MessageHandler, MessageQueue, PoisonRecord, PopReceipt, QueueMessage,
+    ResultStore, StorageError, handler_fn, poison_queue_name,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -220,56 +221,15 @@ impl Drop for SetOnDrop {
     }
 }
 
-/// Lets a test cut this consumer off from the queue: while `failing`,
-/// visibility updates and receives fail, so the lease runs out and only
-/// another client (the test's thief) can take the message. Failing receives
-/// too matters: the consumer gives the lease up the moment it expires, which
-/// frees its slot exactly when the message becomes visible again, and it
-/// would otherwise race the thief for it.
-struct FlakyRenewals {
-    inner: AzureQueue,
-    failing: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl MessageQueue for FlakyRenewals {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-    async fn receive(
-        &self,
-        max: u8,
-        visibility: Duration,
-    ) -> Result<Vec<QueueMessage>, StorageError> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(StorageError::Unavailable {
-                message: "simulated outage".into(),
-            });
-        }
-        self.inner.receive(max, visibility).await
-    }
-    async fn update_visibility(
-        &self,
-        id: &MessageId,
-        receipt: &PopReceipt,
-        visibility: Duration,
-    ) -> Result<PopReceipt, StorageError> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(StorageError::Unavailable {
-                message: "simulated outage".into(),
-            });
-        }
-        self.inner.update_visibility(id, receipt, visibility).await
-    }
-    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.inner.delete(id, receipt).await
-    }
-    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
-        self.inner.send(body, delay).await
-    }
+/// Cuts a consumer off from the queue (a [`FaultyQueue`] failing receives
+/// and visibility updates): its lease runs out and only another client (the
+/// test's thief) can take the message. Failing receives too matters: the
+/// consumer gives the lease up the moment it expires, which frees its slot
+/// exactly when the message becomes visible again, and it would otherwise
+/// race the thief for it.
+fn cut_off(queue: &FaultyQueue<AzureQueue>, cut: bool) {
+    queue.faults().receives_failing.store(cut, Ordering::SeqCst);
+    queue.faults().updates_failing.store(cut, Ordering::SeqCst);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,11 +240,7 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
     let checkpoints = storage.checkpoint_store(&unique("ckpt")).unwrap();
     checkpoints.create_container_if_missing().await.unwrap();
     let id = queue.send("contested", Duration::ZERO).await.unwrap();
-    let failing = Arc::new(AtomicBool::new(false));
-    let flaky = FlakyRenewals {
-        inner: queue.clone(),
-        failing: failing.clone(),
-    };
+    let flaky = FaultyQueue::new(queue.clone());
     // The consumer stops the handler when the lease is lost (it drops it);
     // `stopped` is set when that happens. The handler hands its checkpoint
     // handle to the test first, so the test can act as a handler that
@@ -312,7 +268,7 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
         max_in_flight: 1,
         ..config()
     };
-    let consumer = Consumer::new(Arc::new(flaky), Arc::new(poison), one_at_a_time)
+    let consumer = Consumer::new(Arc::new(flaky.clone()), Arc::new(poison), one_at_a_time)
         .unwrap()
         .with_checkpoints(Arc::new(checkpoints.clone()));
     let running = Running::start(consumer, handler);
@@ -321,7 +277,7 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
         checkpoints.read(id.as_str()).await.unwrap().map(|_| ())
     })
     .await;
-    failing.store(true, Ordering::SeqCst);
+    cut_off(&flaky, true);
     // The lease runs out; another consumer takes the message.
     let thief = storage.queue(queue.name()).unwrap();
     let stolen = poll_until("the lease to run out", WAIT_LIMIT, || async {
@@ -332,7 +288,7 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
             .pop()
     })
     .await;
-    failing.store(false, Ordering::SeqCst);
+    cut_off(&flaky, false);
     running.wait_for("lease lost", |s| s.leases_lost == 1).await;
     assert!(stopped.load(Ordering::SeqCst), "the handler was stopped");
     // Even a handler that carried on could not write any more.

@@ -19,6 +19,10 @@
 //! namespace, where `https://<account>.blob.core.windows.net` resolves to
 //! them).
 //!
+//! [`faulty`] wraps any queue in switchable faults; [`otlp`] is the
+//! telemetry side: a collector that decodes what the
+//! exporters send.
+//!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
 //! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
 //! runs), or whatever `AZURITE_BIN` names.
@@ -34,7 +38,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod faulty;
 mod https;
+pub mod otlp;
 
 pub use https::HttpsOptions;
 

@@ -7,9 +7,10 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use spot_worker_imds::{
     Approval, ApprovalScope, EventId, EventType, FreezePolicy, ImdsClient, ImdsConfig,
-    RunningWatcher, ScheduledEvent, ScheduledEvents, ShutdownPolicy, ShutdownSignal, Transition,
+    NoticePolicy, NoticeSignal, RunningWatcher, ScheduledEvent, ScheduledEvents, Transition,
     Watcher, WatcherConfig,
 };
+use spot_worker_runtime::settings::table;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -24,7 +25,7 @@ pub struct EventsArgs {
 
     /// This VM's name as listed in `Resources` (default: from instance
     /// metadata).
-    #[arg(long, global = true, env = "SPOT_WORKER_VM_NAME")]
+    #[arg(long, global = true, env = table::VM_NAME.key)]
     vm_name: Option<String>,
 
     #[command(subcommand)]
@@ -77,23 +78,23 @@ struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    fn policy(self) -> ShutdownPolicy {
+    fn policy(self) -> NoticePolicy {
         let freeze = if self.freeze_threshold.is_zero() {
             FreezePolicy::Always
         } else {
             FreezePolicy::LongerThan(self.freeze_threshold)
         };
-        let policy = ShutdownPolicy::default().freeze(freeze);
+        let policy = NoticePolicy::default().freeze(freeze);
         let policy = self
             .drain_on
             .into_iter()
-            .fold(policy, ShutdownPolicy::drain_on);
-        self.ignore.into_iter().fold(policy, ShutdownPolicy::ignore)
+            .fold(policy, NoticePolicy::drain_on);
+        self.ignore.into_iter().fold(policy, NoticePolicy::ignore)
     }
 }
 
 pub async fn run(endpoint: &str, args: EventsArgs) -> Result<()> {
-    let client = ImdsClient::new(ImdsConfig::from_env().with_endpoint(endpoint))
+    let client = ImdsClient::new(ImdsConfig::default().with_endpoint(endpoint))
         .context("configuring the IMDS client")?;
     match args.action {
         None => print_document(&client, args.vm_name, args.json).await,
@@ -180,12 +181,12 @@ fn describe_not_before(event: &ScheduledEvent, now: SystemTime) -> String {
 async fn watch(
     client: ImdsClient,
     config: WatcherConfig,
-    policy: ShutdownPolicy,
+    policy: NoticePolicy,
     json: bool,
     until_notice: bool,
 ) -> Result<()> {
     let mut watcher = Watcher::new(client, config);
-    let shutdown = watcher.shutdown_on(policy);
+    let shutdown = watcher.notice_signal(policy);
     let mut transitions = watcher.subscribe();
     let running = watcher.spawn();
     let mut stdout = std::io::stdout().lock();
@@ -220,7 +221,7 @@ async fn watch(
 /// health shows that incarnation, they are all queued.
 async fn finish_document(
     running: &RunningWatcher,
-    shutdown: &ShutdownSignal,
+    shutdown: &NoticeSignal,
     transitions: &mut broadcast::Receiver<Transition>,
     out: &mut impl Write,
     json: bool,

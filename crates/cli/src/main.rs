@@ -6,16 +6,19 @@
 mod demo;
 mod emulator;
 mod events;
+mod operate;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 // Durations on the command line read like the configuration's: `1s`,
 // `250ms`, `2m` or a bare number of seconds.
+use spot_worker_runtime::settings::table;
 use spot_worker_runtime::{interrupted, parse_duration};
 use tracing_subscriber::EnvFilter;
 
-/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events.
+/// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events,
+/// and operate a fleet's queue, poison queue and checkpoints.
 #[derive(Debug, Parser)]
 #[command(name = "spot-worker", version, about)]
 struct Cli {
@@ -24,7 +27,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = spot_worker_imds::ENDPOINT_ENV,
+        env = table::IMDS_ENDPOINT.key,
         default_value = spot_worker_imds::DEFAULT_ENDPOINT,
         value_parser = parse_endpoint
     )]
@@ -32,7 +35,7 @@ struct Cli {
 
     /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`
     /// [default: warn; error for `demo`, whose drain warnings are expected].
-    #[arg(long, global = true, env = "RUST_LOG")]
+    #[arg(long, global = true, env = table::LOG_FILTER.key)]
     log: Option<String>,
 
     #[command(subcommand)]
@@ -50,6 +53,14 @@ enum Command {
     /// jobs, a Preempt mid-job, the drain, a second worker resuming from
     /// the checkpoints, and checks that nothing was lost or done twice.
     Demo(demo::DemoArgs),
+    /// Put jobs on the work queue: one message per line of JSON Lines.
+    Enqueue(operate::enqueue::EnqueueArgs),
+    /// Read, requeue or purge the records of the poison queue.
+    Poison(operate::poison::PoisonArgs),
+    /// List, show or delete job checkpoints.
+    Checkpoints(operate::checkpoints::CheckpointsArgs),
+    /// The queue, the poison queue, jobs in progress and workers' readiness.
+    Status(operate::status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +83,10 @@ fn main() -> ExitCode {
             Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
             Command::ImdsEmulator(args) => emulator::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Enqueue(args) => operate::enqueue::run(args).await,
+            Command::Poison(args) => operate::poison::run(args).await,
+            Command::Checkpoints(args) => operate::checkpoints::run(args).await,
+            Command::Status(args) => operate::status::run(args).await,
         }
     });
     match result {
@@ -126,7 +141,7 @@ mod tests {
 
     #[test]
     fn an_empty_endpoint_means_the_default() {
-        // As `ImdsConfig::from_env` treats an empty SPOT_WORKER_IMDS_ENDPOINT.
+        // As the settings treat any blank value.
         assert_eq!(
             parse_endpoint(" ").unwrap(),
             spot_worker_imds::DEFAULT_ENDPOINT

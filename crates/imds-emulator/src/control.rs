@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::emulator::{CURRENT_API_VERSION, Emulator};
 use crate::error::EmulatorError;
-use crate::event::{EventSource, EventSpec, EventStatus};
+use crate::event::{EmulatedSource, EmulatedStatus, EventSpec};
 use crate::fault::Fault;
 use crate::response;
 use crate::scenario::{Action, Scenario};
@@ -101,10 +101,11 @@ fn check_terminate_notice(notice: Duration) -> Result<(), Refusal> {
 #[serde(deny_unknown_fields)]
 struct NewEvent {
     event_type: String,
+    event_id: Option<String>,
     resources: Option<Vec<String>>,
     notice_secs: Option<f64>,
-    status: Option<EventStatus>,
-    source: Option<EventSource>,
+    status: Option<EmulatedStatus>,
+    source: Option<EmulatedSource>,
     duration_secs: Option<i64>,
     description: Option<String>,
     complete_after_secs: Option<f64>,
@@ -113,18 +114,21 @@ struct NewEvent {
 impl NewEvent {
     fn into_spec(self) -> Result<EventSpec, Refusal> {
         let mut spec = EventSpec::new(self.event_type);
+        if let Some(id) = self.event_id {
+            spec = spec.id(id);
+        }
         if let Some(resources) = self.resources {
             spec = spec.resources(resources);
         }
         if let Some(notice) = self.notice_secs {
             spec = spec.notice(seconds("notice_secs", notice)?);
         }
-        if self.status == Some(EventStatus::Started) {
+        if self.status == Some(EmulatedStatus::Started) {
             spec = spec.started();
         } else if spec.event_type() == "Terminate" {
             check_terminate_notice(spec.resolved_notice())?;
         }
-        if self.source == Some(EventSource::User) {
+        if self.source == Some(EmulatedSource::User) {
             spec = spec.source_user();
         }
         if let Some(duration) = self.duration_secs {

@@ -13,7 +13,7 @@ use crate::event::EventSpec;
 use crate::fault::Fault;
 use crate::identity::IdentityConfig;
 use crate::scenario::{self, Action, Scenario};
-use crate::state::{Approval, State, Stats};
+use crate::state::{RecordedApproval, State, Stats};
 use crate::token::IssuedToken;
 
 /// The api-version whose document [`Emulator::document`] returns.
@@ -39,7 +39,7 @@ struct Shared {
 
 /// The result of [`Emulator::schedule`].
 #[derive(Debug, Clone)]
-pub struct ScheduledEvent {
+pub struct PostedEvent {
     /// The `EventId` (an upper-case UUID).
     pub id: String,
     /// The document incarnation that first contains the event.
@@ -104,7 +104,7 @@ impl Emulator {
     }
 
     /// Schedules an event; it is visible to the next GET.
-    pub fn schedule(&self, spec: EventSpec) -> Result<ScheduledEvent, EmulatorError> {
+    pub fn schedule(&self, spec: EventSpec) -> Result<PostedEvent, EmulatorError> {
         self.with_state(|state| schedule_in(state, &spec))
     }
 
@@ -171,7 +171,7 @@ impl Emulator {
     }
 
     /// Every approval received so far, oldest first.
-    pub fn approvals(&self) -> Vec<Approval> {
+    pub fn approvals(&self) -> Vec<RecordedApproval> {
         self.with_state(|state| state.approvals.clone())
     }
 
@@ -292,9 +292,9 @@ impl Emulator {
     }
 }
 
-fn schedule_in(state: &mut State, spec: &EventSpec) -> Result<ScheduledEvent, EmulatorError> {
+fn schedule_in(state: &mut State, spec: &EventSpec) -> Result<PostedEvent, EmulatorError> {
     let event = state.schedule(spec, SystemTime::now())?;
-    let mut scheduled = ScheduledEvent {
+    let mut scheduled = PostedEvent {
         id: event.id.clone(),
         incarnation: 0,
         visible_at: event.visible_at,

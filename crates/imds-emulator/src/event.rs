@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// There is no "Completed": the real service removes finished events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventStatus {
+pub enum EmulatedStatus {
     /// Announced; starts when approved or when `NotBefore` passes.
     #[serde(alias = "scheduled")]
     Scheduled,
@@ -20,7 +20,7 @@ pub enum EventStatus {
 
 /// `EventSource`: who initiated the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventSource {
+pub enum EmulatedSource {
     /// Azure (maintenance, evictions, failures).
     #[serde(alias = "platform")]
     Platform,
@@ -55,10 +55,11 @@ enum Completion {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventSpec {
     event_type: String,
+    id: Option<String>,
     resources: Option<Vec<String>>,
     notice: Option<Duration>,
-    status: EventStatus,
-    source: EventSource,
+    status: EmulatedStatus,
+    source: EmulatedSource,
     duration_secs: Option<i64>,
     description: Option<String>,
     completion: Completion,
@@ -69,10 +70,11 @@ impl EventSpec {
     pub fn new(event_type: impl Into<String>) -> Self {
         Self {
             event_type: event_type.into(),
+            id: None,
             resources: None,
             notice: None,
-            status: EventStatus::Scheduled,
-            source: EventSource::Platform,
+            status: EmulatedStatus::Scheduled,
+            source: EmulatedSource::Platform,
             duration_secs: None,
             description: None,
             completion: Completion::Default,
@@ -116,6 +118,14 @@ impl EventSpec {
         self
     }
 
+    /// The `EventId` (default: a fresh upper-case UUID). Azure lists one
+    /// event that affects several VMs under the same id on each of them, so
+    /// a test emulating such an event on several emulators sets it.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
     /// Time from scheduling to `NotBefore` (rounded up to whole seconds).
     pub fn notice(mut self, notice: Duration) -> Self {
         self.notice = Some(notice);
@@ -125,13 +135,13 @@ impl EventSpec {
     /// Appear directly as `Started` with an empty `NotBefore`, like the
     /// events created after a host hardware failure.
     pub fn started(mut self) -> Self {
-        self.status = EventStatus::Started;
+        self.status = EmulatedStatus::Started;
         self
     }
 
     /// Initiated by the user (`EventSource: "User"`).
     pub fn source_user(mut self) -> Self {
-        self.source = EventSource::User;
+        self.source = EmulatedSource::User;
         self
     }
 
@@ -174,7 +184,7 @@ impl EventSpec {
             .unwrap_or_else(|| default_notice(&self.event_type))
     }
 
-    pub(crate) fn status(&self) -> EventStatus {
+    pub(crate) fn status(&self) -> EmulatedStatus {
         self.status
     }
 
@@ -209,7 +219,7 @@ impl EventSpec {
         if let Some(description) = &self.description {
             return description.clone();
         }
-        let user = self.source == EventSource::User;
+        let user = self.source == EmulatedSource::User;
         match (self.event_type.as_str(), user) {
             ("Preempt", _) => "Virtual machine is being evicted from the Spot pool.",
             ("Terminate", _) => "Virtual machine is being deleted from the scale set.",
@@ -231,13 +241,19 @@ impl EventSpec {
         .to_owned()
     }
 
+    pub(crate) fn resolved_id(&self) -> String {
+        self.id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string().to_uppercase())
+    }
+
     pub(crate) fn resolved_resources(&self, vm_name: &str) -> Vec<String> {
         self.resources
             .clone()
             .unwrap_or_else(|| vec![vm_name.to_owned()])
     }
 
-    pub(crate) fn source(&self) -> EventSource {
+    pub(crate) fn source(&self) -> EmulatedSource {
         self.source
     }
 
@@ -245,6 +261,9 @@ impl EventSpec {
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.event_type.trim().is_empty() {
             return Err("event_type must not be empty".to_owned());
+        }
+        if self.id.as_ref().is_some_and(|id| id.trim().is_empty()) {
+            return Err("event_id must not be empty".to_owned());
         }
         if let Some(resources) = &self.resources {
             if resources.is_empty() {
@@ -284,6 +303,7 @@ impl EventSpec {
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "event_type": self.event_type,
+            "event_id": self.id,
             "resources": self.resources,
             "notice_secs": self.resolved_notice().as_secs_f64(),
             "status": self.status,
@@ -337,11 +357,11 @@ pub(crate) struct WireEvent<'a> {
     pub event_type: &'a str,
     pub resource_type: &'static str,
     pub resources: &'a [String],
-    pub event_status: EventStatus,
+    pub event_status: EmulatedStatus,
     pub not_before: String,
     pub description: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub event_source: Option<EventSource>,
+    pub event_source: Option<EmulatedSource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_in_seconds: Option<i64>,
 }

@@ -68,13 +68,13 @@ mod token;
 
 pub use axum::http::StatusCode;
 pub use config::EmulatorConfig;
-pub use emulator::{CURRENT_API_VERSION, Emulator, ScheduledEvent};
+pub use emulator::{CURRENT_API_VERSION, Emulator, PostedEvent};
 pub use error::EmulatorError;
-pub use event::{EventSource, EventSpec, EventStatus};
+pub use event::{EmulatedSource, EmulatedStatus, EventSpec};
 pub use fault::Fault;
 pub use identity::{IdentityConfig, TOKEN_PATH};
 pub use imds::{INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS};
 pub use scenario::{Action, Scenario, Step};
 pub use server::RunningEmulator;
-pub use state::{Approval, Stats};
+pub use state::{RecordedApproval, Stats};
 pub use token::IssuedToken;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::EmulatorConfig;
 use crate::emulator::Emulator;
-use crate::event::{self, EventSpec, EventStatus};
+use crate::event::{self, EmulatedStatus, EventSpec};
 
 /// A named, scripted flow of events.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,7 +195,7 @@ impl Scenario {
                 ],
             ),
             "user-reboot" => (
-                "The owner restarts the VM: Reboot from EventSource User with 15 min notice \
+                "The owner restarts the VM: Reboot from EmulatedSource User with 15 min notice \
                  (usually approved at once); removed 10 s after it started."
                     .into(),
                 vec![
@@ -208,7 +208,7 @@ impl Scenario {
                 ],
             ),
             "redeploy" => (
-                "The owner redeploys the VM to another host: Redeploy from EventSource User \
+                "The owner redeploys the VM to another host: Redeploy from EmulatedSource User \
                  with 10 min notice; removed 10 s after it started."
                     .into(),
                 vec![
@@ -296,7 +296,7 @@ impl Scenario {
     pub fn with_notice(mut self, notice: Duration) -> Self {
         for step in &mut self.steps {
             if let Action::Schedule { spec, .. } = &mut step.action
-                && spec.status() == EventStatus::Scheduled
+                && spec.status() == EmulatedStatus::Scheduled
             {
                 *spec = spec.clone().notice(notice);
             }
@@ -336,7 +336,7 @@ pub(crate) async fn play(emulator: Emulator, scenario: Scenario, speed: f64) {
                             .id_for_key(&key)
                             .ok()
                             .and_then(|id| state.event(&id))
-                            .is_none_or(|e| e.status == EventStatus::Started)
+                            .is_none_or(|e| e.status == EmulatedStatus::Started)
                     })
                     .await;
                 Ok(())

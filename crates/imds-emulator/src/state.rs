@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
-use crate::event::{self, EventSource, EventSpec, EventStatus, WireDocument, WireEvent};
+use crate::event::{self, EmulatedSource, EmulatedStatus, EventSpec, WireDocument, WireEvent};
 use crate::fault::FaultQueue;
 use crate::token::IssuedToken;
 
@@ -43,7 +43,7 @@ pub struct Stats {
 
 /// One approved event id from a `StartRequests` POST.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Approval {
+pub struct RecordedApproval {
     /// The event id as the client sent it.
     pub event_id: String,
     /// When the approval arrived.
@@ -52,7 +52,7 @@ pub struct Approval {
     pub changed: bool,
 }
 
-impl Approval {
+impl RecordedApproval {
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "event_id": self.event_id,
@@ -73,12 +73,12 @@ pub(crate) struct Event {
     pub id: String,
     pub event_type: String,
     pub resources: Vec<String>,
-    pub status: EventStatus,
+    pub status: EmulatedStatus,
     /// `None` once started (the wire shows "").
     pub not_before: Option<SystemTime>,
     pub started_at: Option<SystemTime>,
     pub description: String,
-    pub source: EventSource,
+    pub source: EmulatedSource,
     pub duration_secs: i64,
     pub complete_after: Option<Duration>,
     /// When the event entered the array (for latency measurements).
@@ -114,7 +114,7 @@ impl Event {
     }
 
     fn start(&mut self, at: SystemTime) {
-        self.status = EventStatus::Started;
+        self.status = EmulatedStatus::Started;
         self.not_before = None;
         self.started_at = Some(at);
     }
@@ -127,7 +127,7 @@ pub(crate) struct State {
     pub vm_id: String,
     incarnation: u64,
     events: Vec<Event>,
-    pub approvals: Vec<Approval>,
+    pub approvals: Vec<RecordedApproval>,
     pub stats: Stats,
     pub faults: FaultQueue,
     /// Tokens the identity endpoint issued, oldest first.
@@ -186,7 +186,7 @@ impl State {
         let mut changes = 0;
         for event in &mut self.events {
             if let Some(not_before) = event.not_before
-                && event.status == EventStatus::Scheduled
+                && event.status == EmulatedStatus::Scheduled
                 && now >= not_before
             {
                 // It started at NotBefore, however late somebody looks.
@@ -207,8 +207,8 @@ impl State {
         self.events
             .iter()
             .filter_map(|e| match e.status {
-                EventStatus::Scheduled => e.not_before,
-                EventStatus::Started => e.completes_at(),
+                EmulatedStatus::Scheduled => e.not_before,
+                EmulatedStatus::Started => e.completes_at(),
             })
             .min()
     }
@@ -219,15 +219,21 @@ impl State {
         now: SystemTime,
     ) -> Result<&Event, EmulatorError> {
         spec.validate().map_err(EmulatorError::InvalidSpec)?;
+        let id = spec.resolved_id();
+        if self.event(&id).is_some() {
+            return Err(EmulatorError::InvalidSpec(format!(
+                "an event with id {id} is already listed"
+            )));
+        }
         let status = spec.status();
         let event = Event {
-            id: uuid::Uuid::new_v4().to_string().to_uppercase(),
+            id,
             event_type: spec.event_type().to_owned(),
             resources: spec.resolved_resources(&self.config.vm_name),
             status,
-            not_before: (status == EventStatus::Scheduled)
+            not_before: (status == EmulatedStatus::Scheduled)
                 .then(|| event::not_before(now, spec.resolved_notice())),
-            started_at: (status == EventStatus::Started).then_some(now),
+            started_at: (status == EmulatedStatus::Started).then_some(now),
             description: spec.resolved_description(),
             source: spec.source(),
             duration_secs: spec.resolved_duration_secs(),
@@ -244,7 +250,7 @@ impl State {
     pub(crate) fn start(&mut self, id: &str, now: SystemTime) -> Result<bool, EmulatorError> {
         let index = self.position(id)?;
         let event = &mut self.events[index];
-        if event.status == EventStatus::Started {
+        if event.status == EmulatedStatus::Started {
             return Ok(false);
         }
         event.start(now);
@@ -263,7 +269,7 @@ impl State {
     /// Removes a scheduled event that will not happen after all.
     pub(crate) fn cancel(&mut self, id: &str) -> Result<(), EmulatorError> {
         let index = self.position(id)?;
-        if self.events[index].status == EventStatus::Started {
+        if self.events[index].status == EmulatedStatus::Started {
             return Err(EmulatorError::AlreadyStarted(self.events[index].id.clone()));
         }
         self.events.remove(index);
@@ -290,7 +296,7 @@ impl State {
         for id in ids {
             // Checked above, so this cannot fail; stay total anyway.
             let changed = self.start(id, now).unwrap_or(false);
-            self.approvals.push(Approval {
+            self.approvals.push(RecordedApproval {
                 event_id: id.clone(),
                 at: now,
                 changed,
@@ -390,7 +396,7 @@ mod tests {
         assert_eq!(state.incarnation(), 3);
         assert_eq!(
             state.event(&id).map(|e| e.status),
-            Some(EventStatus::Started)
+            Some(EmulatedStatus::Started)
         );
         // Freeze completes DurationInSeconds (5) after its start.
         assert_eq!(state.next_deadline(), Some(at(1015)));

@@ -120,6 +120,48 @@ async fn event_options() {
     assert_eq!(custom_type.status, StatusCode::CREATED);
 }
 
+/// A shared event (one Reboot of several VMs) is listed under the same
+/// `EventId` on each VM: the control API takes the id, and refuses an empty
+/// one or one already listed.
+#[tokio::test]
+async fn event_with_a_given_id() {
+    let emulator = unlimited().await;
+    let client = client();
+    let base = emulator.url();
+    let shared = json!({
+        "event_type": "Reboot",
+        "event_id": "5A1E0C4D-0000-4000-8000-00000000C4A0",
+        "resources": ["chaos_0", "chaos_1"],
+        "notice_secs": 30,
+    });
+    let created = control_post(&client, &base, "/emulator/events", shared.clone()).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(
+        created.json()["event"]["EventId"],
+        "5A1E0C4D-0000-4000-8000-00000000C4A0"
+    );
+    let document = document(&client, &base).await;
+    assert_eq!(
+        document["Events"][0]["EventId"],
+        "5A1E0C4D-0000-4000-8000-00000000C4A0"
+    );
+    assert_eq!(
+        document["Events"][0]["Resources"],
+        json!(["chaos_0", "chaos_1"])
+    );
+
+    let again = control_post(&client, &base, "/emulator/events", shared).await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST);
+    let empty = control_post(
+        &client,
+        &base,
+        "/emulator/events",
+        json!({"event_type": "Reboot", "event_id": " "}),
+    )
+    .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+}
+
 #[tokio::test]
 async fn invalid_events_are_400() {
     let emulator = unlimited().await;

@@ -19,8 +19,6 @@ use crate::model::{EventId, EventStatus, ScheduledEvent, ScheduledEvents};
 
 /// The link-local address IMDS answers on in every Azure VM.
 pub const DEFAULT_ENDPOINT: &str = "http://169.254.169.254";
-/// Environment variable that overrides the endpoint (an emulator, say).
-pub const ENDPOINT_ENV: &str = "SPOT_WORKER_IMDS_ENDPOINT";
 /// The Scheduled Events api-version this client speaks.
 pub const SCHEDULED_EVENTS_API_VERSION: &str = "2020-07-01";
 /// The instance metadata api-version used to learn the VM's name.
@@ -64,18 +62,6 @@ impl Default for ImdsConfig {
 }
 
 impl ImdsConfig {
-    /// The defaults, with the endpoint taken from `SPOT_WORKER_IMDS_ENDPOINT`
-    /// when it is set and not empty.
-    pub fn from_env() -> Self {
-        let mut config = ImdsConfig::default();
-        if let Ok(endpoint) = std::env::var(ENDPOINT_ENV)
-            && !endpoint.trim().is_empty()
-        {
-            config.endpoint = endpoint.trim().to_owned();
-        }
-        config
-    }
-
     /// The same configuration pointed at `endpoint`.
     pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoint = endpoint.into();
@@ -145,7 +131,7 @@ impl ApprovalScope {
 /// # async fn run() -> Result<(), spot_worker_imds::ImdsError> {
 /// use spot_worker_imds::{ImdsClient, ImdsConfig};
 ///
-/// let client = ImdsClient::new(ImdsConfig::from_env())?;
+/// let client = ImdsClient::new(ImdsConfig::default())?;
 /// let document = client.scheduled_events().await?;
 /// println!("incarnation {}: {} events", document.incarnation, document.events.len());
 /// # Ok(()) }

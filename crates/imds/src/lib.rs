@@ -9,11 +9,11 @@
 //! - [`diff`]: turns two documents into [`Transition`]s (scheduled, started,
 //!   updated, completed, cancelled);
 //! - [`Watcher`]: polls forever, survives IMDS errors, reports its health;
-//! - [`ShutdownPolicy`] / [`ShutdownSignal`]: which transitions mean "drain
+//! - [`NoticePolicy`] / [`NoticeSignal`]: which transitions mean "drain
 //!   now", as a `CancellationToken` plus a deadline taken from `NotBefore`.
 //!
 //! It knows nothing about queues or storage: anything that must stop in time
-//! can hold a [`ShutdownSignal`].
+//! can hold a [`NoticeSignal`].
 
 mod client;
 mod error;
@@ -23,13 +23,13 @@ mod transition;
 mod watcher;
 
 pub use client::{
-    Approval, ApprovalScope, DEFAULT_ENDPOINT, ENDPOINT_ENV, INSTANCE_API_VERSION, ImdsClient,
-    ImdsConfig, MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
+    Approval, ApprovalScope, DEFAULT_ENDPOINT, INSTANCE_API_VERSION, ImdsClient, ImdsConfig,
+    MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
 };
 pub use error::ImdsError;
 pub use model::{
     EventId, EventSource, EventStatus, EventType, NotBefore, ScheduledEvent, ScheduledEvents,
 };
-pub use policy::{FreezePolicy, Notice, ShutdownPolicy, ShutdownSignal, deadline_for};
+pub use policy::{FreezePolicy, Notice, NoticePolicy, NoticeSignal, deadline_for};
 pub use transition::{Transition, TransitionKind, diff};
 pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth, retry_delay};

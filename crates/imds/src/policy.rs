@@ -1,7 +1,7 @@
 //! Deciding which events mean "drain now", and by when.
 //!
-//! A [`ShutdownPolicy`] picks the transitions that should stop this worker; a
-//! [`ShutdownSignal`] is what the rest of the program holds: a
+//! A [`NoticePolicy`] picks the transitions that should stop this worker; a
+//! [`NoticeSignal`] is what the rest of the program holds: a
 //! [`CancellationToken`] cancelled on the first such transition, plus a
 //! [`Notice`] whose deadline is the instant `NotBefore` names, mapped onto the
 //! monotonic clock so that a wall-clock jump cannot move it.
@@ -37,9 +37,9 @@ pub enum FreezePolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use spot_worker_imds::{EventType, FreezePolicy, ShutdownPolicy};
+/// use spot_worker_imds::{EventType, FreezePolicy, NoticePolicy};
 ///
-/// let policy = ShutdownPolicy::default()
+/// let policy = NoticePolicy::default()
 ///     .ignore(EventType::Reboot)
 ///     .freeze(FreezePolicy::LongerThan(Duration::from_secs(10)));
 /// assert!(policy.may_drain(&EventType::Preempt));
@@ -47,14 +47,14 @@ pub enum FreezePolicy {
 /// assert!(!policy.clone().ignore(EventType::Freeze).may_drain(&EventType::Freeze));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShutdownPolicy {
+pub struct NoticePolicy {
     types: HashSet<EventType>,
     freeze: FreezePolicy,
 }
 
-impl Default for ShutdownPolicy {
+impl Default for NoticePolicy {
     fn default() -> Self {
-        ShutdownPolicy {
+        NoticePolicy {
             types: [
                 EventType::Preempt,
                 EventType::Terminate,
@@ -68,7 +68,7 @@ impl Default for ShutdownPolicy {
     }
 }
 
-impl ShutdownPolicy {
+impl NoticePolicy {
     /// Also drain on this type (for example an `EventType::Unknown` that
     /// Azure introduces later). For `Freeze` this means
     /// [`FreezePolicy::Always`].
@@ -153,12 +153,12 @@ pub struct Notice {
 ///
 /// Cheap to clone; every clone sees the same token and notice.
 #[derive(Debug, Clone)]
-pub struct ShutdownSignal {
+pub struct NoticeSignal {
     token: CancellationToken,
     notice: watch::Receiver<Option<Notice>>,
 }
 
-impl ShutdownSignal {
+impl NoticeSignal {
     /// The token cancelled when a triggering event is first seen.
     pub fn token(&self) -> &CancellationToken {
         &self.token
@@ -227,10 +227,10 @@ impl ShutdownSignal {
     }
 }
 
-/// The half of a [`ShutdownSignal`] the watcher feeds with transitions.
+/// The half of a [`NoticeSignal`] the watcher feeds with transitions.
 #[derive(Debug)]
-pub(crate) struct ShutdownTrigger {
-    policy: ShutdownPolicy,
+pub(crate) struct NoticeTrigger {
+    policy: NoticePolicy,
     token: CancellationToken,
     notice: watch::Sender<Option<Notice>>,
     /// Triggering events not yet gone, by id.
@@ -240,19 +240,19 @@ pub(crate) struct ShutdownTrigger {
     impact_began: bool,
 }
 
-impl ShutdownTrigger {
+impl NoticeTrigger {
     /// A trigger and the signal it drives. `token` lets the application tie
     /// this to its own token (for example one also cancelled on SIGTERM).
     pub(crate) fn new(
-        policy: ShutdownPolicy,
+        policy: NoticePolicy,
         token: CancellationToken,
-    ) -> (ShutdownTrigger, ShutdownSignal) {
+    ) -> (NoticeTrigger, NoticeSignal) {
         let (notice, receiver) = watch::channel(None);
-        let signal = ShutdownSignal {
+        let signal = NoticeSignal {
             token: token.clone(),
             notice: receiver,
         };
-        let trigger = ShutdownTrigger {
+        let trigger = NoticeTrigger {
             policy,
             token,
             notice,
@@ -385,7 +385,7 @@ mod tests {
 
     /// Feeds `events` as one document at wall time `wall`.
     fn feed(
-        trigger: &mut ShutdownTrigger,
+        trigger: &mut NoticeTrigger,
         previous: &[ScheduledEvent],
         events: Vec<ScheduledEvent>,
         wall: SystemTime,
@@ -412,7 +412,7 @@ mod tests {
         let wall = whole_seconds(SystemTime::now());
         let start = Instant::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         assert!(!signal.token().is_cancelled());
 
         feed(
@@ -442,7 +442,7 @@ mod tests {
         let wall = whole_seconds(SystemTime::now());
         let start = Instant::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let scheduled = event(EventType::Terminate, at(wall, 300));
         feed(&mut trigger, &[], vec![scheduled.clone()], wall);
         assert_eq!(signal.deadline(), Some(start + Duration::from_secs(300)));
@@ -468,7 +468,7 @@ mod tests {
         let wall = SystemTime::now();
         let start = Instant::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         feed(
             &mut trigger,
             &[],
@@ -483,7 +483,7 @@ mod tests {
         let wall = SystemTime::now();
         let start = Instant::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let past = NotBefore::At((wall - Duration::from_secs(10)).into());
         feed(
             &mut trigger,
@@ -499,7 +499,7 @@ mod tests {
         // A waiter woken by the token on another thread reads the notice at
         // once: it must already be published.
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let token = signal.token().clone();
         let reader = std::thread::spawn(move || {
             let give_up = std::time::Instant::now() + Duration::from_secs(10);
@@ -522,7 +522,7 @@ mod tests {
     async fn cancellation_by_azure_is_observable() {
         let wall = SystemTime::now();
         let (mut trigger, mut signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let reboot = event(EventType::Reboot, at(wall, 900));
         feed(&mut trigger, &[], vec![reboot.clone()], wall);
         assert!(signal.changed().await);
@@ -538,7 +538,7 @@ mod tests {
     async fn a_new_notice_is_in_force_again_after_a_withdrawal() {
         let wall = SystemTime::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let reboot = event(EventType::Reboot, at(wall, 900));
         feed(&mut trigger, &[], vec![reboot.clone()], wall);
         assert_eq!(signal.in_force().await.unwrap().event_id, reboot.id);
@@ -558,7 +558,7 @@ mod tests {
     async fn an_event_that_drops_this_vm_withdraws_the_notice() {
         let wall = SystemTime::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let mine = event(EventType::Reboot, at(wall, 900));
         feed(&mut trigger, &[], vec![mine.clone()], wall);
         let mut theirs = mine.clone();
@@ -574,7 +574,7 @@ mod tests {
     async fn a_completed_impact_is_never_withdrawn() {
         let wall = SystemTime::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let mut first = event(EventType::Reboot, at(wall, 900));
         let mut second = first.clone();
         second.id = "E2".into();
@@ -596,7 +596,7 @@ mod tests {
         let wall = whole_seconds(SystemTime::now());
         let start = Instant::now();
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let late = event(EventType::Reboot, at(wall, 900));
         let mut soon = event(EventType::Preempt, at(wall, 30));
         soon.id = "E2".into();
@@ -613,7 +613,7 @@ mod tests {
     async fn deadline_reached_resolves_after_the_watcher_is_gone() {
         let wall = whole_seconds(SystemTime::now());
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         feed(
             &mut trigger,
             &[],
@@ -627,7 +627,7 @@ mod tests {
 
     #[test]
     fn freeze_drains_only_when_long_or_unknown() {
-        let policy = ShutdownPolicy::default();
+        let policy = NoticePolicy::default();
         let mut freeze = event(EventType::Freeze, NotBefore::Unset);
         freeze.duration_in_seconds = Some(5);
         assert!(!policy.triggers(&freeze));
@@ -648,15 +648,15 @@ mod tests {
     #[test]
     fn unknown_types_drain_only_when_asked() {
         let novel = event(EventType::Unknown("Hibernate".into()), NotBefore::Unset);
-        assert!(!ShutdownPolicy::default().triggers(&novel));
-        let policy = ShutdownPolicy::default().drain_on(EventType::Unknown("Hibernate".into()));
+        assert!(!NoticePolicy::default().triggers(&novel));
+        let policy = NoticePolicy::default().drain_on(EventType::Unknown("Hibernate".into()));
         assert!(policy.triggers(&novel));
     }
 
     #[test]
     fn events_for_other_vms_never_trigger() {
         let (mut trigger, signal) =
-            ShutdownTrigger::new(ShutdownPolicy::default(), CancellationToken::new());
+            NoticeTrigger::new(NoticePolicy::default(), CancellationToken::new());
         let mut other = event(EventType::Preempt, NotBefore::Unset);
         other.resources = vec!["spotvmss_1".into()];
         feed(&mut trigger, &[], vec![other], SystemTime::now());

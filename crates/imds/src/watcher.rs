@@ -21,7 +21,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::client::{ImdsClient, MIN_REQUEST_SPACING};
 use crate::error::ImdsError;
 use crate::model::{EventId, ScheduledEvent, ScheduledEvents};
-use crate::policy::{ShutdownPolicy, ShutdownSignal, ShutdownTrigger};
+use crate::policy::{NoticePolicy, NoticeSignal, NoticeTrigger};
 use crate::transition::{Transition, diff};
 
 /// How the watcher polls.
@@ -97,11 +97,11 @@ impl WatcherHealth {
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), spot_worker_imds::ImdsError> {
-/// use spot_worker_imds::{ImdsClient, ImdsConfig, ShutdownPolicy, Watcher, WatcherConfig};
+/// use spot_worker_imds::{ImdsClient, ImdsConfig, NoticePolicy, Watcher, WatcherConfig};
 ///
-/// let client = ImdsClient::new(ImdsConfig::from_env())?;
+/// let client = ImdsClient::new(ImdsConfig::default())?;
 /// let mut watcher = Watcher::new(client, WatcherConfig::default());
-/// let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+/// let shutdown = watcher.notice_signal(NoticePolicy::default());
 /// let _running = watcher.spawn();
 ///
 /// shutdown.cancelled().await;
@@ -113,7 +113,7 @@ impl WatcherHealth {
 pub struct Watcher {
     client: Arc<ImdsClient>,
     config: WatcherConfig,
-    triggers: Vec<ShutdownTrigger>,
+    triggers: Vec<NoticeTrigger>,
     transitions: broadcast::Sender<Transition>,
 }
 
@@ -131,7 +131,7 @@ impl Watcher {
     }
 
     /// A shutdown signal driven by `policy`, with a fresh token.
-    pub fn shutdown_on(&mut self, policy: ShutdownPolicy) -> ShutdownSignal {
+    pub fn notice_signal(&mut self, policy: NoticePolicy) -> NoticeSignal {
         self.shutdown_with_token(policy, CancellationToken::new())
     }
 
@@ -139,10 +139,10 @@ impl Watcher {
     /// a child of the application's own shutdown token).
     pub fn shutdown_with_token(
         &mut self,
-        policy: ShutdownPolicy,
+        policy: NoticePolicy,
         token: CancellationToken,
-    ) -> ShutdownSignal {
-        let (trigger, signal) = ShutdownTrigger::new(policy, token);
+    ) -> NoticeSignal {
+        let (trigger, signal) = NoticeTrigger::new(policy, token);
         self.triggers.push(trigger);
         signal
     }
@@ -239,7 +239,7 @@ impl RunningWatcher {
 struct Poller {
     client: Arc<ImdsClient>,
     config: WatcherConfig,
-    triggers: Vec<ShutdownTrigger>,
+    triggers: Vec<NoticeTrigger>,
     transitions: broadcast::Sender<Transition>,
     health: watch::Sender<WatcherHealth>,
     document: watch::Sender<Option<Arc<ScheduledEvents>>>,

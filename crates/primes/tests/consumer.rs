@@ -13,9 +13,9 @@ use spot_worker_primes::{
     PrimesConfig, PrimesJob, Progress, count_primes, expected_result, handler,
 };
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, InMemoryCheckpointStore,
-    InMemoryQueue, InMemoryResultStore, Job, MessageHandler, MessageQueue, PoisonRecord,
-    ResultStore, ShutdownSignals, WritePrecondition, handler_fn,
+    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, DrainSignals,
+    InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, Job, MessageHandler, MessageQueue,
+    PoisonRecord, ResultStore, WritePrecondition, handler_fn,
 };
 
 /// Upper bound of every run: generous for a slow debug build, yet bounded.
@@ -56,7 +56,7 @@ impl Stores {
     async fn run(
         &self,
         config: PrimesConfig,
-        signals: ShutdownSignals,
+        signals: DrainSignals,
         stop_after: usize,
         max_failures: u32,
     ) -> (ConsumerStats, Vec<String>) {
@@ -150,7 +150,7 @@ async fn counts_are_right_whatever_the_chunking() {
         let stores = Stores::new();
         stores.send(&job).await;
         let (config, seen) = recording(chunk);
-        let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+        let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
         assert!(errors.is_empty(), "{}: {errors:?}", job.job_id);
         assert_eq!(stats.succeeded, 1, "{}", job.job_id);
         assert_eq!(count_primes(job.start, job.end), known, "{}", job.job_id);
@@ -191,7 +191,7 @@ async fn an_interrupted_job_resumes_from_its_checkpoint_without_redoing_work() {
 
     // First worker: winds down (as on an eviction notice) right after the
     // fifth chunk's checkpoint.
-    let signals = ShutdownSignals::default();
+    let signals = DrainSignals::default();
     let wind_down = signals.clone();
     let first_chunks = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&first_chunks);
@@ -233,7 +233,7 @@ async fn an_interrupted_job_resumes_from_its_checkpoint_without_redoing_work() {
 
     // Second worker: picks the message up again and resumes at 50 000.
     let (config, second_chunks) = recording(chunk);
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);
     let second: Vec<u64> = second_chunks
@@ -255,7 +255,7 @@ async fn an_interrupted_job_resumes_from_its_checkpoint_without_redoing_work() {
     uninterrupted.send(&job).await;
     let (config, _) = recording(chunk);
     uninterrupted
-        .run(config, ShutdownSignals::default(), 1, 5)
+        .run(config, DrainSignals::default(), 1, 5)
         .await;
     let resumed = stores.result(&job).await.unwrap();
     assert_eq!(Some(resumed.clone()), uninterrupted.result(&job).await);
@@ -274,7 +274,7 @@ async fn a_job_cancelled_mid_chunk_saves_how_far_it_got() {
     stores.send(&short).await;
     stores.send(&long).await;
     let chunk = NonZeroU64::new(100_000_000).unwrap();
-    let signals = ShutdownSignals::default();
+    let signals = DrainSignals::default();
     let first = Arc::new(Mutex::new(Vec::new()));
     let (sink, wind_down) = (Arc::clone(&first), signals.clone());
     let config = PrimesConfig::default()
@@ -317,7 +317,7 @@ async fn a_job_cancelled_mid_chunk_saves_how_far_it_got() {
 
     // The next worker counts only the rest.
     let (config, second) = recording(chunk.get());
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);
     let second = second.lock().unwrap().clone();
@@ -338,14 +338,14 @@ async fn a_redelivered_completed_job_is_not_recomputed() {
     let job = PrimesJob::new("again", 0, 30_000).unwrap();
     stores.send(&job).await;
     let (config, first) = recording(10_000);
-    stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    stores.run(config, DrainSignals::default(), 1, 5).await;
     assert_eq!(first.lock().unwrap().len(), 3);
 
     // The same job arrives again (a duplicate send, or a redelivery after
     // the delete was lost).
     stores.send(&job).await;
     let (config, second) = recording(10_000);
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);
     assert!(second.lock().unwrap().is_empty(), "no chunk recomputed");
@@ -369,7 +369,7 @@ async fn a_different_existing_result_is_never_overwritten_and_poisons_at_once() 
         .unwrap();
     stores.send(&job).await;
     let (config, _) = recording(500);
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     // Retrying cannot make the stored result go away: poisoned at once,
     // with the stored result in the reason.
     assert_eq!((stats.poisoned, stats.retried), (1, 0), "{stats:?}");
@@ -498,7 +498,7 @@ async fn bad_messages_and_foreign_checkpoints_fail_with_clear_messages() {
     let (config, _) = recording(10);
     // Five attempts allowed, yet each is poisoned on its first: retrying
     // cannot fix any of them.
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 3, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 3, 5).await;
     assert_eq!(
         (stats.poisoned, stats.retried),
         (3, 0),
@@ -526,7 +526,7 @@ async fn a_result_store_outage_fails_the_job_and_the_retry_does_not_recompute() 
     stores.send(&job).await;
     stores.results.set_available(false);
     let (config, first) = recording(100);
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert_eq!(stats.retried, 1, "{stats:?}");
     assert!(
         errors[0].starts_with(
@@ -540,7 +540,7 @@ async fn a_result_store_outage_fails_the_job_and_the_retry_does_not_recompute() 
     // resumes at the end of the range and only writes the result.
     stores.results.set_available(true);
     let (config, second) = recording(100);
-    let (stats, errors) = stores.run(config, ShutdownSignals::default(), 1, 5).await;
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);
     assert!(second.lock().unwrap().is_empty(), "no chunk recomputed");
@@ -553,7 +553,7 @@ async fn the_default_config_counts_in_million_number_chunks() {
     let job = PrimesJob::new("plain", 0, 2_000_000).unwrap();
     stores.send(&job).await;
     let (stats, errors) = stores
-        .run(PrimesConfig::default(), ShutdownSignals::default(), 1, 5)
+        .run(PrimesConfig::default(), DrainSignals::default(), 1, 5)
         .await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.succeeded, 1);

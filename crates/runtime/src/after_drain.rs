@@ -14,9 +14,9 @@
 use spot_worker_imds::{ApprovalScope, EventStatus, Notice, RunningWatcher, ScheduledEvent};
 use tokio::sync::watch;
 
-use crate::config::ShutdownSettings;
+use crate::config::DrainSettings;
 use crate::health::Readiness;
-use crate::shutdown::{Trigger, Triggers, Watchdog};
+use crate::shutdown::{DrainTrigger, Triggers, Watchdog};
 
 /// The next step after a drain for an event, from what is known now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub(crate) fn after_drain(
     notice: Option<&Notice>,
     event: Option<&ScheduledEvent>,
     vm_name: Option<&str>,
-    settings: &ShutdownSettings,
+    settings: &DrainSettings,
 ) -> AfterDrain {
     let Some(notice) = notice else {
         return AfterDrain::Exit;
@@ -78,18 +78,18 @@ pub(crate) fn after_drain(
 /// or request while parked exits at once. Parking disarms the drain's
 /// `watchdog`: it has no deadline.
 pub(crate) async fn wait_after_drain(
-    trigger: &Trigger,
+    trigger: &DrainTrigger,
     triggers: &Triggers,
     watcher: Option<&RunningWatcher>,
     watchdog: &mut Option<Watchdog>,
     readiness: &watch::Sender<Readiness>,
-    settings: &ShutdownSettings,
+    settings: &DrainSettings,
 ) -> Next {
     let exit = |parked| Next::Exit {
         approve: None,
         parked,
     };
-    let (Trigger::Event(_), Some(signal), Some(watcher)) =
+    let (DrainTrigger::Event(_), Some(signal), Some(watcher)) =
         (trigger, triggers.event_signal(), watcher)
     else {
         return exit(false);
@@ -209,12 +209,12 @@ mod tests {
     #[test]
     fn only_an_event_of_this_vm_alone_is_approved_the_rest_waits() {
         use EventStatus::{Scheduled, Started};
-        let defaults = crate::WorkerConfig::default().shutdown;
-        let shared_ok = ShutdownSettings {
+        let defaults = crate::WorkerConfig::default().drain;
+        let shared_ok = DrainSettings {
             approve_shared_events: true,
             ..defaults.clone()
         };
-        let no_approvals = ShutdownSettings {
+        let no_approvals = DrainSettings {
             approve_events: false,
             ..defaults.clone()
         };
@@ -226,7 +226,7 @@ mod tests {
             Option<Notice>,
             Option<ScheduledEvent>,
             Option<&'a str>,
-            &'a ShutdownSettings,
+            &'a DrainSettings,
             Option<AfterDrain>,
         );
         let table: Vec<Row> = vec![

@@ -1,14 +1,14 @@
-//! The worker's configuration: documented defaults, overridden by an optional
-//! TOML file, overridden by environment variables, overridden by code.
+//! The worker's configuration, read from [the settings
+//! table](spot_worker_settings::table): defaults, then an optional TOML
+//! file, then environment variables, then code.
 //!
 //! The environment variables are a contract shared by every worker built on
 //! spot-worker, so that one deployment (cloud-init, systemd) fits them all.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use spot_worker_settings::{Source, table};
 use spot_worker_storage::MessageEncoding;
 
 use crate::error::ConfigError;
@@ -26,7 +26,7 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(28);
 pub const EXIT_MARGIN: Duration = Duration::from_secs(2);
 
 /// Path of an optional TOML file with the same settings.
-pub const CONFIG_FILE_ENV: &str = "SPOT_WORKER_CONFIG";
+pub const CONFIG_FILE_ENV: &str = spot_worker_settings::CONFIG_FILE;
 
 /// Everything a worker needs to know besides its handler and backends.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +68,7 @@ pub struct WorkerConfig {
     /// Scheduled Events settings.
     pub imds: ImdsSettings,
     /// How the worker stops.
-    pub shutdown: ShutdownSettings,
+    pub drain: DrainSettings,
     /// Give up (and exit with an error, so the service manager restarts the
     /// worker) if the warmup gate has not opened after this long
     /// (`SPOT_WORKER_GATE_TIMEOUT`; default: wait as long as it takes).
@@ -93,7 +93,7 @@ pub struct ImdsSettings {
 
 /// How the worker stops.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShutdownSettings {
+pub struct DrainSettings {
     /// Time kept in hand before the hard deadline: handlers still running
     /// this long before it are dropped and their messages released
     /// (`SPOT_WORKER_RELEASE_MARGIN`, default 3s).
@@ -128,235 +128,93 @@ pub struct ShutdownSettings {
 }
 
 impl Default for WorkerConfig {
+    /// The defaults of the settings table.
     fn default() -> Self {
         WorkerConfig {
-            queue: "jobs".to_owned(),
+            queue: table::QUEUE.default.to_string(),
+            // table::MESSAGE_ENCODING's default, `text` (checked by a test).
             encoding: MessageEncoding::Text,
-            concurrency: std::thread::available_parallelism().map_or(1, usize::from),
-            visibility_timeout: Duration::from_secs(30),
-            max_failures: 5,
-            max_deliveries: 100,
-            idle_poll_max: Duration::from_secs(1),
-            checkpoint_container: "checkpoints".to_owned(),
-            poison_container: "poison".to_owned(),
-            health_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            concurrency: cpus(),
+            visibility_timeout: table::VISIBILITY_TIMEOUT.default,
+            max_failures: table::MAX_FAILURES.default,
+            max_deliveries: table::MAX_DELIVERIES.default,
+            idle_poll_max: table::IDLE_POLL_MAX.default,
+            checkpoint_container: table::CHECKPOINT_CONTAINER.default.to_string(),
+            poison_container: table::POISON_CONTAINER.default.to_string(),
+            health_addr: table::HEALTH_ADDR.default,
             imds: ImdsSettings {
-                enabled: true,
-                endpoint: spot_worker_imds::DEFAULT_ENDPOINT.to_owned(),
+                enabled: table::IMDS.default,
+                endpoint: table::IMDS_ENDPOINT.default.to_string(),
                 vm_name: None,
-                poll_interval: Duration::from_secs(1),
+                poll_interval: table::IMDS_POLL_INTERVAL.default,
             },
-            shutdown: ShutdownSettings {
-                release_margin: Duration::from_secs(3),
-                release_floor: Duration::from_secs(2),
-                drain_budget: Duration::from_secs(25),
-                approve_events: true,
-                approve_shared_events: false,
-                watchdog: true,
+            drain: DrainSettings {
+                release_margin: table::RELEASE_MARGIN.default,
+                release_floor: table::RELEASE_FLOOR.default,
+                drain_budget: table::DRAIN_BUDGET.default,
+                approve_events: table::APPROVE_EVENTS.default,
+                approve_shared_events: table::APPROVE_SHARED_EVENTS.default,
+                watchdog: table::WATCHDOG.default,
                 handle_signals: true,
             },
-            gate_timeout: None,
+            gate_timeout: table::GATE_TIMEOUT.default,
         }
     }
 }
 
-/// The TOML file: the same settings, all optional, named like the
-/// environment variables without the `SPOT_WORKER_` prefix, in lower case.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    queue: Option<String>,
-    message_encoding: Option<String>,
-    concurrency: Option<usize>,
-    visibility_timeout: Option<String>,
-    max_failures: Option<u32>,
-    max_deliveries: Option<u32>,
-    idle_poll_max: Option<String>,
-    checkpoint_container: Option<String>,
-    poison_container: Option<String>,
-    health_addr: Option<String>,
-    imds: Option<String>,
-    imds_endpoint: Option<String>,
-    vm_name: Option<String>,
-    imds_poll_interval: Option<String>,
-    release_margin: Option<String>,
-    release_floor: Option<String>,
-    drain_budget: Option<String>,
-    approve_events: Option<bool>,
-    approve_shared_events: Option<bool>,
-    watchdog: Option<bool>,
-    gate_timeout: Option<String>,
+/// The default concurrency: one message per CPU.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 impl WorkerConfig {
     /// Defaults, then the TOML file named by `SPOT_WORKER_CONFIG` (if set),
     /// then the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_source(&Source::from_env()?)
     }
 
     /// As [`from_env`](Self::from_env), reading variables through `lookup`
     /// (for tests and for callers with their own source of settings).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut config = WorkerConfig::default();
-        if let Some(path) = lookup(CONFIG_FILE_ENV).filter(|p| !p.trim().is_empty()) {
-            config.apply_file(Path::new(path.trim()))?;
-        }
-        config.apply(|name| lookup(&format!("SPOT_WORKER_{name}")), Source::Env)?;
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Result<Self, ConfigError> {
+        Self::from_source(&Source::from_lookup(lookup)?)
+    }
+
+    /// The worker's settings from `source` (flags, environment, file,
+    /// defaults), checked.
+    pub fn from_source(source: &Source) -> Result<Self, ConfigError> {
+        let config = WorkerConfig {
+            queue: source.get(&table::QUEUE)?.into_owned(),
+            encoding: encoding(source)?,
+            concurrency: source.get(&table::CONCURRENCY)?.unwrap_or_else(cpus),
+            visibility_timeout: source.get(&table::VISIBILITY_TIMEOUT)?,
+            max_failures: source.get(&table::MAX_FAILURES)?,
+            max_deliveries: source.get(&table::MAX_DELIVERIES)?,
+            idle_poll_max: source.get(&table::IDLE_POLL_MAX)?,
+            checkpoint_container: source.get(&table::CHECKPOINT_CONTAINER)?.into_owned(),
+            poison_container: source.get(&table::POISON_CONTAINER)?.into_owned(),
+            health_addr: source.get(&table::HEALTH_ADDR)?,
+            imds: ImdsSettings {
+                enabled: source.get(&table::IMDS)?,
+                endpoint: source.get(&table::IMDS_ENDPOINT)?.into_owned(),
+                vm_name: source.get(&table::VM_NAME)?.map(|name| name.into_owned()),
+                poll_interval: source.get(&table::IMDS_POLL_INTERVAL)?,
+            },
+            drain: DrainSettings {
+                release_margin: source.get(&table::RELEASE_MARGIN)?,
+                release_floor: source.get(&table::RELEASE_FLOOR)?,
+                drain_budget: source.get(&table::DRAIN_BUDGET)?,
+                approve_events: source.get(&table::APPROVE_EVENTS)?,
+                approve_shared_events: source.get(&table::APPROVE_SHARED_EVENTS)?,
+                watchdog: source.get(&table::WATCHDOG)?,
+                handle_signals: true,
+            },
+            gate_timeout: source.get(&table::GATE_TIMEOUT)?,
+        };
         config.validate()?;
         Ok(config)
-    }
-
-    /// Applies a TOML file on top of this configuration.
-    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::File {
-            path: path.to_owned(),
-            source,
-        })?;
-        self.apply_toml(&text, path)
-    }
-
-    fn apply_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        let value = |name: &str| -> Option<String> {
-            match name {
-                "QUEUE" => file.queue.clone(),
-                "MESSAGE_ENCODING" => file.message_encoding.clone(),
-                "CONCURRENCY" => file.concurrency.map(|n| n.to_string()),
-                "VISIBILITY_TIMEOUT" => file.visibility_timeout.clone(),
-                "MAX_FAILURES" => file.max_failures.map(|n| n.to_string()),
-                "MAX_DELIVERIES" => file.max_deliveries.map(|n| n.to_string()),
-                "IDLE_POLL_MAX" => file.idle_poll_max.clone(),
-                "CHECKPOINT_CONTAINER" => file.checkpoint_container.clone(),
-                "POISON_CONTAINER" => file.poison_container.clone(),
-                "HEALTH_ADDR" => file.health_addr.clone(),
-                "IMDS" => file.imds.clone(),
-                "IMDS_ENDPOINT" => file.imds_endpoint.clone(),
-                "VM_NAME" => file.vm_name.clone(),
-                "IMDS_POLL_INTERVAL" => file.imds_poll_interval.clone(),
-                "RELEASE_MARGIN" => file.release_margin.clone(),
-                "RELEASE_FLOOR" => file.release_floor.clone(),
-                "DRAIN_BUDGET" => file.drain_budget.clone(),
-                "APPROVE_EVENTS" => file.approve_events.map(|b| b.to_string()),
-                "APPROVE_SHARED_EVENTS" => file.approve_shared_events.map(|b| b.to_string()),
-                "WATCHDOG" => file.watchdog.map(|b| b.to_string()),
-                "GATE_TIMEOUT" => file.gate_timeout.clone(),
-                _ => None,
-            }
-        };
-        self.apply(value, Source::File(path.to_owned()))
-    }
-
-    /// Applies every setting `value` knows, by its variable name without
-    /// the `SPOT_WORKER_` prefix.
-    fn apply(
-        &mut self,
-        value: impl Fn(&str) -> Option<String>,
-        source: Source,
-    ) -> Result<(), ConfigError> {
-        let get = |name: &str| {
-            value(name)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let invalid = |name: &str, value: &str, reason: String| ConfigError::Invalid {
-            setting: source.name(name),
-            value: value.to_owned(),
-            reason,
-        };
-        if let Some(v) = get("QUEUE") {
-            self.queue = v;
-        }
-        if let Some(v) = get("MESSAGE_ENCODING") {
-            self.encoding = match v.to_ascii_lowercase().as_str() {
-                "text" => MessageEncoding::Text,
-                "base64" => MessageEncoding::Base64,
-                _ => {
-                    return Err(invalid(
-                        "MESSAGE_ENCODING",
-                        &v,
-                        "use `text` or `base64`".into(),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = get("CONCURRENCY") {
-            self.concurrency = v
-                .parse()
-                .map_err(|e| invalid("CONCURRENCY", &v, format!("{e}")))?;
-        }
-        if let Some(v) = get("VISIBILITY_TIMEOUT") {
-            self.visibility_timeout =
-                parse_duration(&v).map_err(|e| invalid("VISIBILITY_TIMEOUT", &v, e))?;
-        }
-        if let Some(v) = get("MAX_FAILURES") {
-            self.max_failures = v
-                .parse()
-                .map_err(|e| invalid("MAX_FAILURES", &v, format!("{e}")))?;
-        }
-        if let Some(v) = get("MAX_DELIVERIES") {
-            self.max_deliveries = v
-                .parse()
-                .map_err(|e| invalid("MAX_DELIVERIES", &v, format!("{e}")))?;
-        }
-        if let Some(v) = get("IDLE_POLL_MAX") {
-            self.idle_poll_max = parse_duration(&v).map_err(|e| invalid("IDLE_POLL_MAX", &v, e))?;
-        }
-        if let Some(v) = get("POISON_CONTAINER") {
-            self.poison_container = v;
-        }
-        if let Some(v) = get("CHECKPOINT_CONTAINER") {
-            self.checkpoint_container = v;
-        }
-        if let Some(v) = get("HEALTH_ADDR") {
-            self.health_addr = v
-                .parse()
-                .map_err(|e| invalid("HEALTH_ADDR", &v, format!("{e} (use IP:PORT)")))?;
-        }
-        if let Some(v) = get("IMDS") {
-            self.imds.enabled = parse_switch(&v).map_err(|e| invalid("IMDS", &v, e))?;
-        }
-        if let Some(v) = get("IMDS_ENDPOINT") {
-            self.imds.endpoint = v;
-        }
-        if let Some(v) = get("VM_NAME") {
-            self.imds.vm_name = Some(v);
-        }
-        if let Some(v) = get("IMDS_POLL_INTERVAL") {
-            self.imds.poll_interval =
-                parse_duration(&v).map_err(|e| invalid("IMDS_POLL_INTERVAL", &v, e))?;
-        }
-        if let Some(v) = get("RELEASE_MARGIN") {
-            self.shutdown.release_margin =
-                parse_duration(&v).map_err(|e| invalid("RELEASE_MARGIN", &v, e))?;
-        }
-        if let Some(v) = get("RELEASE_FLOOR") {
-            self.shutdown.release_floor =
-                parse_duration(&v).map_err(|e| invalid("RELEASE_FLOOR", &v, e))?;
-        }
-        if let Some(v) = get("DRAIN_BUDGET") {
-            self.shutdown.drain_budget =
-                parse_duration(&v).map_err(|e| invalid("DRAIN_BUDGET", &v, e))?;
-        }
-        if let Some(v) = get("APPROVE_EVENTS") {
-            self.shutdown.approve_events =
-                parse_switch(&v).map_err(|e| invalid("APPROVE_EVENTS", &v, e))?;
-        }
-        if let Some(v) = get("APPROVE_SHARED_EVENTS") {
-            self.shutdown.approve_shared_events =
-                parse_switch(&v).map_err(|e| invalid("APPROVE_SHARED_EVENTS", &v, e))?;
-        }
-        if let Some(v) = get("WATCHDOG") {
-            self.shutdown.watchdog = parse_switch(&v).map_err(|e| invalid("WATCHDOG", &v, e))?;
-        }
-        if let Some(v) = get("GATE_TIMEOUT") {
-            self.gate_timeout =
-                Some(parse_duration(&v).map_err(|e| invalid("GATE_TIMEOUT", &v, e))?);
-        }
-        Ok(())
     }
 
     /// Checks values that parse but cannot work.
@@ -369,44 +227,48 @@ impl WorkerConfig {
             })
         };
         if self.queue.is_empty() {
-            return invalid("queue", String::new(), "a queue name is required");
+            return invalid(table::QUEUE.key, String::new(), "a queue name is required");
         }
         if self.concurrency == 0 {
-            return invalid("concurrency", "0".into(), "at least one message at a time");
+            return invalid(
+                table::CONCURRENCY.key,
+                "0".into(),
+                "at least one message at a time",
+            );
         }
         if !(MIN_VISIBILITY..=MAX_VISIBILITY).contains(&self.visibility_timeout) {
             return invalid(
-                "visibility_timeout",
+                table::VISIBILITY_TIMEOUT.key,
                 format!("{:?}", self.visibility_timeout),
                 "must be between 5 s (time to renew) and 7 days (Azure's limit)",
             );
         }
         if self.idle_poll_max < Duration::from_millis(200) {
             return invalid(
-                "idle_poll_max",
+                table::IDLE_POLL_MAX.key,
                 format!("{:?}", self.idle_poll_max),
                 "at least 200ms (the first pause after an empty receive)",
             );
         }
         if self.max_failures == 0 {
             return invalid(
-                "SPOT_WORKER_MAX_FAILURES",
+                table::MAX_FAILURES.key,
                 "0".into(),
                 "at least 1 (the first failure then poisons the message)",
             );
         }
         if self.max_deliveries == 0 {
             return invalid(
-                "SPOT_WORKER_MAX_DELIVERIES",
+                table::MAX_DELIVERIES.key,
                 "0".into(),
                 "at least 1; keep it high: evictions count towards this crash-loop guard",
             );
         }
-        self.shutdown.validate()
+        self.drain.validate()
     }
 }
 
-impl ShutdownSettings {
+impl DrainSettings {
     /// The longest a drain can take from its notice to its hard deadline:
     /// the drain budget, or the release margin plus the release floor when a
     /// short notice stretches the release past the time left.
@@ -427,14 +289,14 @@ impl ShutdownSettings {
         };
         if self.release_floor < Duration::from_millis(100) {
             return invalid(
-                "SPOT_WORKER_RELEASE_FLOOR",
+                table::RELEASE_FLOOR.key,
                 self.release_floor,
                 "at least 100ms: releasing takes one request per message".into(),
             );
         }
         if self.release_floor > self.release_margin {
             return invalid(
-                "SPOT_WORKER_RELEASE_FLOOR",
+                table::RELEASE_FLOOR.key,
                 self.release_floor,
                 format!(
                     "at most SPOT_WORKER_RELEASE_MARGIN ({:?})",
@@ -444,7 +306,7 @@ impl ShutdownSettings {
         }
         if self.drain_budget <= self.release_margin {
             return invalid(
-                "SPOT_WORKER_DRAIN_BUDGET",
+                table::DRAIN_BUDGET.key,
                 self.drain_budget,
                 format!(
                     "must be longer than SPOT_WORKER_RELEASE_MARGIN ({:?})",
@@ -454,7 +316,7 @@ impl ShutdownSettings {
         }
         if self.longest_drain() + EXIT_MARGIN > STOP_TIMEOUT {
             return invalid(
-                "SPOT_WORKER_DRAIN_BUDGET",
+                table::DRAIN_BUDGET.key,
                 self.drain_budget,
                 format!(
                     "the drain ({:?} at most) plus {EXIT_MARGIN:?} to exit must fit in the \
@@ -468,57 +330,15 @@ impl ShutdownSettings {
     }
 }
 
-/// Where a setting came from, for error messages.
-enum Source {
-    Env,
-    File(PathBuf),
-}
-
-impl Source {
-    fn name(&self, setting: &str) -> String {
-        match self {
-            Source::Env => format!("SPOT_WORKER_{setting}"),
-            Source::File(path) => format!("{} in {}", setting.to_ascii_lowercase(), path.display()),
-        }
-    }
-}
-
-/// Parses `1s`, `250ms`, `2m` or a bare number of seconds.
-///
-/// ```
-/// use std::time::Duration;
-/// use spot_worker_runtime::parse_duration;
-///
-/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-/// assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-/// assert!(parse_duration("soon").is_err());
-/// ```
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "s"), |at| text.split_at(at));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 1s, 250ms or 2m"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "s" | "" => value,
-        "m" | "min" => value * 60.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s or m)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
-fn parse_switch(text: &str) -> Result<bool, String> {
-    match text.to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Ok(true),
-        "0" | "off" | "false" | "no" => Ok(false),
-        _ => Err("use on or off".to_owned()),
+/// How message text encodes bodies, from `SPOT_WORKER_MESSAGE_ENCODING`.
+fn encoding(source: &Source) -> Result<MessageEncoding, ConfigError> {
+    let name = source.get(&table::MESSAGE_ENCODING)?;
+    match name.to_ascii_lowercase().as_str() {
+        "text" => Ok(MessageEncoding::Text),
+        "base64" => Ok(MessageEncoding::Base64),
+        _ => Err(source
+            .invalid(&table::MESSAGE_ENCODING, "use `text` or `base64`")
+            .into()),
     }
 }
 
@@ -532,17 +352,18 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        WorkerConfig::from_lookup(|name| vars.get(name).cloned())
+        WorkerConfig::from_lookup(move |name| vars.get(name).cloned())
     }
 
     #[test]
     fn documented_defaults() {
         let c = config(&[]).unwrap();
+        assert_eq!(c, WorkerConfig::default(), "the defaults are the table's");
         assert_eq!(c.queue, "jobs");
         assert_eq!(c.encoding, MessageEncoding::Text);
         assert_eq!(c.health_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(c.imds.endpoint, "http://169.254.169.254");
-        assert!(c.imds.enabled && c.shutdown.approve_events && c.shutdown.watchdog);
+        assert!(c.imds.enabled && c.drain.approve_events && c.drain.watchdog);
         assert!(c.concurrency >= 1);
     }
 
@@ -563,7 +384,7 @@ mod tests {
         assert_eq!(c.concurrency, 32);
         assert_eq!(c.health_addr.port(), 9000);
         assert_eq!(c.imds.endpoint, "http://127.0.0.1:8089");
-        assert_eq!(c.shutdown.drain_budget, Duration::from_secs(20));
+        assert_eq!(c.drain.drain_budget, Duration::from_secs(20));
         assert!(!c.imds.enabled);
     }
 
@@ -580,7 +401,7 @@ mod tests {
         let c = config(&[(CONFIG_FILE_ENV, file), ("SPOT_WORKER_CONCURRENCY", "7")]).unwrap();
         assert_eq!(c.queue, "from-file");
         assert_eq!(c.concurrency, 7, "the environment wins");
-        assert!(!c.shutdown.watchdog);
+        assert!(!c.drain.watchdog);
     }
 
     #[test]
@@ -622,9 +443,9 @@ mod tests {
 
     #[test]
     fn shared_events_are_approved_only_when_asked() {
-        assert!(!config(&[]).unwrap().shutdown.approve_shared_events);
+        assert!(!config(&[]).unwrap().drain.approve_shared_events);
         let c = config(&[("SPOT_WORKER_APPROVE_SHARED_EVENTS", "on")]).unwrap();
-        assert!(c.shutdown.approve_shared_events);
+        assert!(c.drain.approve_shared_events);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");
         std::fs::write(
@@ -633,8 +454,8 @@ mod tests {
         )
         .unwrap();
         let c = config(&[(CONFIG_FILE_ENV, path.to_str().unwrap())]).unwrap();
-        assert!(c.shutdown.approve_shared_events);
-        assert_eq!(c.shutdown.release_floor, Duration::from_secs(1));
+        assert!(c.drain.approve_shared_events);
+        assert_eq!(c.drain.release_floor, Duration::from_secs(1));
     }
 
     #[test]
@@ -644,7 +465,7 @@ mod tests {
         let err = config(&[("SPOT_WORKER_MESSAGE_ENCODING", "utf16")]).unwrap_err();
         assert!(err.to_string().contains("text` or `base64"), "{err}");
         let err = config(&[("SPOT_WORKER_CONCURRENCY", "0")]).unwrap_err();
-        assert!(err.to_string().contains("concurrency"), "{err}");
+        assert!(err.to_string().contains("SPOT_WORKER_CONCURRENCY"), "{err}");
         let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "2s")]).unwrap_err();
         assert!(err.to_string().contains("between 5 s"), "{err}");
         for setting in ["SPOT_WORKER_MAX_FAILURES", "SPOT_WORKER_MAX_DELIVERIES"] {

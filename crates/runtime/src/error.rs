@@ -1,29 +1,15 @@
 //! What can stop a worker from starting or running.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// A setting that could not be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The TOML file could not be read.
-    #[error("reading the configuration file {path}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The TOML file is not valid.
-    #[error("invalid configuration file {path}: {message}")]
-    Toml {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        message: String,
-    },
+    /// A setting could not be read (the file, or a value that does not
+    /// parse).
+    #[error(transparent)]
+    Setting(#[from] spot_worker_settings::SettingError),
     /// A value that does not parse or cannot work.
     #[error("invalid {setting} = {value:?}: {reason}")]
     Invalid {

@@ -25,11 +25,17 @@ mod metered;
 pub mod shutdown;
 mod worker;
 
-pub use config::{
-    EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, ShutdownSettings, WorkerConfig, parse_duration,
-};
+pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerConfig};
 pub use error::{ConfigError, WorkerError};
 pub use gate::{WarmupError, WarmupFn};
 pub use health::{Gate, Readiness};
-pub use shutdown::{Plan, Trigger, WATCHDOG_EXIT_CODE, interrupted};
-pub use worker::{RunReport, ShutdownReport, Worker};
+pub use shutdown::{DrainPlan, DrainTrigger, WATCHDOG_EXIT_CODE, interrupted};
+/// The settings table and its sources, which [`WorkerConfig`] reads.
+pub use spot_worker_settings::{self as settings, parse_duration};
+/// What a user writes, next to the [`Worker`] that runs it: the handler
+/// trait, the job it is given, and its errors (defined with the consumer
+/// in `spot-worker-storage`).
+pub use spot_worker_storage::{
+    HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent,
+};
+pub use worker::{DrainReport, RunReport, Worker};

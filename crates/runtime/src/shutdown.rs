@@ -12,15 +12,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spot_worker_imds::{Notice, ShutdownSignal};
+use spot_worker_imds::{Notice, NoticeSignal};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ShutdownSettings;
+use crate::config::DrainSettings;
 
 /// What started a shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trigger {
+pub enum DrainTrigger {
     /// A Scheduled Event concerning this VM (Preempt, Terminate, ...).
     Event(Notice),
     /// SIGTERM or SIGINT.
@@ -29,19 +29,19 @@ pub enum Trigger {
     Requested,
 }
 
-impl std::fmt::Display for Trigger {
+impl std::fmt::Display for DrainTrigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Trigger::Event(n) => write!(f, "{} event {}", n.event_type, n.event_id),
-            Trigger::Signal(name) => f.write_str(name),
-            Trigger::Requested => f.write_str("shutdown requested"),
+            DrainTrigger::Event(n) => write!(f, "{} event {}", n.event_type, n.event_id),
+            DrainTrigger::Signal(name) => f.write_str(name),
+            DrainTrigger::Requested => f.write_str("shutdown requested"),
         }
     }
 }
 
 /// The instants a drain works to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Plan {
+pub struct DrainPlan {
     /// When the notice arrived.
     pub noticed_at: Instant,
     /// Handlers still running now are dropped and their messages released.
@@ -54,7 +54,7 @@ pub struct Plan {
 /// and Azure's can differ by a fraction of a second.
 const BEFORE_NOT_BEFORE: Duration = Duration::from_secs(1);
 
-impl Plan {
+impl DrainPlan {
     /// The plan for `trigger` noticed at `noticed_at`:
     ///
     /// - the time left is the drain budget, and for an event no later than
@@ -66,10 +66,10 @@ impl Plan {
     ///   `release_floor` before the hard deadline, however late the notice.
     ///
     /// So the drain never takes longer than
-    /// [`ShutdownSettings::longest_drain`].
-    pub fn new(trigger: &Trigger, noticed_at: Instant, settings: &ShutdownSettings) -> Plan {
+    /// [`DrainSettings::longest_drain`].
+    pub fn new(trigger: &DrainTrigger, noticed_at: Instant, settings: &DrainSettings) -> DrainPlan {
         let mut time_left = settings.drain_budget;
-        if let Trigger::Event(notice) = trigger {
+        if let DrainTrigger::Event(notice) = trigger {
             let before_impact = notice
                 .deadline
                 .checked_sub(BEFORE_NOT_BEFORE)
@@ -81,7 +81,7 @@ impl Plan {
             .max(time_left / 2);
         let release_at = noticed_at + wind_down;
         let hard_deadline = (noticed_at + time_left).max(release_at + settings.release_floor);
-        Plan {
+        DrainPlan {
             noticed_at,
             release_at,
             hard_deadline,
@@ -92,15 +92,15 @@ impl Plan {
 /// Everything that can start a shutdown, merged into one future.
 #[derive(Clone)]
 pub(crate) struct Triggers {
-    event: Option<ShutdownSignal>,
+    event: Option<NoticeSignal>,
     external: CancellationToken,
     /// Cancelled by a second SIGTERM/SIGINT: release now, skip the wind-down.
     hurry: CancellationToken,
-    reason: Arc<Mutex<Option<Trigger>>>,
+    reason: Arc<Mutex<Option<DrainTrigger>>>,
 }
 
 impl Triggers {
-    pub(crate) fn new(event: Option<ShutdownSignal>, requested: CancellationToken) -> Self {
+    pub(crate) fn new(event: Option<NoticeSignal>, requested: CancellationToken) -> Self {
         Triggers {
             event,
             external: requested,
@@ -118,7 +118,7 @@ impl Triggers {
         let mut interrupts = Interrupts::install();
         tokio::spawn(async move {
             let name = interrupts.next().await;
-            this.set_reason(Trigger::Signal(name));
+            this.set_reason(DrainTrigger::Signal(name));
             this.external.cancel();
             let again = interrupts.next().await;
             tracing::warn!(
@@ -129,7 +129,7 @@ impl Triggers {
         });
     }
 
-    fn set_reason(&self, trigger: Trigger) {
+    fn set_reason(&self, trigger: DrainTrigger) {
         let mut reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         reason.get_or_insert(trigger);
     }
@@ -137,7 +137,7 @@ impl Triggers {
     /// Resolves with the first trigger: the application's request or a
     /// signal, or a Scheduled Event notice that is in force (not withdrawn:
     /// after intake resumes for a cancelled event, only a new one counts).
-    pub(crate) async fn first(&self) -> Trigger {
+    pub(crate) async fn first(&self) -> DrainTrigger {
         let event = async {
             match &self.event {
                 Some(signal) => signal.in_force().await,
@@ -146,7 +146,7 @@ impl Triggers {
         };
         tokio::select! {
             notice = event => match notice {
-                Some(notice) => Trigger::Event(notice),
+                Some(notice) => DrainTrigger::Event(notice),
                 // The watcher is gone: nothing more will come from it.
                 None => self.external().await,
             },
@@ -155,13 +155,13 @@ impl Triggers {
     }
 
     /// Resolves when the application or a signal asks to stop.
-    pub(crate) async fn external(&self) -> Trigger {
+    pub(crate) async fn external(&self) -> DrainTrigger {
         self.external.cancelled().await;
         self.reason
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .unwrap_or(Trigger::Requested)
+            .unwrap_or(DrainTrigger::Requested)
     }
 
     /// Resolves when a second signal asks for a fast exit.
@@ -170,7 +170,7 @@ impl Triggers {
     }
 
     /// The event side, for following a notice after the drain.
-    pub(crate) fn event_signal(&self) -> Option<&ShutdownSignal> {
+    pub(crate) fn event_signal(&self) -> Option<&NoticeSignal> {
         self.event.as_ref()
     }
 }
@@ -278,12 +278,12 @@ mod tests {
     use spot_worker_imds::{EventStatus, EventType};
     use std::time::SystemTime;
 
-    fn settings() -> ShutdownSettings {
-        crate::WorkerConfig::default().shutdown
+    fn settings() -> DrainSettings {
+        crate::WorkerConfig::default().drain
     }
 
-    fn notice(deadline: Instant) -> Trigger {
-        Trigger::Event(Notice {
+    fn notice(deadline: Instant) -> DrainTrigger {
+        DrainTrigger::Event(Notice {
             event_id: "E".into(),
             event_type: EventType::Preempt,
             status: EventStatus::Scheduled,
@@ -312,8 +312,8 @@ mod tests {
             ("preempt 30 s", notice(now + secs(30.0)), 22.0, 25.0),
             // A long Terminate notice is capped by the budget too.
             ("terminate 600 s", notice(now + secs(600.0)), 22.0, 25.0),
-            ("signal", Trigger::Signal("SIGTERM"), 22.0, 25.0),
-            ("requested", Trigger::Requested, 22.0, 25.0),
+            ("signal", DrainTrigger::Signal("SIGTERM"), 22.0, 25.0),
+            ("requested", DrainTrigger::Requested, 22.0, 25.0),
             ("notice 10 s", notice(now + secs(10.0)), 6.0, 9.0),
             // Less than twice the margin left: handlers get half of it.
             ("notice 6 s", notice(now + secs(6.0)), 2.5, 5.0),
@@ -325,7 +325,7 @@ mod tests {
             ("late", notice(past), 0.0, 2.0),
         ];
         for (case, trigger, release, hard) in table {
-            let plan = Plan::new(&trigger, now, &settings);
+            let plan = DrainPlan::new(&trigger, now, &settings);
             assert_eq!(plan.noticed_at, now, "{case}");
             assert_eq!(plan.release_at, now + secs(release), "{case}: release");
             assert_eq!(
@@ -344,9 +344,9 @@ mod tests {
     async fn the_first_trigger_wins_and_keeps_its_reason() {
         let requested = CancellationToken::new();
         let triggers = Triggers::new(None, requested.clone());
-        triggers.set_reason(Trigger::Signal("SIGTERM"));
-        triggers.set_reason(Trigger::Signal("SIGINT"));
+        triggers.set_reason(DrainTrigger::Signal("SIGTERM"));
+        triggers.set_reason(DrainTrigger::Signal("SIGINT"));
         requested.cancel();
-        assert_eq!(triggers.first().await, Trigger::Signal("SIGTERM"));
+        assert_eq!(triggers.first().await, DrainTrigger::Signal("SIGTERM"));
     }
 }

@@ -2,19 +2,21 @@
 //! on tokio's paused clock so multi-second leases take no real time.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
-    InMemoryQueue, Job, MessageEncoding, MessageId, MessageQueue, PoisonRecord, PopReceipt,
-    QueueMessage, ShutdownSignals, StorageError, WritePrecondition, async_trait, handler_fn,
+    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError,
+    InMemoryCheckpointStore, Job, MessageEncoding, MessageQueue, PoisonRecord, StorageError,
+    WritePrecondition, handler_fn,
 };
 use tokio_util::sync::CancellationToken;
 
 mod common;
+
 use common::*;
+use spot_worker_azurite_harness::faulty::FaultyQueue;
 
 #[tokio::test(start_paused = true)]
 async fn handles_a_batch_within_the_concurrency_limit_and_deletes_each() {
@@ -77,126 +79,11 @@ async fn renews_the_lease_across_several_visibility_periods() {
     assert!(queue.is_empty());
 }
 
-/// Faults a [`Faulty`] queue can be told to have. Each is off by default.
-#[derive(Default)]
-struct Faults {
-    /// Visibility renewals fail with `Unavailable`.
-    renewals_failing: AtomicBool,
-    /// Renewals hang without reaching the queue (releases still work).
-    renewals_hang: AtomicBool,
-    /// The next renewal is applied at once but answered only this much later.
-    slow_renewal_answer: std::sync::Mutex<Option<Duration>>,
-    /// Every call fails, as if this worker were cut off from storage.
-    cut_off: AtomicBool,
-    /// Receives return every visible message, however few were asked for.
-    receive_ignores_max: AtomicBool,
-    /// Receives are answered this many milliseconds after they took effect.
-    receive_delay_ms: AtomicU64,
-    /// Sends take this many milliseconds.
-    send_delay_ms: AtomicU64,
-    /// Renewals asked for (visibility updates with a non-zero timeout).
-    renewals: AtomicU32,
-}
-
-/// An in-memory queue with switchable faults; like Azure, it refuses
-/// messages over 64 KiB.
-#[derive(Clone)]
-struct Faulty {
-    inner: InMemoryQueue,
-    faults: Arc<Faults>,
-}
-
-impl Faulty {
-    fn new(inner: &InMemoryQueue) -> Self {
-        Faulty {
-            inner: inner.clone(),
-            faults: Arc::default(),
-        }
-    }
-
-    fn check_cut_off(&self) -> Result<(), StorageError> {
-        if self.faults.cut_off.load(Ordering::SeqCst) {
-            return Err(StorageError::Unavailable {
-                message: "simulated network partition".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl MessageQueue for Faulty {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-    async fn receive(
-        &self,
-        max: u8,
-        visibility: Duration,
-    ) -> Result<Vec<QueueMessage>, StorageError> {
-        self.check_cut_off()?;
-        let max = if self.faults.receive_ignores_max.load(Ordering::SeqCst) {
-            32
-        } else {
-            max
-        };
-        let received = self.inner.receive(max, visibility).await?;
-        let delay = self.faults.receive_delay_ms.load(Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        Ok(received)
-    }
-    async fn update_visibility(
-        &self,
-        id: &MessageId,
-        receipt: &PopReceipt,
-        visibility: Duration,
-    ) -> Result<PopReceipt, StorageError> {
-        self.check_cut_off()?;
-        if !visibility.is_zero() {
-            self.faults.renewals.fetch_add(1, Ordering::SeqCst);
-            if self.faults.renewals_hang.load(Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-            if self.faults.renewals_failing.load(Ordering::SeqCst) {
-                return Err(StorageError::Unavailable {
-                    message: "simulated renewal outage".into(),
-                });
-            }
-            let slow = self.faults.slow_renewal_answer.lock().unwrap().take();
-            if let Some(delay) = slow {
-                let renewed = self.inner.update_visibility(id, receipt, visibility).await;
-                tokio::time::sleep(delay).await;
-                return renewed;
-            }
-        }
-        self.inner.update_visibility(id, receipt, visibility).await
-    }
-    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.check_cut_off()?;
-        self.inner.delete(id, receipt).await
-    }
-    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
-        self.check_cut_off()?;
-        let send_delay = self.faults.send_delay_ms.load(Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(send_delay)).await;
-        if body.len() > 64 * 1024 {
-            return Err(StorageError::Rejected {
-                status: 413,
-                message: format!("message of {} bytes is over 64 KiB", body.len()),
-            });
-        }
-        self.inner.send(body, delay).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     let (queue, poison) = queues();
     let id = queue.send("contested", Duration::ZERO).await.unwrap();
-    let flaky = Faulty::new(&queue);
+    let flaky = FaultyQueue::new(queue.clone());
     let store = InMemoryCheckpointStore::new();
     let cancelled = Arc::new(AtomicBool::new(false));
     let handler = handler_fn({
@@ -232,7 +119,7 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     let running = Running::start(consumer, handler);
     wait_until("first checkpoint", || store.get(id.as_str()).is_some()).await;
     // This worker is cut off from the queue; another one is not.
-    flaky.faults.cut_off.store(true, Ordering::SeqCst);
+    flaky.faults().cut_off.store(true, Ordering::SeqCst);
     // Let the lease expire, then another consumer takes the message.
     let mut stolen = Vec::new();
     for _ in 0..100 {
@@ -243,7 +130,7 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(stolen.len(), 1, "the lease ran out");
-    flaky.faults.cut_off.store(false, Ordering::SeqCst);
+    flaky.faults().cut_off.store(false, Ordering::SeqCst);
     running.wait_for("lease lost", |s| s.leases_lost == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.succeeded, stats.retried, stats.released), (0, 0, 0));
@@ -526,7 +413,7 @@ async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_t
         Ok::<(), HandlerError>(())
     });
     let consumer = consumer(&queue, &poison, config());
-    let signals = ShutdownSignals::new();
+    let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }
@@ -574,7 +461,7 @@ async fn winding_down_lets_handlers_checkpoint_then_releases_their_messages() {
         Err::<(), HandlerError>("interrupted by shutdown".into())
     });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let signals = ShutdownSignals::new();
+    let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }
@@ -675,52 +562,10 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
     assert_eq!(store.len(), 1, "only the job's checkpoint is left");
 }
 
-/// Records when each receive call happened.
-#[derive(Clone)]
-struct ReceiveLog {
-    inner: InMemoryQueue,
-    at: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
-}
-
-#[async_trait]
-impl MessageQueue for ReceiveLog {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-    async fn receive(
-        &self,
-        max: u8,
-        visibility: Duration,
-    ) -> Result<Vec<QueueMessage>, StorageError> {
-        self.at.lock().unwrap().push(tokio::time::Instant::now());
-        self.inner.receive(max, visibility).await
-    }
-    async fn update_visibility(
-        &self,
-        id: &MessageId,
-        receipt: &PopReceipt,
-        visibility: Duration,
-    ) -> Result<PopReceipt, StorageError> {
-        self.inner.update_visibility(id, receipt, visibility).await
-    }
-    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.inner.delete(id, receipt).await
-    }
-    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
-        self.inner.send(body, delay).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives() {
     let (queue, poison) = queues();
-    let log = ReceiveLog {
-        inner: queue.clone(),
-        at: Arc::default(),
-    };
+    let log = FaultyQueue::new(queue.clone());
     let handled_at = Arc::new(std::sync::Mutex::new(None));
     let handler = handler_fn({
         let handled_at = handled_at.clone();
@@ -740,7 +585,7 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
     let consumer = Consumer::new(Arc::new(log.clone()), Arc::new(poison), config).unwrap();
     let running = Running::start(consumer, handler);
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let idle_polls = log.at.lock().unwrap().len();
+    let idle_polls = log.faults().receives_at().len();
     // At the 50 ms floor that would be 600 polls; capped at 2 s (jittered
     // down to 1 s at worst) it is at most ~35.
     assert!(
@@ -748,9 +593,8 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
         "{idle_polls} polls in 30 s idle"
     );
     let gaps: Vec<Duration> = log
-        .at
-        .lock()
-        .unwrap()
+        .faults()
+        .receives_at()
         .windows(2)
         .map(|w| w[1] - w[0])
         .collect();
@@ -765,9 +609,8 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
     running.stop().await;
     let handled_at = handled_at.lock().unwrap().expect("handled");
     let soon_after = log
-        .at
-        .lock()
-        .unwrap()
+        .faults()
+        .receives_at()
         .iter()
         .filter(|at| **at >= handled_at && **at <= handled_at + Duration::from_millis(400))
         .count();
@@ -821,7 +664,7 @@ async fn a_100_kib_error_text_is_capped_so_the_poison_record_fits() {
     // The poison queue refuses messages over 64 KiB, like Azure.
     let consumer = Consumer::new(
         Arc::new(queue.clone()),
-        Arc::new(Faulty::new(&poison)),
+        Arc::new(FaultyQueue::new(poison.clone())),
         config,
     )
     .unwrap();
@@ -843,7 +686,7 @@ async fn a_100_kib_error_text_is_capped_so_the_poison_record_fits() {
 async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_out() {
     let (queue, poison) = queues();
     let id = queue.send("long job", Duration::ZERO).await.unwrap();
-    let faulty = Faulty::new(&queue);
+    let faulty = FaultyQueue::new(queue.clone());
     let store = InMemoryCheckpointStore::new();
     let leaked = Arc::new(std::sync::Mutex::new(None));
     let dropped = Arc::new(AtomicBool::new(false));
@@ -874,7 +717,10 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
     })
     .await;
     let outage_began = tokio::time::Instant::now();
-    faulty.faults.renewals_failing.store(true, Ordering::SeqCst);
+    faulty
+        .faults()
+        .renewals_failing
+        .store(true, Ordering::SeqCst);
     running.wait_for("lease lost", |s| s.leases_lost == 1).await;
     // It was last renewed before the outage: given up no later than one
     // visibility timeout into it, without waiting for renewals to succeed.
@@ -883,7 +729,7 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
         "{:?}",
         outage_began.elapsed()
     );
-    assert!(faulty.faults.renewals.load(Ordering::SeqCst) >= 2);
+    assert!(faulty.faults().renewals.load(Ordering::SeqCst) >= 2);
     assert!(dropped.load(Ordering::SeqCst), "the handler was dropped");
     let mut checkpoint = leaked.lock().unwrap().take().unwrap();
     let refused = checkpoint.save_progress(json!({"step": 2})).await;
@@ -892,7 +738,7 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
         "{refused:?}"
     );
     faulty
-        .faults
+        .faults()
         .renewals_failing
         .store(false, Ordering::SeqCst);
     // Nothing was settled for that delivery: the message comes back.
@@ -921,10 +767,10 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
 async fn a_slow_renewal_answer_does_not_cost_the_lease() {
     let (queue, poison) = queues();
     queue.send("long job", Duration::ZERO).await.unwrap();
-    let faulty = Faulty::new(&queue);
+    let faulty = FaultyQueue::new(queue.clone());
     // Renewed every 10 s; the first renewal is applied but answered 17 s
     // later, more than a period (and half the lease) but within the lease.
-    *faulty.faults.slow_renewal_answer.lock().unwrap() = Some(Duration::from_secs(17));
+    *faulty.faults().slow_renewal_answer.lock().unwrap() = Some(Duration::from_secs(17));
     let handler = handler_fn(|_job: Job| async {
         tokio::time::sleep(Duration::from_secs(60)).await;
         Ok::<(), HandlerError>(())
@@ -947,8 +793,8 @@ async fn a_slow_renewal_answer_does_not_cost_the_lease() {
 async fn release_does_not_wait_for_a_hanging_renewal() {
     let (queue, poison) = queues();
     queue.send("slow", Duration::ZERO).await.unwrap();
-    let faulty = Faulty::new(&queue);
-    faulty.faults.renewals_hang.store(true, Ordering::SeqCst);
+    let faulty = FaultyQueue::new(queue.clone());
+    faulty.faults().renewals_hang.store(true, Ordering::SeqCst);
     let handler = handler_fn(|_job: Job| async {
         std::future::pending::<()>().await;
         Ok::<(), HandlerError>(())
@@ -961,7 +807,7 @@ async fn release_does_not_wait_for_a_hanging_renewal() {
         Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config).unwrap();
     let running = Running::start(consumer, handler);
     wait_until("a renewal is in flight", || {
-        faulty.faults.renewals.load(Ordering::SeqCst) == 1
+        faulty.faults().renewals.load(Ordering::SeqCst) == 1
     })
     .await;
     let asked = tokio::time::Instant::now();
@@ -1045,10 +891,10 @@ async fn early_poisoning_renews_the_lease_while_the_poison_queue_is_slow() {
         queue.receive(1, Duration::ZERO).await.unwrap();
     }
     queue.send("%%% not base64", Duration::ZERO).await.unwrap();
-    let slow_poison = Faulty::new(&poison);
+    let slow_poison = FaultyQueue::new(poison.clone());
     // Longer than the 6 s visibility timeout.
     slow_poison
-        .faults
+        .faults()
         .send_delay_ms
         .store(8_000, Ordering::SeqCst);
     let handler = handler_fn(|_job: Job| async { panic!("must not run") });
@@ -1079,11 +925,11 @@ async fn early_poisoning_renews_the_lease_while_the_poison_queue_is_slow() {
 async fn the_first_renewal_is_timed_from_the_receive_not_from_the_answer() {
     let (queue, poison) = queues();
     queue.send("job", Duration::ZERO).await.unwrap();
-    let faulty = Faulty::new(&queue);
+    let faulty = FaultyQueue::new(queue.clone());
     // Answered 4 s after the 6 s lease began: timed from the answer, the
     // first renewal would come at 7 s, after the lease ran out.
     faulty
-        .faults
+        .faults()
         .receive_delay_ms
         .store(4_000, Ordering::SeqCst);
     let handler = handler_fn(|_job: Job| async {
@@ -1114,9 +960,9 @@ async fn extra_messages_from_the_queue_are_released_at_once() {
     for i in 0..3 {
         queue.send(&format!("m{i}"), Duration::ZERO).await.unwrap();
     }
-    let faulty = Faulty::new(&queue);
+    let faulty = FaultyQueue::new(queue.clone());
     faulty
-        .faults
+        .faults()
         .receive_ignores_max
         .store(true, Ordering::SeqCst);
     let gate = CancellationToken::new();

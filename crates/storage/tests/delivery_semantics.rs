@@ -13,9 +13,9 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, HandlerError, InMemoryCheckpointStore, InMemoryQueue,
-    InMemoryResultStore, Job, MessageEncoding, MessageHandler, MessageQueue, PoisonRecord,
-    ResultStore, ShutdownSignals, WritePrecondition, async_trait, handler_fn, permanent,
+    Checkpoint, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
+    InMemoryQueue, InMemoryResultStore, Job, MessageEncoding, MessageHandler, MessageQueue,
+    PoisonRecord, ResultStore, WritePrecondition, async_trait, handler_fn, permanent,
 };
 
 /// Runs `consumer` until its one message is in the handler, then drains as
@@ -25,7 +25,7 @@ async fn evict_once(consumer: &spot_worker_storage::Consumer, released_before: u
         job.cancellation().cancelled().await;
         Err::<(), HandlerError>("interrupted by the eviction".into())
     });
-    let signals = ShutdownSignals::new();
+    let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
         async move { consumer.run_until(handler, signals).await }

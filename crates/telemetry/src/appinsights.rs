@@ -27,7 +27,7 @@ const REDACTED: &str = "<redacted>";
 ///         .parse()?;
 /// assert_eq!(cs.ingestion_endpoint(), "https://westeurope-5.in.applicationinsights.azure.com");
 /// assert!(!format!("{cs:?} {cs}").contains("secret"));
-/// # Ok::<(), spot_worker_telemetry::ConnectionStringError>(())
+/// # Ok::<(), spot_worker_telemetry::AppInsightsConnectionStringError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct AppInsightsConnectionString {
@@ -39,7 +39,7 @@ pub struct AppInsightsConnectionString {
 /// since it carries the instrumentation key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConnectionStringError {
+pub enum AppInsightsConnectionStringError {
     /// The string is empty or only whitespace.
     #[error("the connection string is empty")]
     Empty,
@@ -72,9 +72,9 @@ impl AppInsightsConnectionString {
     /// `Location`), else [`DEFAULT_INGESTION_ENDPOINT`]. Unlike the Azure
     /// SDKs, an `http://` endpoint is kept as written rather than upgraded to
     /// `https://`, so a local proxy or test receiver can stand in for Azure.
-    pub fn parse(input: &str) -> Result<Self, ConnectionStringError> {
+    pub fn parse(input: &str) -> Result<Self, AppInsightsConnectionStringError> {
         if input.trim().is_empty() {
-            return Err(ConnectionStringError::Empty);
+            return Err(AppInsightsConnectionStringError::Empty);
         }
         let mut instrumentation_key = None;
         let mut ingestion_endpoint = None;
@@ -88,7 +88,7 @@ impl AppInsightsConnectionString {
             }
             let (key, value) = segment
                 .split_once('=')
-                .ok_or(ConnectionStringError::InvalidSegment(index + 1))?;
+                .ok_or(AppInsightsConnectionStringError::InvalidSegment(index + 1))?;
             let value = value.trim();
             match key.trim().to_ascii_lowercase().as_str() {
                 "instrumentationkey" => instrumentation_key = Some(value),
@@ -96,7 +96,7 @@ impl AppInsightsConnectionString {
                 "endpointsuffix" => endpoint_suffix = Some(value),
                 "location" => location = Some(value),
                 "authorization" if !value.eq_ignore_ascii_case("ikey") => {
-                    return Err(ConnectionStringError::UnsupportedAuthorization(
+                    return Err(AppInsightsConnectionStringError::UnsupportedAuthorization(
                         value.to_owned(),
                     ));
                 }
@@ -105,7 +105,7 @@ impl AppInsightsConnectionString {
         }
         let instrumentation_key = instrumentation_key
             .filter(|key| !key.is_empty())
-            .ok_or(ConnectionStringError::MissingInstrumentationKey)?
+            .ok_or(AppInsightsConnectionStringError::MissingInstrumentationKey)?
             .to_owned();
         let endpoint = match (ingestion_endpoint, endpoint_suffix) {
             (Some(endpoint), _) if !endpoint.is_empty() => endpoint.to_owned(),
@@ -133,8 +133,8 @@ impl AppInsightsConnectionString {
     }
 }
 
-fn validate_endpoint(endpoint: &str) -> Result<String, ConnectionStringError> {
-    let invalid = |reason: &str| ConnectionStringError::InvalidEndpoint {
+fn validate_endpoint(endpoint: &str) -> Result<String, AppInsightsConnectionStringError> {
+    let invalid = |reason: &str| AppInsightsConnectionStringError::InvalidEndpoint {
         endpoint: endpoint.to_owned(),
         reason: reason.to_owned(),
     };
@@ -149,7 +149,7 @@ fn validate_endpoint(endpoint: &str) -> Result<String, ConnectionStringError> {
 }
 
 impl FromStr for AppInsightsConnectionString {
-    type Err = ConnectionStringError;
+    type Err = AppInsightsConnectionStringError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         Self::parse(input)
@@ -245,23 +245,23 @@ mod tests {
     #[test]
     fn rejects_malformed_strings_without_echoing_them() {
         let cases = [
-            ("", ConnectionStringError::Empty),
-            ("   ", ConnectionStringError::Empty),
+            ("", AppInsightsConnectionStringError::Empty),
+            ("   ", AppInsightsConnectionStringError::Empty),
             (
                 "IngestionEndpoint=https://example.com",
-                ConnectionStringError::MissingInstrumentationKey,
+                AppInsightsConnectionStringError::MissingInstrumentationKey,
             ),
             (
                 "InstrumentationKey=",
-                ConnectionStringError::MissingInstrumentationKey,
+                AppInsightsConnectionStringError::MissingInstrumentationKey,
             ),
             (
                 "InstrumentationKey=00000000-1111-2222-3333-444444444444;garbage",
-                ConnectionStringError::InvalidSegment(2),
+                AppInsightsConnectionStringError::InvalidSegment(2),
             ),
             (
                 "Authorization=AAD;InstrumentationKey=00000000-1111-2222-3333-444444444444",
-                ConnectionStringError::UnsupportedAuthorization("AAD".into()),
+                AppInsightsConnectionStringError::UnsupportedAuthorization("AAD".into()),
             ),
         ];
         for (input, expected) in cases {
@@ -276,7 +276,10 @@ mod tests {
             ))
             .unwrap_err();
             assert!(
-                matches!(error, ConnectionStringError::InvalidEndpoint { .. }),
+                matches!(
+                    error,
+                    AppInsightsConnectionStringError::InvalidEndpoint { .. }
+                ),
                 "{endpoint}: {error:?}"
             );
             assert!(!format!("{error} {error:?}").contains(KEY));

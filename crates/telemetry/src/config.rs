@@ -4,17 +4,18 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::borrow::Cow;
+
+use spot_worker_settings::{Setting, Source, table};
+
 use crate::appinsights::AppInsightsConnectionString;
 use crate::error::TelemetryError;
 
-/// Service name used when neither code nor `OTEL_SERVICE_NAME` sets one.
-pub const DEFAULT_SERVICE_NAME: &str = "spot-worker";
-/// Log filter used when neither code nor `RUST_LOG` sets one.
-pub const DEFAULT_LOG_FILTER: &str = "info";
 /// The OpenTelemetry default for `OTEL_METRIC_EXPORT_INTERVAL`.
-pub const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_METRIC_EXPORT_INTERVAL: Duration =
+    Duration::from_millis(table::METRIC_EXPORT_INTERVAL.default);
 /// The OpenTelemetry default for `OTEL_EXPORTER_OTLP_TIMEOUT`.
-pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_millis(table::OTLP_TIMEOUT.default);
 
 /// How telemetry is set up: logging, and which backends (if any) receive
 /// spans and metrics.
@@ -55,9 +56,9 @@ pub struct TelemetryConfig {
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
-            service_name: DEFAULT_SERVICE_NAME.to_owned(),
+            service_name: table::SERVICE_NAME.default.to_string(),
             resource_attributes: Vec::new(),
-            log_filter: DEFAULT_LOG_FILTER.to_owned(),
+            log_filter: table::LOG_FILTER.default.to_string(),
             json_logs: false,
             otlp_endpoint: None,
             app_insights_connection_string: None,
@@ -89,9 +90,10 @@ impl fmt::Debug for TelemetryConfig {
 }
 
 impl TelemetryConfig {
-    /// Reads the configuration from the process environment.
+    /// Reads the configuration from the process environment and the
+    /// settings file (see [`spot_worker_settings`]).
     ///
-    /// | variable | effect |
+    /// | setting | effect |
     /// | --- | --- |
     /// | `OTEL_SERVICE_NAME` | [`service_name`](Self::service_name) |
     /// | `RUST_LOG` | [`log_filter`](Self::log_filter) |
@@ -104,54 +106,44 @@ impl TelemetryConfig {
     /// | `OTEL_SDK_DISABLED=true` | no exporter at all, logs only |
     ///
     /// `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_EXPORTER_OTLP_HEADERS` are read
-    /// when the exporters are built. Empty variables count as unset.
+    /// from the environment by the OpenTelemetry SDK when the exporters are
+    /// built. Empty values count as unset.
     pub fn from_env() -> Result<Self, TelemetryError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_source(&Source::from_env()?)
     }
 
-    /// [`from_env`](Self::from_env) over any variable source, so it can be
-    /// tested without touching the process environment.
-    pub(crate) fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, TelemetryError> {
-        let var = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
-        let mut config = Self::default();
-        if let Some(name) = var("OTEL_SERVICE_NAME") {
-            config.service_name = name;
+    /// The telemetry settings from `source` (flags, environment, file,
+    /// defaults).
+    pub fn from_source(source: &Source) -> Result<Self, TelemetryError> {
+        let log_format = source.get(&table::LOG_FORMAT)?;
+        let json_logs = match log_format.to_ascii_lowercase().as_str() {
+            "json" => true,
+            "text" => false,
+            _ => {
+                return Err(source
+                    .invalid(&table::LOG_FORMAT, "neither \"json\" nor \"text\"")
+                    .into());
+            }
+        };
+        let protocol = source.get(&table::OTLP_PROTOCOL)?;
+        if protocol != table::OTLP_PROTOCOL.default {
+            return Err(TelemetryError::UnsupportedProtocol(protocol.into_owned()));
         }
-        if let Some(filter) = var("RUST_LOG") {
-            config.log_filter = filter;
-        }
-        if let Some(format) = var("SPOT_WORKER_LOG_FORMAT") {
-            config.json_logs = match format.trim().to_ascii_lowercase().as_str() {
-                "json" => true,
-                "text" => false,
-                other => {
-                    return Err(TelemetryError::InvalidEnv {
-                        var: "SPOT_WORKER_LOG_FORMAT",
-                        reason: format!("{other:?} is neither \"json\" nor \"text\""),
-                    });
-                }
-            };
-        }
-        if let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL")
-            && protocol.trim() != "http/protobuf"
-        {
-            return Err(TelemetryError::UnsupportedProtocol(protocol));
-        }
-        if let Some(ms) = var("OTEL_METRIC_EXPORT_INTERVAL") {
-            config.metric_export_interval = parse_millis("OTEL_METRIC_EXPORT_INTERVAL", &ms)?;
-        }
-        if let Some(ms) = var("OTEL_EXPORTER_OTLP_TIMEOUT") {
-            config.export_timeout = parse_millis("OTEL_EXPORTER_OTLP_TIMEOUT", &ms)?;
-        }
-        let disabled =
-            var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-        if !disabled {
-            config.otlp_endpoint = var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| e.trim().to_owned());
-            if let Some(cs) = var("APPLICATIONINSIGHTS_CONNECTION_STRING") {
+        let mut config = TelemetryConfig {
+            service_name: source.get(&table::SERVICE_NAME)?.into_owned(),
+            resource_attributes: Vec::new(),
+            log_filter: source.get(&table::LOG_FILTER)?.into_owned(),
+            json_logs,
+            otlp_endpoint: None,
+            app_insights_connection_string: None,
+            metric_export_interval: millis(source, &table::METRIC_EXPORT_INTERVAL)?,
+            export_timeout: millis(source, &table::OTLP_TIMEOUT)?,
+        };
+        if !source.get(&table::SDK_DISABLED)? {
+            config.otlp_endpoint = source.get(&table::OTLP_ENDPOINT)?.map(Cow::into_owned);
+            if let Some(cs) = source.get(&table::APP_INSIGHTS)? {
                 AppInsightsConnectionString::parse(&cs)?;
-                config.app_insights_connection_string = Some(cs);
+                config.app_insights_connection_string = Some(cs.into_owned());
             }
         }
         Ok(config)
@@ -220,23 +212,18 @@ impl TelemetryConfig {
     }
 }
 
-fn parse_millis(var: &'static str, value: &str) -> Result<Duration, TelemetryError> {
-    match value.trim().parse::<u64>() {
-        Ok(0) => Err(TelemetryError::InvalidEnv {
-            var,
-            reason: "must be greater than 0".to_owned(),
-        }),
-        Ok(ms) => Ok(Duration::from_millis(ms)),
-        Err(error) => Err(TelemetryError::InvalidEnv {
-            var,
-            reason: format!("{value:?} is not a whole number of milliseconds: {error}"),
-        }),
+/// A positive number of milliseconds, as the OpenTelemetry variables give.
+fn millis(source: &Source, setting: &Setting<u64>) -> Result<Duration, TelemetryError> {
+    match source.get(setting)? {
+        0 => Err(source.invalid(setting, "must be greater than 0").into()),
+        ms => Ok(Duration::from_millis(ms)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spot_worker_settings::SettingError;
     use std::collections::HashMap;
 
     const KEY: &str = "00000000-1111-2222-3333-444444444444";
@@ -246,7 +233,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        TelemetryConfig::from_lookup(|name| vars.get(name).cloned())
+        TelemetryConfig::from_source(&Source::from_lookup(move |name| vars.get(name).cloned())?)
     }
 
     #[test]
@@ -317,24 +304,15 @@ mod tests {
         ));
         assert!(matches!(
             from(&[("OTEL_METRIC_EXPORT_INTERVAL", "soon")]),
-            Err(TelemetryError::InvalidEnv {
-                var: "OTEL_METRIC_EXPORT_INTERVAL",
-                ..
-            })
+            Err(TelemetryError::Setting(SettingError::Invalid { setting, .. })) if setting == "OTEL_METRIC_EXPORT_INTERVAL"
         ));
         assert!(matches!(
             from(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "0")]),
-            Err(TelemetryError::InvalidEnv {
-                var: "OTEL_EXPORTER_OTLP_TIMEOUT",
-                ..
-            })
+            Err(TelemetryError::Setting(SettingError::Invalid { setting, .. })) if setting == "OTEL_EXPORTER_OTLP_TIMEOUT"
         ));
         assert!(matches!(
             from(&[("SPOT_WORKER_LOG_FORMAT", "xml")]),
-            Err(TelemetryError::InvalidEnv {
-                var: "SPOT_WORKER_LOG_FORMAT",
-                ..
-            })
+            Err(TelemetryError::Setting(SettingError::Invalid { setting, .. })) if setting == "SPOT_WORKER_LOG_FORMAT"
         ));
         let error = from(&[(
             "APPLICATIONINSIGHTS_CONNECTION_STRING",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::appinsights::ConnectionStringError;
+use crate::appinsights::AppInsightsConnectionStringError;
 
 /// Everything that can go wrong while configuring, installing, flushing or
 /// shutting down telemetry.
@@ -12,14 +12,9 @@ use crate::appinsights::ConnectionStringError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TelemetryError {
-    /// An environment variable has a value this crate cannot use.
-    #[error("environment variable {var} is invalid: {reason}")]
-    InvalidEnv {
-        /// The variable's name.
-        var: &'static str,
-        /// Why its value was rejected.
-        reason: String,
-    },
+    /// A setting could not be read, or has a value this crate cannot use.
+    #[error(transparent)]
+    Setting(#[from] spot_worker_settings::SettingError),
 
     /// `OTEL_EXPORTER_OTLP_PROTOCOL` asks for a transport this crate does not
     /// ship (only `http/protobuf` is built in, to keep gRPC out of the tree).
@@ -33,7 +28,7 @@ pub enum TelemetryError {
 
     /// The Application Insights connection string does not parse.
     #[error("invalid Application Insights connection string: {0}")]
-    InvalidConnectionString(#[from] ConnectionStringError),
+    InvalidConnectionString(#[from] AppInsightsConnectionStringError),
 
     /// An exporter or its HTTP client could not be built.
     #[error("building the {exporter} exporter failed: {reason}")]

@@ -37,8 +37,6 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
-
 mod appinsights;
 mod config;
 mod error;
@@ -52,12 +50,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 pub use appinsights::{
-    AppInsightsConnectionString, ConnectionStringError, DEFAULT_INGESTION_ENDPOINT,
+    AppInsightsConnectionString, AppInsightsConnectionStringError, DEFAULT_INGESTION_ENDPOINT,
 };
-pub use config::{
-    DEFAULT_EXPORT_TIMEOUT, DEFAULT_LOG_FILTER, DEFAULT_METRIC_EXPORT_INTERVAL,
-    DEFAULT_SERVICE_NAME, TelemetryConfig,
-};
+pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
 pub use metrics::{CheckpointOutcome, LeaseOutcome, Metrics, attributes, names};
 pub use span::{

@@ -2,20 +2,15 @@
 //! 127.0.0.1 that decode what arrives (OTLP protobuf, App Insights JSON).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
+use spot_worker_azurite_harness::otlp::{
+    Collector, Received, WAIT, int_attribute, string_attribute,
+};
 use spot_worker_telemetry::{
     CheckpointOutcome, LeaseOutcome, Telemetry, TelemetryConfig, TelemetryError, message_span,
     names,
@@ -23,185 +18,10 @@ use spot_worker_telemetry::{
 use tokio::sync::Notify;
 use tracing_subscriber::layer::SubscriberExt as _;
 
-const WAIT: Duration = Duration::from_secs(15);
 const IKEY: &str = "11111111-2222-3333-4444-555555555555";
 
-#[derive(Default)]
-struct Received {
-    traces: Vec<ExportTraceServiceRequest>,
-    metrics: Vec<ExportMetricsServiceRequest>,
-    /// (path, decoded JSON body) of each App Insights post.
-    app_insights: Vec<(String, serde_json::Value)>,
-    bad_requests: Vec<String>,
-}
-
-#[derive(Clone, Default)]
-struct Collector {
-    received: Arc<Mutex<Received>>,
-    changed: Arc<Notify>,
-}
-
-impl Collector {
-    /// Serves OTLP/HTTP (`/v1/traces`, `/v1/metrics`) and App Insights
-    /// (`/v2/track`) on 127.0.0.1; returns the base URL.
-    async fn start(&self) -> String {
-        let app = Router::new()
-            .route("/v1/traces", post(traces))
-            .route("/v1/metrics", post(metrics))
-            .route("/v2/track", post(track))
-            .fallback(unexpected)
-            .with_state(self.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{address}")
-    }
-
-    fn record(&self, update: impl FnOnce(&mut Received)) {
-        update(&mut self.received.lock().unwrap());
-        self.changed.notify_waiters();
-    }
-
-    /// Waits (bounded) until `check` finds what it looks for.
-    async fn wait_for<T>(&self, what: &str, check: impl Fn(&Received) -> Option<T>) -> T {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let received = self.received.lock().unwrap();
-                assert!(
-                    received.bad_requests.is_empty(),
-                    "{:?}",
-                    received.bad_requests
-                );
-                if let Some(found) = check(&received) {
-                    return found;
-                }
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("timed out after {WAIT:?} waiting for {what}");
-            }
-        }
-    }
-}
-
-async fn traces(State(collector): State<Collector>, body: Bytes) -> StatusCode {
-    decode(&collector, body, |r, request| r.traces.push(request))
-}
-
-async fn metrics(State(collector): State<Collector>, body: Bytes) -> StatusCode {
-    decode(&collector, body, |r, request| r.metrics.push(request))
-}
-
-fn decode<M: prost::Message + Default>(
-    collector: &Collector,
-    body: Bytes,
-    store: impl FnOnce(&mut Received, M),
-) -> StatusCode {
-    match M::decode(body) {
-        Ok(request) => {
-            collector.record(|r| store(r, request));
-            StatusCode::OK
-        }
-        Err(error) => {
-            collector.record(|r| {
-                r.bad_requests
-                    .push(format!("undecodable OTLP body: {error}"))
-            });
-            StatusCode::BAD_REQUEST
-        }
-    }
-}
-
-async fn track(
-    State(collector): State<Collector>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, String) {
-    let gzip = headers
-        .get("content-encoding")
-        .is_some_and(|v| v.as_bytes() == b"gzip");
-    let mut json = Vec::new();
-    let decoded = if gzip {
-        use std::io::Read as _;
-        flate2::read::GzDecoder::new(&body[..])
-            .read_to_end(&mut json)
-            .map_err(|e| e.to_string())
-    } else {
-        json.extend_from_slice(&body);
-        Ok(0)
-    };
-    match decoded
-        .and_then(|_| serde_json::from_slice::<serde_json::Value>(&json).map_err(|e| e.to_string()))
-    {
-        Ok(value) => {
-            let items = value.as_array().map_or(1, Vec::len);
-            collector.record(|r| r.app_insights.push((uri.path().to_owned(), value)));
-            (
-                StatusCode::OK,
-                format!(r#"{{"itemsReceived":{items},"itemsAccepted":{items},"errors":[]}}"#),
-            )
-        }
-        Err(error) => {
-            collector.record(|r| {
-                r.bad_requests
-                    .push(format!("bad App Insights body: {error}"))
-            });
-            (StatusCode::BAD_REQUEST, String::new())
-        }
-    }
-}
-
-async fn unexpected(State(collector): State<Collector>, uri: Uri) -> StatusCode {
-    collector.record(|r| r.bad_requests.push(format!("unexpected path {uri}")));
-    StatusCode::NOT_FOUND
-}
-
-fn string_attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
-    attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match &kv.value {
-            Some(AnyValue {
-                value: Some(any_value::Value::StringValue(s)),
-            }) => Some(s.as_str()),
-            _ => None,
-        })
-}
-
-fn int_attribute(attributes: &[KeyValue], key: &str) -> Option<i64> {
-    attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match &kv.value {
-            Some(AnyValue {
-                value: Some(any_value::Value::IntValue(i)),
-            }) => Some(*i),
-            _ => None,
-        })
-}
-
 fn find_span<'a>(received: &'a Received, name: &str) -> Option<&'a Span> {
-    received
-        .traces
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
-        .find(|span| span.name == name)
-}
-
-fn all_metrics(received: &Received) -> Vec<&Metric> {
-    received
-        .metrics
-        .iter()
-        .flat_map(|r| &r.resource_metrics)
-        .flat_map(|rm| &rm.scope_metrics)
-        .flat_map(|sm| &sm.metrics)
-        .collect()
+    received.spans().find(|span| span.name == name)
 }
 
 /// Sum of a counter's points whose attributes include all of `matching`.
@@ -250,7 +70,8 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
 #[tokio::test]
 async fn otlp_receives_the_message_span_and_metrics() {
     let collector = Collector::default();
-    let endpoint = collector.start().await;
+    let running = collector.start();
+    let endpoint = running.url.clone();
     let config = TelemetryConfig::default()
         .with_service_name("telemetry-test")
         .with_resource_attribute("service.instance.id", "vm-7")
@@ -318,7 +139,7 @@ async fn otlp_receives_the_message_span_and_metrics() {
 
     collector
         .wait_for("all metrics", |r| {
-            let metrics = all_metrics(r);
+            let metrics = r.all_metrics();
             let queue = [("messaging.destination.name", "orders")];
             (counter_value(&metrics, names::MESSAGES_PROCESSED, &queue)? == 2).then_some(())?;
             assert_eq!(
@@ -404,7 +225,8 @@ async fn otlp_receives_the_message_span_and_metrics() {
 #[tokio::test]
 async fn app_insights_and_otlp_both_receive_telemetry() {
     let collector = Collector::default();
-    let endpoint = collector.start().await;
+    let running = collector.start();
+    let endpoint = running.url.clone();
     let config = TelemetryConfig::default()
         .with_service_name("telemetry-test")
         .with_otlp_endpoint(&endpoint)
@@ -459,7 +281,8 @@ async fn init_installs_the_global_subscriber_and_meter_provider() {
     );
 
     let collector = Collector::default();
-    let endpoint = collector.start().await;
+    let running = collector.start();
+    let endpoint = running.url.clone();
     let config = TelemetryConfig::default()
         .with_service_name("init-test")
         .with_json_logs(true)
@@ -480,18 +303,12 @@ async fn init_installs_the_global_subscriber_and_meter_provider() {
         .await;
     collector
         .wait_for("the globally recorded metric", |r| {
-            let metrics = all_metrics(r);
+            let metrics = r.all_metrics();
             let queue = [("messaging.destination.name", "global-queue")];
             (counter_value(&metrics, names::MESSAGES_FAILED, &queue)? == 1).then_some(())
         })
         .await;
-    assert!(
-        find_span(
-            &collector.received.lock().unwrap(),
-            "below_the_default_info_filter"
-        )
-        .is_none()
-    );
+    assert!(find_span(&collector.received(), "below_the_default_info_filter").is_none());
 
     let again = spot_worker_telemetry::init(config);
     assert!(

@@ -25,7 +25,7 @@ use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     settle,
 };
-use super::signals::ShutdownSignals;
+use super::signals::DrainSignals;
 use super::stats::bump;
 
 /// What the completed-checkpoint check found.
@@ -73,7 +73,7 @@ impl Consumer {
         received_at: Instant,
         handler: Arc<H>,
         job_token: CancellationToken,
-        signals: ShutdownSignals,
+        signals: DrainSignals,
         _slot: OwnedSemaphorePermit,
     ) {
         let lease = Lease::new(message.id.clone(), message.pop_receipt.clone());
@@ -200,7 +200,7 @@ impl Consumer {
         handler: &H,
         job: Job,
         delivery: &Delivery,
-        signals: &ShutdownSignals,
+        signals: &DrainSignals,
     ) -> Option<Result<(), HandlerError>> {
         // A panic is one more failed attempt: left to unwind, it would end
         // this task without settling, and a crash-looping message would
@@ -229,7 +229,7 @@ impl Consumer {
     async fn finish(
         &self,
         mut delivery: Delivery,
-        signals: &ShutdownSignals,
+        signals: &DrainSignals,
         ending: Ending<'_>,
         fenced_by_peer: bool,
         earlier: ReadAttempts,

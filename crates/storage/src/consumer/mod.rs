@@ -47,7 +47,7 @@ use intake::{LastReceive, SlotWait, slot_wait};
 pub use poison::{
     BodyBlob, MAX_POISON_MESSAGE_LEN, PoisonRecord, poison_body_blob_name, poison_queue_name,
 };
-pub use signals::ShutdownSignals;
+pub use signals::DrainSignals;
 pub use stats::ConsumerStats;
 use stats::{Counters, bump};
 
@@ -166,7 +166,7 @@ impl Consumer {
         handler: H,
         shutdown: CancellationToken,
     ) -> ConsumerStats {
-        let signals = ShutdownSignals::new();
+        let signals = DrainSignals::new();
         let release = signals.clone();
         let forward = tokio::spawn(async move {
             shutdown.cancelled().await;
@@ -177,13 +177,13 @@ impl Consumer {
         stats
     }
 
-    /// Consumes until told to stop, in the stages of [`ShutdownSignals`]:
+    /// Consumes until told to stop, in the stages of [`DrainSignals`]:
     /// stop receiving, wind handlers down, release what is left. Returns when
     /// no message is in flight any more.
     pub async fn run_until<H: MessageHandler>(
         &self,
         handler: H,
-        signals: ShutdownSignals,
+        signals: DrainSignals,
     ) -> ConsumerStats {
         let handler = Arc::new(handler);
         let config = &self.config;
@@ -294,7 +294,7 @@ impl Consumer {
     async fn acquire_slots(
         &self,
         slots: &Arc<Semaphore>,
-        shutdown: &ShutdownSignals,
+        shutdown: &DrainSignals,
         wait: SlotWait,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {

@@ -1,4 +1,4 @@
-//! [`ShutdownSignals`]: the three stages of stopping a consumer.
+//! [`DrainSignals`]: the three stages of stopping a consumer.
 
 use std::sync::Arc;
 
@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 /// Each stage implies the ones before it. Clones share the same stages.
 ///
 /// ```
-/// use spot_worker_storage::ShutdownSignals;
+/// use spot_worker_storage::DrainSignals;
 ///
-/// let signals = ShutdownSignals::new();
+/// let signals = DrainSignals::new();
 /// signals.wind_down(None);
 /// assert!(signals.is_receiving_stopped());
 /// assert!(!signals.is_released());
@@ -23,26 +23,26 @@ use tokio_util::sync::CancellationToken;
 ///
 /// [`Consumer::run_until`]: crate::Consumer::run_until
 #[derive(Clone, Debug)]
-pub struct ShutdownSignals {
+pub struct DrainSignals {
     pub(crate) release: CancellationToken,
     pub(crate) wind_down: CancellationToken,
     stop_receiving: CancellationToken,
     pub(crate) deadline: Arc<watch::Sender<Option<Instant>>>,
 }
 
-impl Default for ShutdownSignals {
+impl Default for DrainSignals {
     fn default() -> Self {
-        ShutdownSignals::new()
+        DrainSignals::new()
     }
 }
 
-impl ShutdownSignals {
+impl DrainSignals {
     /// Signals with no stage begun.
     pub fn new() -> Self {
         let release = CancellationToken::new();
         let wind_down = release.child_token();
         let stop_receiving = wind_down.child_token();
-        ShutdownSignals {
+        DrainSignals {
             release,
             wind_down,
             stop_receiving,

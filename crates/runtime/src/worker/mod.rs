@@ -12,30 +12,35 @@
 //! 6. stop the watcher, flush telemetry, close the health server: all under
 //!    the watchdog, which stays armed until `run` returns.
 
+mod drain;
+mod finish;
+mod report;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_imds::{
-    ApprovalScope, ImdsClient, ImdsConfig, RunningWatcher, ScheduledEvent, ShutdownPolicy,
-    ShutdownSignal, Watcher, WatcherConfig, WatcherHealth,
+    ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
-    ResultStore, ShutdownSignals,
+    ResultStore,
 };
 use spot_worker_telemetry::{Metrics, Telemetry};
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::after_drain::{Next, ToApprove, wait_after_drain};
-use crate::config::{EXIT_MARGIN, WorkerConfig};
-use crate::error::{ConfigError, WorkerError};
+use crate::after_drain::{Next, wait_after_drain};
+use crate::config::WorkerConfig;
+use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupError, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue};
-use crate::shutdown::{Plan, Trigger, Triggers, Watchdog};
+use crate::shutdown::{DrainTrigger, Triggers};
+
+use finish::{Finished, final_step, wrong_vm_name};
+pub use report::{DrainReport, RunReport};
 
 /// A queue worker for a Spot VM, built in a few lines and run once.
 ///
@@ -43,8 +48,8 @@ use crate::shutdown::{Plan, Trigger, Triggers, Watchdog};
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use spot_worker_runtime::{Worker, WorkerConfig};
-/// use spot_worker_storage::{handler_fn, HandlerError, InMemoryQueue, Job, MessageQueue};
+/// use spot_worker_runtime::{HandlerError, Job, Worker, WorkerConfig, handler_fn};
+/// use spot_worker_storage::{InMemoryQueue, MessageQueue};
 ///
 /// let queue = InMemoryQueue::new("jobs");
 /// queue.send("hello", Duration::ZERO).await.unwrap();
@@ -52,8 +57,8 @@ use crate::shutdown::{Plan, Trigger, Triggers, Watchdog};
 /// let mut config = WorkerConfig::default();
 /// config.imds.enabled = false; // not on an Azure VM
 /// config.health_addr = "127.0.0.1:0".parse().unwrap();
-/// config.shutdown.handle_signals = false;
-/// config.shutdown.watchdog = false;
+/// config.drain.handle_signals = false;
+/// config.drain.watchdog = false;
 ///
 /// let worker = Worker::new(config, Arc::new(queue.clone()), Arc::new(InMemoryQueue::new("jobs-poison")));
 /// let stop = worker.shutdown_token();
@@ -84,34 +89,6 @@ pub struct Worker {
     requested: CancellationToken,
     readiness: watch::Sender<Readiness>,
     health_listener: Option<tokio::net::TcpListener>,
-}
-
-/// What a run did.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    /// What the consumer did.
-    pub stats: ConsumerStats,
-    /// How the worker stopped.
-    pub shutdown: ShutdownReport,
-}
-
-/// How the worker stopped.
-#[derive(Debug, Clone)]
-pub struct ShutdownReport {
-    /// What started it.
-    pub trigger: Trigger,
-    /// From the notice to every message settled or released.
-    pub notice_to_drained: Duration,
-    /// Whether handlers were still running at the release instant and had
-    /// to be dropped.
-    pub released_running_handlers: bool,
-    /// Whether the drain finished before the hard deadline.
-    pub met_deadline: bool,
-    /// Whether the triggering event was approved afterwards.
-    pub approved_event: bool,
-    /// How many times intake resumed because the notice of an earlier drain
-    /// was withdrawn (the event cancelled before it started).
-    pub resumed: u32,
 }
 
 impl Worker {
@@ -201,7 +178,7 @@ impl Worker {
 
         let (watcher, event_signal) = self.watch_events()?;
         let triggers = Triggers::new(event_signal, self.requested.clone());
-        if self.config.shutdown.handle_signals {
+        if self.config.drain.handle_signals {
             triggers.listen_for_signals();
         }
 
@@ -217,7 +194,7 @@ impl Worker {
         if let Ok(finished) = &mut result
             && let Some(chosen) = finished.approve.take()
         {
-            finished.report.shutdown.approved_event = self
+            finished.report.drain.approved_event = self
                 .approve(&chosen.event, &chosen.scope, final_step(exit_by, 2))
                 .await;
         }
@@ -257,9 +234,7 @@ impl Worker {
         }))
     }
 
-    fn watch_events(
-        &self,
-    ) -> Result<(Option<RunningWatcher>, Option<ShutdownSignal>), WorkerError> {
+    fn watch_events(&self) -> Result<(Option<RunningWatcher>, Option<NoticeSignal>), WorkerError> {
         if !self.config.imds.enabled {
             return Ok((None, None));
         }
@@ -272,7 +247,7 @@ impl Worker {
                 ..WatcherConfig::default()
             },
         );
-        let signal = watcher.shutdown_on(ShutdownPolicy::default());
+        let signal = watcher.notice_signal(NoticePolicy::default());
         Ok((Some(watcher.spawn()), Some(signal)))
     }
 
@@ -318,12 +293,12 @@ impl Worker {
                     tracing::info!(%trigger, "stopping before the warmup gate opened");
                     let report = self.stopped_before_start(trigger);
                     let next = wait_after_drain(
-                        &report.shutdown.trigger,
+                        &report.drain.trigger,
                         triggers,
                         watcher,
                         &mut None,
                         &self.readiness,
-                        &self.config.shutdown,
+                        &self.config.drain,
                     )
                     .await;
                     match next {
@@ -335,7 +310,7 @@ impl Worker {
                             let mut finished = Finished::at_once(report);
                             finished.approve = approve;
                             if parked {
-                                finished.rearm(self.config.shutdown.watchdog);
+                                finished.rearm(self.config.drain.watchdog);
                             }
                             return Ok(finished);
                         }
@@ -355,12 +330,12 @@ impl Worker {
         self.serve(handler, triggers, watcher).await
     }
 
-    fn stopped_before_start(&self, trigger: Trigger) -> RunReport {
+    fn stopped_before_start(&self, trigger: DrainTrigger) -> RunReport {
         self.readiness
             .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
         RunReport {
             stats: ConsumerStats::default(),
-            shutdown: ShutdownReport {
+            drain: DrainReport {
                 trigger,
                 notice_to_drained: Duration::ZERO,
                 released_running_handlers: false,
@@ -392,14 +367,14 @@ impl Worker {
             let mut drained = self
                 .consume(&consumer, Arc::clone(&handler), triggers)
                 .await;
-            drained.report.shutdown.resumed = resumed;
+            drained.report.drain.resumed = resumed;
             let next = wait_after_drain(
-                &drained.report.shutdown.trigger,
+                &drained.report.drain.trigger,
                 triggers,
                 watcher,
                 &mut drained.watchdog,
                 &self.readiness,
-                &self.config.shutdown,
+                &self.config.drain,
             )
             .await;
             match next {
@@ -420,101 +395,11 @@ impl Worker {
                     if parked {
                         // The drain's deadline is long past: give the last
                         // steps their own.
-                        finished.rearm(self.config.shutdown.watchdog);
+                        finished.rearm(self.config.drain.watchdog);
                     }
                     return Ok(finished);
                 }
             }
-        }
-    }
-
-    /// Runs the consumer until the first trigger, then drains it to the plan.
-    async fn consume<H: MessageHandler>(
-        &self,
-        consumer: &Consumer,
-        handler: H,
-        triggers: &Triggers,
-    ) -> Drained {
-        let signals = ShutdownSignals::new();
-        let consuming = consumer.run_until(handler, signals.clone());
-        tokio::pin!(consuming);
-
-        let trigger = tokio::select! {
-            // The consumer only returns once told to stop.
-            stats = &mut consuming => {
-                tracing::error!("the consumer stopped by itself");
-                let shutdown = self.stopped_before_start(Trigger::Requested).shutdown;
-                return Drained { report: RunReport { stats, shutdown }, watchdog: None, exit_by: None };
-            }
-            trigger = triggers.first() => trigger,
-        };
-        let noticed_at = Instant::now();
-        let plan = Plan::new(&trigger, noticed_at, &self.config.shutdown);
-        self.readiness
-            .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
-        self.metrics.set_ready(false);
-        if let Trigger::Event(notice) = &trigger {
-            self.metrics.eviction_notice(notice.event_type.as_str());
-        }
-        tracing::warn!(
-            %trigger,
-            release_in_ms = plan.release_at.saturating_duration_since(noticed_at).as_millis() as u64,
-            hard_deadline_in_ms = plan.hard_deadline.saturating_duration_since(noticed_at).as_millis() as u64,
-            "draining: intake stopped, handlers asked to checkpoint"
-        );
-        let watchdog = self
-            .config
-            .shutdown
-            .watchdog
-            .then(|| Watchdog::arm(plan.hard_deadline));
-
-        if plan.release_at <= noticed_at {
-            // A late notice: no time to wind down, release at once.
-            signals.release();
-        } else {
-            signals.wind_down(Some(plan.release_at));
-        }
-        let mut released_running_handlers = false;
-        let stats = tokio::select! {
-            biased;
-            stats = &mut consuming => stats,
-            () = tokio::time::sleep_until(plan.release_at) => {
-                tracing::warn!("release time reached; dropping handlers still running and releasing their messages");
-                released_running_handlers = true;
-                signals.release();
-                consuming.await
-            }
-            () = triggers.hurried() => {
-                released_running_handlers = true;
-                signals.release();
-                consuming.await
-            }
-        };
-        let drained_at = Instant::now();
-        let notice_to_drained = drained_at - noticed_at;
-        self.metrics.drained(notice_to_drained);
-        let met_deadline = drained_at <= plan.hard_deadline;
-        tracing::warn!(
-            notice_to_drained_ms = notice_to_drained.as_millis() as u64,
-            met_deadline,
-            released = stats.released,
-            "drained"
-        );
-        Drained {
-            report: RunReport {
-                stats,
-                shutdown: ShutdownReport {
-                    trigger,
-                    notice_to_drained,
-                    released_running_handlers,
-                    met_deadline,
-                    // Set by `run` once the watcher is stopped.
-                    approved_event: false,
-                    resumed: 0,
-                },
-            },
-            exit_by: watchdog.as_ref().map(|_| plan.hard_deadline),
-            watchdog,
         }
     }
 
@@ -545,109 +430,5 @@ impl Worker {
             })),
             None => consumer,
         })
-    }
-
-    /// Approves the event that caused the drain, so Azure need not wait for
-    /// `NotBefore`; [`after_drain`] chose it and its scope, and the client
-    /// checks the scope again. One request: the event is taken from the
-    /// watcher's last document.
-    async fn approve(
-        &self,
-        event: &ScheduledEvent,
-        scope: &ApprovalScope,
-        limit: Duration,
-    ) -> bool {
-        let client = match ImdsClient::new(self.imds_config()) {
-            Ok(client) => client,
-            Err(error) => {
-                tracing::warn!(%error, "not approving: no IMDS client");
-                return false;
-            }
-        };
-        let approval = client.approve_event(event, scope);
-        match tokio::time::timeout(limit, approval).await {
-            Ok(Ok(outcome)) => {
-                tracing::info!(event_id = %event.id, ?outcome, "approved the event after draining");
-                true
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(error = %error.chain(), "approving the event failed");
-                false
-            }
-            Err(_) => {
-                tracing::warn!("approving the event timed out");
-                false
-            }
-        }
-    }
-}
-
-/// Resolves with a configuration error if this VM's name was configured
-/// (`SPOT_WORKER_VM_NAME`) and instance metadata says otherwise: events
-/// would then be matched against the wrong name, silently.
-async fn wrong_vm_name(mut health: watch::Receiver<WatcherHealth>) -> ConfigError {
-    let mismatch = health
-        .wait_for(|h| h.vm_name_mismatch().is_some())
-        .await
-        .ok()
-        .and_then(|h| {
-            h.vm_name_mismatch()
-                .map(|(configured, metadata)| (configured.to_owned(), metadata.to_owned()))
-        });
-    match mismatch {
-        Some((configured, metadata)) => ConfigError::Invalid {
-            setting: "SPOT_WORKER_VM_NAME".to_owned(),
-            value: configured,
-            reason: format!(
-                "instance metadata (compute.name) says this VM is {metadata:?}; events would \
-                 be matched against the wrong name (leave it unset to use instance metadata)"
-            ),
-        },
-        None => std::future::pending().await,
-    }
-}
-
-/// A bound for one of the last steps: at most `cap_secs`, and within what is
-/// left before the watchdog's deadline, if one is armed.
-fn final_step(exit_by: Option<Instant>, cap_secs: u64) -> Duration {
-    let cap = Duration::from_secs(cap_secs);
-    match exit_by {
-        Some(at) => cap.min(at.saturating_duration_since(Instant::now()) / 2),
-        None => cap,
-    }
-}
-
-/// One drain's outcome, with the watchdog still armed.
-struct Drained {
-    report: RunReport,
-    watchdog: Option<Watchdog>,
-    /// The watchdog's deadline.
-    exit_by: Option<Instant>,
-}
-
-/// Everything `run` needs for its last steps.
-struct Finished {
-    report: RunReport,
-    /// Held until `run` returns: the last steps are guarded too.
-    watchdog: Option<Watchdog>,
-    exit_by: Option<Instant>,
-    approve: Option<Box<ToApprove>>,
-}
-
-impl Finished {
-    fn at_once(report: RunReport) -> Finished {
-        Finished {
-            report,
-            watchdog: None,
-            exit_by: None,
-            approve: None,
-        }
-    }
-
-    /// A fresh watchdog for the last steps only.
-    fn rearm(&mut self, enabled: bool) {
-        let deadline = Instant::now() + EXIT_MARGIN;
-        self.watchdog = enabled.then(|| Watchdog::arm(deadline));
-        self.exit_by = self.watchdog.as_ref().map(|_| deadline);
     }
 }

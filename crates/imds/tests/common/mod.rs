@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use spot_worker::imds::{
+use spot_worker_imds::{
     ImdsClient, ImdsConfig, RunningWatcher, Transition, WatcherConfig, WatcherHealth,
 };
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};

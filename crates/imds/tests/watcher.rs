@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use reqwest::StatusCode;
-use spot_worker::imds::{
-    Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy,
+use spot_worker_imds::{
+    Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, ImdsError, NoticePolicy,
     TransitionKind, Watcher, WatcherConfig,
 };
 use spot_worker_imds_emulator::{EmulatorConfig, EventSpec, Fault};
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 async fn preempt_cancels_the_token_with_not_before_as_deadline() {
     let emulator = emulator().await;
     let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let running = watcher.spawn();
     caught_up(&running, emulator.incarnation()).await;
     assert!(!shutdown.token().is_cancelled());
@@ -47,7 +47,7 @@ async fn learns_its_name_from_instance_metadata() {
         ..watcher_config()
     };
     let mut watcher = Watcher::new(client(&emulator.url()), config);
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let running = watcher.spawn();
     let health = health_until(&running, "the first poll", |h| h.polls > 0).await;
     assert_eq!(health.vm_name.as_deref(), Some("workers_7"));
@@ -64,7 +64,7 @@ async fn events_present_at_start_are_acted_on() {
     let emulator = emulator().await;
     emulator.schedule(EventSpec::terminate()).unwrap();
     let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let _running = watcher.spawn();
     within("the shutdown token", shutdown.cancelled()).await;
 }
@@ -88,7 +88,7 @@ async fn unchanged_incarnations_emit_nothing() {
 async fn survives_every_kind_of_imds_failure_and_recovers() {
     let emulator = emulator().await;
     let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let running = watcher.spawn();
     caught_up(&running, emulator.incarnation()).await;
 
@@ -128,7 +128,7 @@ async fn after_an_outage_the_next_notice_is_seen_within_one_poll_interval() {
         ..watcher_config()
     };
     let mut watcher = Watcher::new(client(&emulator.url()), config);
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let running = watcher.spawn();
     caught_up(&running, emulator.incarnation()).await;
 

@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use spot_worker::imds::{
-    EventSource, EventStatus, EventType, ShutdownPolicy, ShutdownSignal, Transition,
-    TransitionKind, Watcher,
+use spot_worker_imds::{
+    EventSource, EventStatus, EventType, NoticePolicy, NoticeSignal, Transition, TransitionKind,
+    Watcher,
 };
 use spot_worker_imds_emulator::{EmulatorConfig, Scenario};
 use tokio::time::Instant;
@@ -25,12 +25,12 @@ struct Expected {
 
 /// Plays `name` one step at a time and returns every transition seen and the
 /// shutdown signal of the default policy.
-async fn play(name: &str) -> (Vec<Transition>, ShutdownSignal) {
+async fn play(name: &str) -> (Vec<Transition>, NoticeSignal) {
     let config = EmulatorConfig::for_vm(VM);
     let scenario = Scenario::builtin(name, &config).expect("a built-in scenario");
     let emulator = emulator_with(config).await;
     let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let mut transitions = watcher.subscribe();
     let running = watcher.spawn();
     caught_up(&running, emulator.incarnation()).await;
@@ -47,7 +47,7 @@ async fn play(name: &str) -> (Vec<Transition>, ShutdownSignal) {
     (seen, shutdown)
 }
 
-async fn check(name: &str, expected: Expected) -> (Vec<Transition>, ShutdownSignal) {
+async fn check(name: &str, expected: Expected) -> (Vec<Transition>, NoticeSignal) {
     let (seen, shutdown) = play(name).await;
     let kinds: Vec<_> = seen.iter().map(|t| t.kind).collect();
     assert_eq!(kinds, expected.kinds, "{name}: transitions");

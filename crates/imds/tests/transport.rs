@@ -9,9 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use spot_worker::imds::{
-    ImdsClient, ImdsConfig, ImdsError, ShutdownPolicy, Watcher, WatcherConfig,
-};
+use spot_worker_imds::{ImdsClient, ImdsConfig, ImdsError, NoticePolicy, Watcher, WatcherConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -154,7 +152,7 @@ async fn events_are_watched_even_while_instance_metadata_fails() {
         ..watcher_config()
     };
     let mut watcher = Watcher::new(client(&url), config);
-    let shutdown = watcher.shutdown_on(ShutdownPolicy::default());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
     let running = watcher.spawn();
     // Without a name, every event is taken to concern this VM: drain.
     within("the shutdown token", shutdown.cancelled()).await;

@@ -1,0 +1,386 @@
+//! `spot-worker enqueue`: JSON Lines in, one queue message per line.
+//!
+//! Each line is sent exactly as written (without its line break), encoded
+//! as the worker expects (`SPOT_WORKER_MESSAGE_ENCODING`). A bad line is
+//! reported by its number and the rest still go out; the command then
+//! exits non-zero. Sends run concurrently, so messages reach the queue in
+//! roughly, not exactly, the file's order.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
+use spot_worker_storage::{
+    CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _,
+};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::{Fleet, encoding_name};
+
+/// Put jobs on the queue: one message per line of JSON Lines.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  spot-worker enqueue jobs.jsonl
+  generate-jobs | spot-worker enqueue -
+  spot-worker enqueue --skip-existing --results results jobs.jsonl   # a safe re-run
+
+Each line is one JSON document, sent as is. With --skip-existing every line
+needs a string `job_id` field (as the worker's job key), and a line whose job
+already has a completed checkpoint (or, with --results, a result blob) is
+skipped, so re-running after an interruption sends only what is missing. A
+job still in progress is sent again: if its message is still queued, the
+worker's per-job checkpoint fencing lets only one of the two run it.")]
+pub struct EnqueueArgs {
+    /// JSON Lines file; `-` or nothing reads stdin.
+    input: Option<PathBuf>,
+    /// Sends in flight at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    parallel: u16,
+    /// Skip lines whose `job_id` already has a completed checkpoint (or a
+    /// result, with --results).
+    #[arg(long)]
+    skip_existing: bool,
+    /// Result container to check too with --skip-existing.
+    #[arg(long, requires = "skip_existing", value_name = "CONTAINER")]
+    results: Option<String>,
+    /// Name of a job's result blob in --results; `{job_id}` is replaced.
+    #[arg(long, default_value = "{job_id}.json", requires = "results")]
+    result_name: String,
+}
+
+/// One line of input, understood.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// Only whitespace: nothing to send.
+    Blank,
+    /// A job: the text to send, and its `job_id` if it has one.
+    Job {
+        text: String,
+        job_id: Option<String>,
+    },
+}
+
+/// Reads one raw line (line break included). `Err` says why it is bad.
+fn parse_line(raw: &[u8], need_job_id: bool) -> Result<Line, String> {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let text = std::str::from_utf8(raw).map_err(|e| format!("not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Ok(Line::Blank);
+    }
+    let document: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let job_id = match document.get("job_id") {
+        Some(serde_json::Value::String(id)) if !id.is_empty() => Some(id.clone()),
+        _ if need_job_id => {
+            return Err("no non-empty string `job_id` field (--skip-existing needs one)".into());
+        }
+        _ => None,
+    };
+    Ok(Line::Job {
+        text: text.to_owned(),
+        job_id,
+    })
+}
+
+/// What became of one job line.
+enum Outcome {
+    Sent,
+    Skipped,
+    Failed(String),
+}
+
+/// What is checked before a job is sent again.
+struct Existing {
+    checkpoints: BlobCheckpointStore,
+    results: Option<(BlobResultStore, String)>,
+}
+
+impl Existing {
+    /// True if job `job_id` is done: a completed checkpoint or a result.
+    async fn is_done(&self, job_id: &str) -> Result<bool> {
+        let checkpoint = self
+            .checkpoints
+            .read(job_id)
+            .await
+            .with_context(|| format!("reading the checkpoint of job {job_id:?}"))?;
+        if checkpoint.is_some_and(|(checkpoint, _)| checkpoint.is_completed()) {
+            return Ok(true);
+        }
+        let Some((results, template)) = &self.results else {
+            return Ok(false);
+        };
+        let name = template.replace("{job_id}", job_id);
+        let result = results
+            .get(&name)
+            .await
+            .with_context(|| format!("reading result {name:?}"))?;
+        Ok(result.is_some())
+    }
+}
+
+/// Everything a send task needs.
+struct Sender {
+    queue: AzureQueue,
+    encoding: MessageEncoding,
+    existing: Option<Existing>,
+}
+
+impl Sender {
+    async fn send(&self, text: String, job_id: Option<String>) -> Outcome {
+        if let (Some(existing), Some(job_id)) = (&self.existing, &job_id) {
+            match existing.is_done(job_id).await {
+                Ok(true) => return Outcome::Skipped,
+                Ok(false) => {}
+                Err(e) => return Outcome::Failed(format!("{e:#}")),
+            }
+        }
+        let sent = async {
+            let body = self.encoding.encode(text.as_bytes())?;
+            self.queue.send(&body, std::time::Duration::ZERO).await
+        };
+        match sent.await {
+            Ok(_) => Outcome::Sent,
+            Err(e) => Outcome::Failed(format!("not sent: {e}")),
+        }
+    }
+}
+
+/// The counts printed at the end.
+#[derive(Default)]
+struct Summary {
+    sent: u64,
+    skipped: u64,
+    blank: u64,
+    bad: u64,
+    failed: u64,
+    /// Why reading stopped before the end of the input, if it did.
+    unread: Option<String>,
+}
+
+impl Summary {
+    fn count(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Sent => self.sent += 1,
+            Outcome::Skipped => self.skipped += 1,
+            Outcome::Failed(_) => self.failed += 1,
+        }
+    }
+}
+
+/// Progress on stderr: a bar on a terminal, plain lines otherwise.
+struct Progress(Option<ProgressBar>);
+
+impl Progress {
+    fn new(total_bytes: Option<u64>) -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let bar = match total_bytes {
+            Some(total) => ProgressBar::new(total).with_style(
+                ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ),
+            None => ProgressBar::new_spinner(),
+        };
+        Progress(Some(bar))
+    }
+
+    fn report(&self, message: &str) {
+        match &self.0 {
+            Some(bar) => bar.println(message),
+            None => eprintln!("{message}"),
+        }
+    }
+
+    fn update(&self, bytes: u64, summary: &Summary) {
+        if let Some(bar) = &self.0 {
+            bar.set_position(bytes);
+            bar.set_message(format!("{} sent", summary.sent));
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+pub async fn run(args: EnqueueArgs) -> Result<()> {
+    let fleet = Fleet::from_env()?;
+    let queue = fleet.queue()?;
+    queue
+        .create_if_missing()
+        .await
+        .with_context(|| format!("creating queue {:?}", fleet.config.queue))?;
+    let existing = if args.skip_existing {
+        let results = match &args.results {
+            Some(container) => Some((fleet.blobs(container)?, args.result_name.clone())),
+            None => None,
+        };
+        Some(Existing {
+            checkpoints: fleet.checkpoints()?,
+            results,
+        })
+    } else {
+        None
+    };
+    let sender = Arc::new(Sender {
+        queue,
+        encoding: fleet.config.encoding,
+        existing,
+    });
+    let (input, total): (Box<dyn AsyncRead + Unpin + Send>, Option<u64>) = match &args.input {
+        Some(path) if path.as_os_str() != "-" => {
+            let file = tokio::fs::File::open(path)
+                .await
+                .with_context(|| format!("opening {}", path.display()))?;
+            let len = file.metadata().await.ok().map(|m| m.len());
+            (Box::new(file), len)
+        }
+        _ => (Box::new(tokio::io::stdin()), None),
+    };
+    let summary = send_all(
+        input,
+        &sender,
+        usize::from(args.parallel),
+        args.skip_existing,
+        &Progress::new(total),
+    )
+    .await?;
+    println!(
+        "{} sent to queue {} ({}), {} skipped as already done, {} bad, {} failed, {} blank",
+        summary.sent,
+        fleet.config.queue,
+        encoding_name(fleet.config.encoding),
+        summary.skipped,
+        summary.bad,
+        summary.failed,
+        summary.blank
+    );
+    if let Some(reason) = &summary.unread {
+        bail!("{reason}; nothing after it was read (the summary above counts what was)");
+    }
+    if summary.bad > 0 || summary.failed > 0 {
+        bail!(
+            "{} bad line(s) and {} failed send(s), listed above by line number; \
+             every other line was sent",
+            summary.bad,
+            summary.failed
+        );
+    }
+    Ok(())
+}
+
+/// Reads every line, sending jobs with at most `parallel` in flight.
+async fn send_all(
+    input: Box<dyn AsyncRead + Unpin + Send>,
+    sender: &Arc<Sender>,
+    parallel: usize,
+    need_job_id: bool,
+    progress: &Progress,
+) -> Result<Summary> {
+    let mut reader = BufReader::new(input);
+    let slots = Arc::new(Semaphore::new(parallel));
+    let mut tasks = JoinSet::new();
+    let mut summary = Summary::default();
+    let mut consumed = 0u64;
+    let mut raw = Vec::new();
+    for number in 1u64.. {
+        raw.clear();
+        let read = match reader.read_until(b'\n', &mut raw).await {
+            Ok(read) => read,
+            Err(e) => {
+                // Sends already started still finish and are counted.
+                summary.unread = Some(format!("reading line {number}: {e}"));
+                break;
+            }
+        };
+        if read == 0 {
+            break;
+        }
+        consumed += read as u64;
+        match parse_line(&raw, need_job_id) {
+            Ok(Line::Blank) => summary.blank += 1,
+            Ok(Line::Job { text, job_id }) => {
+                let slot = Arc::clone(&slots).acquire_owned().await?;
+                let sender = Arc::clone(sender);
+                tasks.spawn(async move {
+                    let outcome = sender.send(text, job_id).await;
+                    drop(slot);
+                    (number, outcome)
+                });
+            }
+            Err(reason) => {
+                summary.bad += 1;
+                progress.report(&format!("line {number}: {reason}"));
+            }
+        }
+        while let Some(done) = tasks.try_join_next() {
+            settle(done?, &mut summary, progress);
+        }
+        progress.update(consumed, &summary);
+    }
+    while let Some(done) = tasks.join_next().await {
+        settle(done?, &mut summary, progress);
+    }
+    progress.finish();
+    Ok(summary)
+}
+
+fn settle((number, outcome): (u64, Outcome), summary: &mut Summary, progress: &Progress) {
+    if let Outcome::Failed(reason) = &outcome {
+        progress.report(&format!("line {number}: {reason}"));
+    }
+    summary.count(&outcome);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_sent_as_written_or_say_why_not() {
+        let job = |text: &str, id: Option<&str>| {
+            Ok(Line::Job {
+                text: text.to_owned(),
+                job_id: id.map(str::to_owned),
+            })
+        };
+        let table: [(&[u8], bool, Result<Line, &str>); 9] = [
+            (
+                b"{\"job_id\":\"j1\"}\n",
+                true,
+                job("{\"job_id\":\"j1\"}", Some("j1")),
+            ),
+            (
+                b"{\"job_id\":\"j1\"}\r\n",
+                false,
+                job("{\"job_id\":\"j1\"}", Some("j1")),
+            ),
+            (b"{ \"a\": 1 }", false, job("{ \"a\": 1 }", None)),
+            (b"  \n", true, Ok(Line::Blank)),
+            (b"{\"a\":1}\n", true, Err("`job_id`")),
+            (b"{\"job_id\":7}\n", true, Err("`job_id`")),
+            (b"{\"job_id\":\"\"}\n", true, Err("`job_id`")),
+            (b"{oops\n", false, Err("not JSON")),
+            (b"\xff\n", false, Err("not UTF-8")),
+        ];
+        for (raw, need_job_id, expected) in table {
+            let parsed = parse_line(raw, need_job_id);
+            match (parsed, expected) {
+                (Ok(line), Ok(expected)) => assert_eq!(line, expected),
+                (Err(reason), Err(expected)) => assert!(reason.contains(expected), "{reason}"),
+                (parsed, expected) => panic!("{raw:?}: {parsed:?} vs {expected:?}"),
+            }
+        }
+    }
+}

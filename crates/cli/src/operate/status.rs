@@ -1,0 +1,285 @@
+//! `spot-worker status`: one screen for a fleet: the work queue and its
+//! poison queue, the jobs in progress per their checkpoints, and, given
+//! their health URLs, whether the workers are ready.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use serde::Serialize;
+use spot_worker_azure::AzureQueue;
+use spot_worker_storage::StorageError;
+use time::OffsetDateTime;
+
+use super::checkpoints::{JobRow, ago, compact, job_rows};
+use super::{Fleet, age, rfc3339, seconds_since};
+
+/// Bound of one health request.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Show queue depths, the poison count, jobs in progress and readiness.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  spot-worker status
+  spot-worker status --health http://10.0.0.4:8080 --health http://10.0.0.5:8080
+  spot-worker status --watch --interval 10s     # refresh until Ctrl-C
+  spot-worker status --json | jq .queue.approximate_depth
+
+A health URL without a path means its /readyz; a worker is ready when it
+answers 200.")]
+pub struct StatusArgs {
+    /// A worker's health endpoint (repeat for each worker).
+    #[arg(long = "health", value_name = "URL")]
+    health: Vec<String>,
+    /// Refresh every --interval until Ctrl-C (or --count refreshes).
+    #[arg(long)]
+    watch: bool,
+    /// Time between refreshes with --watch.
+    #[arg(long, default_value = "5s", value_parser = spot_worker_runtime::parse_duration)]
+    interval: Duration,
+    /// Stop --watch after this many screens.
+    #[arg(long, requires = "watch")]
+    count: Option<u64>,
+    /// One JSON document per screen (one line each with --watch).
+    #[arg(long)]
+    json: bool,
+    /// Checkpoints read per screen, most recently written first (each read
+    /// is one storage request; older ones are counted, not read).
+    #[arg(long, default_value_t = 200)]
+    max_reads: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct QueueStatus {
+    name: String,
+    /// Messages in the queue, visible or not (the service's estimate).
+    approximate_depth: u64,
+    /// How long the oldest visible message has been waiting.
+    oldest_visible_age_seconds: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobStatus {
+    job: String,
+    progress: serde_json::Value,
+    last_write_seconds_ago: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct WorkerStatus {
+    url: String,
+    ready: bool,
+    /// The HTTP status, or why there was none.
+    detail: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Status {
+    at: String,
+    queue: QueueStatus,
+    poison: QueueStatus,
+    jobs_in_progress: Vec<JobStatus>,
+    completed_jobs: usize,
+    /// Job checkpoints beyond --max-reads, not read.
+    checkpoints_not_read: usize,
+    workers: Vec<WorkerStatus>,
+}
+
+pub async fn run(args: StatusArgs) -> Result<()> {
+    let fleet = Fleet::from_env()?;
+    let health: Vec<String> = args
+        .health
+        .iter()
+        .map(|url| readiness_url(url))
+        .collect::<Result<_>>()?;
+    let http = reqwest::Client::builder()
+        .timeout(HEALTH_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        // Workers are reached directly on their private addresses.
+        .no_proxy()
+        .build()
+        .context("building the HTTP client")?;
+    let interrupted = spot_worker_runtime::interrupted();
+    tokio::pin!(interrupted);
+    for screen in 1u64.. {
+        let status = gather(&fleet, &http, &health, args.max_reads).await?;
+        print(&status, args.json, args.watch)?;
+        if !args.watch || args.count.is_some_and(|count| screen >= count) {
+            break;
+        }
+        tokio::select! {
+            _ = &mut interrupted => break,
+            () = tokio::time::sleep(args.interval) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The readiness URL for what was given: `/readyz` when there is no path.
+fn readiness_url(given: &str) -> Result<String> {
+    let mut url = reqwest::Url::parse(given)
+        .with_context(|| format!("--health {given:?} is not a URL (e.g. http://10.0.0.4:8080)"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        bail!("--health {given:?}: only http and https URLs are supported");
+    }
+    if url.path() == "/" {
+        url.set_path("/readyz");
+    }
+    Ok(url.to_string())
+}
+
+async fn gather(
+    fleet: &Fleet,
+    http: &reqwest::Client,
+    health: &[String],
+    max_reads: usize,
+) -> Result<Status> {
+    let queue = queue_status(&fleet.queue()?).await?;
+    let poison = queue_status(&fleet.poison_queue()?).await?;
+    let (rows, checkpoints_not_read) = job_rows(&fleet.checkpoints()?, Some(max_reads)).await?;
+    let completed_jobs = rows
+        .iter()
+        .filter(|row| matches!(row.checkpoint, Ok(ref c) if c.is_completed()))
+        .count();
+    let jobs_in_progress = rows
+        .into_iter()
+        .filter(JobRow::is_in_progress)
+        .map(|row| JobStatus {
+            progress: match row.checkpoint {
+                Ok(spot_worker_storage::Checkpoint::InProgress { progress }) => progress,
+                _ => serde_json::Value::Null,
+            },
+            last_write_seconds_ago: row.last_write.map(seconds_since),
+            job: row.job,
+        })
+        .collect();
+    let mut workers = Vec::with_capacity(health.len());
+    for url in health {
+        workers.push(worker_status(http, url).await);
+    }
+    Ok(Status {
+        at: rfc3339(OffsetDateTime::now_utc()),
+        queue,
+        poison,
+        jobs_in_progress,
+        completed_jobs,
+        checkpoints_not_read,
+        workers,
+    })
+}
+
+async fn queue_status(queue: &AzureQueue) -> Result<QueueStatus> {
+    let name = spot_worker_storage::MessageQueue::name(queue).to_owned();
+    let depth = match queue.approximate_message_count().await {
+        Ok(depth) => depth,
+        // Not created yet: empty.
+        Err(StorageError::NotFound { .. }) => 0,
+        Err(e) => return Err(e).with_context(|| format!("reading the depth of queue {name}")),
+    };
+    let oldest = if depth == 0 {
+        None
+    } else {
+        queue
+            .peek(1)
+            .await
+            .with_context(|| format!("peeking at queue {name}"))?
+            .first()
+            .and_then(|message| message.inserted_at)
+            .map(seconds_since)
+    };
+    Ok(QueueStatus {
+        name,
+        approximate_depth: depth,
+        oldest_visible_age_seconds: oldest,
+    })
+}
+
+async fn worker_status(http: &reqwest::Client, url: &str) -> WorkerStatus {
+    let (ready, detail) = match http.get(url).send().await {
+        Ok(response) => (
+            response.status() == reqwest::StatusCode::OK,
+            response.status().to_string(),
+        ),
+        Err(e) if e.is_timeout() => (false, "no answer in time".to_owned()),
+        Err(e) if e.is_connect() => (false, "unreachable".to_owned()),
+        Err(e) => (false, format!("{e}")),
+    };
+    WorkerStatus {
+        url: url.to_owned(),
+        ready,
+        detail,
+    }
+}
+
+fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
+    if json {
+        let text = if watch {
+            serde_json::to_string(status)?
+        } else {
+            serde_json::to_string_pretty(status)?
+        };
+        println!("{text}");
+        return Ok(());
+    }
+    if watch && std::io::stdout().is_terminal() {
+        // Clear the terminal between screens, as `watch` does.
+        print!("\x1b[2J\x1b[H");
+    }
+    println!("{}", status.at);
+    for (label, queue) in [("queue", &status.queue), ("poison", &status.poison)] {
+        let oldest = queue
+            .oldest_visible_age_seconds
+            .map_or_else(|| "-".to_owned(), age);
+        println!(
+            "{label:<7} {:<32} ~{} message(s), oldest visible waiting {oldest}",
+            queue.name, queue.approximate_depth
+        );
+    }
+    let unread = match status.checkpoints_not_read {
+        0 => String::new(),
+        n => format!("; {n} older not read, see --max-reads"),
+    };
+    println!(
+        "jobs    {} in progress, {} completed (checkpoints{unread})",
+        status.jobs_in_progress.len(),
+        status.completed_jobs
+    );
+    for job in &status.jobs_in_progress {
+        let last = ago(job
+            .last_write_seconds_ago
+            .map(|s| OffsetDateTime::now_utc() - time::Duration::seconds(s)));
+        println!(
+            "  {:<32} {:<40} last write {last}",
+            job.job,
+            compact(&job.progress, 40)
+        );
+    }
+    for worker in &status.workers {
+        let state = if worker.ready { "ready" } else { "NOT READY" };
+        println!("worker  {:<40} {state} ({})", worker.url, worker.detail);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_urls_default_to_readyz() {
+        for (given, expected) in [
+            ("http://10.0.0.4:8080", "http://10.0.0.4:8080/readyz"),
+            ("http://10.0.0.4:8080/", "http://10.0.0.4:8080/readyz"),
+            (
+                "http://10.0.0.4:8080/healthz",
+                "http://10.0.0.4:8080/healthz",
+            ),
+        ] {
+            assert_eq!(readiness_url(given).unwrap(), expected);
+        }
+        assert!(readiness_url("10.0.0.4:8080").is_err());
+        assert!(readiness_url("ftp://x/").is_err());
+    }
+}

@@ -1,0 +1,243 @@
+//! What every operator test needs: an Azurite, the binary with the
+//! worker's environment, a real flaky consumer, bounded waits.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spot_worker_azure::{AzureStorage, StorageConfig};
+use spot_worker_azurite_harness::Azurite;
+use spot_worker_storage::{
+    CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, HandlerError, Job,
+    MessageEncoding, PoisonRecord, ResultStore as _, handler_fn,
+};
+use tokio::io::AsyncWriteExt as _;
+use tokio::process::Command;
+
+pub const QUEUE: &str = "jobs";
+/// Bound on any one command: generous for a slow machine, finite for a bug.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+/// Bound on any wait for a condition.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(90);
+
+pub fn start_azurite() -> Azurite {
+    Azurite::start().expect("azurite starts (run `npm ci --prefix tools/azurite`)")
+}
+
+/// The test's own client, for preparing and checking what the command did.
+pub fn storage(azurite: &Azurite) -> AzureStorage {
+    let config = StorageConfig::from_connection_string(&azurite.connection_string())
+        .expect("valid connection string");
+    AzureStorage::new(config).expect("storage client")
+}
+
+/// The binary with the worker's environment contract for `azurite`.
+pub fn spot_worker(azurite: &Azurite, encoding: MessageEncoding) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+    command
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite.connection_string(),
+        )
+        .env("SPOT_WORKER_QUEUE", QUEUE)
+        .env(
+            "SPOT_WORKER_MESSAGE_ENCODING",
+            match encoding {
+                MessageEncoding::Text => "text",
+                MessageEncoding::Base64 => "base64",
+            },
+        )
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_CONFIG")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn assert_success(&self) -> &Self {
+        assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
+        self
+    }
+}
+
+pub async fn run(command: &mut Command) -> Output {
+    run_with_stdin(command, None).await
+}
+
+pub async fn run_with_stdin(command: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let run = async {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        if stdin.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        let mut child = command.spawn().expect("the binary runs");
+        if let Some(bytes) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin is piped");
+            pipe.write_all(bytes).await.expect("stdin written");
+            drop(pipe);
+        }
+        child.wait_with_output().await.expect("the binary ran")
+    };
+    let output = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the command finishes in time");
+    Output {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Every message text in `queue`, without receiving any (at most 32).
+pub async fn peek_texts(storage: &AzureStorage, queue: &str) -> Vec<String> {
+    let mut texts: Vec<String> = storage
+        .queue(queue)
+        .unwrap()
+        .peek(32)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.body)
+        .collect();
+    texts.sort();
+    texts
+}
+
+/// A file in a fresh temporary directory, removed with the returned guard.
+pub fn input_file(lines: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.jsonl");
+    std::fs::write(&path, lines).unwrap();
+    (dir, path)
+}
+
+/// Polls `check` every 100 ms until it yields `Some`, for at most
+/// [`WAIT_LIMIT`].
+pub async fn poll_until<T, Fut>(what: &str, mut check: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT_LIMIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A real consumer of the work queue (poison queue, checkpoints and
+/// poison bodies as a worker has them) whose handler fails the first
+/// delivery of every message text with `fail: <text>` and succeeds from
+/// then on. Runs until `handled` messages succeeded and `poisoned` were
+/// poisoned; returns the texts it handled.
+pub struct FlakyWorker {
+    storage: AzureStorage,
+    encoding: MessageEncoding,
+    failed_once: Arc<Mutex<HashSet<String>>>,
+}
+
+impl FlakyWorker {
+    pub async fn new(storage: &AzureStorage, encoding: MessageEncoding) -> Self {
+        storage
+            .checkpoint_store("checkpoints")
+            .unwrap()
+            .prepare()
+            .await
+            .unwrap();
+        storage
+            .result_store("poison")
+            .unwrap()
+            .prepare()
+            .await
+            .unwrap();
+        FlakyWorker {
+            storage: storage.clone(),
+            encoding,
+            failed_once: Arc::default(),
+        }
+    }
+
+    pub async fn run_until(&self, succeeded: u64, poisoned: u64) -> Vec<String> {
+        let queue = self.storage.queue(QUEUE).unwrap();
+        let poison = self.storage.poison_queue(QUEUE).unwrap();
+        let config = ConsumerConfig {
+            encoding: self.encoding,
+            max_failures: 1,
+            visibility_timeout: Duration::from_secs(10),
+            idle_backoff_floor: Duration::from_millis(50),
+            idle_backoff_max: Duration::from_millis(300),
+            ..ConsumerConfig::default()
+        };
+        let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
+            .unwrap()
+            .with_checkpoints(Arc::new(
+                self.storage.checkpoint_store("checkpoints").unwrap(),
+            ))
+            .with_poison_bodies(Arc::new(self.storage.result_store("poison").unwrap()));
+        let handled = Arc::new(Mutex::new(Vec::new()));
+        let handler = handler_fn({
+            let (handled, failed_once) = (handled.clone(), self.failed_once.clone());
+            move |job: Job| {
+                let (handled, failed_once) = (handled.clone(), failed_once.clone());
+                async move {
+                    let text = job.text()?.to_owned();
+                    if failed_once.lock().unwrap().insert(text.clone()) {
+                        let head: String = text.chars().take(40).collect();
+                        return Err::<(), HandlerError>(format!("fail: {head}").into());
+                    }
+                    handled.lock().unwrap().push(text);
+                    Ok(())
+                }
+            }
+        });
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+            async move { consumer.run(handler, shutdown).await }
+        });
+        poll_until("the consumer to settle every message", || {
+            let stats = consumer.stats();
+            async move {
+                (stats.succeeded >= succeeded && stats.poisoned >= poisoned).then_some(())
+            }
+        })
+        .await;
+        shutdown.cancel();
+        task.await.unwrap();
+        let stats = consumer.stats();
+        assert_eq!((stats.succeeded, stats.poisoned), (succeeded, poisoned));
+        let mut handled = handled.lock().unwrap().clone();
+        handled.sort();
+        handled
+    }
+}
+
+/// The records in the poison queue, by peeking.
+pub async fn poison_records(storage: &AzureStorage) -> Vec<(String, PoisonRecord)> {
+    storage
+        .poison_queue(QUEUE)
+        .unwrap()
+        .peek(32)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let record = PoisonRecord::from_message_text(&m.body).unwrap();
+            (m.id.as_str().to_owned(), record)
+        })
+        .collect()
+}

@@ -1,0 +1,10 @@
+//! The operator's commands (`enqueue`, `poison`, `checkpoints`, `status`)
+//! as the unmodified binary runs them, against a real Azurite per test,
+//! configured only through the worker's environment contract.
+//! One test binary, a module per command.
+
+mod checkpoints;
+mod common;
+mod enqueue;
+mod poison;
+mod status;

@@ -1,0 +1,175 @@
+//! `spot-worker status`.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore as _, HandlerError, Job, MessageEncoding, WritePrecondition,
+    handler_fn,
+};
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
+
+use crate::common::*;
+
+/// A port on loopback nobody listens on (bound, then released).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    run_with_stdin(
+        spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
+        Some(b"{\"job_id\":\"a\"}\n{\"job_id\":\"b\"}\n"),
+    )
+    .await
+    .assert_success();
+    let store = storage.checkpoint_store("checkpoints").unwrap();
+    store.prepare().await.unwrap();
+    let running = Checkpoint::InProgress {
+        progress: serde_json::json!({"done": 3, "of": 10}),
+    };
+    store
+        .write("a", &running, WritePrecondition::Create)
+        .await
+        .unwrap();
+    let done = Checkpoint::Completed {
+        result: serde_json::json!(1),
+    };
+    store
+        .write("b", &done, WritePrecondition::Create)
+        .await
+        .unwrap();
+    let nobody = format!("http://127.0.0.1:{}", closed_port());
+    let cli = || spot_worker(&azurite, MessageEncoding::Text);
+
+    let screen = run(cli().args(["status", "--health", &nobody])).await;
+    screen.assert_success();
+    let text = &screen.stdout;
+    assert!(text.contains("queue   jobs"), "{text}");
+    assert!(
+        text.contains("~2 message(s), oldest visible waiting"),
+        "{text}"
+    );
+    assert!(text.contains("poison  jobs-poison"), "{text}");
+    assert!(text.contains("~0 message(s)"), "{text}");
+    assert!(
+        text.contains("jobs    1 in progress, 1 completed"),
+        "{text}"
+    );
+    assert!(text.contains("{\"done\":3,\"of\":10}"), "{text}");
+    assert!(text.contains(&format!("{nobody}/readyz")), "{text}");
+    assert!(text.contains("NOT READY (unreachable)"), "{text}");
+
+    // Each checkpoint read is a request: --max-reads bounds them.
+    let bounded = run(cli().args(["status", "--json", "--max-reads", "0"])).await;
+    bounded.assert_success();
+    let bounded: serde_json::Value = serde_json::from_str(&bounded.stdout).unwrap();
+    assert_eq!(bounded["checkpoints_not_read"], 2, "{bounded}");
+    assert_eq!(
+        bounded["jobs_in_progress"],
+        serde_json::json!([]),
+        "{bounded}"
+    );
+
+    // A real worker on the same storage: ready once its gate opened.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = spot_worker::WorkerConfig {
+        queue: QUEUE.to_owned(),
+        ..spot_worker::WorkerConfig::default()
+    };
+    config.imds.enabled = false; // not an Azure VM
+    config.drain.handle_signals = false;
+    config.drain.watchdog = false;
+    let worker = spot_worker::Worker::new(
+        config,
+        Arc::new(storage.queue(QUEUE).unwrap()),
+        Arc::new(storage.poison_queue(QUEUE).unwrap()),
+    )
+    .with_checkpoints(Arc::new(store))
+    .with_health_listener(listener);
+    let stop = worker.shutdown_token();
+    let mut readiness = worker.readiness();
+    let handler = handler_fn(|_job: Job| async { Ok::<(), HandlerError>(()) });
+    let task = tokio::spawn(worker.run(handler));
+    tokio::time::timeout(WAIT_LIMIT, readiness.wait_for(|r| r.is_ready()))
+        .await
+        .expect("the worker gets ready in time")
+        .unwrap();
+
+    let json = run(cli().args([
+        "status",
+        "--json",
+        "--watch",
+        "--interval",
+        "100ms",
+        "--count",
+        "2",
+        "--health",
+        &health,
+    ]))
+    .await;
+    json.assert_success();
+    let screens: Vec<serde_json::Value> = json
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(screens.len(), 2, "{}", json.stdout);
+    let last = &screens[1];
+    assert_eq!(last["workers"][0]["ready"], true, "{last}");
+    assert_eq!(last["workers"][0]["detail"], "200 OK", "{last}");
+    assert_eq!(last["poison"]["name"], "jobs-poison");
+    assert_eq!(last["jobs_in_progress"][0]["job"], "a");
+    assert_eq!(last["jobs_in_progress"][0]["progress"]["done"], 3);
+    assert_eq!(last["completed_jobs"], 1);
+    assert_eq!(last["checkpoints_not_read"], 0);
+    assert!(last["queue"]["approximate_depth"].is_u64(), "{last}");
+
+    stop.cancel();
+    tokio::time::timeout(WAIT_LIMIT, task)
+        .await
+        .expect("the worker stops in time")
+        .unwrap()
+        .unwrap();
+
+    let bad = run(cli().args(["status", "--health", "10.0.0.4:8080"])).await;
+    assert_eq!(bad.code, Some(1));
+    assert!(bad.stderr.contains("is not a URL"), "{}", bad.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_refreshes_until_ctrl_c() {
+    let azurite = start_azurite();
+    let mut child = spot_worker(&azurite, MessageEncoding::Text)
+        .args(["status", "--watch", "--json", "--interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut screens = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        let line = tokio::time::timeout(PATIENCE, screens.next_line())
+            .await
+            .expect("a screen in time")
+            .unwrap()
+            .expect("a screen");
+        let screen: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(screen["queue"]["name"], QUEUE);
+    }
+    // Ctrl-C (SIGINT) ends the loop: a clean exit, not a kill.
+    let pid = child.id().expect("still running").to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status().await;
+    assert!(kill.unwrap().success());
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("it stops in time")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}

@@ -1,0 +1,371 @@
+//! Every setting, in the order docs/configuration.md lists them.
+//!
+//! A crate reads its settings by these constants (`table::DRAIN_BUDGET`),
+//! never by building a variable name, so that searching for
+//! `SPOT_WORKER_DRAIN_BUDGET` finds this line and every reader.
+
+use std::borrow::Cow;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use crate::setting::{Describe, Setting};
+
+/// Text settings.
+type Text = Cow<'static, str>;
+
+const fn text(value: &'static str) -> Text {
+    Cow::Borrowed(value)
+}
+
+const fn seconds(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+// Storage.
+
+/// Storage by connection string.
+pub const CONNECTION_STRING: Setting<Option<Text>> = Setting {
+    key: "AZURE_STORAGE_CONNECTION_STRING",
+    default: None,
+    default_doc: None,
+    doc: "storage by connection string (`UseDevelopmentStorage=true` for Azurite); a secret, never logged",
+};
+
+/// The storage account reached with a managed identity.
+pub const STORAGE_ACCOUNT_URL: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_STORAGE_ACCOUNT_URL",
+    default: None,
+    default_doc: None,
+    doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), with a managed identity; `http://` only to loopback",
+};
+
+/// The user-assigned managed identity.
+pub const CLIENT_ID: Setting<Option<Text>> = Setting {
+    key: "AZURE_CLIENT_ID",
+    default: None,
+    default_doc: None,
+    doc: "the user-assigned managed identity's client id",
+};
+
+// The queue and its consumer.
+
+/// The queue to consume.
+pub const QUEUE: Setting<Text> = Setting {
+    key: "SPOT_WORKER_QUEUE",
+    default: text("jobs"),
+    default_doc: None,
+    doc: "queue to consume; poison queue `<queue>-poison`",
+};
+
+/// How message text encodes bodies.
+pub const MESSAGE_ENCODING: Setting<Text> = Setting {
+    key: "SPOT_WORKER_MESSAGE_ENCODING",
+    default: text("text"),
+    default_doc: None,
+    doc: "or `base64` (Azure Functions / WebJobs)",
+};
+
+/// Messages handled at once.
+pub const CONCURRENCY: Setting<Option<usize>> = Setting {
+    key: "SPOT_WORKER_CONCURRENCY",
+    default: None,
+    default_doc: Some("CPUs"),
+    doc: "messages handled at once",
+};
+
+/// Lease length.
+pub const VISIBILITY_TIMEOUT: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_VISIBILITY_TIMEOUT",
+    default: seconds(30),
+    default_doc: None,
+    doc: "lease length (5 s to 7 days), renewed every third of it: a job of N minutes costs about 3·N / timeout renewals",
+};
+
+/// Handler failures before the poison queue.
+pub const MAX_FAILURES: Setting<u32> = Setting {
+    key: "SPOT_WORKER_MAX_FAILURES",
+    default: 5,
+    default_doc: None,
+    doc: "handler failures before the poison queue (evictions never count; see [Delivery semantics](lifecycle.md#delivery-semantics))",
+};
+
+/// The crash-loop guard.
+pub const MAX_DELIVERIES: Setting<u32> = Setting {
+    key: "SPOT_WORKER_MAX_DELIVERIES",
+    default: 100,
+    default_doc: None,
+    doc: "crash-loop guard: deliveries without a recorded outcome before the poison queue",
+};
+
+/// Longest pause between receives on an empty queue.
+pub const IDLE_POLL_MAX: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_IDLE_POLL_MAX",
+    default: seconds(1),
+    default_doc: None,
+    doc: "longest pause between receives on an empty queue (bounds release-to-redelivery)",
+};
+
+/// Blob container for checkpoints.
+pub const CHECKPOINT_CONTAINER: Setting<Text> = Setting {
+    key: "SPOT_WORKER_CHECKPOINT_CONTAINER",
+    default: text("checkpoints"),
+    default_doc: None,
+    doc: "blob container for checkpoints",
+};
+
+/// Blob container for poisoned originals.
+pub const POISON_CONTAINER: Setting<Text> = Setting {
+    key: "SPOT_WORKER_POISON_CONTAINER",
+    default: text("poison"),
+    default_doc: None,
+    doc: "blob container for poisoned originals too big for their record",
+};
+
+/// Blob container for results (the `primes` worker).
+pub const RESULTS_CONTAINER: Setting<Text> = Setting {
+    key: "SPOT_WORKER_RESULTS_CONTAINER",
+    default: text("results"),
+    default_doc: None,
+    doc: "blob container for results (the `primes` worker)",
+};
+
+// Health and the warmup gate.
+
+/// Where the health endpoints listen.
+pub const HEALTH_ADDR: Setting<SocketAddr> = Setting {
+    key: "SPOT_WORKER_HEALTH_ADDR",
+    default: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
+    default_doc: None,
+    doc: "`/healthz` and `/readyz`",
+};
+
+/// Give up if the gate stays closed this long.
+pub const GATE_TIMEOUT: Setting<Option<Duration>> = Setting {
+    key: "SPOT_WORKER_GATE_TIMEOUT",
+    default: None,
+    default_doc: None,
+    doc: "exit with an error if the gate stays closed this long (unset: wait as long as it takes)",
+};
+
+// Scheduled Events.
+
+/// Watch Scheduled Events at all.
+pub const IMDS: Setting<bool> = Setting {
+    key: "SPOT_WORKER_IMDS",
+    default: true,
+    default_doc: None,
+    doc: "`off` only on machines that are not Azure VMs",
+};
+
+/// The IMDS base URL.
+pub const IMDS_ENDPOINT: Setting<Text> = Setting {
+    key: "SPOT_WORKER_IMDS_ENDPOINT",
+    default: text("http://169.254.169.254"),
+    default_doc: None,
+    doc: "IMDS (an emulator's URL for rehearsals)",
+};
+
+/// The Scheduled Events poll interval.
+pub const IMDS_POLL_INTERVAL: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_IMDS_POLL_INTERVAL",
+    default: seconds(1),
+    default_doc: None,
+    doc: "how often Scheduled Events are polled; retries after a failure wait at most this long",
+};
+
+/// This VM's name in `Resources`.
+pub const VM_NAME: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_VM_NAME",
+    default: None,
+    default_doc: Some("from instance metadata"),
+    doc: "this VM's name in `Resources`; a name instance metadata contradicts is refused at start-up",
+};
+
+// Shutdown.
+
+/// The longest drain after any notice.
+pub const DRAIN_BUDGET: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_DRAIN_BUDGET",
+    default: seconds(25),
+    default_doc: None,
+    doc: "longest drain after any notice; the longest drain (this, or margin + floor) plus 2 s to exit must fit the unit's `TimeoutStopSec=28s`, so at most `26s`",
+};
+
+/// Release running handlers this long before the hard deadline.
+pub const RELEASE_MARGIN: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_RELEASE_MARGIN",
+    default: seconds(3),
+    default_doc: None,
+    doc: "release running handlers this long before the hard deadline",
+};
+
+/// The time the release always gets.
+pub const RELEASE_FLOOR: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_RELEASE_FLOOR",
+    default: seconds(2),
+    default_doc: None,
+    doc: "time the release always gets, however late the notice (at most the margin)",
+};
+
+/// Approve the triggering event once drained.
+pub const APPROVE_EVENTS: Setting<bool> = Setting {
+    key: "SPOT_WORKER_APPROVE_EVENTS",
+    default: true,
+    default_doc: None,
+    doc: "approve the triggering event once drained, if it lists this VM alone",
+};
+
+/// Also approve events listing other VMs.
+pub const APPROVE_SHARED_EVENTS: Setting<bool> = Setting {
+    key: "SPOT_WORKER_APPROVE_SHARED_EVENTS",
+    default: false,
+    default_doc: None,
+    doc: "also approve events listing other VMs (starts them for those VMs too)",
+};
+
+/// End the process if the drain overruns.
+pub const WATCHDOG: Setting<bool> = Setting {
+    key: "SPOT_WORKER_WATCHDOG",
+    default: true,
+    default_doc: None,
+    doc: "end the process if the drain overruns",
+};
+
+// Telemetry (standard OpenTelemetry variables where there is one).
+
+/// The stderr log filter.
+pub const LOG_FILTER: Setting<Text> = Setting {
+    key: "RUST_LOG",
+    default: text("info"),
+    default_doc: None,
+    doc: "stderr log filter (`tracing` directives); spans below it are not exported",
+};
+
+/// Text or JSON logs.
+pub const LOG_FORMAT: Setting<Text> = Setting {
+    key: "SPOT_WORKER_LOG_FORMAT",
+    default: text("text"),
+    default_doc: None,
+    doc: "or `json` for structured log lines",
+};
+
+/// `service.name`.
+pub const SERVICE_NAME: Setting<Text> = Setting {
+    key: "OTEL_SERVICE_NAME",
+    default: text("spot-worker"),
+    default_doc: None,
+    doc: "`service.name` of exported spans and metrics",
+};
+
+/// OTLP/HTTP collector.
+pub const OTLP_ENDPOINT: Setting<Option<Text>> = Setting {
+    key: "OTEL_EXPORTER_OTLP_ENDPOINT",
+    default: None,
+    default_doc: None,
+    doc: "OTLP/HTTP collector base URL (`/v1/traces`, `/v1/metrics` appended)",
+};
+
+/// OTLP protocol; only one is supported.
+pub const OTLP_PROTOCOL: Setting<Text> = Setting {
+    key: "OTEL_EXPORTER_OTLP_PROTOCOL",
+    default: text("http/protobuf"),
+    default_doc: None,
+    doc: "the only protocol supported",
+};
+
+/// Upper bound of one export.
+pub const OTLP_TIMEOUT: Setting<u64> = Setting {
+    key: "OTEL_EXPORTER_OTLP_TIMEOUT",
+    default: 10_000,
+    default_doc: None,
+    doc: "upper bound of one export request, in ms",
+};
+
+/// How often metrics are pushed.
+pub const METRIC_EXPORT_INTERVAL: Setting<u64> = Setting {
+    key: "OTEL_METRIC_EXPORT_INTERVAL",
+    default: 60_000,
+    default_doc: None,
+    doc: "how often metrics are pushed, in ms",
+};
+
+/// Application Insights.
+pub const APP_INSIGHTS: Setting<Option<Text>> = Setting {
+    key: "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    default: None,
+    default_doc: None,
+    doc: "export to Application Insights (checked at start-up; the key is never logged)",
+};
+
+/// No exporter at all.
+pub const SDK_DISABLED: Setting<bool> = Setting {
+    key: "OTEL_SDK_DISABLED",
+    default: false,
+    default_doc: None,
+    doc: "`true`: logs only, no exporter",
+};
+
+/// Every setting, in the order of docs/configuration.md.
+pub const ALL: &[&dyn Describe] = &[
+    &CONNECTION_STRING,
+    &STORAGE_ACCOUNT_URL,
+    &CLIENT_ID,
+    &QUEUE,
+    &MESSAGE_ENCODING,
+    &CONCURRENCY,
+    &VISIBILITY_TIMEOUT,
+    &MAX_FAILURES,
+    &MAX_DELIVERIES,
+    &IDLE_POLL_MAX,
+    &CHECKPOINT_CONTAINER,
+    &POISON_CONTAINER,
+    &RESULTS_CONTAINER,
+    &HEALTH_ADDR,
+    &GATE_TIMEOUT,
+    &IMDS,
+    &IMDS_ENDPOINT,
+    &IMDS_POLL_INTERVAL,
+    &VM_NAME,
+    &DRAIN_BUDGET,
+    &RELEASE_MARGIN,
+    &RELEASE_FLOOR,
+    &APPROVE_EVENTS,
+    &APPROVE_SHARED_EVENTS,
+    &WATCHDOG,
+    &LOG_FILTER,
+    &LOG_FORMAT,
+    &SERVICE_NAME,
+    &OTLP_ENDPOINT,
+    &OTLP_PROTOCOL,
+    &OTLP_TIMEOUT,
+    &METRIC_EXPORT_INTERVAL,
+    &APP_INSIGHTS,
+    &SDK_DISABLED,
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::setting::file_key;
+
+    #[test]
+    fn keys_and_file_keys_are_unique() {
+        let keys: HashSet<_> = ALL.iter().map(|s| s.key()).collect();
+        assert_eq!(keys.len(), ALL.len());
+        let file_keys: HashSet<_> = ALL.iter().map(|s| file_key(s.key())).collect();
+        assert_eq!(file_keys.len(), ALL.len());
+        assert!(!keys.contains(crate::CONFIG_FILE));
+    }
+
+    #[test]
+    fn every_default_reads_back_as_itself() {
+        for setting in ALL {
+            let shown = setting.default_text();
+            if let Some(text) = shown.strip_prefix('`').and_then(|s| s.strip_suffix('`')) {
+                assert_eq!(setting.check(text), Ok(()), "{}", setting.key());
+            }
+        }
+    }
+}
