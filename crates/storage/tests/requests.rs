@@ -16,6 +16,7 @@ use spot_worker_storage::{
 
 mod common;
 use common::*;
+use spot_worker_azurite_harness::faulty::FaultyQueue;
 
 /// Counts checkpoint reads and writes.
 #[derive(Clone)]
@@ -378,4 +379,35 @@ async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_
             && first_short <= Duration::from_secs(10) + Duration::from_millis(200),
         "the next job started {first_short:?} after the first receive"
     );
+}
+
+/// A job of 110 s under a 60 s lease: renewed at 20, 40, 60, 80 and 100 s
+/// (every third of the lease), not every 10 s (10 renewals).
+#[tokio::test(start_paused = true)]
+async fn a_long_job_costs_about_three_renewals_per_lease_length() {
+    let (queue, poison) = queues();
+    queue.send("long", Duration::ZERO).await.unwrap();
+    let counted = FaultyQueue::new(queue.clone());
+    let handler = handler_fn(|_job: Job| async {
+        tokio::time::sleep(Duration::from_secs(110)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let config = ConsumerConfig {
+        visibility_timeout: Duration::from_secs(60),
+        ..config()
+    };
+    let consumer = spot_worker_storage::Consumer::new(
+        Arc::new(counted.clone()),
+        Arc::new(poison.clone()),
+        config,
+    )
+    .unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.leases_lost, 0);
+    let (_, updates, deletes, _) = counted.faults().calls();
+    assert_eq!(counted.faults().renewals.load(Ordering::SeqCst), 5);
+    assert_eq!((updates, deletes), (5, 1), "renewals only, then the delete");
+    assert!(queue.is_empty());
 }
