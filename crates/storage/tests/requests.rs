@@ -159,7 +159,8 @@ async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began()
 }
 
 /// Records every receive: how many messages it asked for, and how many
-/// messages were outstanding (received, not yet deleted) when it was sent.
+/// messages were outstanding (received, not yet deleted) when it was sent
+/// (`FaultyQueue` records when each receive came, not these).
 #[derive(Clone)]
 struct ReceiveLog {
     inner: InMemoryQueue,
