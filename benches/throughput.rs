@@ -25,7 +25,13 @@
 //!    node process, found by its command line) and the client's, to say where
 //!    the time goes and how close to Azurite's single-threaded limit we are.
 //! 2. **Cost of checkpoints**: the same worker with a checkpoint store and a
-//!    handler that writes one checkpoint per message, in the same rounds.
+//!    handler that writes one checkpoint per message, in the same rounds,
+//!    and what each extra blob request costs Azurite and the client.
+//!    Then **storage requests per job** by kind (receive, delete, update,
+//!    blob read, blob write, create; counted by wrappers around the queue
+//!    and the checkpoint store, see `throughput/requests.rs`) for every loop
+//!    of 1 and 2, for long jobs that outlive their lease several times
+//!    (renewals), each against the fewest the protocol allows.
 //! 3. **Work redone per eviction**: a primes job is evicted at a random point
 //!    (30 to 70 % of the way), another consumer finishes it, and the numbers
 //!    counted twice are computed from the progress hooks: checkpoint every
@@ -45,6 +51,9 @@
 //!    time proportional to the queue's length (about 25 msg/s at 10,000
 //!    messages on the 2-core machine of the README, against 300 at 2,000),
 //!    so a 100,000-message backlog cannot drain from it in a bench run.
+
+#[path = "throughput/requests.rs"]
+mod requests;
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -71,6 +80,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use requests::{CountedStore, QueueCounts, Requests};
 
 /// Messages per receive, and the worker's concurrency.
 const BATCH: u8 = 32;
@@ -109,6 +120,11 @@ struct Options {
     /// The releases come at random moments of this window after the idle
     /// time.
     release_window: Duration,
+    /// The long-job run: this many jobs at once, each running this long
+    /// under leases of this visibility timeout.
+    long_jobs: usize,
+    long_job: Duration,
+    long_visibility: Duration,
     /// Only this part: `throughput`, `redone` or `memory`.
     only: Option<String>,
 }
@@ -152,6 +168,9 @@ fn parse_options(args: &[String]) -> Result<Options> {
             idle_peers: 8,
             peer_idle: Duration::from_secs(30),
             release_window: Duration::from_secs(10),
+            long_jobs: 8,
+            long_job: Duration::from_secs(100),
+            long_visibility: Duration::from_secs(60),
             only: None,
         }
     } else {
@@ -167,6 +186,9 @@ fn parse_options(args: &[String]) -> Result<Options> {
             idle_peers: 2,
             peer_idle: Duration::from_millis(500),
             release_window: Duration::from_millis(500),
+            long_jobs: 2,
+            long_job: Duration::from_secs(4),
+            long_visibility: Duration::from_secs(5),
             only: None,
         }
     };
@@ -208,6 +230,8 @@ async fn run(options: Options) -> Result<()> {
     if wanted("throughput") {
         let throughput = bench.throughput(&options).await?;
         print_throughput(&throughput, &options);
+        let long = bench.long_jobs(&options).await?;
+        print_requests(&throughput, &long, &options);
     }
     if wanted("redone") {
         let redone = bench.redone_work(&options).await?;
@@ -443,9 +467,8 @@ struct Cpu {
 struct Counted {
     inner: Arc<dyn MessageQueue>,
     target: u64,
-    receives: AtomicU64,
+    counts: QueueCounts,
     received: AtomicU64,
-    updates: AtomicU64,
     deleted: watch::Sender<u64>,
     first_receive: Mutex<Option<Instant>>,
     target_reached: Mutex<Option<Instant>>,
@@ -457,9 +480,8 @@ impl Counted {
         Arc::new(Counted {
             inner,
             target,
-            receives: AtomicU64::new(0),
+            counts: QueueCounts::default(),
             received: AtomicU64::new(0),
-            updates: AtomicU64::new(0),
             deleted: watch::channel(0).0,
             first_receive: Mutex::new(None),
             target_reached: Mutex::new(None),
@@ -503,6 +525,7 @@ impl MessageQueue for Counted {
     }
 
     async fn prepare(&self) -> Result<(), StorageError> {
+        self.counts.prepare.fetch_add(1, Ordering::Relaxed);
         self.inner.prepare().await
     }
 
@@ -515,7 +538,7 @@ impl MessageQueue for Counted {
             let mut first = self.first_receive.lock().unwrap_or_else(|p| p.into_inner());
             first.get_or_insert_with(Instant::now);
         }
-        self.receives.fetch_add(1, Ordering::Relaxed);
+        self.counts.receive.fetch_add(1, Ordering::Relaxed);
         let messages = self.inner.receive(max_messages, visibility_timeout).await?;
         self.received
             .fetch_add(messages.len() as u64, Ordering::Relaxed);
@@ -528,7 +551,7 @@ impl MessageQueue for Counted {
         pop_receipt: &PopReceipt,
         visibility_timeout: Duration,
     ) -> Result<PopReceipt, StorageError> {
-        self.updates.fetch_add(1, Ordering::Relaxed);
+        self.counts.update.fetch_add(1, Ordering::Relaxed);
         let receipt = self
             .inner
             .update_visibility(id, pop_receipt, visibility_timeout)
@@ -540,6 +563,7 @@ impl MessageQueue for Counted {
     }
 
     async fn delete(&self, id: &MessageId, pop_receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.counts.delete.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(id, pop_receipt).await?;
         let mut reached = false;
         self.deleted.send_modify(|n| {
@@ -587,6 +611,8 @@ struct Drained {
     elapsed: Duration,
     messages: u64,
     receives: u64,
+    /// Every storage request of the run, by kind.
+    requests: Requests,
     /// CPU seconds over the run: Azurite's, and the client's (this process
     /// for the Rust loops, the Python process for Python).
     azurite_cpu: Duration,
@@ -603,6 +629,20 @@ impl Drained {
 }
 
 type Rounds = Vec<HashMap<Loop, Drained>>;
+
+/// What the worker's handler does with each message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    /// Nothing: the queue path alone.
+    Trivial,
+    /// Reads its checkpoint and writes it once.
+    Checkpoint,
+    /// Runs for `duration` under leases of `visibility`, renewed as it goes.
+    Long {
+        duration: Duration,
+        visibility: Duration,
+    },
+}
 
 impl Bench {
     async fn throughput(&self, options: &Options) -> Result<Rounds> {
@@ -631,47 +671,75 @@ impl Bench {
         Ok(rounds)
     }
 
+    /// Jobs that outlive their lease several times: what renewals cost.
+    async fn long_jobs(&self, options: &Options) -> Result<Drained> {
+        let queues = self.filled("long", options.long_jobs).await?;
+        let work = Work::Long {
+            duration: options.long_job,
+            visibility: options.long_visibility,
+        };
+        let drained = self.drain_worker(queues, options.long_jobs, work).await?;
+        eprintln!(
+            "long jobs: {} of {:?} under a {:?} lease: {:.2} updates per job",
+            options.long_jobs,
+            options.long_job,
+            options.long_visibility,
+            drained.requests.update / options.long_jobs as f64
+        );
+        Ok(drained)
+    }
+
     async fn drain(&self, which: Loop, count: usize) -> Result<Drained> {
         let queues = self.filled("tput", count).await?;
         match which {
-            Loop::SpotWorker => self.drain_worker(queues, count, false).await,
-            Loop::SpotWorkerCheckpoints => self.drain_worker(queues, count, true).await,
+            Loop::SpotWorker => self.drain_worker(queues, count, Work::Trivial).await,
+            Loop::SpotWorkerCheckpoints => self.drain_worker(queues, count, Work::Checkpoint).await,
             Loop::RawRust => self.drain_raw(queues, count).await,
             Loop::PythonSequential => self.drain_python(queues, count, "sequential").await,
             Loop::PythonThreads => self.drain_python(queues, count, "threads").await,
         }
     }
 
-    async fn drain_worker(
-        &self,
-        queues: Queues,
-        count: usize,
-        checkpoints: bool,
-    ) -> Result<Drained> {
+    async fn drain_worker(&self, queues: Queues, count: usize, work: Work) -> Result<Drained> {
         let counted = Counted::new(Arc::new(queues.queue), count as u64);
+        let mut config = worker_config(&queues.name);
+        if let Work::Long { visibility, .. } = work {
+            config.visibility_timeout = visibility;
+        }
         let mut worker = Worker::new(
-            worker_config(&queues.name),
+            config,
             Arc::clone(&counted) as Arc<dyn MessageQueue>,
             Arc::new(queues.poison),
         );
-        if checkpoints {
+        let mut counted_store = None;
+        if work == Work::Checkpoint {
             let store = self
                 .storage
                 .checkpoint_store(&format!("ckpt-{}", queues.name))?;
             store.prepare().await?;
-            worker = worker.with_checkpoints(Arc::new(store));
+            let store = CountedStore::new(Arc::new(store));
+            counted_store = Some(Arc::clone(&store));
+            worker = worker.with_checkpoints(store);
         }
         let stop = worker.shutdown_token();
         let before = self.cpu()?;
         let started = Instant::now();
-        let running = if checkpoints {
-            tokio::spawn(worker.run(handler_fn(|job: Job| async move {
+        let running = match work {
+            Work::Checkpoint => tokio::spawn(worker.run(handler_fn(|job: Job| async move {
                 let mut checkpoint = job.checkpoint().await?;
                 checkpoint.save_progress(json!({ "done": 1 })).await?;
                 Ok::<(), HandlerError>(())
-            })))
-        } else {
-            tokio::spawn(worker.run(handler_fn(|_job: Job| async { Ok::<(), HandlerError>(()) })))
+            }))),
+            Work::Trivial => tokio::spawn(
+                worker.run(handler_fn(|_job: Job| async { Ok::<(), HandlerError>(()) })),
+            ),
+            // The job's own duration: simulated work, not a wait for anything.
+            Work::Long { duration, .. } => {
+                tokio::spawn(worker.run(handler_fn(move |_job: Job| async move {
+                    tokio::time::sleep(duration).await;
+                    Ok::<(), HandlerError>(())
+                })))
+            }
         };
         counted.all_deleted().await?;
         let after = self.cpu()?;
@@ -688,7 +756,8 @@ impl Bench {
         Ok(Drained {
             elapsed: counted.elapsed()?,
             messages: count as u64,
-            receives: counted.receives.load(Ordering::Relaxed),
+            receives: counted.counts.receive.load(Ordering::Relaxed),
+            requests: requests::requests(&counted.counts, counted_store.as_deref()),
             azurite_cpu: after.azurite - before.azurite,
             client_cpu: after.this - before.this,
             cpu_window,
@@ -724,6 +793,11 @@ impl Bench {
             elapsed,
             messages: deleted as u64,
             receives,
+            requests: Requests {
+                receive: receives as f64,
+                delete: deleted as f64,
+                ..Requests::default()
+            },
             azurite_cpu: after.azurite - before.azurite,
             client_cpu: after.this - before.this,
             cpu_window: elapsed,
@@ -766,10 +840,17 @@ impl Bench {
                 .with_context(|| format!("`{key}` in {report}"))
         };
         let elapsed = Duration::from_secs_f64(number("seconds")?);
+        // One delete per message; the SDK adds nothing else.
+        let requests = Requests {
+            receive: number("receives")?,
+            delete: number("deleted")?,
+            ..Requests::default()
+        };
         Ok(Drained {
             elapsed,
             messages: number("deleted")? as u64,
             receives: number("receives")? as u64,
+            requests,
             azurite_cpu: after.azurite - before.azurite,
             client_cpu: Duration::from_secs_f64(number("cpu_seconds")?),
             // Azurite's CPU is read around the whole process (interpreter
@@ -900,11 +981,118 @@ fn print_throughput(rounds: &Rounds, options: &Options) {
             ratio(Loop::SpotWorker, Loop::PythonSequential)
         );
     }
+    let checkpoints = ratio(Loop::SpotWorkerCheckpoints, Loop::SpotWorker);
     println!(
-        "\n## 2. Cost of checkpoints (same rounds)\n\nspot-worker with one checkpoint write per message / without: {:.2} of the throughput \
-         (each message then costs 3 blob requests more: the consumer's completed-checkpoint read, `job.checkpoint()`'s read, the write)\n",
-        ratio(Loop::SpotWorkerCheckpoints, Loop::SpotWorker)
+        "\n## 2. Cost of checkpoints (same rounds)\n\nspot-worker with one checkpoint write per message / without: {checkpoints:.2} of the throughput \
+         (goal ≥ 0.75: {}; each message costs 2 blob requests more: the consumer's completed-checkpoint read, which `job.checkpoint()` reuses, and the write)",
+        if checkpoints >= 0.75 {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
+    // Where the time goes: what the extra requests cost Azurite and the
+    // client, per request.
+    let per_message = |which: Loop, cpu: fn(&Drained) -> Duration| {
+        median(
+            of(which)
+                .iter()
+                .map(|d| cpu(d).as_secs_f64() / d.messages as f64)
+                .collect(),
+        )
+    };
+    let blob_requests = |which: Loop| {
+        median(
+            of(which)
+                .iter()
+                .map(|d| {
+                    let per_job = d.requests.per(d.messages);
+                    per_job.blob_read + per_job.blob_write + per_job.create
+                })
+                .collect(),
+        )
+    };
+    let extra = blob_requests(Loop::SpotWorkerCheckpoints) - blob_requests(Loop::SpotWorker);
+    if extra > 0.0 {
+        let azurite = |d: &Drained| d.azurite_cpu;
+        let client = |d: &Drained| d.client_cpu;
+        let cost = |cpu: fn(&Drained) -> Duration| {
+            (per_message(Loop::SpotWorkerCheckpoints, cpu) - per_message(Loop::SpotWorker, cpu))
+                / extra
+                * 1e6
+        };
+        println!(
+            "where the time goes: {extra:.2} blob requests more per message, each costing Azurite {:.0} µs of CPU and the client {:.0} µs \
+             (Azurite CPU per message without checkpoints: {:.0} µs)\n",
+            cost(azurite),
+            cost(client),
+            per_message(Loop::SpotWorker, azurite) * 1e6
+        );
+    }
+}
+
+/// Requests per job by kind, each loop's median run, against the minimum.
+fn print_requests(rounds: &Rounds, long: &Drained, options: &Options) {
+    let per_job = |which: Loop| -> Option<Requests> {
+        let mut runs: Vec<&Drained> = rounds.iter().filter_map(|r| r.get(&which)).collect();
+        runs.sort_by(|a, b| a.requests.total().total_cmp(&b.requests.total()));
+        let median = runs.get(runs.len() / 2)?;
+        Some(median.requests.per(median.messages))
+    };
+    // A lease must be renewed once for each further period the job runs.
+    let renewals = |job: Duration, lease: Duration| {
+        ((job.as_secs_f64() / lease.as_secs_f64()).ceil() as u64).saturating_sub(1)
+    };
+    println!(
+        "## Storage requests per job (median run; `create` = checkpoint creates and queue/container creation)
+"
+    );
+    println!("{}", Requests::HEADER);
+    let rows = [
+        (Loop::SpotWorker, "spot-worker, trivial handler"),
+        (Loop::RawRust, "raw Rust SDK loop, trivial"),
+        (Loop::PythonThreads, "Python SDK loop (threads), trivial"),
+        (
+            Loop::PythonSequential,
+            "Python SDK loop (sequential), trivial",
+        ),
+    ];
+    for (which, label) in rows {
+        if let Some(requests) = per_job(which) {
+            println!("{}", requests.row(label));
+        }
+    }
+    println!(
+        "{}",
+        Requests::minimum(BATCH, false, 0).row("protocol minimum, trivial")
+    );
+    if let Some(requests) = per_job(Loop::SpotWorkerCheckpoints) {
+        println!(
+            "{}",
+            requests.row("spot-worker, one checkpoint write per job")
+        );
+    }
+    println!(
+        "{}",
+        Requests::minimum(BATCH, true, 0).row("protocol minimum, one checkpoint write")
+    );
+    let long_label = format!(
+        "spot-worker, {} jobs of {:?} under a {:?} lease",
+        options.long_jobs, options.long_job, options.long_visibility
+    );
+    println!("{}", long.requests.per(long.messages).row(&long_label));
+    let minimum = Requests::minimum(
+        BATCH,
+        false,
+        renewals(options.long_job, options.long_visibility),
+    );
+    // The long jobs all fit into one receive, not a 32nd of one each.
+    let minimum = Requests {
+        receive: 1.0 / options.long_jobs as f64,
+        ..minimum
+    };
+    println!("{}", minimum.row("protocol minimum, same long jobs"));
+    println!();
 }
 
 // ---------------------------------------------------------------------------

@@ -40,9 +40,8 @@ pub struct WorkerConfig {
     /// Messages handled at once (`SPOT_WORKER_CONCURRENCY`, default: the
     /// number of CPUs).
     pub concurrency: usize,
-    /// How long a received message stays hidden; renewed every half of it
-    /// (at most every 10 s), 5 s to 7 days (`SPOT_WORKER_VISIBILITY_TIMEOUT`,
-    /// default 30s).
+    /// How long a received message stays hidden; renewed every third of
+    /// it, 5 s to 7 days (`SPOT_WORKER_VISIBILITY_TIMEOUT`, default 30s).
     pub visibility_timeout: Duration,
     /// Handler failures before a message goes to the poison queue
     /// (`SPOT_WORKER_MAX_FAILURES`, default 5, at least 1). Evictions and

@@ -78,7 +78,7 @@ pub const VISIBILITY_TIMEOUT: Setting<Duration> = Setting {
     key: "SPOT_WORKER_VISIBILITY_TIMEOUT",
     default: seconds(30),
     default_doc: None,
-    doc: "lease length (5 s to 7 days), renewed every half of it, at most every 10 s",
+    doc: "lease length (5 s to 7 days), renewed every third of it: a job of N minutes costs about 3·N / timeout renewals",
 };
 
 /// Handler failures before the poison queue.

@@ -273,7 +273,21 @@ impl JobCheckpoint {
     ) -> Result<Self, StorageError> {
         let key = key.into();
         let latest = store.read(&key).await?;
-        Ok(JobCheckpoint {
+        Ok(Self::from_read(store, key, latest))
+    }
+
+    /// A handle on what an earlier [`CheckpointStore::read`] of `key`
+    /// returned, without reading again: the consumer hands its
+    /// completed-checkpoint read to the handler this way. Fencing is the
+    /// same as after [`JobCheckpoint::load`]: the first write is conditioned
+    /// on that read's ETag (or on there being no checkpoint), so anything
+    /// written since makes it fail with [`StorageError::Conflict`].
+    pub(crate) fn from_read(
+        store: Arc<dyn CheckpointStore>,
+        key: String,
+        latest: Option<(Checkpoint, ETag)>,
+    ) -> Self {
+        JobCheckpoint {
             store,
             key,
             latest,
@@ -281,7 +295,7 @@ impl JobCheckpoint {
             conflicts: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
-        })
+        }
     }
 
     /// Refuses every write once `token` is cancelled (the consumer passes the

@@ -15,11 +15,19 @@ pub struct ConsumerConfig {
     /// Most messages being handled at once.
     pub max_in_flight: usize,
     /// How long a received message stays hidden, 5 s to 7 days (Azure
-    /// counts whole seconds). Renewed every half of it, at most 10 s apart,
-    /// while its handler runs; if no renewal gets through before it runs out
+    /// counts whole seconds). Renewed every third of it while its handler
+    /// runs (a job of N minutes costs about 3·N / timeout renewals); if no
+    /// renewal gets through before it runs out
     /// (a storage outage), the lease counts as lost and the handler is
     /// dropped, because another consumer may have the message by then.
     pub visibility_timeout: Duration,
+    /// After a receive that returned a full batch (a backlog), the longest
+    /// wait for more slots to free before receiving again, so that one
+    /// receive fetches a whole batch instead of one message per freed slot.
+    /// It ends as soon as the batch is complete, or when no slot has freed
+    /// for 100 ms (long jobs); an idle or draining queue is asked at once.
+    /// At most 1 s; zero receives as soon as one slot is free.
+    pub receive_fill_wait: Duration,
     /// First delay after an empty receive.
     pub idle_backoff_floor: Duration,
     /// Longest delay between receives while the queue stays empty.
@@ -54,6 +62,7 @@ impl Default for ConsumerConfig {
             batch_size: 16,
             max_in_flight: 16,
             visibility_timeout: Duration::from_secs(30),
+            receive_fill_wait: Duration::from_secs(1),
             idle_backoff_floor: Duration::from_millis(200),
             idle_backoff_max: Duration::from_secs(10),
             retry_backoff_base: Duration::from_secs(5),
@@ -68,6 +77,8 @@ impl Default for ConsumerConfig {
 
 /// The shortest lease [`ConsumerConfig::validate`] accepts.
 const MIN_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest [`ConsumerConfig::receive_fill_wait`] accepted.
+const MAX_RECEIVE_FILL_WAIT: Duration = Duration::from_secs(1);
 /// The longest visibility timeout the queue service accepts.
 const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
@@ -96,6 +107,11 @@ impl ConsumerConfig {
         }
         if self.idle_backoff_floor.is_zero() || self.idle_backoff_max < self.idle_backoff_floor {
             return invalid("idle backoff needs 0 < floor <= max");
+        }
+        // Longer would delay a backlog's next receive by more than an idle
+        // peer waits for a released message.
+        if self.receive_fill_wait > MAX_RECEIVE_FILL_WAIT {
+            return invalid("receive_fill_wait must be at most 1 second");
         }
         if self.settle_timeout.is_zero() {
             return invalid("settle_timeout must be positive");

@@ -1,5 +1,6 @@
 //! One delivery, from receive to settle: decode the body, check the job's
-//! checkpoint, admit or refuse it, run the handler under a renewed lease,
+//! checkpoint (the one read of it, handed on to the handler), admit or
+//! refuse it, run the handler under a renewed lease,
 //! and carry out what [`settlement`](super::settlement) decides.
 
 use std::any::Any;
@@ -18,7 +19,7 @@ use crate::queue::QueueMessage;
 use super::Consumer;
 use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
-use super::handler::{HandlerError, Job, MessageHandler, Permanent};
+use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
@@ -29,8 +30,9 @@ use super::stats::bump;
 
 /// What the completed-checkpoint check found.
 enum PreCheck {
-    /// No completed checkpoint (or no store).
-    NotCompleted,
+    /// No completed checkpoint (or no store): what the store returned (an
+    /// in-progress checkpoint and its ETag, or none), for the handler.
+    NotCompleted(CheckpointRead),
     /// Completed, with the result the checkpoint holds.
     Completed(serde_json::Value),
     /// The lease was lost or the worker is shutting down.
@@ -108,6 +110,7 @@ impl Consumer {
         } else {
             ReadAttempts::default()
         };
+        let mut earlier_read = EarlierRead::default();
         let completion = match self.check_completed(&key, &delivery).await {
             PreCheck::Completed(result) => {
                 let body = decoded.as_deref().unwrap_or_default();
@@ -116,7 +119,10 @@ impl Consumer {
                     Err(error) => Completion::CompletedDifferently(error.to_string()),
                 }
             }
-            PreCheck::NotCompleted => Completion::NotCompleted,
+            PreCheck::NotCompleted(latest) => {
+                earlier_read = EarlierRead::new(key.clone(), latest);
+                Completion::NotCompleted
+            }
             PreCheck::Interrupted => {
                 return self
                     .finish(delivery, &signals, Ending::Dropped, false, earlier)
@@ -167,6 +173,7 @@ impl Consumer {
             deadline: signals.deadline.subscribe(),
             checkpoints: self.checkpoints.clone(),
             conflict: Arc::clone(&conflict),
+            earlier_read,
         };
         let result = self.run_handler(&*handler, job, &delivery, &signals).await;
         let error_text = match &result {
@@ -346,7 +353,7 @@ impl Consumer {
     /// not go away by waiting and count as a failure.
     async fn check_completed(&self, key: &str, delivery: &Delivery) -> PreCheck {
         let Some(store) = &self.checkpoints else {
-            return PreCheck::NotCompleted;
+            return PreCheck::NotCompleted(None);
         };
         let mut attempt = 0u32;
         loop {
@@ -360,7 +367,7 @@ impl Consumer {
                 Ok(Some((Checkpoint::Completed { result }, _))) => {
                     return PreCheck::Completed(result);
                 }
-                Ok(_) => return PreCheck::NotCompleted,
+                Ok(latest) => return PreCheck::NotCompleted(latest),
                 Err(error)
                     if error.is_transient() || matches!(error, StorageError::NotFound { .. }) =>
                 {

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::str::Utf8Error;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::{CheckpointStore, JobCheckpoint};
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint};
 use crate::error::StorageError;
 use crate::queue::MessageId;
 
@@ -159,6 +159,35 @@ where
 /// same job, whatever error the handler returned.
 pub(crate) type ConflictNote = Arc<OnceLock<String>>;
 
+/// The consumer's read of the job's checkpoint, made before the handler
+/// started (the completed check): the key and what the store returned. The
+/// first [`Job::checkpoint_for`] of that key takes it instead of reading the
+/// same blob again; later ones read afresh, since the first handle may have
+/// written since.
+#[derive(Debug, Default)]
+pub(crate) struct EarlierRead(Mutex<Option<(String, CheckpointRead)>>);
+
+/// What a checkpoint read returned: the checkpoint and its ETag, or none.
+pub(crate) type CheckpointRead = Option<(Checkpoint, ETag)>;
+
+impl EarlierRead {
+    pub(crate) fn new(key: String, latest: CheckpointRead) -> Self {
+        EarlierRead(Mutex::new(Some((key, latest))))
+    }
+
+    /// What was read under `key`, once.
+    fn take(&self, key: &str) -> Option<CheckpointRead> {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.as_ref().is_some_and(|(read_key, _)| read_key == key) {
+            return slot.take().map(|(_, latest)| latest);
+        }
+        None
+    }
+}
+
 /// One delivery of a message, as the handler sees it.
 #[derive(Debug)]
 pub struct Job {
@@ -172,6 +201,7 @@ pub struct Job {
     pub(crate) deadline: watch::Receiver<Option<Instant>>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) conflict: ConflictNote,
+    pub(crate) earlier_read: EarlierRead,
 }
 
 impl Job {
@@ -227,18 +257,26 @@ impl Job {
         self.checkpoint_for(&self.key).await
     }
 
-    /// A checkpoint under a key the handler chooses. Its writes are refused
-    /// once the lease is lost or the message released, but allowed while
-    /// winding down. A write that loses to another writer fails with
-    /// [`StorageError::Conflict`] and marks this delivery as fenced out: the
-    /// consumer then waits for the other holder of the job instead of
-    /// counting a failure, whatever the handler returns.
+    /// A checkpoint under a key the handler chooses. The first handle on
+    /// [`Job::key`] reuses the consumer's read from before the handler
+    /// started, so a delivery reads its checkpoint once; its first write is
+    /// conditioned on that read's ETag, so a write made in between by
+    /// anyone else fails with a conflict. Any other handle reads the store.
+    /// Its writes are refused once the lease is lost or the message
+    /// released, but allowed while winding down. A write that loses to
+    /// another writer fails with [`StorageError::Conflict`] and marks this
+    /// delivery as fenced out: the consumer then waits for the other holder
+    /// of the job instead of counting a failure, whatever the handler
+    /// returns.
     pub async fn checkpoint_for(&self, key: &str) -> Result<JobCheckpoint, StorageError> {
         let store = self.checkpoints.clone().ok_or_else(|| {
             StorageError::InvalidArgument("the consumer has no checkpoint store".to_owned())
         })?;
-        Ok(JobCheckpoint::load(store, key)
-            .await?
+        let checkpoint = match self.earlier_read.take(key) {
+            Some(latest) => JobCheckpoint::from_read(store, key.to_owned(), latest),
+            None => JobCheckpoint::load(store, key).await?,
+        };
+        Ok(checkpoint
             .fenced_by(self.fence.clone())
             .noting_conflicts_in(Arc::clone(&self.conflict)))
     }

@@ -19,13 +19,15 @@ use crate::queue::{MessageId, MessageQueue, PopReceipt};
 /// than a regular renewal, so a short outage does not cost the lease.
 const RETRY_DIVISOR: u32 = 4;
 
-/// The longest gap between renewals. A long visibility timeout then leaves
-/// most of itself for retrying through an outage instead of half.
-const MAX_RENEWAL_PERIOD: Duration = Duration::from_secs(10);
-
-/// How often a lease of `visibility_timeout` is renewed.
+/// How often a lease of `visibility_timeout` is renewed: every third of it.
+/// A job of N minutes then costs about 3·N / visibility renewals (each one
+/// storage transaction), so a long visibility timeout makes long jobs cheap;
+/// the other two thirds are left for a slow answer or for retrying a renewal
+/// through a storage outage. (Renewals used to come at most 10 s apart
+/// whatever the timeout: six transactions per job-minute however long the
+/// lease. The default 30 s lease is still renewed every 10 s.)
 pub(crate) fn renewal_period(visibility_timeout: Duration) -> Duration {
-    (visibility_timeout / 2).min(MAX_RENEWAL_PERIOD)
+    visibility_timeout / 3
 }
 
 /// The current pop receipt of a message, shared by its renewal task and
@@ -223,15 +225,14 @@ mod tests {
     const VISIBILITY: Duration = Duration::from_secs(6);
 
     #[test]
-    fn renewals_come_every_half_lease_but_at_most_ten_seconds_apart() {
-        assert_eq!(
-            renewal_period(Duration::from_secs(6)),
-            Duration::from_secs(3)
-        );
-        assert_eq!(
-            renewal_period(Duration::from_secs(300)),
-            Duration::from_secs(10)
-        );
+    fn renewals_come_every_third_of_the_lease_so_their_number_scales_with_job_over_lease() {
+        for (visibility, period) in [(6, 2), (30, 10), (300, 100), (3600, 1200)] {
+            assert_eq!(
+                renewal_period(Duration::from_secs(visibility)),
+                Duration::from_secs(period),
+                "visibility {visibility} s"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

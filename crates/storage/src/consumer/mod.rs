@@ -9,6 +9,7 @@
 //! - [`signals`]: the three stages of stopping.
 //! - [`settlement`]: every decision, as pure functions with table tests.
 //! - [`attempts`]: the durable record of failures that decides poisoning.
+//! - [`intake`]: when to receive, and how many messages.
 //! - [`delivery`] and [`settling`]: one message from receive to settle.
 //! - [`poison`]: the lossless poison record.
 
@@ -17,6 +18,7 @@ mod backoff;
 mod config;
 mod delivery;
 mod handler;
+mod intake;
 mod lease;
 mod poison;
 mod settlement;
@@ -41,6 +43,7 @@ use attempts::AttemptLog;
 use backoff::IdleBackoff;
 pub use config::ConsumerConfig;
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
+use intake::{LastReceive, SlotWait, slot_wait};
 pub use poison::{
     BodyBlob, MAX_POISON_MESSAGE_LEN, PoisonRecord, poison_body_blob_name, poison_queue_name,
 };
@@ -187,12 +190,15 @@ impl Consumer {
         let slots = Arc::new(Semaphore::new(config.max_in_flight));
         let mut idle = IdleBackoff::new(config.idle_backoff_floor, config.idle_backoff_max);
         let mut jobs = JoinSet::new();
+        let batch = usize::from(config.batch_size).min(config.max_in_flight);
+        let mut last = LastReceive::Empty;
         tracing::info!(queue = self.queue.name(), "consumer started");
         loop {
             while let Some(result) = jobs.try_join_next() {
                 log_join_error(result);
             }
-            let Some(permits) = self.acquire_slots(&slots, &signals).await else {
+            let wait = slot_wait(last, batch, config.receive_fill_wait);
+            let Some(permits) = self.acquire_slots(&slots, &signals, wait).await else {
                 break;
             };
             let wanted = u8::try_from(permits.len()).unwrap_or(config.batch_size);
@@ -212,6 +218,10 @@ impl Consumer {
                     }
                     break;
                 }
+            };
+            last = match &received {
+                Ok(messages) => LastReceive::of(usize::from(wanted), messages.len()),
+                Err(_) => LastReceive::Empty,
             };
             let delay = match received {
                 Ok(messages) if !messages.is_empty() => {
@@ -278,11 +288,14 @@ impl Consumer {
     }
 
     /// Waits for at least one free slot, then takes as many more as one
-    /// batch can use. `None` means shutdown.
+    /// batch can use: those free now, and, up to `wait.slots`, those that
+    /// free within `wait.at_most` as long as no pause between two of them
+    /// lasts `wait.gap`. `None` means shutdown.
     async fn acquire_slots(
         &self,
         slots: &Arc<Semaphore>,
         shutdown: &DrainSignals,
+        wait: SlotWait,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
             biased;
@@ -294,6 +307,16 @@ impl Consumer {
             match Arc::clone(slots).try_acquire_owned() {
                 Ok(permit) => permits.push(permit),
                 Err(_) => break,
+            }
+        }
+        let deadline = Instant::now() + wait.at_most;
+        while permits.len() < wait.slots.min(usize::from(self.config.batch_size)) {
+            let pause_ends = (Instant::now() + wait.gap).min(deadline);
+            tokio::select! {
+                biased;
+                _ = shutdown.stopping() => return None,
+                permit = Arc::clone(slots).acquire_owned() => permits.push(permit.ok()?),
+                () = tokio::time::sleep_until(pause_ends) => break,
             }
         }
         Some(permits)

@@ -1,0 +1,190 @@
+//! Storage requests per job, by kind: what each loop of the throughput
+//! benchmark asked of the queue and the checkpoint store, set against the
+//! fewest the protocol allows. Azure bills every one of them as a
+//! transaction, and on Azurite they are also what the CPU goes to.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use spot_worker::storage::{
+    Checkpoint, CheckpointStore, ETag, StorageError, WritePrecondition, async_trait,
+};
+
+/// Requests of one run, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Requests {
+    pub receive: f64,
+    pub delete: f64,
+    /// Visibility updates: renewals, releases and retries.
+    pub update: f64,
+    pub blob_read: f64,
+    /// Checkpoint writes that update an existing blob (`If-Match`).
+    pub blob_write: f64,
+    /// Checkpoint writes that create the blob (`If-None-Match: *`), and
+    /// queue or container creation when a worker prepares its storage.
+    pub create: f64,
+    pub blob_delete: f64,
+}
+
+impl Requests {
+    pub fn total(&self) -> f64 {
+        self.receive
+            + self.delete
+            + self.update
+            + self.blob_read
+            + self.blob_write
+            + self.create
+            + self.blob_delete
+    }
+
+    /// Per job, over `jobs` jobs.
+    pub fn per(&self, jobs: u64) -> Requests {
+        let n = jobs.max(1) as f64;
+        Requests {
+            receive: self.receive / n,
+            delete: self.delete / n,
+            update: self.update / n,
+            blob_read: self.blob_read / n,
+            blob_write: self.blob_write / n,
+            create: self.create / n,
+            blob_delete: self.blob_delete / n,
+        }
+    }
+
+    /// The fewest requests a job can cost: its share of a receive of
+    /// `batch`, its delete, a visibility update for each further lease
+    /// period it runs (`renewals`), and its checkpoint: the completed check
+    /// read (a duplicate message must not redo a finished job, and nothing
+    /// proves there is none) and one write that creates the blob.
+    pub fn minimum(batch: u8, checkpoint: bool, renewals: u64) -> Requests {
+        Requests {
+            receive: 1.0 / f64::from(batch),
+            delete: 1.0,
+            update: renewals as f64,
+            blob_read: if checkpoint { 1.0 } else { 0.0 },
+            create: if checkpoint { 1.0 } else { 0.0 },
+            ..Requests::default()
+        }
+    }
+
+    /// One table row.
+    pub fn row(&self, label: &str) -> String {
+        format!(
+            "| {label} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}** |",
+            self.receive,
+            self.delete,
+            self.update,
+            self.blob_read,
+            self.blob_write,
+            self.create,
+            self.blob_delete,
+            self.total()
+        )
+    }
+
+    pub const HEADER: &'static str = "| loop | receive | delete | update/renew | blob read | blob write | create | blob delete | total |\n|---|---|---|---|---|---|---|---|---|";
+}
+
+/// Counts the queue's share of a run (kept by the counting queue).
+#[derive(Default)]
+pub struct QueueCounts {
+    pub receive: AtomicU64,
+    pub delete: AtomicU64,
+    pub update: AtomicU64,
+    pub prepare: AtomicU64,
+}
+
+/// A checkpoint store that counts every request it forwards.
+pub struct CountedStore {
+    inner: Arc<dyn CheckpointStore>,
+    read: AtomicU64,
+    write: AtomicU64,
+    create: AtomicU64,
+    delete: AtomicU64,
+}
+
+impl CountedStore {
+    pub fn new(inner: Arc<dyn CheckpointStore>) -> Arc<CountedStore> {
+        Arc::new(CountedStore {
+            inner,
+            read: AtomicU64::new(0),
+            write: AtomicU64::new(0),
+            create: AtomicU64::new(0),
+            delete: AtomicU64::new(0),
+        })
+    }
+
+    fn count_write(&self, precondition: &WritePrecondition) {
+        match precondition {
+            WritePrecondition::Create => self.create.fetch_add(1, Ordering::Relaxed),
+            WritePrecondition::IfMatch(_) => self.write.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+/// Everything a run asked for, from the counting queue and (if any) store.
+pub fn requests(queue: &QueueCounts, store: Option<&CountedStore>) -> Requests {
+    let get = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
+    let mut requests = Requests {
+        receive: get(&queue.receive),
+        delete: get(&queue.delete),
+        update: get(&queue.update),
+        create: get(&queue.prepare),
+        ..Requests::default()
+    };
+    if let Some(store) = store {
+        requests.blob_read = get(&store.read);
+        requests.blob_write = get(&store.write);
+        requests.create += get(&store.create);
+        requests.blob_delete = get(&store.delete);
+    }
+    requests
+}
+
+#[async_trait]
+impl CheckpointStore for CountedStore {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+        self.read.fetch_add(1, Ordering::Relaxed);
+        self.inner.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+    ) -> Result<ETag, StorageError> {
+        self.count_write(&precondition);
+        self.inner.write(key, checkpoint, precondition).await
+    }
+
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        self.count_write(&precondition);
+        self.inner
+            .write_stamped(key, checkpoint, precondition, stamp)
+            .await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.delete.fetch_add(1, Ordering::Relaxed);
+        self.inner.delete(key).await
+    }
+
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        self.read.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_stamped(key).await
+    }
+}

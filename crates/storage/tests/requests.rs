@@ -1,0 +1,414 @@
+//! What the consumer asks of storage per job: one checkpoint read per
+//! delivery, receives that fetch whole batches while there is a backlog but
+//! never more messages than free slots. On tokio's paused clock against the
+//! in-memory queue and checkpoint store, both wrapped to count requests.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, ConsumerConfig, ETag, HandlerError, InMemoryCheckpointStore,
+    InMemoryQueue, Job, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
+    WritePrecondition, async_trait, handler_fn,
+};
+
+mod common;
+use common::*;
+use spot_worker_azurite_harness::faulty::FaultyQueue;
+
+/// Counts checkpoint reads and writes.
+#[derive(Clone)]
+struct CountedStore {
+    inner: InMemoryCheckpointStore,
+    reads: Arc<AtomicU32>,
+    writes: Arc<AtomicU32>,
+}
+
+impl CountedStore {
+    fn new() -> Self {
+        CountedStore {
+            inner: InMemoryCheckpointStore::new(),
+            reads: Arc::default(),
+            writes: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for CountedStore {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read(key).await
+    }
+    async fn read_stamped(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read_stamped(key).await
+    }
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+    ) -> Result<ETag, StorageError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write(key, checkpoint, precondition).await
+    }
+    async fn write_stamped(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: &str,
+    ) -> Result<ETag, StorageError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner
+            .write_stamped(key, checkpoint, precondition, stamp)
+            .await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.inner.delete(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checkpointed_job_reads_its_checkpoint_once_per_delivery() {
+    let (queue, poison) = queues();
+    for i in 0..8 {
+        queue
+            .send(&format!("job {i}"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let store = CountedStore::new();
+    let handler = handler_fn(|job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        assert_eq!(checkpoint.progress(), None);
+        checkpoint.save_progress(json!({"done": 1})).await?;
+        // A second handle on the same key reads afresh: it sees the write.
+        let again = job.checkpoint().await?;
+        assert_eq!(again.progress(), Some(&json!({"done": 1})));
+        Ok::<(), HandlerError>(())
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("all handled", |s| s.succeeded == 8).await;
+    running.stop().await;
+    // Per job: the completed check (reused by the first handle), the second
+    // handle's read, one write.
+    assert_eq!(store.reads.load(Ordering::SeqCst), 8 * 2);
+    assert_eq!(store.writes.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began() {
+    let (queue, poison) = queues();
+    queue.send("contested", Duration::ZERO).await.unwrap();
+    let store = CountedStore::new();
+    let conflicts = Arc::new(AtomicU32::new(0));
+    let handler = handler_fn({
+        let (store, conflicts) = (store.inner.clone(), conflicts.clone());
+        move |job: Job| {
+            let (store, conflicts) = (store.clone(), conflicts.clone());
+            async move {
+                if conflicts.load(Ordering::SeqCst) == 0 {
+                    // Another holder of the job writes after this delivery's
+                    // completed check, before its handler looks.
+                    store
+                        .write(
+                            job.key(),
+                            &Checkpoint::InProgress {
+                                progress: json!(50),
+                            },
+                            WritePrecondition::Create,
+                        )
+                        .await?;
+                }
+                let mut checkpoint = job.checkpoint().await?;
+                match checkpoint.save_progress(json!(51)).await {
+                    Err(StorageError::Conflict { .. }) => {
+                        conflicts.fetch_add(1, Ordering::SeqCst);
+                        Err::<(), HandlerError>("fenced out".into())
+                    }
+                    saved => {
+                        assert_eq!(checkpoint.progress(), Some(&json!(51)));
+                        Ok(saved?)
+                    }
+                }
+            }
+        }
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(
+        conflicts.load(Ordering::SeqCst),
+        1,
+        "the stale read is fenced"
+    );
+    assert_eq!(stats.waited_for_peer, 1, "{stats:?}");
+    assert_eq!((stats.retried, stats.poisoned), (0, 0), "{stats:?}");
+}
+
+/// Records every receive: how many messages it asked for, and how many
+/// messages were outstanding (received, not yet deleted) when it was sent
+/// (`FaultyQueue` records when each receive came, not these).
+#[derive(Clone)]
+struct ReceiveLog {
+    inner: InMemoryQueue,
+    outstanding: Arc<AtomicUsize>,
+    receives: Arc<Mutex<Vec<(usize, usize, usize)>>>,
+}
+
+#[async_trait]
+impl MessageQueue for ReceiveLog {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+    async fn receive(
+        &self,
+        max: u8,
+        visibility: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
+        let before = self.outstanding.load(Ordering::SeqCst);
+        let messages = self.inner.receive(max, visibility).await?;
+        self.outstanding.fetch_add(messages.len(), Ordering::SeqCst);
+        self.receives
+            .lock()
+            .unwrap()
+            .push((usize::from(max), before, messages.len()));
+        Ok(messages)
+    }
+    async fn update_visibility(
+        &self,
+        id: &MessageId,
+        receipt: &PopReceipt,
+        visibility: Duration,
+    ) -> Result<PopReceipt, StorageError> {
+        self.inner.update_visibility(id, receipt, visibility).await
+    }
+    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
+        self.inner.delete(id, receipt).await?;
+        self.outstanding.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
+        self.inner.send(body, delay).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
+    const SLOTS: usize = 32;
+    const JOBS: usize = 320;
+    let (queue, poison) = queues();
+    for i in 0..JOBS {
+        queue
+            .send(&format!("job {i}"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let log = ReceiveLog {
+        inner: queue.clone(),
+        outstanding: Arc::default(),
+        receives: Arc::default(),
+    };
+    // Short jobs of different lengths, so slots free one by one.
+    let handler = handler_fn(|job: Job| async move {
+        let spread = job.text()?.len() as u64 * 7 % 40;
+        tokio::time::sleep(Duration::from_millis(10 + spread)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let config = ConsumerConfig {
+        batch_size: SLOTS as u8,
+        max_in_flight: SLOTS,
+        ..config()
+    };
+    let consumer =
+        spot_worker_storage::Consumer::new(Arc::new(log.clone()), Arc::new(poison.clone()), config)
+            .unwrap();
+    let running = Running::start(consumer, handler);
+    running
+        .wait_for("all handled", |s| s.succeeded == JOBS as u64)
+        .await;
+    running.stop().await;
+    let receives = log.receives.lock().unwrap().clone();
+    for &(asked, outstanding, _) in &receives {
+        assert!(
+            asked + outstanding <= SLOTS,
+            "asked for {asked} with {outstanding} in flight: {receives:?}"
+        );
+    }
+    let fetching: Vec<usize> = receives
+        .iter()
+        .map(|&(_, _, got)| got)
+        .filter(|&got| got > 0)
+        .collect();
+    let per_receive = JOBS as f64 / fetching.len() as f64;
+    assert!(
+        per_receive >= 30.0,
+        "{per_receive:.1} messages per receive: {fetching:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_consumer_receives_at_once_with_one_slot_free() {
+    let (queue, poison) = queues();
+    let log = ReceiveLog {
+        inner: queue.clone(),
+        outstanding: Arc::default(),
+        receives: Arc::default(),
+    };
+    let config = ConsumerConfig {
+        batch_size: 4,
+        max_in_flight: 4,
+        ..config()
+    };
+    let consumer = spot_worker_storage::Consumer::new(
+        Arc::new(log.clone()),
+        Arc::new(poison.clone()),
+        config.clone(),
+    )
+    .unwrap();
+    let handler = handler_fn(|job: Job| async move {
+        // One long job keeps a slot; the rest arrive one at a time.
+        if job.text()? == "long" {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok::<(), HandlerError>(())
+    });
+    let running = Running::start(consumer, handler);
+    queue.send("long", Duration::ZERO).await.unwrap();
+    wait_until("the long job started", || {
+        running.consumer.stats().received == 1
+    })
+    .await;
+    for n in 2..5u64 {
+        queue.send("short", Duration::ZERO).await.unwrap();
+        wait_within(
+            "a message on an idle queue is picked up",
+            config.idle_backoff_max + Duration::from_millis(100),
+            || running.consumer.stats().received == n,
+        )
+        .await;
+    }
+    running.stop().await;
+}
+
+#[test]
+fn a_fill_wait_longer_than_a_second_is_refused() {
+    let (queue, poison) = queues();
+    let with_wait = |wait: Duration| ConsumerConfig {
+        receive_fill_wait: wait,
+        ..config()
+    };
+    let new = |config| {
+        spot_worker_storage::Consumer::new(
+            Arc::new(queue.clone()),
+            Arc::new(poison.clone()),
+            config,
+        )
+    };
+    for good in [
+        Duration::ZERO,
+        Duration::from_millis(250),
+        Duration::from_secs(1),
+    ] {
+        assert!(new(with_wait(good)).is_ok(), "{good:?}");
+    }
+    let error = new(with_wait(Duration::from_millis(1001))).unwrap_err();
+    assert!(error.to_string().contains("receive_fill_wait"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_for_the_rest() {
+    let (queue, poison) = queues();
+    for seconds in [10, 20, 30, 40, 0, 0] {
+        queue
+            .send(&seconds.to_string(), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let handler = handler_fn({
+        let started = Arc::clone(&started);
+        move |job: Job| {
+            let started = Arc::clone(&started);
+            async move {
+                let seconds: u64 = job.text()?.parse()?;
+                if seconds == 0 {
+                    started.lock().unwrap().push(tokio::time::Instant::now());
+                }
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let config = ConsumerConfig {
+        batch_size: 4,
+        max_in_flight: 4,
+        receive_fill_wait: Duration::from_secs(1),
+        ..config()
+    };
+    let consumer = spot_worker_storage::Consumer::new(
+        Arc::new(queue.clone()),
+        Arc::new(poison.clone()),
+        config,
+    )
+    .unwrap();
+    let began = tokio::time::Instant::now();
+    let running = Running::start(consumer, handler);
+    running.wait_for("all handled", |s| s.succeeded == 6).await;
+    running.stop().await;
+    let started = started.lock().unwrap().clone();
+    let first_short = started[0] - began;
+    // The 10 s job frees the first slot; the next receive comes after the
+    // 100 ms pause in slots freeing, not after the whole 1 s fill wait.
+    assert!(
+        first_short >= Duration::from_secs(10)
+            && first_short <= Duration::from_secs(10) + Duration::from_millis(200),
+        "the next job started {first_short:?} after the first receive"
+    );
+}
+
+/// A job of 110 s under a 60 s lease: renewed at 20, 40, 60, 80 and 100 s
+/// (every third of the lease), not every 10 s (10 renewals).
+#[tokio::test(start_paused = true)]
+async fn a_long_job_costs_about_three_renewals_per_lease_length() {
+    let (queue, poison) = queues();
+    queue.send("long", Duration::ZERO).await.unwrap();
+    let counted = FaultyQueue::new(queue.clone());
+    let handler = handler_fn(|_job: Job| async {
+        tokio::time::sleep(Duration::from_secs(110)).await;
+        Ok::<(), HandlerError>(())
+    });
+    let config = ConsumerConfig {
+        visibility_timeout: Duration::from_secs(60),
+        ..config()
+    };
+    let consumer = spot_worker_storage::Consumer::new(
+        Arc::new(counted.clone()),
+        Arc::new(poison.clone()),
+        config,
+    )
+    .unwrap();
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.leases_lost, 0);
+    let (_, updates, deletes, _) = counted.faults().calls();
+    assert_eq!(counted.faults().renewals.load(Ordering::SeqCst), 5);
+    assert_eq!((updates, deletes), (5, 1), "renewals only, then the delete");
+    assert!(queue.is_empty());
+}
