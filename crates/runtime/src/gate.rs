@@ -12,18 +12,16 @@ use std::time::Duration;
 
 use rand::Rng;
 use spot_worker_imds::WatcherHealth;
-use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
+use spot_worker_storage::{CheckpointStore, HandlerError, MessageQueue, ResultStore};
 use tokio::sync::watch;
 
 use crate::health::{Gate, Readiness};
 
 /// The application's warmup: loads models, fills caches, checks its own
-/// dependencies. Retried while it fails.
+/// dependencies. Retried while it fails; its error is the same type as a
+/// handler's (any error of the application's code).
 pub type WarmupFn =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), WarmupError>> + Send>> + Send + Sync>;
-
-/// Why a warmup attempt failed.
-pub type WarmupError = Box<dyn std::error::Error + Send + Sync + 'static>;
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>> + Send + Sync>;
 
 /// What the gate checks.
 pub(crate) struct Checks {

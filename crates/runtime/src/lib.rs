@@ -27,7 +27,7 @@ mod worker;
 
 pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerConfig};
 pub use error::{ConfigError, WorkerError};
-pub use gate::{WarmupError, WarmupFn};
+pub use gate::WarmupFn;
 pub use health::{Gate, Readiness};
 pub use shutdown::{DrainPlan, DrainTrigger, WATCHDOG_EXIT_CODE, interrupted};
 /// The settings table and its sources, which [`WorkerConfig`] reads.

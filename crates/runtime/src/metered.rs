@@ -16,8 +16,7 @@ use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, HandlerError, Job, MessageHandler, MessageId, MessageQueue,
     PopReceipt, QueueMessage, StorageError, WritePrecondition,
 };
-use spot_worker_telemetry::{CheckpointOutcome, LeaseOutcome, Metrics, message_span, record_error};
-use tracing::Instrument as _;
+use spot_worker_telemetry::{CheckpointOutcome, LeaseOutcome, Metrics, record_error};
 
 /// Which queue a [`MeteredQueue`] wraps: what its calls mean differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,8 +190,10 @@ impl MeteredCheckpoints {
     }
 }
 
-/// A [`MessageHandler`] in a `process {queue}` span that records how long
-/// each message took and whether it failed.
+/// A [`MessageHandler`] that records how long each message took and whether
+/// it failed, marking a failure on the delivery's span (the `process
+/// {queue}` span the consumer runs it in, from
+/// [`message_span`](spot_worker_telemetry::message_span)).
 pub(crate) struct MeteredHandler<H> {
     pub(crate) inner: H,
     pub(crate) metrics: Metrics,
@@ -202,15 +203,14 @@ pub(crate) struct MeteredHandler<H> {
 #[async_trait]
 impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        let span = message_span(&self.queue, job.id().as_str(), job.dequeue_count());
         let started = Instant::now();
-        let result = self.inner.handle(job).instrument(span.clone()).await;
+        let result = self.inner.handle(job).await;
         match &result {
             Ok(()) => self
                 .metrics
                 .message_processed(&self.queue, started.elapsed()),
             Err(_) => {
-                record_error(&span, "handler");
+                record_error(&tracing::Span::current(), "handler");
                 self.metrics.message_failed(&self.queue);
             }
         }

@@ -31,8 +31,8 @@ mod result;
 pub use checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint, WritePrecondition};
 pub use consumer::{
     BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DrainSignals, FnHandler, HandlerError, Job,
-    MAX_POISON_MESSAGE_LEN, MessageHandler, Permanent, PoisonRecord, handler_fn, permanent,
-    poison_body_blob_name, poison_queue_name,
+    MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, handler_fn,
+    permanent, poison_body_blob_name, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

@@ -24,17 +24,17 @@ use spot_worker_imds::{
     ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
 use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, MessageHandler, MessageQueue,
-    ResultStore,
+    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError, MessageHandler,
+    MessageQueue, QueueMessage, ResultStore,
 };
-use spot_worker_telemetry::{Metrics, Telemetry};
+use spot_worker_telemetry::{Metrics, Telemetry, message_span};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::after_drain::{Next, wait_after_drain};
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::gate::{self, Checks, WarmupError, WarmupFn};
+use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue};
 use crate::shutdown::{DrainTrigger, Triggers};
@@ -140,7 +140,7 @@ impl Worker {
     pub fn with_warmup<F, Fut>(mut self, warmup: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), WarmupError>> + Send + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         self.warmup = Some(Arc::new(move || Box::pin(warmup())));
         self
@@ -419,7 +419,11 @@ impl Worker {
         let poison =
             MeteredQueue::poison(Arc::clone(&self.poison), self.queue.name(), metrics.clone());
         let mut consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
-            .map_err(WorkerError::Storage)?;
+            .map_err(WorkerError::Storage)?
+            // One span per delivery, with the messaging conventions' fields.
+            .with_message_span(Arc::new(|queue: &str, message: &QueueMessage| {
+                message_span(queue, message.id.as_str(), message.dequeue_count)
+            }));
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

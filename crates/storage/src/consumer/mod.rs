@@ -36,7 +36,7 @@ use tracing::Instrument as _;
 
 use crate::checkpoint::CheckpointStore;
 use crate::memory::InMemoryCheckpointStore;
-use crate::queue::MessageQueue;
+use crate::queue::{MessageQueue, QueueMessage};
 use crate::result::ResultStore;
 
 use attempts::AttemptLog;
@@ -90,8 +90,24 @@ pub struct Consumer {
     checkpoints: Option<Arc<dyn CheckpointStore>>,
     attempts: AttemptLog,
     poison_bodies: Option<Arc<dyn ResultStore>>,
+    message_span: MessageSpan,
     config: Arc<ConsumerConfig>,
     counters: Arc<Counters>,
+}
+
+/// Makes the one span a delivery runs in, from its queue and message: the
+/// handler, the lease renewals and the settlement all log inside it.
+pub type MessageSpan = Arc<dyn Fn(&str, &QueueMessage) -> tracing::Span + Send + Sync>;
+
+/// The default span of a delivery: `message`, with the queue, the message id
+/// and its dequeue count.
+fn plain_message_span(queue: &str, message: &QueueMessage) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        queue,
+        message_id = %message.id,
+        dequeue_count = message.dequeue_count
+    )
 }
 
 impl std::fmt::Debug for Consumer {
@@ -122,6 +138,7 @@ impl Consumer {
             checkpoints: None,
             attempts: AttemptLog::new(Arc::new(InMemoryCheckpointStore::new())),
             poison_bodies: None,
+            message_span: Arc::new(plain_message_span),
             config: Arc::new(config),
             counters: Arc::default(),
         })
@@ -136,6 +153,14 @@ impl Consumer {
     pub fn with_checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.attempts = AttemptLog::new(Arc::clone(&store));
         self.checkpoints = Some(store);
+        self
+    }
+
+    /// Makes each delivery's span with `span` instead of the plain default
+    /// (the runtime passes the OpenTelemetry messaging span), so a message
+    /// has exactly one span.
+    pub fn with_message_span(mut self, span: MessageSpan) -> Self {
+        self.message_span = span;
         self
     }
 
@@ -234,12 +259,7 @@ impl Consumer {
                             continue;
                         };
                         bump(&self.counters.received);
-                        let span = tracing::info_span!(
-                            "message",
-                            queue = self.queue.name(),
-                            message_id = %message.id,
-                            dequeue_count = message.dequeue_count
-                        );
+                        let span = (self.message_span)(self.queue.name(), &message);
                         let task = self.clone().process(
                             message,
                             received_at,
