@@ -17,9 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use spot_worker_azurite_harness::chaos::{
-    self as harness, FaultMix, LongJob, Options, SharedReboots,
-};
+use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -45,9 +45,9 @@ use spot_worker::storage::{
     CheckpointStore, Consumer, ConsumerConfig, DrainSignals, MessageQueue, ResultStore,
     poison_queue_name,
 };
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
 use spot_worker_primes::{PrimesConfig, PrimesHandler, PrimesJob, ProgressHook};
+use spot_worker_testkit::Azurite;
 use tokio::sync::watch;
 
 /// The VM the emulator serves and the worker runs as.

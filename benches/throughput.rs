@@ -73,8 +73,8 @@ use spot_worker::storage::{
     MessageId, MessageQueue, PopReceipt, QueueMessage, ResultStore, StorageError, async_trait,
     handler_fn, poison_queue_name,
 };
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_primes::{PrimesConfig, PrimesJob, Progress};
+use spot_worker_testkit::Azurite;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;

@@ -15,9 +15,7 @@
 
 use std::time::Duration;
 
-use spot_worker_azurite_harness::chaos::{
-    self as harness, FaultMix, LongJob, Options, SharedReboots,
-};
+use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
 
 /// Fixed, so CI runs the same schedule every time; the long run draws one.
 const SEED: u64 = 20_260_606;

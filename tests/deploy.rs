@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::runtime::{EXIT_MARGIN, STOP_TIMEOUT, WorkerConfig};
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec};
 use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::Azurite;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
 use spot_worker::storage::{InMemoryQueue, MessageId, MessageQueue};
 use spot_worker::telemetry::{Telemetry, TelemetryConfig, names};
 use spot_worker::{HandlerError, Job, MessageHandler, Worker, WorkerConfig, handler_fn};
-use spot_worker_azurite_harness::otlp::{Collector, Received, WAIT, string_attribute};
+use spot_worker_testkit::otlp::{Collector, Received, WAIT, string_attribute};
 use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt as _;
 

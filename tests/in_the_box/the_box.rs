@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use spot_worker::azure::{AzureQueue, AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
 use spot_worker::storage::ResultStore;
-use spot_worker_azurite_harness::{Azurite, HttpsOptions};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, IdentityConfig};
+use spot_worker_testkit::{Azurite, HttpsOptions};
 
 use super::network::{self, Hosts, IMDS_IP};
 use super::pki;

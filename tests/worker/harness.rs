@@ -17,9 +17,9 @@ use spot_worker::storage::{
     CheckpointStore, HandlerError, Job, MessageHandler, MessageQueue, ResultStore, handler_fn,
     poison_queue_name,
 };
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use spot_worker_primes::{PrimesConfig, PrimesJob, Progress};
+use spot_worker_testkit::Azurite;
 use tokio::sync::Notify;
 
 /// The VM the emulator serves, and another VM of the same scale set.

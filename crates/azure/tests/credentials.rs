@@ -15,8 +15,8 @@ use spot_worker_azure::{
     AccountEndpoints, AccountSasScope, AzureStorage, ConnectionString, ConnectionStringError,
     Credentials, StorageConfig, StorageConfigError, sign_account_sas,
 };
-use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
 use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
+use spot_worker_testkit::{ACCOUNT_KEY, ACCOUNT_NAME};
 
 #[test]
 fn plain_http_is_refused_except_to_loopback() {

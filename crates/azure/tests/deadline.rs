@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
 use spot_worker_storage::{
     CheckpointStore, JobCheckpoint, MessageId, MessageQueue, PopReceipt, ResultStore, StorageError,
     WritePrecondition,
 };
+use spot_worker_testkit::{ACCOUNT_KEY, ACCOUNT_NAME};
 use tokio::net::TcpListener;
 
 /// Accepts every connection on 127.0.0.1 and holds it open without reading

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{storage, unique};
-use spot_worker_azurite_harness::{ACCOUNT_KEY, Azurite};
 use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue, WritePrecondition};
+use spot_worker_testkit::{ACCOUNT_KEY, Azurite};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

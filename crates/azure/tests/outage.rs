@@ -12,11 +12,11 @@ use tokio::sync::Semaphore;
 
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_azurite_harness::ACCOUNT_KEY;
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, HandlerError, Job, MessageQueue, StorageError,
     handler_fn, poison_queue_name,
 };
+use spot_worker_testkit::ACCOUNT_KEY;
 use tokio_util::sync::CancellationToken;
 
 /// Every `sig=` in `text` must be followed by the redaction marker.

@@ -170,10 +170,7 @@ async fn prepare_fails_clearly_and_without_secrets_while_storage_is_down() {
     for error in errors {
         assert!(error.is_transient(), "{error:?}");
         let text = format!("{error} {error:?}");
-        assert!(
-            !text.contains(spot_worker_azurite_harness::ACCOUNT_KEY),
-            "{text}"
-        );
+        assert!(!text.contains(spot_worker_testkit::ACCOUNT_KEY), "{text}");
         let lower = text.to_ascii_lowercase();
         for (at, _) in lower.match_indices("sig=") {
             assert!(text[at + 4..].starts_with("REDACTED"), "{text}");
@@ -190,13 +187,10 @@ async fn prepare_fails_clearly_and_without_secrets_while_storage_is_down() {
 /// Lists the names of the blobs in `container` with a List Blobs request
 /// made directly (account SAS, plain HTTP), so the check does not go through
 /// the code under test.
-async fn list_blob_names(
-    azurite: &spot_worker_azurite_harness::Azurite,
-    container: &str,
-) -> Vec<String> {
+async fn list_blob_names(azurite: &spot_worker_testkit::Azurite, container: &str) -> Vec<String> {
     use azure_core::credentials::Secret;
     use azure_core::http::{Method, Request, Url, new_http_client};
-    use spot_worker_azurite_harness::{ACCOUNT_KEY, ACCOUNT_NAME};
+    use spot_worker_testkit::{ACCOUNT_KEY, ACCOUNT_NAME};
 
     let expiry = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
     let scope = spot_worker_azure::AccountSasScope::OPERATOR.allowing_http();

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 mod common;
 
 use common::*;
-use spot_worker_azurite_harness::faulty::FaultyQueue;
+use spot_worker_testkit::faulty::FaultyQueue;
 
 #[tokio::test(start_paused = true)]
 async fn handles_a_batch_within_the_concurrency_limit_and_deletes_each() {

@@ -16,7 +16,7 @@ use spot_worker_storage::{
 
 mod common;
 use common::*;
-use spot_worker_azurite_harness::faulty::FaultyQueue;
+use spot_worker_testkit::faulty::FaultyQueue;
 
 /// Counts checkpoint reads and writes.
 #[derive(Clone)]

@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
-use spot_worker_azurite_harness::otlp::{
-    Collector, Received, WAIT, int_attribute, string_attribute,
-};
 use spot_worker_telemetry::{
     CheckpointOutcome, LeaseOutcome, Telemetry, TelemetryConfig, TelemetryError, message_span,
     names,
 };
+use spot_worker_testkit::otlp::{Collector, Received, WAIT, int_attribute, string_attribute};
 use tokio::sync::Notify;
 use tracing_subscriber::layer::SubscriberExt as _;
 

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use spot_worker_azure::{AzureStorage, RetryConfig, StorageConfig};
-use spot_worker_azurite_harness::Azurite;
+use spot_worker_testkit::Azurite;
 
 /// Upper bound of every wait in these tests: generous, so a slow machine
 /// does not fail them, yet bounded.

@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
 use spot_worker_azure::{AzureQueue, AzureStorage, StorageConfig};
-use spot_worker_azurite_harness::{Azurite, HarnessError};
 use spot_worker_storage::{
     CheckpointStore, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, MessageQueue,
     ResultStore, poison_queue_name,
 };
+use spot_worker_testkit::{Azurite, HarnessError};
 
 use super::{CHECKPOINTS, QUEUE, RESULTS};
 

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_storage::{
     CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, HandlerError, Job,
     MessageEncoding, PoisonRecord, ResultStore as _, handler_fn,
 };
+use spot_worker_testkit::Azurite;
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::Command;
 

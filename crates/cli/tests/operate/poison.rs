@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use spot_worker_azurite_harness::Azurite;
 use spot_worker_storage::{MessageEncoding, ResultStore as _};
+use spot_worker_testkit::Azurite;
 use tokio::process::Command;
 
 use crate::common::*;

@@ -14,8 +14,8 @@
 //!
 //! Two scripted faults go beyond single VMs: one long job, enqueued first,
 //! is Preempted on whichever VM holds it more times than `max_failures`
-//! (see [`long_job`]), and one Reboot listing two VMs is posted to both,
-//! then cancelled or left to start (see [`shared_reboot`]).
+//! (see `long_job.rs`), and one Reboot listing two VMs is posted to both,
+//! then cancelled or left to start (see `shared_reboot.rs`).
 //!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).

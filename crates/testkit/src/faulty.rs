@@ -7,7 +7,7 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! use std::sync::atomic::Ordering;
 //! use std::time::Duration;
-//! use spot_worker_azurite_harness::faulty::FaultyQueue;
+//! use spot_worker_testkit::faulty::FaultyQueue;
 //! use spot_worker_storage::{InMemoryQueue, MessageQueue};
 //!
 //! let queue = FaultyQueue::new(InMemoryQueue::new("jobs"));

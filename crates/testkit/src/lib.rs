@@ -1,5 +1,13 @@
-//! Starts a real [Azurite](https://github.com/Azure/Azurite) storage emulator
-//! for integration tests: free loopback ports, a temporary workspace, a
+//! The test kit (dev only): what the project's tests and benchmarks share.
+//!
+//! - [`Azurite`]: a real storage emulator per test (below);
+//! - [`faulty`]: any queue with switchable faults and a record of calls;
+//! - [`otlp`]: a telemetry collector that decodes what the exporters send;
+//! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
+//!   a seeded fault schedule, and the checks).
+//!
+//! [`Azurite`] starts a real [Azurite](https://github.com/Azure/Azurite)
+//! storage emulator for integration tests: free loopback ports, a temporary workspace, a
 //! bounded wait until it answers, and a stop (SIGTERM, so it flushes its data)
 //! on drop. It can be stopped and started again on the same ports and data,
 //! to test recovery from a storage outage.
@@ -18,10 +26,6 @@
 //! queue on port 443 of addresses of the caller's choosing (inside a network
 //! namespace, where `https://<account>.blob.core.windows.net` resolves to
 //! them).
-//!
-//! [`faulty`] wraps any queue in switchable faults; [`otlp`] is the
-//! telemetry side: a collector that decodes what the
-//! exporters send.
 //!
 //! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
 //! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
@@ -72,7 +76,7 @@ pub enum HarnessError {
     #[error("azurite not found at {0} (run `npm ci --prefix tools/azurite`, or set AZURITE_BIN)")]
     NotInstalled(PathBuf),
     /// Spawning, port allocation or the workspace failed.
-    #[error("azurite harness I/O error: {0}")]
+    #[error("Azurite harness I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// Another process holds one of the ports (Azurite exited with
     /// `EADDRINUSE`). [`Azurite::start`] retries on fresh ports;
@@ -464,7 +468,7 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
-/// The workspace's root directory (this crate is `crates/azurite-harness`).
+/// The workspace's root directory (this crate is `crates/testkit`).
 pub fn workspace_root() -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     crate_dir
