@@ -278,7 +278,7 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         "the Preempt was not approved; output:\n{}",
         output.text()
     );
-    let (checkpoint, _) = checkpoints.read("big").await.unwrap().unwrap();
+    let checkpoint = checkpoints.read("big").await.unwrap().unwrap().checkpoint;
     let saved = serde_json::to_value(&checkpoint).unwrap();
     assert!(
         saved.to_string().contains("cursor"),

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use spot_worker::storage::{
-    Checkpoint, CheckpointStore, ETag, StorageError, WritePrecondition, async_trait,
+    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
+    async_trait,
 };
 
 /// Requests of one run, by kind.
@@ -147,7 +148,7 @@ impl CheckpointStore for CountedStore {
         self.inner.prepare().await
     }
 
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         self.read.fetch_add(1, Ordering::Relaxed);
         self.inner.read(key).await
     }
@@ -157,34 +158,14 @@ impl CheckpointStore for CountedStore {
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
         self.count_write(&precondition);
-        self.inner.write(key, checkpoint, precondition).await
-    }
-
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        self.count_write(&precondition);
-        self.inner
-            .write_stamped(key, checkpoint, precondition, stamp)
-            .await
+        self.inner.write(key, checkpoint, precondition, stamp).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.delete.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(key).await
-    }
-
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        self.read.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_stamped(key).await
     }
 }

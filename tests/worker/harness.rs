@@ -172,7 +172,7 @@ impl Env {
 
     /// The cursor of a job's checkpoint, if it has one.
     pub async fn checkpoint_cursor(&self, job_id: &str) -> Option<u64> {
-        let (checkpoint, _) = self.checkpoints.read(job_id).await.unwrap()?;
+        let checkpoint = self.checkpoints.read(job_id).await.unwrap()?.checkpoint;
         let value = serde_json::to_value(&checkpoint).unwrap();
         find_u64(&value, "cursor")
     }

@@ -13,7 +13,9 @@ use azure_core::Bytes;
 use azure_core::http::{Etag, RequestContent};
 use azure_storage_blob::BlobContainerClient;
 use azure_storage_blob::models::BlobClientUploadOptions;
-use spot_worker_storage::{Checkpoint, CheckpointStore, ETag, StorageError, WritePrecondition};
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
+};
 
 use crate::container::{Container, validate_blob_name};
 use crate::error::{Operation, map_error};
@@ -72,42 +74,7 @@ impl CheckpointStore for BlobCheckpointStore {
         self.container.prepare().await
     }
 
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
-        Ok(self
-            .read_stamped(key)
-            .await?
-            .map(|(checkpoint, etag, _)| (checkpoint, etag)))
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-    ) -> Result<ETag, StorageError> {
-        validate_key(key)?;
-        self.upload(key, checkpoint.to_json_bytes()?, precondition)
-            .await
-    }
-
-    /// The stamp goes into the JSON document itself (`written_by`), so it is
-    /// replaced atomically with the checkpoint by the same fenced upload.
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        validate_key(key)?;
-        self.upload(key, checkpoint.to_json_bytes_stamped(stamp)?, precondition)
-            .await
-    }
-
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         validate_key(key)?;
         let what = self.what(key);
         let Some(downloaded) = self.container.download(key, &what).await? else {
@@ -118,7 +85,28 @@ impl CheckpointStore for BlobCheckpointStore {
             reason: "the download response has no ETag".to_owned(),
         })?;
         let (checkpoint, stamp) = Checkpoint::from_json_bytes_stamped(&downloaded.bytes, &what)?;
-        Ok(Some((checkpoint, ETag::new(etag.to_string()), stamp)))
+        Ok(Some(StoredCheckpoint {
+            checkpoint,
+            etag: ETag::new(etag.to_string()),
+            stamp,
+        }))
+    }
+
+    /// The stamp goes into the JSON document itself (`written_by`), so it is
+    /// replaced atomically with the checkpoint by the same fenced upload.
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: Option<&str>,
+    ) -> Result<ETag, StorageError> {
+        validate_key(key)?;
+        let document = match stamp {
+            Some(stamp) => checkpoint.to_json_bytes_stamped(stamp)?,
+            None => checkpoint.to_json_bytes()?,
+        };
+        self.upload(key, document, precondition).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {

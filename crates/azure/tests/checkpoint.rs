@@ -14,7 +14,8 @@ use serde_json::json;
 use spot_worker_azure::BlobCheckpointStore;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ETag, HandlerError, JobCheckpoint,
-    MessageQueue, StorageError, WritePrecondition, async_trait, handler_fn, poison_queue_name,
+    MessageQueue, StorageError, StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
+    poison_queue_name,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -34,12 +35,12 @@ async fn create_update_conflict_and_resume_are_fenced_by_etags() {
 
     assert_eq!(store.read("job-1").await.unwrap(), None);
     let created = store
-        .write("job-1", &progress(1), WritePrecondition::Create)
+        .write("job-1", &progress(1), WritePrecondition::Create, None)
         .await
         .unwrap();
     // If-None-Match: * refuses a second create.
     let again = store
-        .write("job-1", &progress(9), WritePrecondition::Create)
+        .write("job-1", &progress(9), WritePrecondition::Create, None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -53,24 +54,36 @@ async fn create_update_conflict_and_resume_are_fenced_by_etags() {
             "job-1",
             &progress(2),
             WritePrecondition::IfMatch(created.clone()),
+            None,
         )
         .await
         .unwrap();
     assert_ne!(updated, created);
     // A worker still holding the old ETag cannot overwrite newer progress.
     let stale = store
-        .write("job-1", &progress(1), WritePrecondition::IfMatch(created))
+        .write(
+            "job-1",
+            &progress(1),
+            WritePrecondition::IfMatch(created),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(matches!(stale, StorageError::Conflict { .. }), "{stale:?}");
     // Resume: the latest progress and its ETag.
+    let latest = store.read("job-1").await.unwrap().unwrap();
     assert_eq!(
-        store.read("job-1").await.unwrap(),
-        Some((progress(2), updated.clone()))
+        (latest.checkpoint, latest.etag),
+        (progress(2), updated.clone())
     );
     // If-Match on a checkpoint that does not exist conflicts too.
     let missing = store
-        .write("job-2", &progress(1), WritePrecondition::IfMatch(updated))
+        .write(
+            "job-2",
+            &progress(1),
+            WritePrecondition::IfMatch(updated),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -79,11 +92,21 @@ async fn create_update_conflict_and_resume_are_fenced_by_etags() {
     );
     // Keys may contain slashes (virtual directories).
     store
-        .write("tenant/a/job-3", &progress(3), WritePrecondition::Create)
+        .write(
+            "tenant/a/job-3",
+            &progress(3),
+            WritePrecondition::Create,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
-        store.read("tenant/a/job-3").await.unwrap().unwrap().0,
+        store
+            .read("tenant/a/job-3")
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint,
         progress(3)
     );
 }
@@ -102,7 +125,7 @@ impl CheckpointStore for FirstResponseLost {
     async fn prepare(&self) -> Result<(), StorageError> {
         self.inner.prepare().await
     }
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         self.inner.read(key).await
     }
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
@@ -113,33 +136,16 @@ impl CheckpointStore for FirstResponseLost {
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
-    ) -> Result<ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition).await
-    }
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
         let etag = self
             .inner
-            .write_stamped(key, checkpoint, precondition.clone(), stamp)
+            .write(key, checkpoint, precondition.clone(), stamp)
             .await?;
-        if self.lost.swap(false, Ordering::SeqCst) {
-            return self
-                .inner
-                .write_stamped(key, checkpoint, precondition, stamp)
-                .await;
+        if stamp.is_some() && self.lost.swap(false, Ordering::SeqCst) {
+            return self.inner.write(key, checkpoint, precondition, stamp).await;
         }
         Ok(etag)
-    }
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        self.inner.read_stamped(key).await
     }
 }
 
@@ -164,12 +170,11 @@ async fn only_a_handles_own_landed_write_is_accepted_after_a_conflict() {
     let err = stale.save(progress(6)).await.unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
 
-    // The stamp travels in the blob; plain reads ignore it.
-    let (stored, etag, stamp) = blobs.read_stamped("job").await.unwrap().unwrap();
-    assert_eq!(stored, progress(6));
-    assert_eq!(owner.etag(), Some(&etag));
-    assert!(stamp.is_some_and(|s| s.ends_with(":2")));
-    assert_eq!(blobs.read("job").await.unwrap(), Some((progress(6), etag)));
+    // The stamp travels in the blob, with the checkpoint.
+    let stored = blobs.read("job").await.unwrap().unwrap();
+    assert_eq!(stored.checkpoint, progress(6));
+    assert_eq!(owner.etag(), Some(&stored.etag));
+    assert!(stored.stamp.is_some_and(|s| s.ends_with(":2")));
 
     // A write whose first attempt landed and whose resend got 412 from the
     // service is recognised by its stamp: the handle carries on.
@@ -180,8 +185,11 @@ async fn only_a_handles_own_landed_write_is_accepted_after_a_conflict() {
     let mut resumed = JobCheckpoint::load(lossy.clone(), "job").await.unwrap();
     assert_eq!(resumed.progress(), Some(&json!({"rows": 6})));
     resumed.save(progress(7)).await.unwrap();
-    let (stored, etag) = blobs.read("job").await.unwrap().unwrap();
-    assert_eq!((stored, Some(&etag)), (progress(7), resumed.etag()));
+    let stored = blobs.read("job").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.checkpoint, Some(&stored.etag)),
+        (progress(7), resumed.etag())
+    );
     resumed.complete(json!({"total": 7})).await.unwrap();
     let reread = JobCheckpoint::load(store, "job").await.unwrap();
     assert!(reread.is_completed());
@@ -207,6 +215,7 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
                 result: json!("ok"),
             },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();
@@ -253,7 +262,7 @@ async fn only_the_operator_scope_lists_checkpoints() {
     store.create_container_if_missing().await.unwrap();
     for key in ["b", "a", ".spot-worker/attempts/m1"] {
         store
-            .write(key, &progress(1), WritePrecondition::Create)
+            .write(key, &progress(1), WritePrecondition::Create, None)
             .await
             .unwrap();
     }

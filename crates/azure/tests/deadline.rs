@@ -94,7 +94,7 @@ async fn calls_to_a_blackholed_endpoint_fail_within_their_deadline() {
         timed(queue.send("x", Duration::ZERO)),
         timed(queue.prepare()),
         timed(checkpoints.read("job")),
-        timed(checkpoints.write("job", &progress, WritePrecondition::Create)),
+        timed(checkpoints.write("job", &progress, WritePrecondition::Create, None)),
         timed(JobCheckpoint::load(store.clone(), "job")),
         timed(results.put_new("r.json", b"{}")),
         timed(results.get("r.json")),

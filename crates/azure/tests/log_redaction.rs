@@ -59,11 +59,11 @@ async fn trace_logs_of_successful_and_failing_calls_contain_no_secrets() {
         progress: serde_json::json!(1),
     };
     store
-        .write("job", &checkpoint, WritePrecondition::Create)
+        .write("job", &checkpoint, WritePrecondition::Create, None)
         .await
         .unwrap();
     let _ = store
-        .write("job", &checkpoint, WritePrecondition::Create)
+        .write("job", &checkpoint, WritePrecondition::Create, None)
         .await
         .unwrap_err();
     store.read("job").await.unwrap();

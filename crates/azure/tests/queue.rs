@@ -315,7 +315,12 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
     // The thief's lease is untouched, and the checkpoint still says step 1.
     thief.delete(&stolen.id, &stolen.pop_receipt).await.unwrap();
     use spot_worker_storage::CheckpointStore as _;
-    let (saved, _) = checkpoints.read(id.as_str()).await.unwrap().unwrap();
+    let saved = checkpoints
+        .read(id.as_str())
+        .await
+        .unwrap()
+        .unwrap()
+        .checkpoint;
     assert_eq!(
         saved,
         Checkpoint::InProgress {

@@ -137,6 +137,7 @@ async fn prepare_creates_missing_queues_and_containers_and_leaves_no_probe() {
                 progress: serde_json::json!(1),
             },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();

@@ -485,6 +485,7 @@ async fn bad_messages_and_foreign_checkpoints_fail_with_clear_messages() {
                 progress: json!({"cursor": 5_000, "primes": 3}),
             },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, HandlerError, Job, MessageHandler, MessageId, MessageQueue,
-    PopReceipt, QueueMessage, StorageError, WritePrecondition,
+    PopReceipt, QueueMessage, StorageError, StoredCheckpoint, WritePrecondition,
 };
 use spot_worker_telemetry::{CheckpointOutcome, LeaseOutcome, Metrics, record_error};
 
@@ -133,7 +133,7 @@ impl CheckpointStore for MeteredCheckpoints {
         self.inner.prepare().await
     }
 
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         self.inner.read(key).await
     }
 
@@ -142,36 +142,12 @@ impl CheckpointStore for MeteredCheckpoints {
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
         let started = Instant::now();
-        let result = self.inner.write(key, checkpoint, precondition).await;
+        let result = self.inner.write(key, checkpoint, precondition, stamp).await;
         self.record(&result, started);
         result
-    }
-
-    // The stamped pair must be forwarded too: the checkpoint handle uses it
-    // to recognise its own retried write after a conflict.
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        let started = Instant::now();
-        let result = self
-            .inner
-            .write_stamped(key, checkpoint, precondition, stamp)
-            .await;
-        self.record(&result, started);
-        result
-    }
-
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        self.inner.read_stamped(key).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {

@@ -84,7 +84,7 @@ impl Checkpoint {
     }
 
     /// Serializes to the JSON document stores keep, with `stamp` (see
-    /// [`CheckpointStore::write_stamped`]) in its `written_by` field:
+    /// [`CheckpointStore::write`]) in its `written_by` field:
     /// `{"status":"in_progress","progress":…,"written_by":"…"}`. Readers that
     /// do not know stamps ignore the extra field.
     pub fn to_json_bytes_stamped(&self, stamp: &str) -> Result<Vec<u8>, StorageError> {
@@ -141,61 +141,47 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// misconfigured. Idempotent; call it again after a failure.
     async fn prepare(&self) -> Result<(), StorageError>;
 
-    /// The latest checkpoint for `key` and its ETag, or `None` if there is none.
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError>;
+    /// The latest checkpoint for `key`, with its ETag and the stamp of the
+    /// write that stored it; `None` if there is none.
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError>;
 
     /// Writes `checkpoint` for `key` if `precondition` holds and returns the
     /// new ETag; otherwise fails with [`StorageError::Conflict`].
+    ///
+    /// `stamp` is an opaque token naming this write, stored atomically with
+    /// the checkpoint (a write without one clears the old one), so that
+    /// [`read`](CheckpointStore::read) returns it. [`JobCheckpoint`] stamps
+    /// every write with its own random writer id and a sequence number:
+    /// after a conflict, the stamp is what proves whether the stored
+    /// checkpoint is this handle's own earlier attempt (an SDK retry whose
+    /// first try landed) or another worker's write. The payload cannot prove
+    /// that: a worker that lost its message may well write the same progress
+    /// as the new owner.
     async fn write(
         &self,
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError>;
-
-    /// [`CheckpointStore::write`], also storing `stamp`, an opaque token
-    /// naming this write, atomically with the checkpoint, so that
-    /// [`CheckpointStore::read_stamped`] returns it. [`JobCheckpoint`] stamps
-    /// every write with its own random writer id and a sequence number: after
-    /// a conflict, the stamp is what proves whether the stored checkpoint is
-    /// this handle's own earlier attempt (an SDK retry whose first try landed)
-    /// or another worker's write. The payload cannot prove that: a worker
-    /// that lost its message may well write the same progress as the new
-    /// owner.
-    ///
-    /// The default drops the stamp and calls `write`. Then no conflict can
-    /// be proven to be one's own and `JobCheckpoint` reports every conflict
-    /// (safe, but a retried write that landed stops the job). Stores, and
-    /// wrappers around a store, should implement or forward both
-    /// `write_stamped` and `read_stamped`.
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        let _ = stamp;
-        self.write(key, checkpoint, precondition).await
-    }
 
     /// Deletes the checkpoint for `key`; deleting one that does not exist
     /// succeeds. The consumer deletes attempt records with it when their
     /// message is gone; operators delete abandoned checkpoints.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
+}
 
-    /// [`CheckpointStore::read`], with the stamp the checkpoint was written
-    /// with (`None` if it was written by [`CheckpointStore::write`], or if
-    /// the store keeps no stamps; the default).
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        Ok(self
-            .read(key)
-            .await?
-            .map(|(checkpoint, etag)| (checkpoint, etag, None)))
-    }
+/// A checkpoint as stored: its content, the ETag that fences the next
+/// write, and the stamp of the write that stored it (`None` if it was
+/// written without one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCheckpoint {
+    /// The checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Its ETag.
+    pub etag: ETag,
+    /// The stamp of the write that stored it.
+    pub stamp: Option<String>,
 }
 
 // Lets types holding a store derive Debug.
@@ -285,12 +271,12 @@ impl JobCheckpoint {
     pub(crate) fn from_read(
         store: Arc<dyn CheckpointStore>,
         key: String,
-        latest: Option<(Checkpoint, ETag)>,
+        latest: Option<StoredCheckpoint>,
     ) -> Self {
         JobCheckpoint {
             store,
             key,
-            latest,
+            latest: latest.map(|stored| (stored.checkpoint, stored.etag)),
             cancelled: None,
             conflicts: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
@@ -363,7 +349,7 @@ impl JobCheckpoint {
     /// Writes `checkpoint`, fenced by the ETag this handle last saw.
     ///
     /// Every write is stamped with this handle's random writer id and its
-    /// sequence number ([`CheckpointStore::write_stamped`]). On a conflict,
+    /// sequence number (see [`CheckpointStore::write`]). On a conflict,
     /// the stored stamp decides:
     ///
     /// - this very write: an attempt whose response was lost landed (the
@@ -403,7 +389,7 @@ impl JobCheckpoint {
             let stamp = self.stamp(self.writes);
             let conflict = match self
                 .store
-                .write_stamped(&self.key, &checkpoint, precondition, &stamp)
+                .write(&self.key, &checkpoint, precondition, Some(&stamp))
                 .await
             {
                 Ok(etag) => {
@@ -413,7 +399,11 @@ impl JobCheckpoint {
                 Err(StorageError::Conflict { key }) => key,
                 Err(other) => return Err(other),
             };
-            let Some((stored, etag, stored_stamp)) = self.store.read_stamped(&self.key).await?
+            let Some(StoredCheckpoint {
+                checkpoint: stored,
+                etag,
+                stamp: stored_stamp,
+            }) = self.store.read(&self.key).await?
             else {
                 return Err(StorageError::Conflict { key: conflict });
             };
@@ -467,8 +457,7 @@ mod tests {
     /// Performs each write, then fails the call with the next planned error:
     /// a write that landed although its caller saw a failure (a lost
     /// response, which the SDK's retry turns into 412 Precondition Failed).
-    /// With `keeps_stamps: false` it is a wrapper that forwards only `read`
-    /// and `write`, so the trait's defaults apply.
+    /// With `keeps_stamps: false` it is a store that keeps no stamps.
     struct LandsThenFails {
         inner: InMemoryCheckpointStore,
         planned: Mutex<Vec<StorageError>>,
@@ -497,8 +486,16 @@ mod tests {
         async fn prepare(&self) -> Result<(), StorageError> {
             Ok(())
         }
-        async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
-            self.inner.read(key).await
+        async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+            let stored = self.inner.read(key).await?;
+            Ok(if self.keeps_stamps {
+                stored
+            } else {
+                stored.map(|stored| StoredCheckpoint {
+                    stamp: None,
+                    ..stored
+                })
+            })
         }
         async fn delete(&self, key: &str) -> Result<(), StorageError> {
             self.inner.delete(key).await
@@ -508,35 +505,14 @@ mod tests {
             key: &str,
             checkpoint: &Checkpoint,
             precondition: WritePrecondition,
+            stamp: Option<&str>,
         ) -> Result<ETag, StorageError> {
-            let etag = self.inner.write(key, checkpoint, precondition).await?;
-            self.planned_failure().map(|()| etag)
-        }
-        async fn write_stamped(
-            &self,
-            key: &str,
-            checkpoint: &Checkpoint,
-            precondition: WritePrecondition,
-            stamp: &str,
-        ) -> Result<ETag, StorageError> {
-            if !self.keeps_stamps {
-                return self.write(key, checkpoint, precondition).await;
-            }
+            let stamp = stamp.filter(|_| self.keeps_stamps);
             let etag = self
                 .inner
-                .write_stamped(key, checkpoint, precondition, stamp)
+                .write(key, checkpoint, precondition, stamp)
                 .await?;
             self.planned_failure().map(|()| etag)
-        }
-        async fn read_stamped(
-            &self,
-            key: &str,
-        ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-            if self.keeps_stamps {
-                self.inner.read_stamped(key).await
-            } else {
-                Ok(self.read(key).await?.map(|(c, e)| (c, e, None)))
-            }
         }
     }
 
@@ -566,7 +542,11 @@ mod tests {
         // Create, then update: each lands, then the call reports a conflict.
         job.save(progress(1)).await.unwrap();
         job.save(progress(2)).await.unwrap();
-        let (stored, etag, stamp) = store.read_stamped("job").await.unwrap().unwrap();
+        let StoredCheckpoint {
+            checkpoint: stored,
+            etag,
+            stamp,
+        } = store.read("job").await.unwrap().unwrap();
         assert_eq!(stored, progress(2));
         assert_eq!(
             job.etag(),

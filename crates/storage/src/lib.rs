@@ -28,7 +28,9 @@ pub mod memory;
 mod queue;
 mod result;
 
-pub use checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint, WritePrecondition};
+pub use checkpoint::{
+    Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
+};
 pub use consumer::{
     BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DrainSignals, FnHandler, HandlerError, Job,
     MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, handler_fn,

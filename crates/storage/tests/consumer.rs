@@ -311,6 +311,7 @@ async fn a_redelivered_message_with_a_completed_checkpoint_is_deleted_without_re
             id.as_str(),
             &Checkpoint::Completed { result: json!(42) },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();
@@ -517,7 +518,7 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
                 checkpoint.save_progress(json!(1)).await?;
                 // Meanwhile another worker (with a duplicate message) moves
                 // the job on...
-                let (_, etag) = store.read(job.key()).await?.unwrap();
+                let etag = store.read(job.key()).await?.unwrap().etag;
                 let etag = store
                     .write(
                         job.key(),
@@ -525,6 +526,7 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
                             progress: json!(50),
                         },
                         WritePrecondition::IfMatch(etag),
+                        None,
                     )
                     .await?;
                 let fenced = checkpoint.save_progress(json!(2)).await.unwrap_err();
@@ -534,6 +536,7 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
                         job.key(),
                         &Checkpoint::Completed { result: json!(100) },
                         WritePrecondition::IfMatch(etag),
+                        None,
                     )
                     .await?;
                 Err::<(), HandlerError>(format!("could not save: {fenced}").into())
@@ -833,6 +836,7 @@ async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
             done.as_str(),
             &Checkpoint::Completed { result: json!(1) },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();

@@ -157,6 +157,7 @@ async fn a_completed_job_is_deleted_before_any_poison_decision() {
                 result: json!({"done": true}),
             },
             WritePrecondition::Create,
+            None,
         )
         .await
         .unwrap();

@@ -11,7 +11,7 @@ use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ConsumerConfig, ETag, HandlerError, InMemoryCheckpointStore,
     InMemoryQueue, Job, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
-    WritePrecondition, async_trait, handler_fn,
+    StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
 };
 
 mod common;
@@ -41,37 +41,19 @@ impl CheckpointStore for CountedStore {
     async fn prepare(&self) -> Result<(), StorageError> {
         self.inner.prepare().await
     }
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.read(key).await
-    }
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.read_stamped(key).await
     }
     async fn write(
         &self,
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.write(key, checkpoint, precondition).await
-    }
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner
-            .write_stamped(key, checkpoint, precondition, stamp)
-            .await
+        self.inner.write(key, checkpoint, precondition, stamp).await
     }
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
@@ -128,6 +110,7 @@ async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began()
                                 progress: json!(50),
                             },
                             WritePrecondition::Create,
+                            None,
                         )
                         .await?;
                 }

@@ -145,13 +145,13 @@ impl Demo {
             .await
             .with_context(|| format!("reading the checkpoint of {}", job.job_id))?;
         let field = |value: &Value, name: &str| value.get(name).and_then(Value::as_u64);
-        Ok(match read {
+        Ok(match read.map(|stored| stored.checkpoint) {
             None => Saved::Nothing,
-            Some((Checkpoint::InProgress { progress }, _)) => Saved::InProgress {
+            Some(Checkpoint::InProgress { progress }) => Saved::InProgress {
                 cursor: field(&progress, "cursor").unwrap_or(job.start),
                 primes: field(&progress, "primes").unwrap_or(0),
             },
-            Some((Checkpoint::Completed { result }, _)) => Saved::Completed {
+            Some(Checkpoint::Completed { result }) => Saved::Completed {
                 primes: field(&result, "primes").unwrap_or(0),
             },
         })

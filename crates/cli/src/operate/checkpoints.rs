@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use futures_util::{StreamExt as _, stream};
 use serde_json::Value;
 use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
-use spot_worker_storage::{Checkpoint, CheckpointStore as _};
+use spot_worker_storage::{Checkpoint, CheckpointStore as _, StoredCheckpoint};
 use time::OffsetDateTime;
 
 use super::{Fleet, age, confirm, rfc3339, seconds_since};
@@ -151,7 +151,7 @@ fn most_recent(mut blobs: Vec<StoredBlob>, max: usize) -> (Vec<StoredBlob>, usiz
 
 async fn read_row(store: &BlobCheckpointStore, blob: StoredBlob) -> JobRow {
     let checkpoint = match store.read(&blob.name).await {
-        Ok(Some((checkpoint, _))) => Ok(checkpoint),
+        Ok(Some(stored)) => Ok(stored.checkpoint),
         Ok(None) => Err("deleted while listing".to_owned()),
         Err(e) => Err(e.to_string()),
     };
@@ -237,8 +237,12 @@ async fn list(
 }
 
 async fn show(fleet: &Fleet, store: &BlobCheckpointStore, job: &str) -> Result<()> {
-    let Some((checkpoint, etag, stamp)) = store
-        .read_stamped(job)
+    let Some(StoredCheckpoint {
+        checkpoint,
+        etag,
+        stamp,
+    }) = store
+        .read(job)
         .await
         .with_context(|| format!("reading the checkpoint of job {job:?}"))?
     else {

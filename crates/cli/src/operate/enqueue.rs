@@ -111,7 +111,7 @@ impl Existing {
             .read(job_id)
             .await
             .with_context(|| format!("reading the checkpoint of job {job_id:?}"))?;
-        if checkpoint.is_some_and(|(checkpoint, _)| checkpoint.is_completed()) {
+        if checkpoint.is_some_and(|stored| stored.checkpoint.is_completed()) {
             return Ok(true);
         }
         let Some((results, template)) = &self.results else {

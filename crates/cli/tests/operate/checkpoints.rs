@@ -33,7 +33,7 @@ async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records(
     ];
     for (key, checkpoint) in &checkpoints {
         store
-            .write(key, checkpoint, WritePrecondition::Create)
+            .write(key, checkpoint, WritePrecondition::Create, None)
             .await
             .unwrap();
     }

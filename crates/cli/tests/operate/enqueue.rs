@@ -59,11 +59,11 @@ async fn enqueue_skip_existing_sends_only_unfinished_jobs_base64_encoded() {
         progress: serde_json::json!({"next": 7}),
     };
     checkpoints
-        .write("done", &done, WritePrecondition::Create)
+        .write("done", &done, WritePrecondition::Create, None)
         .await
         .unwrap();
     checkpoints
-        .write("started", &started, WritePrecondition::Create)
+        .write("started", &started, WritePrecondition::Create, None)
         .await
         .unwrap();
     let results = storage.result_store("results").unwrap();

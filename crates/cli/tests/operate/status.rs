@@ -35,14 +35,14 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
         progress: serde_json::json!({"done": 3, "of": 10}),
     };
     store
-        .write("a", &running, WritePrecondition::Create)
+        .write("a", &running, WritePrecondition::Create, None)
         .await
         .unwrap();
     let done = Checkpoint::Completed {
         result: serde_json::json!(1),
     };
     store
-        .write("b", &done, WritePrecondition::Create)
+        .write("b", &done, WritePrecondition::Create, None)
         .await
         .unwrap();
     let nobody = format!("http://127.0.0.1:{}", closed_port());

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
 use crate::queue::MessageId;
 
@@ -92,7 +92,10 @@ impl AttemptLog {
     /// The record of `id`; empty if there is none.
     pub(crate) async fn read(&self, id: &MessageId) -> Result<ReadAttempts, StorageError> {
         let key = Self::key(id);
-        let Some((checkpoint, etag)) = self.store.read(&key).await? else {
+        let Some(StoredCheckpoint {
+            checkpoint, etag, ..
+        }) = self.store.read(&key).await?
+        else {
             return Ok(ReadAttempts::default());
         };
         let invalid = |reason: String| StorageError::InvalidData {
@@ -131,6 +134,7 @@ impl AttemptLog {
                 &Self::key(id),
                 &Checkpoint::InProgress { progress },
                 precondition,
+                None,
             )
             .await
             .map(|_| ())

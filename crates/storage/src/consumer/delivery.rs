@@ -12,7 +12,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, StoredCheckpoint};
 use crate::error::StorageError;
 use crate::queue::QueueMessage;
 
@@ -364,7 +364,10 @@ impl Consumer {
                 read = store.read(key) => read,
             };
             let error = match read {
-                Ok(Some((Checkpoint::Completed { result }, _))) => {
+                Ok(Some(StoredCheckpoint {
+                    checkpoint: Checkpoint::Completed { result },
+                    ..
+                })) => {
                     return PreCheck::Completed(result);
                 }
                 Ok(latest) => return PreCheck::NotCompleted(latest),

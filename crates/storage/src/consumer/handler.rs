@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, JobCheckpoint};
+use crate::checkpoint::{CheckpointStore, JobCheckpoint, StoredCheckpoint};
 use crate::error::StorageError;
 use crate::queue::MessageId;
 
@@ -168,7 +168,7 @@ pub(crate) type ConflictNote = Arc<OnceLock<String>>;
 pub(crate) struct EarlierRead(Mutex<Option<(String, CheckpointRead)>>);
 
 /// What a checkpoint read returned: the checkpoint and its ETag, or none.
-pub(crate) type CheckpointRead = Option<(Checkpoint, ETag)>;
+pub(crate) type CheckpointRead = Option<StoredCheckpoint>;
 
 impl EarlierRead {
     pub(crate) fn new(key: String, latest: CheckpointRead) -> Self {

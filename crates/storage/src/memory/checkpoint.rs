@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, WritePrecondition};
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
 use crate::memory::outage::Outage;
 
@@ -72,11 +72,17 @@ impl CheckpointStore for InMemoryCheckpointStore {
         self.outage.check("checkpoint store")
     }
 
-    async fn read(&self, key: &str) -> Result<Option<(Checkpoint, ETag)>, StorageError> {
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+        self.outage.check("checkpoint store")?;
         Ok(self
-            .read_stamped(key)
-            .await?
-            .map(|(checkpoint, etag, _)| (checkpoint, etag)))
+            .lock()
+            .get(key)
+            .cloned()
+            .map(|(checkpoint, etag, stamp)| StoredCheckpoint {
+                checkpoint,
+                etag,
+                stamp,
+            }))
     }
 
     async fn write(
@@ -84,26 +90,9 @@ impl CheckpointStore for InMemoryCheckpointStore {
         key: &str,
         checkpoint: &Checkpoint,
         precondition: WritePrecondition,
+        stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
-        self.store(key, checkpoint, precondition, None)
-    }
-
-    async fn write_stamped(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: &str,
-    ) -> Result<ETag, StorageError> {
-        self.store(key, checkpoint, precondition, Some(stamp))
-    }
-
-    async fn read_stamped(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Checkpoint, ETag, Option<String>)>, StorageError> {
-        self.outage.check("checkpoint store")?;
-        Ok(self.lock().get(key).cloned())
+        self.store(key, checkpoint, precondition, stamp)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
@@ -160,25 +149,41 @@ mod tests {
         let store = InMemoryCheckpointStore::new();
         assert!(store.read("k").await.unwrap().is_none());
         let first = store
-            .write("k", &progress(1), WritePrecondition::Create)
+            .write("k", &progress(1), WritePrecondition::Create, None)
             .await
             .unwrap();
         let err = store
-            .write("k", &progress(2), WritePrecondition::Create)
+            .write("k", &progress(2), WritePrecondition::Create, None)
             .await
             .unwrap_err();
         assert_eq!(err, StorageError::Conflict { key: "k".into() });
         let second = store
-            .write("k", &progress(2), WritePrecondition::IfMatch(first.clone()))
+            .write(
+                "k",
+                &progress(2),
+                WritePrecondition::IfMatch(first.clone()),
+                None,
+            )
             .await
             .unwrap();
         assert_ne!(first, second);
         let err = store
-            .write("k", &progress(3), WritePrecondition::IfMatch(first))
+            .write("k", &progress(3), WritePrecondition::IfMatch(first), None)
             .await
             .unwrap_err();
         assert!(matches!(err, StorageError::Conflict { .. }));
-        assert_eq!(store.read("k").await.unwrap(), Some((progress(2), second)));
+        assert_eq!(
+            store.read("k").await.unwrap(),
+            Some(stored(progress(2), second, None))
+        );
+    }
+
+    fn stored(checkpoint: Checkpoint, etag: ETag, stamp: Option<&str>) -> StoredCheckpoint {
+        StoredCheckpoint {
+            checkpoint,
+            etag,
+            stamp: stamp.map(str::to_owned),
+        }
     }
 
     #[tokio::test]
@@ -191,7 +196,7 @@ mod tests {
             store.prepare().await.unwrap_err(),
             store.read("k").await.unwrap_err(),
             store
-                .write("k", &progress(1), WritePrecondition::Create)
+                .write("k", &progress(1), WritePrecondition::Create, None)
                 .await
                 .unwrap_err(),
         ];
@@ -202,7 +207,7 @@ mod tests {
         store.set_available(true);
         store.prepare().await.unwrap();
         store
-            .write("k", &progress(1), WritePrecondition::Create)
+            .write("k", &progress(1), WritePrecondition::Create, None)
             .await
             .unwrap();
     }
@@ -211,25 +216,21 @@ mod tests {
     async fn stamps_are_kept_with_the_checkpoint_and_replaced_by_every_write() {
         let store = InMemoryCheckpointStore::new();
         let first = store
-            .write_stamped("k", &progress(1), WritePrecondition::Create, "w:1")
+            .write("k", &progress(1), WritePrecondition::Create, Some("w:1"))
             .await
             .unwrap();
         assert_eq!(
-            store.read_stamped("k").await.unwrap(),
-            Some((progress(1), first.clone(), Some("w:1".to_owned())))
-        );
-        assert_eq!(
             store.read("k").await.unwrap(),
-            Some((progress(1), first.clone()))
+            Some(stored(progress(1), first.clone(), Some("w:1")))
         );
         // A plain write leaves no stale stamp behind.
         let second = store
-            .write("k", &progress(2), WritePrecondition::IfMatch(first))
+            .write("k", &progress(2), WritePrecondition::IfMatch(first), None)
             .await
             .unwrap();
         assert_eq!(
-            store.read_stamped("k").await.unwrap(),
-            Some((progress(2), second, None))
+            store.read("k").await.unwrap(),
+            Some(stored(progress(2), second, None))
         );
     }
 
@@ -241,6 +242,7 @@ mod tests {
                 "k",
                 &progress(1),
                 WritePrecondition::IfMatch(ETag::new("\"x\"")),
+                None,
             )
             .await
             .unwrap_err();
