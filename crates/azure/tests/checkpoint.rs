@@ -208,6 +208,14 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
     store.create_container_if_missing().await.unwrap();
 
     let id = queue.send("already done", Duration::ZERO).await.unwrap();
+    // An earlier delivery completed the job, and its delete was cut short:
+    // the message is visible again, received once.
+    let earlier = queue.receive(1, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(earlier.len(), 1);
+    queue
+        .update_visibility(&id, &earlier[0].pop_receipt, Duration::ZERO)
+        .await
+        .unwrap();
     store
         .write(
             id.as_str(),

@@ -1,5 +1,5 @@
-//! What the consumer asks of storage per job: one checkpoint read per
-//! delivery, receives that fetch whole batches while there is a backlog but
+//! What the consumer asks of storage per job: at most one checkpoint read
+//! per delivery (none where it cannot exist), receives that fetch whole batches while there is a backlog but
 //! never more messages than free slots. On tokio's paused clock against the
 //! in-memory queue and checkpoint store, both wrapped to count requests.
 
@@ -10,20 +10,21 @@ use std::time::Duration;
 use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ConsumerConfig, ETag, HandlerError, InMemoryCheckpointStore,
-    InMemoryQueue, Job, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
+    InMemoryQueue, Job, MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage,
+    StorageError, StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
 };
 
 mod common;
 use common::*;
 use spot_worker_testkit::faulty::FaultyQueue;
 
-/// Counts checkpoint reads and writes.
+/// Counts checkpoint reads and writes, and records the keys read.
 #[derive(Clone)]
 struct CountedStore {
     inner: InMemoryCheckpointStore,
     reads: Arc<AtomicU32>,
     writes: Arc<AtomicU32>,
+    keys_read: Arc<Mutex<Vec<String>>>,
 }
 
 impl CountedStore {
@@ -32,7 +33,17 @@ impl CountedStore {
             inner: InMemoryCheckpointStore::new(),
             reads: Arc::default(),
             writes: Arc::default(),
+            keys_read: Arc::default(),
         }
+    }
+
+    /// Reads of checkpoints, not of the consumer's attempt records.
+    fn checkpoint_reads(&self) -> Vec<String> {
+        let keys = self.keys_read.lock().unwrap();
+        keys.iter()
+            .filter(|key| !key.starts_with(".spot-worker/"))
+            .cloned()
+            .collect()
     }
 }
 
@@ -43,6 +54,7 @@ impl CheckpointStore for CountedStore {
     }
     async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.keys_read.lock().unwrap().push(key.to_owned());
         self.inner.read(key).await
     }
     async fn write(
@@ -61,7 +73,7 @@ impl CheckpointStore for CountedStore {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_checkpointed_job_reads_its_checkpoint_once_per_delivery() {
+async fn a_first_delivery_keyed_by_its_message_id_reads_no_checkpoint_before_it_runs() {
     let (queue, poison) = queues();
     for i in 0..8 {
         queue
@@ -83,10 +95,85 @@ async fn a_checkpointed_job_reads_its_checkpoint_once_per_delivery() {
     let running = Running::start(consumer, handler);
     running.wait_for("all handled", |s| s.succeeded == 8).await;
     running.stop().await;
-    // Per job: the completed check (reused by the first handle), the second
-    // handle's read, one write.
-    assert_eq!(store.reads.load(Ordering::SeqCst), 8 * 2);
+    // Per job: no completed check (a first delivery keyed by its message
+    // id cannot have a checkpoint, and the first handle is told so), the
+    // second handle's read, one write.
+    assert_eq!(store.reads.load(Ordering::SeqCst), 8);
     assert_eq!(store.writes.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redelivered_job_reads_its_checkpoint_once_and_resumes_from_it() {
+    let (queue, poison) = queues();
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let store = CountedStore::new();
+    let handler = handler_fn(|job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        if job.dequeue_count() == 1 {
+            assert_eq!(checkpoint.progress(), None);
+            checkpoint.save_progress(json!({"done": 1})).await?;
+            return Err::<(), HandlerError>("fails once, after saving".into());
+        }
+        assert_eq!(checkpoint.progress(), Some(&json!({"done": 1})));
+        Ok(())
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.retried, 1, "{stats:?}");
+    // First delivery: none (known absent, and the handler is told so).
+    // Second: the completed check, handed on to the handler.
+    let reads = store.checkpoint_reads();
+    assert_eq!(reads.len(), 1, "{reads:?}");
+}
+
+/// Never runs a job (every one here is completed already); keyed by the
+/// body.
+struct KeyedByBody {
+    runs: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl MessageHandler for KeyedByBody {
+    async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        Some(String::from_utf8_lossy(body).into_owned())
+    }
+}
+
+/// A job keyed by its body may share its key with a duplicate message, so
+/// even a first delivery checks for completion, and a duplicate of a
+/// completed job is deleted without running.
+#[tokio::test(start_paused = true)]
+async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
+    let (queue, poison) = queues();
+    queue.send("same job", Duration::ZERO).await.unwrap();
+    let store = CountedStore::new();
+    store
+        .inner
+        .write(
+            "same job",
+            &Checkpoint::Completed { result: json!(1) },
+            WritePrecondition::Create,
+            None,
+        )
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, KeyedByBody { runs: runs.clone() });
+    running
+        .wait_for("skipped", |s| s.skipped_completed == 1)
+        .await;
+    running.stop().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(store.checkpoint_reads(), ["same job"]);
+    assert!(queue.is_empty() && poison.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

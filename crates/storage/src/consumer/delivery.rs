@@ -1,5 +1,6 @@
 //! One delivery, from receive to settle: decode the body, check the job's
-//! checkpoint (the one read of it, handed on to the handler), admit or
+//! checkpoint (the one read of it, handed on to the handler; none on a
+//! first delivery keyed by the message id, where it cannot exist), admit or
 //! refuse it, run the handler under a renewed lease,
 //! and carry out what [`settlement`](super::settlement) decides.
 
@@ -23,7 +24,7 @@ use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHand
 use super::lease::{Lease, Renewal};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
-    settle,
+    checkpoint_may_exist, settle,
 };
 use super::signals::DrainSignals;
 use super::stats::bump;
@@ -98,11 +99,9 @@ impl Consumer {
             renewal: Some(renewal),
         };
         let decoded = self.config.encoding.decode(&delivery.message.body);
-        let key = decoded
-            .as_ref()
-            .ok()
-            .and_then(|body| handler.job_key(body))
-            .unwrap_or_else(|| delivery.message.id.to_string());
+        let body_key = decoded.as_ref().ok().and_then(|body| handler.job_key(body));
+        let keyed_by_message_id = body_key.is_none();
+        let key = body_key.unwrap_or_else(|| delivery.message.id.to_string());
         // The record matters before the handler only if the crash-loop guard
         // could fire: a first delivery costs no read.
         let earlier = if delivery.message.dequeue_count > self.config.max_deliveries {
@@ -111,7 +110,13 @@ impl Consumer {
             ReadAttempts::default()
         };
         let mut earlier_read = EarlierRead::default();
-        let completion = match self.check_completed(&key, &delivery).await {
+        let pre_check = if checkpoint_may_exist(delivery.message.dequeue_count, keyed_by_message_id)
+        {
+            self.check_completed(&key, &delivery).await
+        } else {
+            PreCheck::NotCompleted(None)
+        };
+        let completion = match pre_check {
             PreCheck::Completed(result) => {
                 let body = decoded.as_deref().unwrap_or_default();
                 match handler.verify_completed(body, &result) {

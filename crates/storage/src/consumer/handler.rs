@@ -86,7 +86,9 @@ pub trait MessageHandler: Send + Sync + 'static {
     /// [`Job::checkpoint`], and the consumer checks that checkpoint for
     /// completion before running the handler, so a job finished by another
     /// message (a duplicate) or whose delete was cut short is deleted
-    /// instead of run again, and never poisoned.
+    /// instead of run again, and never poisoned. With the message id as the
+    /// key, a first delivery skips that read: nobody can have written a
+    /// checkpoint under the id of a message nobody has received.
     fn job_key(&self, body: &[u8]) -> Option<String> {
         let _ = body;
         None
@@ -160,7 +162,9 @@ where
 pub(crate) type ConflictNote = Arc<OnceLock<String>>;
 
 /// The consumer's read of the job's checkpoint, made before the handler
-/// started (the completed check): the key and what the store returned. The
+/// started (the completed check): the key and what the store returned, or
+/// none on a first delivery keyed by the message id, where no checkpoint
+/// can exist and the store is not asked. The
 /// first [`Job::checkpoint_for`] of that key takes it instead of reading the
 /// same blob again; later ones read afresh, since the first handle may have
 /// written since.
