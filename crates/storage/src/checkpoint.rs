@@ -218,9 +218,9 @@ pub struct JobCheckpoint {
     key: String,
     latest: Option<(Checkpoint, ETag)>,
     cancelled: Option<CancellationToken>,
-    /// Set to the key when a write loses to another writer (see
-    /// [`JobCheckpoint::noting_conflicts_in`]).
-    conflicts: Option<Arc<OnceLock<String>>>,
+    /// Where a lost write or an unreachable store is noted for whoever runs
+    /// the job (see [`JobCheckpoint::noting_in`]).
+    notes: Option<Arc<CheckpointNotes>>,
     /// Random per handle: only this handle's writes carry it, so a stored
     /// stamp with it proves the stored checkpoint is this handle's.
     writer: String,
@@ -237,6 +237,41 @@ impl fmt::Debug for JobCheckpoint {
             .field("writer", &self.writer)
             .field("writes", &self.writes)
             .finish_non_exhaustive()
+    }
+}
+
+/// Whether `error` means the checkpoint store cannot be reached now (a
+/// transient failure, or `NotFound` while its container is missing): it
+/// says nothing about the job, and waiting may fix it.
+pub(crate) fn store_unreachable(error: &StorageError) -> bool {
+    error.is_transient() || matches!(error, StorageError::NotFound { .. })
+}
+
+/// What a job's checkpoint handles ran into, noted for the consumer, which
+/// settles the delivery by it rather than by the handler's error alone.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointNotes {
+    /// The key of a write that lost to another writer: the delivery was
+    /// fenced out by another holder of the job.
+    pub(crate) conflict: OnceLock<String>,
+    /// Why the store could not be reached: the job stopped for an outage,
+    /// not for a fault of its own.
+    pub(crate) unreachable: OnceLock<String>,
+}
+
+impl CheckpointNotes {
+    /// Notes `error` (the first of each kind) if it is one the consumer
+    /// settles by.
+    pub(crate) fn note(&self, error: &StorageError) {
+        match error {
+            StorageError::Conflict { key } => {
+                let _ = self.conflict.set(key.clone());
+            }
+            error if store_unreachable(error) => {
+                let _ = self.unreachable.set(error.to_string());
+            }
+            _ => {}
+        }
     }
 }
 
@@ -278,7 +313,7 @@ impl JobCheckpoint {
             key,
             latest: latest.map(|stored| (stored.checkpoint, stored.etag)),
             cancelled: None,
-            conflicts: None,
+            notes: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
         }
@@ -291,12 +326,12 @@ impl JobCheckpoint {
         self
     }
 
-    /// Notes in `note` (the first time) the key of a write that fails with
-    /// [`StorageError::Conflict`], so whoever runs the job learns that it was
-    /// fenced out by another writer even if the error is swallowed or
-    /// wrapped on its way out of the handler.
-    pub(crate) fn noting_conflicts_in(mut self, note: Arc<OnceLock<String>>) -> Self {
-        self.conflicts = Some(note);
+    /// Notes in `notes` a write that fails because another writer got in
+    /// first or because the store cannot be reached, so whoever runs the
+    /// job learns why it stopped even if the error is swallowed or wrapped
+    /// on its way out of the handler.
+    pub(crate) fn noting_in(mut self, notes: Arc<CheckpointNotes>) -> Self {
+        self.notes = Some(notes);
         self
     }
 
@@ -362,8 +397,8 @@ impl JobCheckpoint {
     ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         let saved = self.save_fenced(checkpoint).await;
-        if let (Err(StorageError::Conflict { key }), Some(note)) = (&saved, &self.conflicts) {
-            let _ = note.set(key.clone());
+        if let (Err(error), Some(notes)) = (&saved, &self.notes) {
+            notes.note(error);
         }
         saved
     }

@@ -1010,3 +1010,42 @@ async fn extra_messages_from_the_queue_are_released_at_once() {
     running.stop().await;
     assert!(queue.is_empty());
 }
+
+// A storage outage is not the handler's fault: a job whose checkpoint write
+// cannot reach the store is tried again later, never counted, even with
+// max_failures 1 and the store error wrapped on its way out of the handler.
+#[tokio::test(start_paused = true)]
+async fn a_checkpoint_store_outage_mid_job_is_waited_out_not_counted() {
+    let (queue, poison) = queues();
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let store = InMemoryCheckpointStore::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = handler_fn({
+        let (store, runs) = (store.clone(), runs.clone());
+        move |job: Job| {
+            let (store, runs) = (store.clone(), runs.clone());
+            async move {
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut checkpoint = job.checkpoint().await?;
+                // The first two runs meet an outage just as they save.
+                store.set_available(run > 2);
+                let saved = checkpoint.complete(json!({ "run": run })).await;
+                store.set_available(true);
+                saved.map_err(|error| format!("could not save the result: {error}"))?;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let config = ConsumerConfig {
+        max_failures: 1,
+        ..config()
+    };
+    let consumer = consumer(&queue, &poison, config).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("handled", |s| s.succeeded == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.waited_for_store, 2, "{stats:?}");
+    assert_eq!((stats.retried, stats.poisoned), (0, 0), "{stats:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert!(queue.is_empty() && poison.is_empty());
+}

@@ -6,14 +6,14 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use futures_util::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::{Checkpoint, StoredCheckpoint};
+use crate::checkpoint::{Checkpoint, CheckpointNotes, StoredCheckpoint, store_unreachable};
 use crate::error::StorageError;
 use crate::queue::QueueMessage;
 
@@ -130,7 +130,13 @@ impl Consumer {
             }
             PreCheck::Interrupted => {
                 return self
-                    .finish(delivery, &signals, Ending::Dropped, false, earlier)
+                    .finish(
+                        delivery,
+                        &signals,
+                        Ending::Dropped,
+                        &CheckpointNotes::default(),
+                        earlier,
+                    )
                     .await;
             }
             PreCheck::Failed(error) => {
@@ -140,7 +146,13 @@ impl Consumer {
                     permanent: false,
                 };
                 return self
-                    .finish(delivery, &signals, ending, false, earlier)
+                    .finish(
+                        delivery,
+                        &signals,
+                        ending,
+                        &CheckpointNotes::default(),
+                        earlier,
+                    )
                     .await;
             }
         };
@@ -166,7 +178,7 @@ impl Consumer {
                 return self.poison(delivery, cause, failures).await;
             }
         };
-        let conflict = Arc::new(OnceLock::new());
+        let notes = Arc::new(CheckpointNotes::default());
         let job = Job {
             id: delivery.message.id.clone(),
             key,
@@ -177,7 +189,7 @@ impl Consumer {
             fence,
             deadline: signals.deadline.subscribe(),
             checkpoints: self.checkpoints.clone(),
-            conflict: Arc::clone(&conflict),
+            notes: Arc::clone(&notes),
             earlier_read,
         };
         let result = self.run_handler(&*handler, job, &delivery, &signals).await;
@@ -193,8 +205,7 @@ impl Consumer {
             },
             _ => Ending::Dropped,
         };
-        let fenced_by_peer = conflict.get().is_some();
-        self.finish(delivery, &signals, ending, fenced_by_peer, earlier)
+        self.finish(delivery, &signals, ending, &notes, earlier)
             .await;
     }
 
@@ -236,14 +247,19 @@ impl Consumer {
         mut delivery: Delivery,
         signals: &DrainSignals,
         ending: Ending<'_>,
-        fenced_by_peer: bool,
+        notes: &CheckpointNotes,
         earlier: ReadAttempts,
     ) {
         let shutting_down = signals.wind_down.is_cancelled();
         let lease_lost = delivery.lease.is_lost();
+        let store_unreachable = notes.unreachable.get();
         // The record is read when it decides something: after a failure that
-        // is not shutdown's doing.
-        let record = if matches!(ending, Ending::Failed { .. }) && !shutting_down && !lease_lost {
+        // is not shutdown's doing, while its store can be reached.
+        let record = if matches!(ending, Ending::Failed { .. })
+            && !shutting_down
+            && !lease_lost
+            && store_unreachable.is_none()
+        {
             self.read_attempts(&delivery).await
         } else {
             earlier
@@ -252,7 +268,8 @@ impl Consumer {
             ending,
             lease_lost,
             shutting_down,
-            fenced_by_peer,
+            fenced_by_peer: notes.conflict.get().is_some(),
+            store_unreachable: store_unreachable.is_some(),
             attempts: &record.attempts,
         };
         match settle(&departure, self.limits()) {
@@ -283,6 +300,16 @@ impl Consumer {
                     && self.make_visible_after(&delivery.lease, delay).await
                 {
                     bump(&self.counters.waited_for_peer);
+                }
+            }
+            Settlement::WaitForStore => {
+                let delay = self.backoff(delivery.message.dequeue_count);
+                tracing::warn!(error = store_unreachable.map(String::as_str).unwrap_or_default(), retry_in = ?delay, "the checkpoint store could not be reached; trying the message again later (not a failure)");
+                delivery.stop_renewing().await;
+                if self.settled_lease(&delivery)
+                    && self.make_visible_after(&delivery.lease, delay).await
+                {
+                    bump(&self.counters.waited_for_store);
                 }
             }
             Settlement::Delete => {
@@ -376,11 +403,7 @@ impl Consumer {
                     return PreCheck::Completed(result);
                 }
                 Ok(latest) => return PreCheck::NotCompleted(latest),
-                Err(error)
-                    if error.is_transient() || matches!(error, StorageError::NotFound { .. }) =>
-                {
-                    error
-                }
+                Err(error) if store_unreachable(&error) => error,
                 Err(error) => return PreCheck::Failed(error),
             };
             attempt = attempt.saturating_add(1);

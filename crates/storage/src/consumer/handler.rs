@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::str::Utf8Error;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::{CheckpointStore, JobCheckpoint, StoredCheckpoint};
+use crate::checkpoint::{CheckpointNotes, CheckpointStore, JobCheckpoint, StoredCheckpoint};
 use crate::error::StorageError;
 use crate::queue::MessageId;
 
@@ -156,11 +156,6 @@ where
     }
 }
 
-/// Set when a checkpoint write of this delivery lost to another writer: the
-/// consumer then knows the delivery was fenced out by another holder of the
-/// same job, whatever error the handler returned.
-pub(crate) type ConflictNote = Arc<OnceLock<String>>;
-
 /// The consumer's read of the job's checkpoint, made before the handler
 /// started (the completed check): the key and what the store returned, or
 /// none on a first delivery keyed by the message id, where no checkpoint
@@ -204,7 +199,10 @@ pub struct Job {
     pub(crate) fence: CancellationToken,
     pub(crate) deadline: watch::Receiver<Option<Instant>>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
-    pub(crate) conflict: ConflictNote,
+    /// What this delivery's checkpoint handles ran into (a write lost to
+    /// another holder of the job, an unreachable store): the consumer
+    /// settles by it, whatever error the handler returned.
+    pub(crate) notes: Arc<CheckpointNotes>,
     pub(crate) earlier_read: EarlierRead,
 }
 
@@ -271,17 +269,21 @@ impl Job {
     /// another writer fails with [`StorageError::Conflict`] and marks this
     /// delivery as fenced out: the consumer then waits for the other holder
     /// of the job instead of counting a failure, whatever the handler
-    /// returns.
+    /// returns. Likewise a read or write that fails because the store
+    /// cannot be reached marks an outage: if the handler then fails, the
+    /// message is tried again later, uncounted.
     pub async fn checkpoint_for(&self, key: &str) -> Result<JobCheckpoint, StorageError> {
         let store = self.checkpoints.clone().ok_or_else(|| {
             StorageError::InvalidArgument("the consumer has no checkpoint store".to_owned())
         })?;
         let checkpoint = match self.earlier_read.take(key) {
             Some(latest) => JobCheckpoint::from_read(store, key.to_owned(), latest),
-            None => JobCheckpoint::load(store, key).await?,
+            None => JobCheckpoint::load(store, key)
+                .await
+                .inspect_err(|error| self.notes.note(error))?,
         };
         Ok(checkpoint
             .fenced_by(self.fence.clone())
-            .noting_conflicts_in(Arc::clone(&self.conflict)))
+            .noting_in(Arc::clone(&self.notes)))
     }
 }

@@ -167,6 +167,8 @@ pub(crate) struct Departure<'a> {
     pub(crate) shutting_down: bool,
     /// A checkpoint write of this delivery lost to another holder of the job.
     pub(crate) fenced_by_peer: bool,
+    /// The checkpoint store could not be reached while the handler ran.
+    pub(crate) store_unreachable: bool,
     /// Outcomes recorded by earlier deliveries.
     pub(crate) attempts: &'a Attempts,
 }
@@ -185,6 +187,10 @@ pub(crate) enum Settlement {
     WaitForPeer {
         attempts: Attempts,
     },
+    /// The handler stopped because the checkpoint store could not be
+    /// reached: try again after a backoff, uncounted (the attempt record
+    /// lives in that store too, so nothing is recorded).
+    WaitForStore,
     /// Record the failure and retry after a backoff.
     Retry {
         attempts: Attempts,
@@ -212,6 +218,11 @@ pub(crate) fn settle(departure: &Departure<'_>, limits: Limits) -> Settlement {
     }
     if permanent {
         return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
+    }
+    // A storage outage is not the handler's fault, whatever error it
+    // turned into on the way out.
+    if departure.store_unreachable {
+        return Settlement::WaitForStore;
     }
     let attempts = departure.attempts.failed(error);
     if attempts.failures >= limits.max_failures {
@@ -478,7 +489,65 @@ mod tests {
                 lease_lost,
                 shutting_down,
                 fenced_by_peer,
+                store_unreachable: false,
                 attempts: &attempts,
+            };
+            assert_eq!(settle(&departure, LIMITS), expected, "{departure:?}");
+        }
+    }
+
+    #[test]
+    fn a_handler_stopped_by_a_storage_outage_waits_for_the_store_uncounted() {
+        use Settlement::*;
+        let failed = Ending::Failed {
+            error: "checkpoint store unavailable",
+            permanent: false,
+        };
+        let permanent = Ending::Failed {
+            error: "not a job",
+            permanent: true,
+        };
+        // All with the store unreachable and two failures recorded (a third
+        // would poison): (ending, lease lost, shutting down, fenced by peer,
+        // expected)
+        let rows: Vec<(Ending<'_>, bool, bool, bool, Settlement)> = vec![
+            (failed.clone(), false, false, false, WaitForStore),
+            (Ending::Succeeded, false, false, false, Delete),
+            (failed.clone(), false, true, false, Release),
+            (
+                failed.clone(),
+                true,
+                false,
+                false,
+                Leave("the lease is lost; another consumer has the message"),
+            ),
+            // Another holder's write is news about the job: wait for it.
+            (
+                failed,
+                false,
+                false,
+                true,
+                WaitForPeer {
+                    attempts: attempts(2, 1),
+                },
+            ),
+            // The handler's own verdict stands.
+            (
+                permanent,
+                false,
+                false,
+                false,
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
+        ];
+        for (ending, lease_lost, shutting_down, fenced_by_peer, expected) in rows {
+            let departure = Departure {
+                ending,
+                lease_lost,
+                shutting_down,
+                fenced_by_peer,
+                store_unreachable: true,
+                attempts: &attempts(2, 0),
             };
             assert_eq!(settle(&departure, LIMITS), expected, "{departure:?}");
         }

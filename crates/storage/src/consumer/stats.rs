@@ -32,6 +32,10 @@ pub struct ConsumerStats {
     /// message whose worker wrote newer progress): put back to be checked
     /// again later, without counting as a failure.
     pub waited_for_peer: u64,
+    /// Deliveries whose handler stopped because the checkpoint store could
+    /// not be reached: put back to be tried again later, without counting
+    /// as a failure.
+    pub waited_for_store: u64,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +50,7 @@ pub(crate) struct Counters {
     pub(crate) settle_failures: AtomicU64,
     pub(crate) receive_errors: AtomicU64,
     pub(crate) waited_for_peer: AtomicU64,
+    pub(crate) waited_for_store: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -66,6 +71,7 @@ impl Counters {
             settle_failures: get(&self.settle_failures),
             receive_errors: get(&self.receive_errors),
             waited_for_peer: get(&self.waited_for_peer),
+            waited_for_store: get(&self.waited_for_store),
         }
     }
 }
