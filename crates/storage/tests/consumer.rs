@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError,
-    InMemoryCheckpointStore, Job, MessageEncoding, MessageHandler, MessageQueue, PoisonRecord,
-    StorageError, WritePrecondition, async_trait, handler_fn,
+    InMemoryCheckpointStore, Job, MessageEncoding, MessageQueue, PoisonRecord, StorageError,
+    WritePrecondition, handler_fn,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -824,32 +824,18 @@ async fn release_does_not_wait_for_a_hanging_renewal() {
     assert!(queue.messages()[0].visible);
 }
 
-/// Runs bodies other than "done before", keyed by the body, so every
-/// delivery must read its checkpoint first (a key from the body may be
-/// shared by a duplicate).
-struct KeyedByBody {
-    runs: Arc<AtomicU32>,
-}
-
-#[async_trait]
-impl MessageHandler for KeyedByBody {
-    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        assert_eq!(job.text()?, "new");
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn job_key(&self, body: &[u8]) -> Option<String> {
-        Some(String::from_utf8_lossy(body).into_owned())
-    }
-}
-
 // Finding 9: a checkpoint-store outage does not poison anything.
 #[tokio::test(start_paused = true)]
 async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
     let (queue, poison) = queues();
-    queue.send("done before", Duration::ZERO).await.unwrap();
-    queue.send("new", Duration::ZERO).await.unwrap();
+    queue
+        .send(r#"{"job": "done before"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    queue
+        .send(r#"{"job": "new"}"#, Duration::ZERO)
+        .await
+        .unwrap();
     let store = InMemoryCheckpointStore::new();
     store
         .write(
@@ -862,7 +848,7 @@ async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
         .unwrap();
     store.set_available(false);
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = KeyedByBody { runs: runs.clone() };
+    let handler = KeyedJobs { runs: runs.clone() };
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
     running.wait_for("both received", |s| s.received == 2).await;

@@ -14,8 +14,8 @@ use common::*;
 use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
-    InMemoryQueue, InMemoryResultStore, Job, MessageEncoding, MessageHandler, MessageQueue,
-    PoisonRecord, ResultStore, WritePrecondition, async_trait, handler_fn, permanent,
+    InMemoryQueue, InMemoryResultStore, Job, MessageEncoding, MessageQueue, PoisonRecord,
+    ResultStore, WritePrecondition, handler_fn, permanent,
 };
 
 /// Runs `consumer` until its one message is in the handler, then drains as
@@ -118,24 +118,6 @@ async fn failures_are_counted_across_workers_through_the_attempt_record() {
         record.last_error
     );
     assert!(store.is_empty(), "the attempt record went with the message");
-}
-
-/// A handler whose messages name their job: `{"job": "<key>"}`.
-struct KeyedJobs {
-    runs: Arc<AtomicU32>,
-}
-
-#[async_trait]
-impl MessageHandler for KeyedJobs {
-    async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn job_key(&self, body: &[u8]) -> Option<String> {
-        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-        Some(value["job"].as_str()?.to_owned())
-    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,10 +3,13 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use spot_worker_storage::{Consumer, ConsumerConfig, ConsumerStats, InMemoryQueue};
+use spot_worker_storage::{
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, InMemoryQueue, Job, MessageHandler,
+    async_trait,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -103,4 +106,24 @@ pub fn queues() -> (InMemoryQueue, InMemoryQueue) {
 
 pub fn consumer(queue: &InMemoryQueue, poison: &InMemoryQueue, config: ConsumerConfig) -> Consumer {
     Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).expect("valid config")
+}
+
+/// A handler whose messages name their job, `{"job": "<key>"}` (a key a
+/// duplicate message may share, so even a first delivery is checked for
+/// completion); it counts its runs and succeeds.
+pub struct KeyedJobs {
+    pub runs: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl MessageHandler for KeyedJobs {
+    async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        Some(value["job"].as_str()?.to_owned())
+    }
 }
