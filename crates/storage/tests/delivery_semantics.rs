@@ -15,7 +15,7 @@ use serde_json::json;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
     InMemoryQueue, InMemoryResultStore, Job, MessageEncoding, MessageHandler, MessageQueue,
-    PoisonRecord, ResultStore, WritePrecondition, async_trait, handler_fn, permanent,
+    PoisonRecord, ResultStore, WritePrecondition, handler_fn, permanent,
 };
 
 /// Runs `consumer` until its one message is in the handler, then drains as
@@ -125,7 +125,6 @@ struct KeyedJobs {
     runs: Arc<AtomicU32>,
 }
 
-#[async_trait]
 impl MessageHandler for KeyedJobs {
     async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
