@@ -1138,7 +1138,6 @@ struct Timed<H> {
     started: Arc<Mutex<Vec<Instant>>>,
 }
 
-#[async_trait]
 impl<H: MessageHandler> MessageHandler for Timed<H> {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
         self.started

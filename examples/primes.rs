@@ -26,10 +26,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use spot_worker::Setup;
 use spot_worker::settings::{self, Source, table};
-use spot_worker::setup::AzureSetup;
 use spot_worker::storage::ResultStore;
-use spot_worker::telemetry::{self, TelemetryConfig};
 use spot_worker_primes::PrimesConfig;
 
 fn main() -> ExitCode {
@@ -56,15 +55,13 @@ async fn run() -> anyhow::Result<()> {
         return Ok(());
     }
     let settings = Source::from_env()?.with_args(args)?;
-    let telemetry =
-        telemetry::init(TelemetryConfig::from_source(&settings)?).context("starting telemetry")?;
-    let setup = AzureSetup::from_source(&settings).context("reading the configuration")?;
+    // Logs (always), telemetry (when configured) and storage.
+    let setup = Setup::from_source(&settings).context("setting up")?;
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
     let worker = setup
         .worker()?
-        .with_telemetry(telemetry)
         // The results container must exist and be writable before any job
         // runs, or a finished job could not record its result.
         .with_warmup(move || {

@@ -16,7 +16,8 @@
 //! - `azure` (default feature `azure`): Azure Storage Queue and Blob
 //!   implementations of the storage traits.
 //! - [`telemetry`]: `tracing` + OpenTelemetry export and the worker's metrics.
-//! - `setup` (feature `azure`): the settings wired to Azure Storage.
+//! - `setup` (feature `azure`): the settings wired to logs, telemetry and
+//!   Azure Storage; `Setup::from_env()` is a worker's one set-up call.
 //! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
 
 pub use spot_worker_imds as imds;
@@ -31,6 +32,9 @@ pub use spot_worker_runtime::{
 
 #[cfg(feature = "azure")]
 pub mod setup;
+
+#[cfg(feature = "azure")]
+pub use setup::Setup;
 
 #[cfg(feature = "azure")]
 pub use spot_worker_azure as azure;

@@ -1,5 +1,9 @@
-//! The documented settings, wired to Azure Storage: what every worker built
-//! on spot-worker reads, so one deployment fits them all.
+//! The documented settings, wired: logs, telemetry and Azure Storage. What
+//! every worker built on spot-worker reads, so one deployment fits them all.
+//!
+//! [`Setup`] is the one call a worker makes; [`AzureSetup`] (storage and the
+//! worker's configuration) and [`telemetry::init`] are the same pieces for
+//! programs that want only some of them.
 //!
 //! Every setting is a row of [the settings table](crate::settings::table),
 //! read from flags, the environment, the `SPOT_WORKER_CONFIG` file and the
@@ -9,10 +13,12 @@
 //! identity `AZURE_CLIENT_ID` (or the Azure CLI's login).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use spot_worker_azure::{AccountEndpoints, AzureStorage, Credentials, StorageConfig};
 use spot_worker_runtime::settings::{SettingError, Source, table};
 use spot_worker_runtime::{ConfigError, Worker, WorkerConfig};
+use spot_worker_telemetry::{self as telemetry, Telemetry, TelemetryConfig, TelemetryError};
 
 /// Names the storage account when no connection string is given.
 pub const STORAGE_ACCOUNT_URL_ENV: &str = table::STORAGE_ACCOUNT_URL.key;
@@ -26,6 +32,10 @@ pub enum SetupError {
     /// A setting could not be read.
     #[error(transparent)]
     Setting(#[from] SettingError),
+    /// Logs or telemetry could not be installed (a bad `RUST_LOG`, an
+    /// unusable exporter setting, or a global subscriber already set).
+    #[error("telemetry: {0}")]
+    Telemetry(#[from] TelemetryError),
     /// The storage account or its credentials are unusable.
     #[error("storage: {0}")]
     Storage(#[from] spot_worker_azure::StorageConfigError),
@@ -39,8 +49,88 @@ pub enum SetupError {
     },
 }
 
+/// How long a [`Setup`] dropped with its telemetry (no worker was made from
+/// it) waits for the last spans and metrics to be exported.
+pub const FLUSH_ON_DROP: Duration = Duration::from_secs(5);
+
+/// Everything a worker process sets up from its settings, in one call: logs
+/// on stderr (always, whether or not telemetry is exported), telemetry
+/// export (OTLP or Application Insights, when configured), the worker's
+/// configuration and its storage account.
+///
+/// [`Setup::worker`] hands the telemetry to the worker, whose drain flushes
+/// it within the eviction notice; a `Setup` dropped without making a worker
+/// flushes it then (at most [`FLUSH_ON_DROP`]).
+///
+/// ```no_run
+/// use spot_worker::{HandlerError, Job, Setup, handler_fn};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let setup = Setup::from_env()?; // logs from here on
+/// let worker = setup.worker()?;
+/// worker
+///     .run(handler_fn(|job: Job| async move {
+///         tracing::info!(body = job.text()?, "working");
+///         Ok::<(), HandlerError>(())
+///     }))
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct Setup {
+    /// The worker's settings.
+    pub config: WorkerConfig,
+    /// The storage account (queues, checkpoints, and any containers the
+    /// application needs, e.g. for results).
+    pub storage: AzureStorage,
+    /// Until a worker takes it; then `None`, and dropping has nothing left
+    /// to flush.
+    telemetry: Option<Telemetry>,
+}
+
+impl Setup {
+    /// Sets up from the environment and the `SPOT_WORKER_CONFIG` file.
+    pub fn from_env() -> Result<Self, SetupError> {
+        Self::from_source(&Source::from_env()?)
+    }
+
+    /// Sets up from `source` (e.g. the environment with the command line's
+    /// flags on top: `Source::from_env()?.with_args(args)?`): installs the
+    /// process's logging and telemetry ([`telemetry::init`]) first, so that
+    /// reading the rest is logged, then reads the worker's configuration and
+    /// storage ([`AzureSetup::from_source`]).
+    pub fn from_source(source: &Source) -> Result<Self, SetupError> {
+        let telemetry = telemetry::init(TelemetryConfig::from_source(source)?)?;
+        let AzureSetup { config, storage } = AzureSetup::from_source(source)?;
+        Ok(Setup {
+            config,
+            storage,
+            telemetry: Some(telemetry),
+        })
+    }
+
+    /// The worker [`AzureSetup::worker`] makes, reporting to this setup's
+    /// telemetry (which it flushes when it stops).
+    pub fn worker(mut self) -> Result<Worker, SetupError> {
+        let worker = worker_on(&self.config, &self.storage)?;
+        Ok(match self.telemetry.take() {
+            Some(telemetry) => worker.with_telemetry(telemetry),
+            None => worker,
+        })
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(telemetry) = self.telemetry.take()
+            && let Err(error) = telemetry.shutdown_blocking(FLUSH_ON_DROP)
+        {
+            tracing::warn!(%error, "telemetry not flushed");
+        }
+    }
+}
+
 /// A worker's configuration and its Azure Storage account, from the
-/// environment.
+/// environment; [`Setup`] is the same with logs and telemetry.
 pub struct AzureSetup {
     /// The worker's settings.
     pub config: WorkerConfig,
@@ -102,20 +192,22 @@ impl AzureSetup {
     /// their poison record). Missing queues and containers are created by
     /// the warmup gate.
     pub fn worker(&self) -> Result<Worker, SetupError> {
-        let queue = self.storage.queue(&self.config.queue)?;
-        let poison = self
-            .storage
-            .queue(&spot_worker_storage::poison_queue_name(&self.config.queue))?;
-        let checkpoints = self
-            .storage
-            .checkpoint_store(&self.config.checkpoint_container)?;
-        let poison_bodies = self.storage.result_store(&self.config.poison_container)?;
-        Ok(
-            Worker::new(self.config.clone(), Arc::new(queue), Arc::new(poison))
-                .with_checkpoints(Arc::new(checkpoints))
-                .with_poison_bodies(Arc::new(poison_bodies)),
-        )
+        worker_on(&self.config, &self.storage)
     }
+}
+
+/// A worker configured by `config` on the queues and containers it names in
+/// `storage`.
+fn worker_on(config: &WorkerConfig, storage: &AzureStorage) -> Result<Worker, SetupError> {
+    let queue = storage.queue(&config.queue)?;
+    let poison = storage.queue(&spot_worker_storage::poison_queue_name(&config.queue))?;
+    let checkpoints = storage.checkpoint_store(&config.checkpoint_container)?;
+    let poison_bodies = storage.result_store(&config.poison_container)?;
+    Ok(
+        Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))
+            .with_checkpoints(Arc::new(checkpoints))
+            .with_poison_bodies(Arc::new(poison_bodies)),
+    )
 }
 
 /// What the account URL must look like, for error messages.

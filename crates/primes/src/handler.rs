@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use spot_worker_storage::{
     CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultStore,
-    StorageError, async_trait, permanent,
+    StorageError, permanent,
 };
 
 use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
@@ -129,7 +129,6 @@ pub fn handler(results: Arc<dyn ResultStore>, config: PrimesConfig) -> PrimesHan
     PrimesHandler { results, config }
 }
 
-#[async_trait]
 impl MessageHandler for PrimesHandler {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
         self.run(&job).await.map_err(into_handler_error)

@@ -176,7 +176,6 @@ pub(crate) struct MeteredHandler<H> {
     pub(crate) queue: String,
 }
 
-#[async_trait]
 impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
         let started = Instant::now();

@@ -7,11 +7,14 @@
 //!   `APPLICATIONINSIGHTS_CONNECTION_STRING`.
 //! - [`init`] installs the global subscriber (stderr logs + OpenTelemetry
 //!   layer) and meter provider and returns a [`Telemetry`];
-//!   [`Telemetry::build`] does the same without globals.
+//!   [`Telemetry::build`] does the same without globals. A worker built on
+//!   the `spot-worker` facade gets this from its one set-up call
+//!   (`spot_worker::Setup`), with its storage.
 //! - [`message_span`] opens the per-message span following the messaging
 //!   semantic conventions; [`Metrics`] records the worker's metrics.
 //! - [`Telemetry::shutdown`] flushes within a hard time bound, so a dead
-//!   collector cannot eat the 30 s eviction notice.
+//!   collector cannot eat the 30 s eviction notice;
+//!   [`Telemetry::shutdown_blocking`] is the same where nothing can await.
 //!
 //! ```
 //! use std::time::Duration;

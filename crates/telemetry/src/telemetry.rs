@@ -154,6 +154,31 @@ impl Telemetry {
         }
         run_bounded("shutdown", timeout, jobs).await
     }
+
+    /// [`shutdown`](Self::shutdown) for code that cannot await (a `Drop`, a
+    /// synchronous `main`): it blocks the calling thread, inside an async
+    /// runtime or not, for at most about `timeout`.
+    pub fn shutdown_blocking(self, timeout: Duration) -> Result<(), TelemetryError> {
+        let failed = |reason: String| TelemetryError::Export {
+            operation: "shutdown",
+            reason,
+        };
+        // A thread of its own: a runtime cannot be entered from inside
+        // another, and the caller's may be one. The wait needs no timer or
+        // I/O driver, only an executor.
+        let waiting = std::thread::Builder::new()
+            .name("spot-worker-telemetry-shutdown-blocking".to_owned())
+            .spawn(move || {
+                let executor = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .map_err(|error| failed(format!("could not start an executor: {error}")))?;
+                executor.block_on(self.shutdown(timeout))
+            })
+            .map_err(|error| failed(format!("could not start a thread: {error}")))?;
+        waiting
+            .join()
+            .unwrap_or_else(|_| Err(failed("the exporter panicked".to_owned())))
+    }
 }
 
 fn not_exporter_internal(metadata: &tracing::Metadata<'_>) -> bool {
@@ -303,5 +328,8 @@ mod tests {
         telemetry.metrics().message_failed("q");
         telemetry.flush(Duration::from_secs(1)).await.unwrap();
         telemetry.shutdown(Duration::from_secs(1)).await.unwrap();
+        // Blocking, from inside a runtime (as a `Drop` would), is allowed.
+        let telemetry = Telemetry::build(&TelemetryConfig::default()).unwrap();
+        telemetry.shutdown_blocking(Duration::from_secs(1)).unwrap();
     }
 }

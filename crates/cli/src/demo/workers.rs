@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use spot_worker_primes::PrimesHandler;
 use spot_worker_runtime::{Readiness, RunReport, WorkerError};
-use spot_worker_storage::{HandlerError, Job, MessageHandler, async_trait};
+use spot_worker_storage::{HandlerError, Job, MessageHandler};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +49,6 @@ pub(super) struct Reporting {
     pub(super) tracker: Tracker,
 }
 
-#[async_trait]
 impl MessageHandler for Reporting {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
         self.job.handle(job).await?;

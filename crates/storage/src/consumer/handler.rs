@@ -6,7 +6,6 @@ use std::future::Future;
 use std::str::Utf8Error;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -76,10 +75,73 @@ pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
 /// [`permanent`] error poisons it at once. The future is dropped if the
 /// lease is lost or the worker shuts down, so keep work between awaits
 /// restartable.
-#[async_trait]
+///
+/// Implement it with a plain `async fn` (no macro):
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::time::Duration;
+/// use spot_worker_storage::{
+///     Consumer, ConsumerConfig, HandlerError, InMemoryQueue, Job, MessageHandler, MessageQueue,
+/// };
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct CountWords {
+///     words: AtomicUsize,
+///     stop: CancellationToken,
+/// }
+///
+/// impl MessageHandler for CountWords {
+///     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+///         let words = job.text()?.split_whitespace().count();
+///         tokio::task::yield_now().await; // any await, as in real work
+///         self.words.fetch_add(words, Ordering::SeqCst);
+///         self.stop.cancel(); // one message is enough for this example
+///         Ok(())
+///     }
+/// }
+///
+/// let queue = InMemoryQueue::new("jobs");
+/// queue.send("three small words", Duration::ZERO).await.unwrap();
+/// let consumer = Consumer::new(
+///     Arc::new(queue.clone()),
+///     Arc::new(InMemoryQueue::new("jobs-poison")),
+///     ConsumerConfig::default(),
+/// )
+/// .unwrap();
+/// let stop = CancellationToken::new();
+/// let handler = Arc::new(CountWords { words: AtomicUsize::new(0), stop: stop.clone() });
+/// let stats = consumer.run(Arc::clone(&handler), stop).await;
+/// assert_eq!(stats.succeeded, 1);
+/// assert_eq!(handler.words.load(Ordering::SeqCst), 3);
+/// # });
+/// ```
+///
+/// The consumer runs handlers on other tasks, so the future must be `Send`:
+/// holding something that is not (an `Rc`, a `RefCell` borrow, a
+/// `std::sync::MutexGuard`) across an `.await` does not compile.
+///
+/// ```compile_fail
+/// use std::rc::Rc;
+/// use spot_worker_storage::{HandlerError, Job, MessageHandler};
+///
+/// struct NotSend;
+///
+/// impl MessageHandler for NotSend {
+///     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+///         let shared = Rc::new(job.dequeue_count());
+///         tokio::task::yield_now().await;
+///         assert!(*shared > 0);
+///         Ok(())
+///     }
+/// }
+/// ```
 pub trait MessageHandler: Send + Sync + 'static {
-    /// Processes one message.
-    async fn handle(&self, job: Job) -> Result<(), HandlerError>;
+    /// Processes one message; write it as
+    /// `async fn handle(&self, job: Job) -> Result<(), HandlerError>`.
+    fn handle(&self, job: Job) -> impl Future<Output = Result<(), HandlerError>> + Send;
 
     /// The key of the job `body` asks for, if it names one (for example a
     /// `job_id` field); `None` (the default) uses the message id. It keys
@@ -114,10 +176,9 @@ pub trait MessageHandler: Send + Sync + 'static {
 /// once (intake resumed after a cancelled event) hands it the same one.
 /// Everything is forwarded, so the job key and the completed-job check are
 /// never lost on the way.
-#[async_trait]
-impl<H: MessageHandler + ?Sized> MessageHandler for Arc<H> {
-    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        (**self).handle(job).await
+impl<H: MessageHandler> MessageHandler for Arc<H> {
+    fn handle(&self, job: Job) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        (**self).handle(job)
     }
 
     fn job_key(&self, body: &[u8]) -> Option<String> {
@@ -145,14 +206,13 @@ where
     FnHandler(f)
 }
 
-#[async_trait]
 impl<F, Fut> MessageHandler for FnHandler<F>
 where
     F: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
-        (self.0)(job).await
+    fn handle(&self, job: Job) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        (self.0)(job)
     }
 }
 

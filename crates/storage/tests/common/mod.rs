@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use spot_worker_storage::{
     Consumer, ConsumerConfig, ConsumerStats, HandlerError, InMemoryQueue, Job, MessageHandler,
-    async_trait,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -115,7 +114,6 @@ pub struct KeyedJobs {
     pub runs: Arc<AtomicU32>,
 }
 
-#[async_trait]
 impl MessageHandler for KeyedJobs {
     async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
