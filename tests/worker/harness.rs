@@ -154,6 +154,8 @@ impl Env {
         let progress = ProgressLog::default();
         let config = PrimesConfig {
             chunk_size: std::num::NonZeroU64::new(2_000_000).unwrap(),
+            // Resuming is checked chunk by chunk.
+            checkpoint_every: Duration::ZERO,
             on_progress: Some(progress.hook()),
         };
         PrimesWorker {

@@ -6,12 +6,15 @@
 use std::fmt;
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use spot_worker_storage::{
     CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultStore,
     StorageError, permanent,
 };
+
+use tokio::time::Instant;
 
 use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
 use crate::sieve::{BasePrimes, Counted};
@@ -24,9 +27,9 @@ pub const DEFAULT_CHUNK_SIZE: NonZeroU64 = match NonZeroU64::new(1_000_000) {
     None => NonZeroU64::MIN,
 };
 
-/// Called after each computed chunk, once its progress is checkpointed (also
-/// for the part of a chunk counted before a cancellation, which is saved
-/// too).
+/// Called after each computed chunk (also for the part of a chunk counted
+/// before a cancellation), whether or not its progress was checkpointed:
+/// work reported twice is work redone.
 pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
 
 /// Where a job stands after a chunk, for progress reports.
@@ -60,12 +63,24 @@ impl Progress {
     }
 }
 
+/// How often a running job saves its progress unless configured otherwise.
+/// A checkpoint write is the dearest storage request a job makes (a blob
+/// write is billed at about 12 times a queue operation), and an eviction
+/// notice saves progress anyway, so this only bounds the work a crash
+/// without notice (a killed process, a lost VM) can cost.
+pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
 /// How the job runs.
 #[derive(Clone)]
 pub struct PrimesConfig {
-    /// Numbers per chunk: the unit of work between checkpoints and
-    /// cancellation checks.
+    /// Numbers per chunk: the unit of work between cancellation checks and
+    /// progress reports.
     pub chunk_size: NonZeroU64,
+    /// The least time between two progress checkpoints: after a chunk, the
+    /// progress is saved if this long has passed since the last save
+    /// (`Duration::ZERO`: after every chunk). Progress is also saved when
+    /// the job is cancelled, and a finished job writes its result instead.
+    pub checkpoint_every: Duration,
     /// Called after every chunk (for progress bars).
     pub on_progress: Option<ProgressHook>,
 }
@@ -74,6 +89,7 @@ impl Default for PrimesConfig {
     fn default() -> Self {
         PrimesConfig {
             chunk_size: DEFAULT_CHUNK_SIZE,
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
             on_progress: None,
         }
     }
@@ -83,6 +99,7 @@ impl fmt::Debug for PrimesConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PrimesConfig")
             .field("chunk_size", &self.chunk_size)
+            .field("checkpoint_every", &self.checkpoint_every)
             .field("on_progress", &self.on_progress.as_ref().map(|_| "set"))
             .finish()
     }
@@ -92,6 +109,12 @@ impl PrimesConfig {
     /// Sets the chunk size.
     pub fn with_chunk_size(mut self, chunk_size: NonZeroU64) -> Self {
         self.chunk_size = chunk_size;
+        self
+    }
+
+    /// Sets the least time between two progress checkpoints.
+    pub fn with_checkpoint_every(mut self, every: Duration) -> Self {
+        self.checkpoint_every = every;
         self
     }
 
@@ -107,8 +130,8 @@ impl PrimesConfig {
 /// For each message: parse the [`PrimesJob`]; if its checkpoint (keyed by
 /// `job_id`) is completed, make sure the result exists and succeed without
 /// recomputing; otherwise resume from the saved cursor and partial count,
-/// count the rest chunk by chunk (checkpointing `{"cursor", "primes"}` after
-/// each), write `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}` create-only,
+/// count the rest chunk by chunk (checkpointing `{"cursor", "primes"}` at
+/// most every [`PrimesConfig::checkpoint_every`] and when cancelled), write `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}` create-only,
 /// and mark the checkpoint completed with the same document.
 ///
 /// When [`Job::cancellation`] fires (the worker winds down, or the lease is
@@ -154,6 +177,26 @@ fn into_handler_error(error: PrimesError) -> HandlerError {
         permanent(error)
     } else {
         error.into()
+    }
+}
+
+/// Where the job's saved progress ends, and when it was saved.
+struct Saved {
+    cursor: u64,
+    at: Instant,
+}
+
+impl Saved {
+    fn at(cursor: u64) -> Self {
+        Saved {
+            cursor,
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether `every` has passed since the last save.
+    fn due(&self, every: Duration) -> bool {
+        self.at.elapsed() >= every
     }
 }
 
@@ -230,11 +273,14 @@ impl PrimesHandler {
                 .map_err(|e| self.sieve_failed(&spec, &e))?,
         );
         let mut chunks = 0_u64;
+        let mut saved = Saved::at(cursor);
         while cursor < spec.end {
-            // Progress up to `cursor` is saved already (after every chunk),
-            // so stopping here loses nothing.
             if cancelled.is_cancelled() {
-                return Err(interrupted(cursor));
+                let progress = SavedProgress { cursor, primes };
+                let saved_cursor = self
+                    .save_if_new(&mut checkpoint, &mut saved, progress)
+                    .await?;
+                return Err(interrupted(saved_cursor));
             }
             let chunk_start = cursor;
             let chunk_end = cursor
@@ -243,23 +289,17 @@ impl PrimesHandler {
             let counted = count_chunk(&base, chunk_start, chunk_end, &cancelled)
                 .await
                 .map_err(|e| self.sieve_failed(&spec, &e))?;
+            let cut_short = counted.reached < chunk_end;
             if counted.reached > chunk_start {
+                (cursor, primes) = (counted.reached, primes + counted.primes);
                 // A chunk cut short by cancellation is saved as far as it
-                // got: while the worker winds down, checkpoint writes are
-                // still allowed, and the next delivery resumes mid-chunk.
-                let progress = SavedProgress {
-                    cursor: counted.reached,
-                    primes: primes + counted.primes,
-                };
-                match checkpoint.save_progress(progress.to_value()).await {
-                    Ok(()) => {}
-                    // The message was released or its lease lost: writes are
-                    // refused, and the last saved progress is where the next
-                    // delivery resumes.
-                    Err(StorageError::JobCancelled { .. }) => return Err(interrupted(cursor)),
-                    Err(e) => return Err(storage("saving progress")(e)),
+                // got (while the worker winds down, checkpoint writes are
+                // still allowed); the last chunk is not, the result follows.
+                if cut_short || (cursor < spec.end && saved.due(self.config.checkpoint_every)) {
+                    let progress = SavedProgress { cursor, primes };
+                    self.save_if_new(&mut checkpoint, &mut saved, progress)
+                        .await?;
                 }
-                (cursor, primes) = (progress.cursor, progress.primes);
                 chunks += 1;
                 if let Some(hook) = &self.config.on_progress {
                     hook(&Progress {
@@ -272,13 +312,24 @@ impl PrimesHandler {
                     });
                 }
             }
-            if counted.reached < chunk_end {
-                return Err(interrupted(cursor));
+            if cut_short {
+                return Err(interrupted(saved.cursor));
             }
         }
 
         let done = PrimesResult::of(&spec, primes);
-        self.put_result(&spec, &done).await?;
+        if let Err(error) = self.put_result(&spec, &done).await {
+            // Keep the count for the retry: a result store outage then
+            // costs one write, not the whole job again.
+            let progress = SavedProgress { cursor, primes };
+            if let Err(save_error) = self
+                .save_if_new(&mut checkpoint, &mut saved, progress)
+                .await
+            {
+                tracing::warn!(job_id = %spec.job_id, error = %save_error, "the finished count could not be saved either");
+            }
+            return Err(error);
+        }
         checkpoint
             .complete(done.to_value())
             .await
@@ -291,6 +342,32 @@ impl PrimesHandler {
             "job completed"
         );
         Ok(())
+    }
+
+    /// Saves `progress` unless it is saved already; returns the cursor the
+    /// next delivery resumes from. A write refused because the message was
+    /// released or its lease lost leaves the last saved progress as that.
+    async fn save_if_new(
+        &self,
+        checkpoint: &mut JobCheckpoint,
+        saved: &mut Saved,
+        progress: SavedProgress,
+    ) -> Result<u64, PrimesError> {
+        if progress.cursor <= saved.cursor {
+            return Ok(saved.cursor);
+        }
+        match checkpoint.save_progress(progress.to_value()).await {
+            Ok(()) => *saved = Saved::at(progress.cursor),
+            Err(StorageError::JobCancelled { .. }) => {}
+            Err(source) => {
+                return Err(PrimesError::Storage {
+                    job_id: checkpoint.key().to_owned(),
+                    action: "saving progress",
+                    source,
+                });
+            }
+        }
+        Ok(saved.cursor)
     }
 
     /// Writes the result create-only; an identical existing result (from an

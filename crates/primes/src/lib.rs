@@ -23,7 +23,8 @@ mod job;
 mod sieve;
 
 pub use handler::{
-    DEFAULT_CHUNK_SIZE, PrimesConfig, PrimesHandler, Progress, ProgressHook, handler,
+    DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_SIZE, PrimesConfig, PrimesHandler, Progress,
+    ProgressHook, handler,
 };
 pub use job::{MAX_END, MAX_JOB_ID_LEN, PrimesError, PrimesJob, expected_result};
 pub use sieve::count_primes;

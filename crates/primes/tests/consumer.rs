@@ -383,7 +383,10 @@ async fn a_different_existing_result_is_never_overwritten_and_poisons_at_once() 
     );
     assert_eq!(stores.result(&job).await.unwrap(), stored);
     assert!(
-        !stores.checkpoints.get("taken").unwrap().is_completed(),
+        !stores
+            .checkpoints
+            .get("taken")
+            .is_some_and(|checkpoint| checkpoint.is_completed()),
         "not marked completed with a result it could not write"
     );
 }
@@ -568,4 +571,44 @@ async fn the_default_config_counts_in_million_number_chunks() {
             result: expected_result(&job)
         })
     );
+}
+
+/// What the checkpoint held after each chunk of an uninterrupted
+/// 10-chunk job, with progress saved at most every `every`.
+async fn checkpoints_after_each_chunk(every: Duration) -> Vec<Option<Checkpoint>> {
+    let stores = Stores::new();
+    let job = PrimesJob::new("j", 0, 100_000).unwrap();
+    stores.send(&job).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (sink, checkpoints) = (Arc::clone(&seen), stores.checkpoints.clone());
+    let config = PrimesConfig::default()
+        .with_chunk_size(NonZeroU64::new(10_000).unwrap())
+        .with_checkpoint_every(every)
+        .with_progress(move |_: &Progress| sink.lock().unwrap().push(checkpoints.get("j")));
+    let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
+    assert!(errors.is_empty() && stats.succeeded == 1, "{errors:?}");
+    assert_eq!(
+        stores.result(&job).await.unwrap(),
+        result_text(&job, count_primes(0, 100_000))
+    );
+    seen.lock().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_saved_at_most_every_checkpoint_interval_and_never_for_the_last_chunk() {
+    // Every chunk but the last: nine progress writes, then the result.
+    let every_chunk = checkpoints_after_each_chunk(Duration::ZERO).await;
+    let expected: Vec<Option<Checkpoint>> = (1..=10_u64)
+        .map(|chunk| {
+            let cursor = chunk.min(9) * 10_000;
+            Some(Checkpoint::InProgress {
+                progress: json!({"cursor": cursor, "primes": count_primes(0, cursor)}),
+            })
+        })
+        .collect();
+    assert_eq!(every_chunk, expected);
+    // An interval longer than the job: no progress write at all (an
+    // eviction notice would still save it; see the interrupted-job tests).
+    let rarely = checkpoints_after_each_chunk(Duration::from_secs(3600)).await;
+    assert_eq!(rarely, vec![None; 10]);
 }

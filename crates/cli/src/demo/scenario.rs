@@ -150,6 +150,8 @@ impl Demo {
         let tracker = self.tracker.clone();
         let primes = PrimesConfig {
             chunk_size: self.chunk_size,
+            // The demo shows every checkpoint.
+            checkpoint_every: Duration::ZERO,
             on_progress: Some(Arc::new(move |p: &Progress| tracker.chunk(who, p))),
         };
         let handler = Reporting {
