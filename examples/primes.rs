@@ -7,7 +7,7 @@
 //!
 //! A message `{"job_id":"j1","start":0,"end":50000000}` counts the primes in
 //! `[start, end)` in chunks, checkpointing the cursor and the partial count
-//! after each, then writes the blob `j1.json` = `{"job_id":"j1","primes":N}`
+//! every 10 s and when evicted, then writes the blob `j1.json` = `{"job_id":"j1","primes":N}`
 //! (create-only) to the container `results`.
 //!
 //! Configuration is the settings table every spot-worker shares (see
