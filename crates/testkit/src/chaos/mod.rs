@@ -21,9 +21,9 @@
 //! schedule, drawn from the seed), start (Azurite, the queue, the VMs),
 //! supervise (inject the faults until storage shows the work done), drain
 //! (stop every worker with SIGTERM), analyse (storage, then the logs) and
-//! report. The pieces, one module each: [`options`], `workload`, `plan`,
+//! report. The pieces, one module each: `options`, `workload`, `plan`,
 //! `storage`, `fleet`, `vm`, `supervise`, `faults`, `logs`, `analyse`,
-//! `verdict`, [`report`], and the binary in `worker_binary`.
+//! `verdict`, `report`, and the binary in `worker_binary`.
 //!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).
@@ -33,9 +33,9 @@ mod faults;
 mod fleet;
 mod logs;
 mod long_job;
-pub mod options;
+mod options;
 mod plan;
-pub mod report;
+mod report;
 mod shared_reboot;
 mod storage;
 mod supervise;
@@ -81,6 +81,8 @@ const STOP_EXIT_BOUND: Duration = Duration::from_secs(30);
 
 /// Runs the chaos run and returns its report (with its failed checks).
 pub async fn run(options: Options) -> Result<Report> {
+    // Plan: the workload and the fault schedule, from the seed; the
+    // expected results are counted meanwhile.
     let plan = Plan::draw(&options);
     let mut report = Report::planned(&options, &plan.workload);
     announce(&options, &plan);
@@ -89,6 +91,7 @@ pub async fn run(options: Options) -> Result<Report> {
         tokio::task::spawn_blocking(move || expected_results(&jobs))
     };
 
+    // Start: Azurite with the workload enqueued, then the VMs.
     let storage = RunStorage::start().await?;
     let enqueued = storage
         .enqueue(&plan.workload, options.long_job.is_some())
@@ -101,13 +104,19 @@ pub async fn run(options: Options) -> Result<Report> {
     )?);
     let fleet = Fleet::start(Arc::clone(&shared));
 
+    // Supervise: the faults, until storage shows the work done.
     let evictions = supervise_until_done(&mut report, &plan, &enqueued, &fleet, &storage).await;
+
+    // Drain: the scripted steps end, every worker gets SIGTERM.
     let evicted = stop_evictions(&shared, evictions).await?;
     fleet.stop().await;
 
+    // Analyse: storage, then what the fleet recorded and the workers logged.
     verdict::check_storage(&mut report, &storage, &plan.workload, &expected.await?).await?;
     analyse(&mut report, &options, &plan, &enqueued, &shared, evicted)?;
     verdict::check_totals(&mut report);
+
+    // Report.
     keep_or_remove_logs(&mut report, &options, log_dir);
     Ok(report)
 }
