@@ -1,7 +1,6 @@
-//! The checks from the workers' logs: every drain met its deadline and was
-//! triggered by what ended its VM, no short Freeze drained, and every VM
-//! ended as the harness made it end; plus the delivery figures (retries,
-//! releases, lost leases, work redone).
+//! The checks from the workers' logs: every drain met its deadline, and
+//! each VM's drains are what its ending requires (see `endings`); plus the
+//! delivery figures (retries, releases, lost leases, work redone).
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,7 +9,8 @@ use serde_json::Value;
 use spot_worker_primes::PrimesJob;
 
 use super::CHUNK;
-use super::fleet::{Ending, VmRecord};
+use super::endings::{Drains, LastDrain, freeze_drains, judge_ending};
+use super::fleet::VmRecord;
 use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, parse_line};
 use super::report::Report;
 
@@ -24,22 +24,6 @@ struct Deliveries {
     saved: HashMap<usize, u64>,
     /// (VM, delivery) whose lease was lost, each counted once.
     lost_leases: HashSet<(String, String)>,
-}
-
-/// What one VM's log says of its drains.
-#[derive(Default)]
-struct Drains {
-    /// What triggered each drain.
-    triggers: Vec<String>,
-    /// Each drain's notice-to-drained time, in ms.
-    times: Vec<u64>,
-}
-
-/// The drain that ended a VM, for the figures.
-#[derive(Debug, PartialEq)]
-enum LastDrain {
-    AfterPreempt(u64),
-    AfterStop(u64),
 }
 
 /// The drains, deliveries and conflicts the workers logged, checked against
@@ -173,62 +157,6 @@ fn field_str(line: &Line, name: &str) -> String {
         .to_owned()
 }
 
-/// A short Freeze must never drain a worker.
-fn freeze_drains(triggers: &[String]) -> Vec<String> {
-    triggers
-        .iter()
-        .filter(|trigger| trigger.contains("Freeze"))
-        .map(|trigger| format!("drained on a short Freeze ({trigger})"))
-        .collect()
-}
-
-/// What a VM's ending requires of its drains: a VM the harness Preempted,
-/// stopped (SIGTERM) or saw rebooted by a shared Reboot must have drained
-/// for that trigger and exited 0; a killed one need not have drained; any
-/// other ending is a failure. Returns the failures and the drain that ended
-/// the VM, for the figures.
-fn judge_ending(vm: &VmRecord, drains: &Drains) -> (Vec<String>, Option<LastDrain>) {
-    let mut failures = Vec::new();
-    let ending = match &vm.ending {
-        Some(ending @ (Ending::Preempted | Ending::Stopped | Ending::Rebooted)) => ending,
-        Some(Ending::Killed) => return (failures, None),
-        Some(Ending::Unexpected(why)) => return (vec![why.clone()], None),
-        None => return (vec!["still running at the end".to_owned()], None),
-    };
-    let expected_trigger = match ending {
-        Ending::Preempted => "Preempt",
-        Ending::Rebooted => "Reboot",
-        _ => "SIGTERM",
-    };
-    if !vm.exit_ok {
-        failures.push(format!(
-            "exit status {} after {expected_trigger}",
-            vm.exit.as_deref().unwrap_or("unknown"),
-        ));
-    }
-    let triggers = &drains.triggers;
-    if !triggers.iter().any(|t| t.contains(expected_trigger)) {
-        // "shutdown requested" after a Preempt means the worker saw the
-        // event's token cancelled but not its notice, and so planned by the
-        // drain budget instead of NotBefore and did not approve the event.
-        failures.push(format!(
-            "no drain triggered by {expected_trigger} (triggers: {triggers:?})"
-        ));
-    }
-    // The last drain ended the process (an earlier one was for a shared
-    // Reboot that was cancelled).
-    let last = match drains.times.last() {
-        Some(ms) if *ending == Ending::Preempted => Some(LastDrain::AfterPreempt(*ms)),
-        Some(_) if *ending == Ending::Rebooted => None,
-        Some(ms) => Some(LastDrain::AfterStop(*ms)),
-        None => {
-            failures.push("no \"drained\" log line".to_owned());
-            None
-        }
-    };
-    (failures, last)
-}
-
 /// Deliveries of a job cut without a checkpoint of where they got: one
 /// delivery completed the job; drained and failed ones saved where they
 /// got; the rest were cut (killed, lease lost) and lost at most the chunk
@@ -239,130 +167,8 @@ fn cut_deliveries(deliveries: u64, saved: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
+    use super::super::endings::tests::vm;
     use super::*;
-
-    fn vm(ending: Option<Ending>, exit_ok: bool) -> VmRecord {
-        VmRecord {
-            name: "chaos_0".to_owned(),
-            log: PathBuf::new(),
-            ending,
-            exit: Some(
-                if exit_ok {
-                    "exit status: 0"
-                } else {
-                    "signal: 9"
-                }
-                .to_owned(),
-            ),
-            exit_ok,
-            ended_at: None,
-        }
-    }
-
-    fn drains(triggers: &[&str], times: &[u64]) -> Drains {
-        Drains {
-            triggers: triggers.iter().map(|t| (*t).to_owned()).collect(),
-            times: times.to_vec(),
-        }
-    }
-
-    type Row = (
-        Option<Ending>,
-        bool,
-        Drains,
-        Vec<&'static str>,
-        Option<LastDrain>,
-    );
-
-    #[test]
-    fn each_ending_requires_its_own_drain() {
-        let preempt = drains(&["Preempt event 1"], &[40]);
-        // (ending, exit 0, drains logged, failures, the drain in the figures)
-        let table: [Row; 9] = [
-            (
-                Some(Ending::Preempted),
-                true,
-                preempt,
-                vec![],
-                Some(LastDrain::AfterPreempt(40)),
-            ),
-            (
-                Some(Ending::Stopped),
-                true,
-                drains(&["SIGTERM"], &[10, 30]),
-                vec![],
-                Some(LastDrain::AfterStop(30)),
-            ),
-            // A shared Reboot's drain is in no figure.
-            (
-                Some(Ending::Rebooted),
-                true,
-                drains(&["Reboot event 2"], &[20]),
-                vec![],
-                None,
-            ),
-            (
-                Some(Ending::Preempted),
-                false,
-                drains(&["shutdown requested"], &[]),
-                vec![
-                    "exit status signal: 9 after Preempt",
-                    "no drain triggered by Preempt (triggers: [\"shutdown requested\"])",
-                    "no \"drained\" log line",
-                ],
-                None,
-            ),
-            (
-                Some(Ending::Stopped),
-                true,
-                drains(&["Reboot event 2"], &[5]),
-                vec!["no drain triggered by SIGTERM (triggers: [\"Reboot event 2\"])"],
-                Some(LastDrain::AfterStop(5)),
-            ),
-            (Some(Ending::Killed), false, drains(&[], &[]), vec![], None),
-            (
-                Some(Ending::Killed),
-                false,
-                drains(&["SIGTERM"], &[1]),
-                vec![],
-                None,
-            ),
-            (
-                Some(Ending::Unexpected("exited by itself".to_owned())),
-                true,
-                drains(&[], &[]),
-                vec!["exited by itself"],
-                None,
-            ),
-            (
-                None,
-                false,
-                drains(&[], &[]),
-                vec!["still running at the end"],
-                None,
-            ),
-        ];
-        for (ending, exit_ok, drains, failures, last) in table {
-            let what = format!("{ending:?}");
-            assert_eq!(
-                judge_ending(&vm(ending, exit_ok), &drains),
-                (failures.iter().map(|f| (*f).to_owned()).collect(), last),
-                "{what}"
-            );
-        }
-    }
-
-    #[test]
-    fn only_freeze_drains_fail() {
-        let triggers = ["Preempt event a", "Freeze event b", "SIGTERM"].map(str::to_owned);
-        assert_eq!(
-            freeze_drains(&triggers),
-            ["drained on a short Freeze (Freeze event b)"]
-        );
-        assert!(freeze_drains(&[]).is_empty());
-    }
 
     #[test]
     fn deliveries_that_saved_nothing_are_cut() {

@@ -23,12 +23,13 @@
 //! (stop every worker with SIGTERM), analyse (storage, then the logs) and
 //! report. The pieces, one module each: `options`, `workload`, `plan`,
 //! `storage`, `fleet`, `vm`, `supervise`, `faults`, `logs`, `analyse`,
-//! `verdict`, `report`, and the binary in `worker_binary`.
+//! `endings`, `verdict`, `report`, and the binary in `worker_binary`.
 //!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).
 
 mod analyse;
+mod endings;
 mod faults;
 mod fleet;
 mod logs;
