@@ -1,7 +1,8 @@
-//! BlobCheckpointStore against a real Azurite: ETag-fenced create, update
-//! and conflict, resume, write stamps (a handle's own landed write is
-//! recognised, another worker's equal write is not), completed jobs, and
-//! the operator-side listing (which the worker's SAS scope may not do).
+//! BlobCheckpointStore against a real Azurite: the contract every checkpoint
+//! store meets (ETag-fenced create, update and conflict, resume, write
+//! stamps, completed jobs, delete), a handle's own landed write recognised
+//! after a real 412, completed jobs skipped by the consumer, and the
+//! operator-side listing (which the worker's SAS scope may not do).
 
 mod common;
 
@@ -17,6 +18,7 @@ use spot_worker_storage::{
     MessageQueue, StorageError, StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
     poison_queue_name,
 };
+use spot_worker_testkit::contract;
 use tokio_util::sync::CancellationToken;
 
 fn progress(n: u64) -> Checkpoint {
@@ -26,89 +28,13 @@ fn progress(n: u64) -> Checkpoint {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_update_conflict_and_resume_are_fenced_by_etags() {
+async fn the_blob_checkpoint_store_meets_the_contract() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
     let store = storage.checkpoint_store(&unique("ckpt")).unwrap();
     store.create_container_if_missing().await.unwrap();
     store.create_container_if_missing().await.unwrap(); // idempotent
-
-    assert_eq!(store.read("job-1").await.unwrap(), None);
-    let created = store
-        .write("job-1", &progress(1), WritePrecondition::Create, None)
-        .await
-        .unwrap();
-    // If-None-Match: * refuses a second create.
-    let again = store
-        .write("job-1", &progress(9), WritePrecondition::Create, None)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        again,
-        StorageError::Conflict {
-            key: "job-1".into()
-        }
-    );
-    let updated = store
-        .write(
-            "job-1",
-            &progress(2),
-            WritePrecondition::IfMatch(created.clone()),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_ne!(updated, created);
-    // A worker still holding the old ETag cannot overwrite newer progress.
-    let stale = store
-        .write(
-            "job-1",
-            &progress(1),
-            WritePrecondition::IfMatch(created),
-            None,
-        )
-        .await
-        .unwrap_err();
-    assert!(matches!(stale, StorageError::Conflict { .. }), "{stale:?}");
-    // Resume: the latest progress and its ETag.
-    let latest = store.read("job-1").await.unwrap().unwrap();
-    assert_eq!(
-        (latest.checkpoint, latest.etag),
-        (progress(2), updated.clone())
-    );
-    // If-Match on a checkpoint that does not exist conflicts too.
-    let missing = store
-        .write(
-            "job-2",
-            &progress(1),
-            WritePrecondition::IfMatch(updated),
-            None,
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(missing, StorageError::Conflict { .. }),
-        "{missing:?}"
-    );
-    // Keys may contain slashes (virtual directories).
-    store
-        .write(
-            "tenant/a/job-3",
-            &progress(3),
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        store
-            .read("tenant/a/job-3")
-            .await
-            .unwrap()
-            .unwrap()
-            .checkpoint,
-        progress(3)
-    );
+    contract::checkpoint_store(Arc::new(store)).await;
 }
 
 /// A blob store whose first stamped write lands and is then sent again, as
@@ -150,31 +76,18 @@ impl CheckpointStore for FirstResponseLost {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_a_handles_own_landed_write_is_accepted_after_a_conflict() {
+async fn a_handles_own_landed_write_is_accepted_after_a_real_412() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
     let blobs = storage.checkpoint_store(&unique("ckpt")).unwrap();
     blobs.create_container_if_missing().await.unwrap();
     let store: Arc<dyn CheckpointStore> = Arc::new(blobs.clone());
-
-    // A worker that lost its message writes the same progress as the new
-    // owner: equal payloads prove nothing, so it is fenced out and does not
-    // take over the owner's ETag.
-    let mut owner = JobCheckpoint::load(store.clone(), "job").await.unwrap();
-    let mut stale = JobCheckpoint::load(store.clone(), "job").await.unwrap();
-    owner.save(progress(5)).await.unwrap();
-    let err = stale.save(progress(5)).await.unwrap_err();
-    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
-    assert_eq!(stale.etag(), None);
-    owner.save(progress(6)).await.unwrap();
-    let err = stale.save(progress(6)).await.unwrap_err();
-    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
-
-    // The stamp travels in the blob, with the checkpoint.
-    let stored = blobs.read("job").await.unwrap().unwrap();
-    assert_eq!(stored.checkpoint, progress(6));
-    assert_eq!(owner.etag(), Some(&stored.etag));
-    assert!(stored.stamp.is_some_and(|s| s.ends_with(":2")));
+    // Where the job stands when a worker resumes it. (That another
+    // worker's equal write is fenced out is part of the contract.)
+    blobs
+        .write("job", &progress(6), WritePrecondition::Create, None)
+        .await
+        .unwrap();
 
     // A write whose first attempt landed and whose resend got 412 from the
     // service is recognised by its stamp: the handle carries on.

@@ -1,11 +1,11 @@
-//! BlobResultStore and every store's `prepare` against a real Azurite:
-//! create-only results (create, identical re-put, conflicting put, missing
-//! name), containers and queues created by `prepare`, probes cleaned up, and
-//! a clear, redacted error while storage is down.
+//! BlobResultStore and every store's `prepare` against a real Azurite: the
+//! contract every result store meets (create, identical re-put, conflicting
+//! put, missing name), racing creates, containers and queues created by
+//! `prepare`, probes cleaned up, and a clear, redacted error while storage
+//! is down.
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{start_azurite, storage, unique};
@@ -13,55 +13,18 @@ use spot_worker_storage::{
     Checkpoint, CheckpointStore, MessageQueue, PutOutcome, ResultStore, StorageError,
     WritePrecondition,
 };
+use spot_worker_testkit::contract;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_are_create_only_and_identical_rewrites_succeed() {
+async fn the_blob_result_store_meets_the_contract() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
     let container = unique("results");
     let results = storage.result_store(&container).unwrap();
     assert_eq!(results.name(), container);
-    // Prepare creates the missing container; a second call is harmless.
-    results.prepare().await.unwrap();
-    results.prepare().await.unwrap();
-
-    assert_eq!(results.get("j1.json").await.unwrap(), None);
-    let body = br#"{"job_id":"j1","primes":25}"#;
-    assert_eq!(
-        results.put_new("j1.json", body).await.unwrap(),
-        PutOutcome::Created
-    );
-    // A second worker that computed the same thing: fine, nothing written.
-    let racer: Arc<dyn ResultStore> = Arc::new(storage.result_store(&container).unwrap());
-    assert_eq!(
-        racer.put_new("j1.json", body).await.unwrap(),
-        PutOutcome::AlreadyExistsIdentical
-    );
-    // A different result never replaces the first one.
-    let err = racer
-        .put_new("j1.json", br#"{"job_id":"j1","primes":26}"#)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err,
-        StorageError::Conflict {
-            key: "j1.json".into()
-        }
-    );
-    assert_eq!(
-        results.get("j1.json").await.unwrap().as_deref(),
-        Some(&body[..])
-    );
-    // Names may contain slashes (virtual directories); empty bodies are fine.
-    results.put_new("batch/7/empty", b"").await.unwrap();
-    assert_eq!(
-        results.get("batch/7/empty").await.unwrap(),
-        Some(Vec::new())
-    );
-    assert!(matches!(
-        results.put_new("", b"x").await,
-        Err(StorageError::InvalidArgument(_))
-    ));
+    // Another worker's client of the same container.
+    let racer = storage.result_store(&container).unwrap();
+    contract::result_store(&results, &racer).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

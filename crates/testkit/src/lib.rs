@@ -1,6 +1,8 @@
 //! The test kit (dev only): what the project's tests and benchmarks share.
 //!
 //! - [`Azurite`]: a real storage emulator per test (below);
+//! - [`contract`]: what every checkpoint and result store must do, run
+//!   against each backend;
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
 //! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
@@ -43,6 +45,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub mod chaos;
+pub mod contract;
 pub mod faulty;
 mod https;
 pub mod otlp;

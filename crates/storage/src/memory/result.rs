@@ -110,37 +110,10 @@ impl ResultStore for InMemoryResultStore {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    //! What only the in-memory store does: simulated outages. The contract
+    //! every result store meets runs in `tests/contract.rs`.
 
-    #[tokio::test]
-    async fn results_are_create_only_and_identical_rewrites_are_fine() {
-        let store = InMemoryResultStore::new("results");
-        assert_eq!(ResultStore::name(&store), "results");
-        store.prepare().await.unwrap();
-        assert_eq!(store.get("a.json").await.unwrap(), None);
-        assert_eq!(
-            store.put_new("a.json", b"1").await.unwrap(),
-            PutOutcome::Created
-        );
-        assert_eq!(
-            store.put_new("a.json", b"1").await.unwrap(),
-            PutOutcome::AlreadyExistsIdentical
-        );
-        let err = store.put_new("a.json", b"2").await.unwrap_err();
-        assert_eq!(
-            err,
-            StorageError::Conflict {
-                key: "a.json".into()
-            }
-        );
-        assert_eq!(store.get("a.json").await.unwrap(), Some(b"1".to_vec()));
-        store.put_new("b.json", b"").await.unwrap();
-        assert_eq!(store.names(), ["a.json", "b.json"]);
-        assert!(matches!(
-            store.put_new("", b"x").await,
-            Err(StorageError::InvalidArgument(_))
-        ));
-    }
+    use super::*;
 
     #[tokio::test]
     async fn an_outage_fails_every_call_and_changes_nothing() {

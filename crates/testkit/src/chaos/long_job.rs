@@ -23,10 +23,10 @@ use serde_json::Value;
 use spot_worker_primes::PrimesJob;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    ALREADY_COMPLETED, Ending, Line, Options, Order, RELEASED, Report, Shared, VmRecord,
-    WAITED_FOR_PEER, read_log,
-};
+use super::Options;
+use super::fleet::{Ending, Order, Shared, VmRecord};
+use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, read_log};
+use super::report::Report;
 
 /// The long job's `job_id`.
 const JOB_ID: &str = "long-job";
@@ -241,14 +241,7 @@ pub(super) fn check(
             if line.message_id() != Some(message_id) {
                 continue;
             }
-            if let Some(count) = [
-                "dequeue_count",
-                "messaging.azure_storage_queue.message.dequeue_count",
-            ]
-            .iter()
-            .find_map(|name| line.span.get(*name))
-            .and_then(Value::as_u64)
-            {
+            if let Some(count) = line.dequeue_count() {
                 figures.deliveries = figures.deliveries.max(count);
             }
             match line.message.as_str() {

@@ -15,7 +15,10 @@ use rand::rngs::StdRng;
 use spot_worker_imds_emulator::EventSpec;
 use tokio::sync::mpsc;
 
-use super::{Ending, FaultKind, Line, Options, Order, PlannedFault, Shared, VmHandle, read_log};
+use super::Options;
+use super::fleet::{Ending, Order, Shared, VmHandle};
+use super::logs::{Line, read_log};
+use super::plan::{FaultKind, PlannedFault};
 
 /// Notice of a Reboot that is cancelled: far longer than the step.
 const CANCELLED_NOTICE: Duration = Duration::from_secs(120);

@@ -1,0 +1,190 @@
+//! The run's storage, as the harness itself sees it: a fresh Azurite, the
+//! queue, its poison queue and the results container, read with the
+//! harness's own client (never through a worker), to enqueue the workload
+//! and to tell when it is all done.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use spot_worker::azure::{AzureQueue, AzureStorage, BlobResultStore, RetryConfig, StorageConfig};
+use spot_worker::storage::{MessageQueue as _, PoisonRecord, ResultStore as _};
+use spot_worker_primes::PrimesJob;
+
+use super::workload::Workload;
+use super::{QUEUE, RESULTS};
+use crate::Azurite;
+
+/// Azurite and the harness's clients of what the workers use.
+pub(super) struct RunStorage {
+    /// Shared with the schedule, which stops and starts it (the outage).
+    pub(super) azurite: Arc<Mutex<Azurite>>,
+    /// What the workers are given.
+    pub(super) connection_string: String,
+    pub(super) queue: AzureQueue,
+    pub(super) poison: AzureQueue,
+    pub(super) results: BlobResultStore,
+}
+
+/// The messages sent, by id.
+pub(super) struct Enqueued {
+    /// The job of each valid message.
+    pub(super) job_of_message: HashMap<String, usize>,
+    /// The long job's message, if the run has one.
+    pub(super) long_job_message: Option<String>,
+}
+
+/// The storage state the run waits for: every result written, every
+/// malformed message poisoned, nothing left in the queue.
+pub(super) struct Progress {
+    /// Jobs with a result.
+    pub(super) done: usize,
+    /// The bodies of the poison records (the message as it was enqueued).
+    pub(super) poison: Vec<String>,
+    pub(super) queued: u64,
+}
+
+impl Progress {
+    /// Whether the workload is done: every job has a result, at least the
+    /// malformed messages are poisoned (the checks say if more were), and
+    /// the queue is empty.
+    pub(super) fn is_finished(&self, jobs: usize, malformed: usize) -> bool {
+        self.done == jobs && self.poison.len() >= malformed && self.queued == 0
+    }
+}
+
+impl RunStorage {
+    /// Starts Azurite and creates the queues and the container.
+    pub(super) async fn start() -> Result<RunStorage> {
+        let azurite = tokio::task::spawn_blocking(Azurite::start)
+            .await?
+            .context("starting azurite (run `npm ci --prefix tools/azurite`)")?;
+        let connection_string = azurite.connection_string();
+        let azurite = Arc::new(Mutex::new(azurite));
+        let storage = storage_client(&connection_string)?;
+        let queue = storage.queue(QUEUE)?;
+        let poison = storage.poison_queue(QUEUE)?;
+        let results = storage.result_store(RESULTS)?;
+        queue.prepare().await?;
+        poison.prepare().await?;
+        results.prepare().await?;
+        Ok(RunStorage {
+            azurite,
+            connection_string,
+            queue,
+            poison,
+            results,
+        })
+    }
+
+    /// Sends every message of the workload, in its order.
+    pub(super) async fn enqueue(&self, workload: &Workload, long_job: bool) -> Result<Enqueued> {
+        let mut job_of_message: HashMap<String, usize> = HashMap::new();
+        let mut long_job_message = None;
+        for (job, body) in &workload.messages {
+            let id = self.queue.send(body, Duration::ZERO).await?;
+            if let Some(job) = job {
+                job_of_message.insert(id.as_str().to_owned(), *job);
+                if *job == 0 && long_job {
+                    long_job_message = Some(id.as_str().to_owned());
+                }
+            }
+        }
+        Ok(Enqueued {
+            job_of_message,
+            long_job_message,
+        })
+    }
+
+    /// Resolves once storage shows the workload done (polled: storage has no
+    /// notifications), asking only for the results still missing.
+    pub(super) async fn wait_until_done(&self, workload: &Workload) {
+        let mut done = HashSet::new();
+        loop {
+            if let Ok(progress) = self.progress(&workload.jobs, &mut done).await
+                && progress.is_finished(workload.jobs.len(), workload.malformed.len())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Where storage stands; `done` holds the jobs known to have a result
+    /// and is extended.
+    pub(super) async fn progress(
+        &self,
+        jobs: &[PrimesJob],
+        done: &mut HashSet<usize>,
+    ) -> Result<Progress> {
+        for (i, job) in jobs.iter().enumerate() {
+            if !done.contains(&i) && self.results.get(&job.result_name()).await?.is_some() {
+                done.insert(i);
+            }
+        }
+        let done = done.len();
+        let poison = self
+            .poison
+            .peek(32)
+            .await?
+            .into_iter()
+            .map(|m| match PoisonRecord::from_message_text(&m.body) {
+                Ok(PoisonRecord {
+                    body: Some(body), ..
+                }) => body,
+                _ => m.body,
+            })
+            .collect();
+        let queued = self.queue.approximate_message_count().await?;
+        Ok(Progress {
+            done,
+            poison,
+            queued,
+        })
+    }
+}
+
+/// The harness's client: short retries, so a read during the Azurite
+/// outage fails soon and is simply polled again.
+fn storage_client(connection_string: &str) -> Result<AzureStorage> {
+    let mut config = StorageConfig::from_connection_string(connection_string)?;
+    config.retry = RetryConfig {
+        max_retries: 3,
+        initial_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(500),
+        max_elapsed: Duration::from_secs(5),
+    };
+    Ok(AzureStorage::new(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_is_done_only_with_every_result_the_poison_and_an_empty_queue() {
+        let poison = |n: usize| vec![String::new(); n];
+        // (jobs done, poison records, queued, finished) of 10 jobs, 2 malformed
+        let table = [
+            (10, 2, 0, true),
+            // More poison than malformed: done; the checks name the extra.
+            (10, 3, 0, true),
+            (9, 2, 0, false),
+            (10, 1, 0, false),
+            (10, 2, 1, false),
+        ];
+        for (done, poisoned, queued, finished) in table {
+            let progress = Progress {
+                done,
+                poison: poison(poisoned),
+                queued,
+            };
+            assert_eq!(
+                progress.is_finished(10, 2),
+                finished,
+                "{done} {poisoned} {queued}"
+            );
+        }
+    }
+}

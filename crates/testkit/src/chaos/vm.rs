@@ -1,0 +1,113 @@
+//! One emulated Spot VM: an IMDS emulator of its own and a worker process
+//! (the real `examples/primes` binary) configured only through its
+//! environment, as `spot-worker.service` configures it on a real VM.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use tokio::process::{Child, Command};
+
+use super::QUEUE;
+use super::fleet::{Shared, VmRecord};
+
+/// A running VM.
+pub(super) struct Vm {
+    pub(super) name: String,
+    pub(super) log: PathBuf,
+    pub(super) emulator: RunningEmulator,
+    pub(super) child: Child,
+    pub(super) health: String,
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Starts a VM: its own IMDS emulator, and the worker process pointed at
+/// it, logging JSON to a file of its own.
+pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
+    let index = shared.vm_counter.fetch_add(1, Ordering::SeqCst);
+    let name = format!("chaos_{index}");
+    let emulator = Emulator::start(EmulatorConfig::for_vm(&name))
+        .await
+        .context("starting an IMDS emulator")?;
+    let port = free_port()?;
+    let log = shared.log_dir.join(format!("{name}.log"));
+    let file = std::fs::File::create(&log)?;
+    let options = &shared.options;
+    let mut command = Command::new(&options.binary);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("AZURE_STORAGE_CONNECTION_STRING", &shared.connection_string)
+        .env("SPOT_WORKER_QUEUE", QUEUE)
+        .env("SPOT_WORKER_HEALTH_ADDR", format!("127.0.0.1:{port}"))
+        .env("SPOT_WORKER_IMDS_ENDPOINT", emulator.url())
+        .env("SPOT_WORKER_VM_NAME", &name)
+        .env("SPOT_WORKER_IMDS_POLL_INTERVAL", "250ms")
+        .env("SPOT_WORKER_CONCURRENCY", options.concurrency.to_string())
+        .env(
+            "SPOT_WORKER_VISIBILITY_TIMEOUT",
+            format!("{}s", options.visibility_timeout.as_secs()),
+        )
+        .env("SPOT_WORKER_MAX_FAILURES", options.max_failures.to_string())
+        .env("SPOT_WORKER_LOG_FORMAT", "json")
+        // The consumer's debug lines (lease renewals, deletes) name the
+        // message each delivery holds: how the harness finds the long job.
+        .env("RUST_LOG", "info,spot_worker_storage=debug")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .kill_on_drop(true);
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {}", options.binary.display()))?;
+    shared.vms.lock().unwrap().push(VmRecord {
+        name: name.clone(),
+        log: log.clone(),
+        ending: None,
+        exit: None,
+        exit_ok: false,
+        ended_at: None,
+    });
+    Ok(Vm {
+        name,
+        log,
+        emulator,
+        child,
+        health: format!("http://127.0.0.1:{port}/readyz"),
+    })
+}
+
+/// Resolves once the worker's `/readyz` answers 200 (polled every 100 ms:
+/// the worker offers no push notification of readiness).
+pub(super) async fn ready(http: &reqwest::Client, url: &str) {
+    loop {
+        if let Ok(response) = http.get(url).send().await
+            && response.status().is_success()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The worker's exit status, if it exits within `bound`; killed otherwise.
+pub(super) async fn wait_exit(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    match tokio::time::timeout(bound, child.wait()).await {
+        Ok(Ok(status)) => Some(status),
+        _ => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            None
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Finding the worker the run starts: the `examples/primes` binary of the
+//! profile this program was built with, rebuilt when a source is newer.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context as _, Result, bail};
+
+/// The worker binary `examples/primes` of the profile this program was built
+/// with, built first if it is missing or older than a source file (`cargo
+/// test` builds it with the other targets; `cargo bench` does not).
+pub fn worker_binary() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("SPOT_WORKER_CHAOS_WORKER") {
+        return Ok(PathBuf::from(path));
+    }
+    // This program is target/<profile>/deps/<name>-<hash>.
+    let exe = std::env::current_exe().context("locating this program")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("this program is not in target/<profile>/deps")?;
+    let binary = profile_dir.join("examples").join("primes");
+    let root = crate::workspace_root();
+    let workspace = root.as_path();
+    if is_fresh(&binary, workspace) {
+        return Ok(binary);
+    }
+    let release = profile_dir
+        .file_name()
+        .is_some_and(|name| name == "release");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build
+        .current_dir(workspace)
+        .args(["build", "--example", "primes"]);
+    if release {
+        build.arg("--release");
+    }
+    eprintln!("chaos: building the worker: {build:?}");
+    let status = build.status().context("running cargo build")?;
+    if !status.success() || !binary.exists() {
+        bail!("building examples/primes failed ({status})");
+    }
+    Ok(binary)
+}
+
+/// True if `binary` exists and is newer than every Rust source and manifest
+/// it could be built from.
+fn is_fresh(binary: &Path, workspace: &Path) -> bool {
+    fn newest(dir: &Path, newest_seen: &mut SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == "target" || name.starts_with('.') || name == "node_modules" {
+                continue;
+            }
+            if path.is_dir() {
+                newest(&path, newest_seen);
+            } else if (name.ends_with(".rs") || name == "Cargo.toml" || name == "Cargo.lock")
+                && let Ok(modified) = entry.metadata().and_then(|m| m.modified())
+            {
+                *newest_seen = (*newest_seen).max(modified);
+            }
+        }
+    }
+    let Ok(built) = std::fs::metadata(binary).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let mut newest_source = SystemTime::UNIX_EPOCH;
+    for dir in ["crates", "src", "examples"] {
+        newest(&workspace.join(dir), &mut newest_source);
+    }
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        if let Ok(modified) = std::fs::metadata(workspace.join(file)).and_then(|m| m.modified()) {
+            newest_source = newest_source.max(modified);
+        }
+    }
+    built >= newest_source
+}
