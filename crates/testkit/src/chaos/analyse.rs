@@ -8,7 +8,6 @@ use anyhow::{Context as _, Result};
 use serde_json::Value;
 use spot_worker_primes::PrimesJob;
 
-use super::CHUNK;
 use super::endings::{Drains, LastDrain, freeze_drains, judge_ending};
 use super::fleet::VmRecord;
 use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, parse_line};
@@ -56,8 +55,10 @@ pub(super) fn analyse_logs(
     for (job, count) in &deliveries.seen {
         let cut = cut_deliveries(*count, deliveries.saved.get(job).copied().unwrap_or(0));
         report.cut_deliveries += cut;
-        let span = jobs[*job].end - jobs[*job].start;
-        report.redone_bound += cut * CHUNK.min(span);
+        // A cut delivery loses what it counted since its last checkpoint
+        // (one every `DEFAULT_CHECKPOINT_EVERY`); the logs do not say how
+        // much that was, so the job's whole range bounds it.
+        report.redone_bound += cut * (jobs[*job].end - jobs[*job].start);
     }
     Ok(())
 }
@@ -159,8 +160,8 @@ fn field_str(line: &Line, name: &str) -> String {
 
 /// Deliveries of a job cut without a checkpoint of where they got: one
 /// delivery completed the job; drained and failed ones saved where they
-/// got; the rest were cut (killed, lease lost) and lost at most the chunk
-/// in progress.
+/// got; the rest were cut (killed, lease lost) and lost what they counted
+/// since their last checkpoint.
 fn cut_deliveries(deliveries: u64, saved: u64) -> u64 {
     deliveries.saturating_sub(1).saturating_sub(saved)
 }

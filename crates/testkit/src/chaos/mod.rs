@@ -72,8 +72,6 @@ use workload::{Workload, expected_results};
 const QUEUE: &str = "chaos";
 /// Where the example job writes its results (its default).
 const RESULTS: &str = "results";
-/// Numbers per checkpoint in the example job (`PrimesConfig::default()`).
-const CHUNK: u64 = 1_000_000;
 /// How long a Preempted worker may take to exit: the notice itself.
 const PREEMPT_EXIT_BOUND: Duration = Duration::from_secs(30);
 /// How long a worker may take to exit after SIGTERM (the drain budget, 25 s,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::workload::Workload;
-use super::{CHUNK, Options, long_job, shared_reboot};
+use super::{Options, long_job, shared_reboot};
 
 /// What happened, for the figures and the checks.
 #[derive(Debug, Default)]
@@ -45,7 +45,7 @@ pub struct Report {
     /// Deliveries of a job already completed (deleted, not run).
     pub already_completed: u64,
     /// Deliveries that ended without a checkpoint of where they got (killed,
-    /// lease lost): each redid at most one chunk.
+    /// lease lost): each redid what it counted since its last checkpoint.
     pub cut_deliveries: u64,
     /// An upper bound of the numbers counted twice.
     pub redone_bound: u64,
@@ -152,8 +152,10 @@ impl fmt::Display for Report {
         };
         writeln!(
             f,
-            "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), at most one {CHUNK}-number chunk each; drains redo nothing",
-            self.redone_bound, self.cut_deliveries
+            "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), each at most what it counted since its last checkpoint (every {:?}), bounded by its job's range; drains redo nothing",
+            self.redone_bound,
+            self.cut_deliveries,
+            spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
         )?;
         writeln!(
             f,
