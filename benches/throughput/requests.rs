@@ -5,11 +5,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use spot_worker::storage::{
     Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
     async_trait,
 };
+
+use crate::rounds::{Drained, Loop, Rounds};
+use crate::{BATCH, Options};
 
 /// Requests of one run, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -168,4 +172,68 @@ impl CheckpointStore for CountedStore {
         self.delete.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(key).await
     }
+}
+
+/// Requests per job by kind, each loop's median run, against the minimum.
+pub fn print_requests(rounds: &Rounds, long: &Drained, options: &Options) {
+    let per_job = |which: Loop| -> Option<Requests> {
+        let mut runs: Vec<&Drained> = rounds.iter().filter_map(|r| r.get(&which)).collect();
+        runs.sort_by(|a, b| a.requests.total().total_cmp(&b.requests.total()));
+        let median = runs.get(runs.len() / 2)?;
+        Some(median.requests.per(median.messages))
+    };
+    // A lease must be renewed once for each further period the job runs.
+    let renewals = |job: Duration, lease: Duration| {
+        ((job.as_secs_f64() / lease.as_secs_f64()).ceil() as u64).saturating_sub(1)
+    };
+    println!(
+        "## Storage requests per job (median run; `create` = checkpoint creates and queue/container creation)
+"
+    );
+    println!("{}", Requests::HEADER);
+    let rows = [
+        (Loop::SpotWorker, "spot-worker, trivial handler"),
+        (Loop::RawRust, "raw Rust SDK loop, trivial"),
+        (Loop::PythonThreads, "Python SDK loop (threads), trivial"),
+        (
+            Loop::PythonSequential,
+            "Python SDK loop (sequential), trivial",
+        ),
+    ];
+    for (which, label) in rows {
+        if let Some(requests) = per_job(which) {
+            println!("{}", requests.row(label));
+        }
+    }
+    println!(
+        "{}",
+        Requests::minimum(BATCH, false, 0).row("protocol minimum, trivial")
+    );
+    if let Some(requests) = per_job(Loop::SpotWorkerCheckpoints) {
+        println!(
+            "{}",
+            requests.row("spot-worker, one checkpoint write per job")
+        );
+    }
+    println!(
+        "{}",
+        Requests::minimum(BATCH, true, 0).row("protocol minimum, one checkpoint write")
+    );
+    let long_label = format!(
+        "spot-worker, {} jobs of {:?} under a {:?} lease",
+        options.long_jobs, options.long_job, options.long_visibility
+    );
+    println!("{}", long.requests.per(long.messages).row(&long_label));
+    let minimum = Requests::minimum(
+        BATCH,
+        false,
+        renewals(options.long_job, options.long_visibility),
+    );
+    // The long jobs all fit into one receive, not a 32nd of one each.
+    let minimum = Requests {
+        receive: 1.0 / options.long_jobs as f64,
+        ..minimum
+    };
+    println!("{}", minimum.row("protocol minimum, same long jobs"));
+    println!();
 }

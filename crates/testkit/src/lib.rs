@@ -3,6 +3,8 @@
 //! - [`Azurite`]: a real storage emulator per test (below);
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
+//! - [`bench`]: what every benchmark binary does before it measures;
+//! - [`procfs`]: CPU time and memory of processes, from `/proc`;
 //! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
 //!   a seeded fault schedule, and the checks).
 //!
@@ -42,10 +44,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod bench;
 pub mod chaos;
 pub mod faulty;
 mod https;
 pub mod otlp;
+pub mod procfs;
 
 pub use https::HttpsOptions;
 
@@ -255,6 +259,12 @@ impl Azurite {
             self.blob_endpoint(),
             self.queue_endpoint()
         )
+    }
+
+    /// The id of the running Azurite process (none while stopped), to read
+    /// its CPU time with [`procfs`].
+    pub fn pids(&self) -> Vec<u32> {
+        self.child.iter().map(Child::id).collect()
     }
 
     fn log_path(&self) -> PathBuf {
