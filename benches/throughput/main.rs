@@ -22,14 +22,14 @@
 //!    `azure-storage-queue` SDK doing that loop (tools/python/bench_loop.py,
 //!    sequential deletes as in the SDK samples, and 32 delete threads). For
 //!    each run it reads Azurite's CPU time (`/proc/<pid>/stat` of the Azurite
-//!    node process, found by its command line) and the client's, to say where
+//!    node process the testkit started) and the client's, to say where
 //!    the time goes and how close to Azurite's single-threaded limit we are.
 //! 2. **Cost of checkpoints**: the same worker with a checkpoint store and a
 //!    handler that writes one checkpoint per message, in the same rounds,
 //!    and what each extra blob request costs Azurite and the client.
 //!    Then **storage requests per job** by kind (receive, delete, update,
-//!    blob read, blob write, create; counted by wrappers around the queue
-//!    and the checkpoint store, see `requests.rs`) for every loop
+//!    blob read, blob write, create; counted by the testkit's doubles around
+//!    the queue and the checkpoint store, see `requests.rs`) for every loop
 //!    of 1 and 2, for long jobs that outlive their lease several times
 //!    (renewals), each against the fewest the protocol allows.
 //! 3. **Work redone per eviction**: a primes job is evicted at a random point
@@ -52,7 +52,6 @@
 //!    messages on the 2-core machine of the README, against 300 at 2,000),
 //!    so a 100,000-message backlog cannot drain from it in a bench run.
 
-mod counted;
 mod memory;
 mod primes_consumer;
 mod redelivery;

@@ -11,10 +11,10 @@ use spot_worker::runtime::WorkerConfig;
 use spot_worker::storage::{
     Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, MessageQueue, handler_fn,
 };
+use spot_worker_testkit::faulty::FaultyQueue;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::counted::Counted;
 use crate::redone::Redone;
 use crate::setup::{Bench, Queues, bounded, lock, median, set, wait_until};
 use crate::{Options, PATIENCE, VISIBILITY};
@@ -60,13 +60,9 @@ pub fn one_at_a_time() -> ConsumerConfig {
 
 async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result<Duration> {
     let config = one_at_a_time();
-    let queue = Counted::new(Arc::new(queues.queue), 0);
+    let queue = FaultyQueue::new(queues.queue);
     let poison: Arc<dyn MessageQueue> = Arc::new(queues.poison);
-    let holder = Consumer::new(
-        Arc::clone(&queue) as Arc<dyn MessageQueue>,
-        Arc::clone(&poison),
-        config.clone(),
-    )?;
+    let holder = Consumer::new(Arc::new(queue.clone()), Arc::clone(&poison), config.clone())?;
     let held = Arc::new(tokio::sync::Notify::new());
     let holder_signals = DrainSignals::new();
     let holding = tokio::spawn({
@@ -86,7 +82,7 @@ async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result
     tokio::time::timeout(PATIENCE, held.notified())
         .await
         .context("the holder never got its message")?;
-    let peer = Consumer::new(Arc::clone(&queue) as Arc<dyn MessageQueue>, poison, config)?;
+    let peer = Consumer::new(Arc::new(queue.clone()), poison, config)?;
     let started = Arc::new(Mutex::new(None));
     let peer_signals = DrainSignals::new();
     let peering = tokio::spawn({
@@ -106,7 +102,7 @@ async fn release_to_idle_peer(queues: Queues, release_after: Duration) -> Result
     holder_signals.wind_down(Some(Instant::now() + Duration::from_secs(5)));
     let stats = tokio::time::timeout(PATIENCE, holding).await??;
     ensure!(stats.released == 1, "the holder did not release: {stats:?}");
-    let released_at = lock(&queue.released_at).context("no release")?;
+    let released_at = *queue.faults().released_at().last().context("no release")?;
     wait_until("the idle peer taking the message", || {
         lock(&started).is_some()
     })

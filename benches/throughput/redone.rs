@@ -9,12 +9,12 @@ use anyhow::{Context, Result, bail, ensure};
 use rand::Rng as _;
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
 use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::faulty::FaultyQueue;
 use tokio::time::Instant;
 
 use crate::Options;
-use crate::counted::Counted;
 use crate::primes_consumer::PrimesConsumer;
-use crate::setup::{Bench, lock, median, wait_until};
+use crate::setup::{Bench, all_deleted, median, wait_until};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Eviction {
@@ -112,14 +112,14 @@ impl Bench {
         results.prepare().await?;
         let job = PrimesJob::new("job", 0, span)?;
         queues.queue.send(&job.to_message(), Duration::ZERO).await?;
-        let queue: Arc<dyn MessageQueue> = Arc::new(queues.queue);
+        let queue = queues.queue;
         let poison: Arc<dyn MessageQueue> = Arc::new(queues.poison);
 
         // The first worker takes the job; the peer starts polling once it
         // has (and finds the queue empty until the release).
-        let first_queue = Counted::new(Arc::clone(&queue), 0);
+        let first_queue = FaultyQueue::new(queue.clone());
         let first = PrimesConsumer::start(
-            Arc::clone(&first_queue) as Arc<dyn MessageQueue>,
+            Arc::new(first_queue.clone()),
             Arc::clone(&poison),
             Arc::clone(&checkpoints),
             Arc::clone(&results),
@@ -127,9 +127,9 @@ impl Bench {
         )?;
         wait_until("the first delivery", || first.first_start().is_some()).await?;
         let first_started = first.first_start().context("started")?;
-        let peer_queue = Counted::new(Arc::clone(&queue), 1);
+        let peer_queue = FaultyQueue::new(queue);
         let peer = PrimesConsumer::start(
-            Arc::clone(&peer_queue) as Arc<dyn MessageQueue>,
+            Arc::new(peer_queue.clone()),
             poison,
             checkpoints,
             results,
@@ -161,9 +161,13 @@ impl Bench {
             first_stats.released == 1,
             "the evicted delivery was not released: {first_stats:?}"
         );
-        let released_at = lock(&first_queue.released_at).context("no release")?;
+        let released_at = *first_queue
+            .faults()
+            .released_at()
+            .last()
+            .context("no release")?;
         // Finished: its message deleted.
-        peer_queue.all_deleted().await?;
+        all_deleted(peer_queue.faults(), 1).await?;
         let peer_reports = peer.reports();
         let peer_start = peer.first_start().context("the peer never started")?;
         peer.signals.release();

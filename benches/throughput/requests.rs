@@ -1,16 +1,13 @@
 //! Storage requests per job, by kind: what each loop of the throughput
-//! benchmark asked of the queue and the checkpoint store, set against the
-//! fewest the protocol allows. Azure bills every one of them as a
+//! benchmark asked of the queue and the checkpoint store (as the testkit's
+//! `FaultyQueue` and `CountingStore` record them), set against the fewest
+//! the protocol allows. Azure bills every one of them as a
 //! transaction, and on Azurite they are also what the CPU goes to.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use spot_worker::storage::{
-    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
-    async_trait,
-};
+use spot_worker_testkit::counting::StoreCalls;
+use spot_worker_testkit::faulty::QueueFaults;
 
 use crate::rounds::{Drained, Loop, Rounds};
 use crate::{BATCH, Options};
@@ -87,91 +84,26 @@ impl Requests {
         )
     }
 
-    pub const HEADER: &'static str = "| loop | receive | delete | update/renew | blob read | blob write | create | blob delete | total |\n|---|---|---|---|---|---|---|---|---|";
-}
-
-/// Counts the queue's share of a run (kept by the counting queue).
-#[derive(Default)]
-pub struct QueueCounts {
-    pub receive: AtomicU64,
-    pub delete: AtomicU64,
-    pub update: AtomicU64,
-    pub prepare: AtomicU64,
-}
-
-/// A checkpoint store that counts every request it forwards.
-pub struct CountedStore {
-    inner: Arc<dyn CheckpointStore>,
-    read: AtomicU64,
-    write: AtomicU64,
-    create: AtomicU64,
-    delete: AtomicU64,
-}
-
-impl CountedStore {
-    pub fn new(inner: Arc<dyn CheckpointStore>) -> Arc<CountedStore> {
-        Arc::new(CountedStore {
-            inner,
-            read: AtomicU64::new(0),
-            write: AtomicU64::new(0),
-            create: AtomicU64::new(0),
-            delete: AtomicU64::new(0),
-        })
-    }
-
-    fn count_write(&self, precondition: &WritePrecondition) {
-        match precondition {
-            WritePrecondition::Create => self.create.fetch_add(1, Ordering::Relaxed),
-            WritePrecondition::IfMatch(_) => self.write.fetch_add(1, Ordering::Relaxed),
+    /// Everything a run asked of its queue and (if any) checkpoint store.
+    pub fn of(queue: &QueueFaults, store: Option<&StoreCalls>) -> Requests {
+        let (receives, updates, deletes, _) = queue.calls();
+        let mut requests = Requests {
+            receive: receives as f64,
+            delete: f64::from(deletes),
+            update: f64::from(updates),
+            create: f64::from(queue.prepares()),
+            ..Requests::default()
         };
-    }
-}
-
-/// Everything a run asked for, from the counting queue and (if any) store.
-pub fn requests(queue: &QueueCounts, store: Option<&CountedStore>) -> Requests {
-    let get = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
-    let mut requests = Requests {
-        receive: get(&queue.receive),
-        delete: get(&queue.delete),
-        update: get(&queue.update),
-        create: get(&queue.prepare),
-        ..Requests::default()
-    };
-    if let Some(store) = store {
-        requests.blob_read = get(&store.read);
-        requests.blob_write = get(&store.write);
-        requests.create += get(&store.create);
-        requests.blob_delete = get(&store.delete);
-    }
-    requests
-}
-
-#[async_trait]
-impl CheckpointStore for CountedStore {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
+        if let Some(store) = store {
+            requests.blob_read = store.reads() as f64;
+            requests.blob_write = store.updates() as f64;
+            requests.create += store.creates() as f64;
+            requests.blob_delete = store.deletes() as f64;
+        }
+        requests
     }
 
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.read.fetch_add(1, Ordering::Relaxed);
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.count_write(&precondition);
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.delete.fetch_add(1, Ordering::Relaxed);
-        self.inner.delete(key).await
-    }
+    pub const HEADER: &'static str = "| loop | receive | delete | update/renew | blob read | blob write | create | blob delete | total |\n|---|---|---|---|---|---|---|---|---|";
 }
 
 /// Requests per job by kind, each loop's median run, against the minimum.

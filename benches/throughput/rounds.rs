@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -15,12 +14,13 @@ use serde_json::json;
 use spot_worker::runtime::Worker;
 use spot_worker::storage::{CheckpointStore, HandlerError, Job, MessageQueue, handler_fn};
 use spot_worker_testkit::bench::python_dir;
+use spot_worker_testkit::counting::CountingStore;
+use spot_worker_testkit::faulty::FaultyQueue;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::counted::Counted;
-use crate::requests::{self, CountedStore, Requests};
-use crate::setup::{Bench, Queues, bounded, worker_config};
+use crate::requests::Requests;
+use crate::setup::{Bench, Queues, all_deleted, bounded, drain_time, worker_config};
 use crate::{BATCH, Options, PATIENCE, VISIBILITY};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -140,25 +140,22 @@ impl Bench {
     }
 
     async fn drain_worker(&self, queues: Queues, count: usize, work: Work) -> Result<Drained> {
-        let counted = Counted::new(Arc::new(queues.queue), count as u64);
+        let queue = FaultyQueue::new(queues.queue);
+        let calls = Arc::clone(queue.faults());
         let mut config = worker_config(&queues.name);
         if let Work::Long { visibility, .. } = work {
             config.visibility_timeout = visibility;
         }
-        let mut worker = Worker::new(
-            config,
-            Arc::clone(&counted) as Arc<dyn MessageQueue>,
-            Arc::new(queues.poison),
-        );
-        let mut counted_store = None;
+        let mut worker = Worker::new(config, Arc::new(queue), Arc::new(queues.poison));
+        let mut store_calls = None;
         if work == Work::Checkpoint {
             let store = self
                 .storage
                 .checkpoint_store(&format!("ckpt-{}", queues.name))?;
             store.prepare().await?;
-            let store = CountedStore::new(Arc::new(store));
-            counted_store = Some(Arc::clone(&store));
-            worker = worker.with_checkpoints(store);
+            let store = CountingStore::new(store);
+            store_calls = Some(Arc::clone(store.calls()));
+            worker = worker.with_checkpoints(Arc::new(store));
         }
         let stop = worker.shutdown_token();
         let before = self.cpu()?;
@@ -180,7 +177,7 @@ impl Bench {
                 })))
             }
         };
-        counted.all_deleted().await?;
+        all_deleted(&calls, count).await?;
         let after = self.cpu()?;
         let cpu_window = started.elapsed();
         stop.cancel();
@@ -193,10 +190,10 @@ impl Bench {
             report.stats.succeeded
         );
         Ok(Drained {
-            elapsed: counted.elapsed()?,
+            elapsed: drain_time(&calls, count)?,
             messages: count as u64,
-            receives: counted.counts.receive.load(Ordering::Relaxed),
-            requests: requests::requests(&counted.counts, counted_store.as_deref()),
+            receives: calls.calls().0 as u64,
+            requests: Requests::of(&calls, store_calls.as_deref()),
             azurite_cpu: after.azurite - before.azurite,
             client_cpu: after.this - before.this,
             cpu_window,

@@ -13,6 +13,7 @@ use spot_worker::runtime::WorkerConfig;
 use spot_worker::storage::{MessageQueue, StorageError, poison_queue_name};
 use spot_worker_testkit::Azurite;
 use spot_worker_testkit::bench;
+use spot_worker_testkit::faulty::QueueFaults;
 use spot_worker_testkit::procfs::{self, Process};
 use tokio::task::JoinSet;
 
@@ -44,7 +45,7 @@ impl Bench {
         let storage = AzureStorage::new(StorageConfig::from_connection_string(
             &azurite.connection_string(),
         )?)?;
-        let azurite_pid = *azurite.pids().first().context("azurite's pid")?;
+        let azurite_pid = azurite.processes().first().context("azurite's pid")?.pid;
         Ok(Bench {
             azurite,
             storage,
@@ -116,6 +117,26 @@ pub async fn fill(queue: &AzureQueue, count: usize) -> Result<()> {
 /// `future`, or an error if it takes longer than [`PATIENCE`].
 pub async fn bounded<T>(what: &str, future: impl Future<Output = Result<T>>) -> Result<T> {
     bench::bounded(what, PATIENCE, future).await
+}
+
+/// Resolves once `count` deletes through `queue` have succeeded, at most
+/// [`PATIENCE`].
+pub async fn all_deleted(queue: &QueueFaults, count: usize) -> Result<()> {
+    bounded("draining the queue", async {
+        queue.deleted(count).await;
+        Ok(())
+    })
+    .await
+}
+
+/// First receive sent → `count`-th delete answered.
+pub fn drain_time(queue: &QueueFaults, count: usize) -> Result<Duration> {
+    let first = *queue.receives_at().first().context("no receive")?;
+    let last = *queue
+        .deleted_at()
+        .get(count.saturating_sub(1))
+        .context("target not reached")?;
+    Ok(last - first)
 }
 
 /// Polls `done` every 5 ms until it holds, at most `PATIENCE`.
