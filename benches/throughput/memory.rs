@@ -30,7 +30,7 @@ struct Drain {
 impl Bench {
     pub async fn memory(&self, options: &Options) -> Result<Memory> {
         eprintln!("memory: idle worker");
-        let idle_queue = self.queues("idle").await?;
+        let idle_queue = self.site.queues("idle").await?;
         let worker = WorkerProcess::spawn(self, &idle_queue.name, None).await?;
         let mut idle_kib = Vec::new();
         let until = Instant::now() + options.idle_window;
@@ -42,7 +42,7 @@ impl Bench {
 
         eprintln!("memory: filling {} messages", options.backlog);
         let filling = Instant::now();
-        let queues = self.filled("backlog", options.backlog).await?;
+        let queues = self.site.filled("backlog", options.backlog).await?;
         let fill_time = filling.elapsed();
         eprintln!("memory: filled in {fill_time:?}; draining");
         let worker = WorkerProcess::spawn(self, &queues.name, None).await?;
@@ -56,7 +56,7 @@ impl Bench {
             "memory: draining a synthetic backlog of {}",
             options.synthetic_backlog
         );
-        let synthetic_queue = self.queues("synthetic").await?;
+        let synthetic_queue = self.site.queues("synthetic").await?;
         let worker =
             WorkerProcess::spawn(self, &synthetic_queue.name, Some(options.synthetic_backlog))
                 .await?;

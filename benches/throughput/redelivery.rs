@@ -27,7 +27,7 @@ impl Bench {
     pub async fn idle_peer_redelivery(&self, options: &Options) -> Result<Vec<Duration>> {
         let mut pairs = JoinSet::new();
         for _ in 0..options.idle_peers {
-            let queues = self.queues("idle").await?;
+            let queues = self.site.queues("idle").await?;
             queues.queue.send("hold me", Duration::ZERO).await?;
             let delay = options.peer_idle
                 + options

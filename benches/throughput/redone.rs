@@ -101,13 +101,17 @@ impl Bench {
         span: u64,
         at: Duration,
     ) -> Result<Option<Redone>> {
-        let queues = self.queues("redo").await?;
+        let queues = self.site.queues("redo").await?;
         let checkpoints: Arc<dyn CheckpointStore> = Arc::new(
-            self.storage
+            self.site
+                .storage
                 .checkpoint_store(&format!("ckpt-{}", queues.name))?,
         );
-        let results: Arc<dyn ResultStore> =
-            Arc::new(self.storage.result_store(&format!("res-{}", queues.name))?);
+        let results: Arc<dyn ResultStore> = Arc::new(
+            self.site
+                .storage
+                .result_store(&format!("res-{}", queues.name))?,
+        );
         checkpoints.prepare().await?;
         results.prepare().await?;
         let job = PrimesJob::new("job", 0, span)?;

@@ -1,5 +1,6 @@
 //! The tables of parts 1 and 2: throughput per loop against the raw SDK
-//! loop and Azurite's ceiling, and what checkpoints cost.
+//! loop and Azurite's ceiling, and what checkpoints cost, with Azurite's
+//! blob and queue in one process and in two.
 
 use std::time::Duration;
 
@@ -16,21 +17,8 @@ pub fn print_throughput(rounds: &Rounds, options: &Options) {
         Loop::PythonSequential,
         Loop::SpotWorkerCheckpoints,
     ];
-    let of = |which: Loop| -> Vec<Drained> {
-        rounds
-            .iter()
-            .filter_map(|r| r.get(&which).copied())
-            .collect()
-    };
-    // Per-round ratio against `base`, then the median of those.
-    let ratio = |which: Loop, base: Loop| {
-        median(
-            rounds
-                .iter()
-                .filter_map(|r| Some(r.get(&which)?.rate() / r.get(&base)?.rate()))
-                .collect(),
-        )
-    };
+    let of = |which: Loop| runs_of(rounds, which);
+    let ratio = |which: Loop, base: Loop| ratio(rounds, which, base);
     println!(
         "## 1. Throughput: draining {} pre-filled messages, trivial handler ({} round(s), medians)\n",
         options.messages, options.rounds
@@ -52,12 +40,12 @@ pub fn print_throughput(rounds: &Rounds, options: &Options) {
         let max = rates.iter().copied().fold(0.0, f64::max);
         let az_cores = median(
             runs.iter()
-                .map(|d| d.azurite_cpu.as_secs_f64() / d.cpu_window.as_secs_f64())
+                .map(|d| d.azurite_cpu.total().as_secs_f64() / d.cpu_window.as_secs_f64())
                 .collect(),
         );
         let az_per_msg = median(
             runs.iter()
-                .map(|d| d.azurite_cpu.as_secs_f64() / d.messages as f64)
+                .map(|d| d.azurite_cpu.total().as_secs_f64() / d.messages as f64)
                 .collect(),
         );
         let client_per_msg = median(
@@ -72,7 +60,7 @@ pub fn print_throughput(rounds: &Rounds, options: &Options) {
         );
         let of_ceiling = median(
             runs.iter()
-                .map(|d| d.rate() * d.azurite_cpu.as_secs_f64() / d.messages as f64)
+                .map(|d| d.rate() * d.azurite_cpu.total().as_secs_f64() / d.messages as f64)
                 .collect(),
         );
         println!(
@@ -134,7 +122,7 @@ pub fn print_throughput(rounds: &Rounds, options: &Options) {
     };
     let extra = blob_requests(Loop::SpotWorkerCheckpoints) - blob_requests(Loop::SpotWorker);
     if extra > 0.0 {
-        let azurite = |d: &Drained| d.azurite_cpu;
+        let azurite = |d: &Drained| d.azurite_cpu.total();
         let client = |d: &Drained| d.client_cpu;
         let cost = |cpu: fn(&Drained) -> Duration| {
             (per_message(Loop::SpotWorkerCheckpoints, cpu) - per_message(Loop::SpotWorker, cpu))
@@ -149,4 +137,75 @@ pub fn print_throughput(rounds: &Rounds, options: &Options) {
             per_message(Loop::SpotWorker, azurite) * 1e6
         );
     }
+    print_topologies(rounds);
+}
+
+/// The cost of checkpoints again for each Azurite topology: the throughput
+/// ratio, and the CPU each Azurite process spent per message.
+fn print_topologies(rounds: &Rounds) {
+    println!(
+        "Azurite topology: Azure's blob and queue services are separate front ends, one Azurite process serves both on one Node thread.\n"
+    );
+    println!(
+        "| Azurite processes | with / without checkpoints (throughput) | Azurite CPU per message without checkpoints | with checkpoints |"
+    );
+    println!("|---|---|---|---|");
+    for (label, without, with) in [
+        (
+            "one (`azurite`)",
+            Loop::SpotWorker,
+            Loop::SpotWorkerCheckpoints,
+        ),
+        (
+            "two (`azurite-blob`, `azurite-queue`)",
+            Loop::SpotWorkerSeparate,
+            Loop::SpotWorkerCheckpointsSeparate,
+        ),
+    ] {
+        println!(
+            "| {label} | {:.2} | {} | {} |",
+            ratio(rounds, with, without),
+            cpu_per_message(rounds, without),
+            cpu_per_message(rounds, with)
+        );
+    }
+    println!();
+}
+
+/// The runs of `which`, one per round.
+fn runs_of(rounds: &Rounds, which: Loop) -> Vec<Drained> {
+    rounds
+        .iter()
+        .filter_map(|r| r.get(&which).cloned())
+        .collect()
+}
+
+/// Per-round throughput ratio of `which` to `base`, then the median of
+/// those.
+fn ratio(rounds: &Rounds, which: Loop, base: Loop) -> f64 {
+    median(
+        rounds
+            .iter()
+            .filter_map(|r| Some(r.get(&which)?.rate() / r.get(&base)?.rate()))
+            .collect(),
+    )
+}
+
+/// `name N µs` for each Azurite process of the runs of `which`: its CPU
+/// per message (median of the runs).
+fn cpu_per_message(rounds: &Rounds, which: Loop) -> String {
+    let runs = runs_of(rounds, which);
+    let Some(first) = runs.first() else {
+        return "-".to_owned();
+    };
+    let processes = first.azurite_cpu.0.iter().enumerate();
+    let cells: Vec<String> = processes
+        .map(|(i, (name, _))| {
+            let per_message = runs
+                .iter()
+                .filter_map(|d| Some(d.azurite_cpu.0.get(i)?.1.as_secs_f64() / d.messages as f64));
+            format!("{name} {:.0} µs", median(per_message.collect()) * 1e6)
+        })
+        .collect();
+    cells.join(", ")
 }

@@ -11,10 +11,10 @@ use anyhow::{Context, Result};
 use spot_worker::azure::{AzureQueue, AzureStorage, StorageConfig};
 use spot_worker::runtime::WorkerConfig;
 use spot_worker::storage::{MessageQueue, StorageError, poison_queue_name};
-use spot_worker_testkit::Azurite;
 use spot_worker_testkit::bench;
 use spot_worker_testkit::faulty::QueueFaults;
 use spot_worker_testkit::procfs::{self, Process};
+use spot_worker_testkit::{Azurite, Topology};
 use tokio::task::JoinSet;
 
 use crate::{BATCH, PATIENCE, VISIBILITY};
@@ -22,12 +22,26 @@ use crate::{BATCH, PATIENCE, VISIBILITY};
 /// Concurrent sends while filling a queue.
 pub const FILL_CONCURRENCY: usize = 64;
 
-/// Azurite, a client for it, and the Python interpreter of the baselines.
+/// The Azurite every part runs against, and the Python interpreter of the
+/// baselines.
 pub struct Bench {
+    pub site: Site,
+    pub python: Option<PathBuf>,
+}
+
+impl Bench {
+    pub async fn start() -> Result<Bench> {
+        Ok(Bench {
+            site: Site::start(Topology::Shared).await?,
+            python: bench::python()?,
+        })
+    }
+}
+
+/// An Azurite and a storage client for it.
+pub struct Site {
     pub azurite: Azurite,
     pub storage: AzureStorage,
-    pub azurite_pid: u32,
-    pub python: Option<PathBuf>,
 }
 
 /// A run's queue and its poison queue, prepared.
@@ -37,21 +51,31 @@ pub struct Queues {
     pub poison: AzureQueue,
 }
 
-impl Bench {
-    pub async fn start() -> Result<Bench> {
-        let azurite = tokio::task::spawn_blocking(Azurite::start)
+impl Site {
+    /// Azurite with its services spread over processes as `topology` says.
+    pub async fn start(topology: Topology) -> Result<Site> {
+        let start = match topology {
+            Topology::Shared => Azurite::start,
+            Topology::Separate => Azurite::start_separate,
+        };
+        let azurite = tokio::task::spawn_blocking(start)
             .await?
             .context("starting azurite (run `npm ci --prefix tools/azurite`)")?;
         let storage = AzureStorage::new(StorageConfig::from_connection_string(
             &azurite.connection_string(),
         )?)?;
-        let azurite_pid = azurite.processes().first().context("azurite's pid")?.pid;
-        Ok(Bench {
-            azurite,
-            storage,
-            azurite_pid,
-            python: bench::python()?,
-        })
+        Ok(Site { azurite, storage })
+    }
+
+    /// `name (pid N)` of each Azurite process, for a banner.
+    pub fn describe(&self) -> String {
+        let processes: Vec<String> = self
+            .azurite
+            .processes()
+            .iter()
+            .map(|p| format!("{} (pid {})", p.name, p.pid))
+            .collect();
+        processes.join(", ")
     }
 
     pub async fn queues(&self, prefix: &str) -> Result<Queues> {
@@ -80,10 +104,14 @@ impl Bench {
         Ok(queues)
     }
 
-    /// CPU time used so far by Azurite and by this process.
+    /// CPU time used so far by each Azurite process and by this process.
     pub fn cpu(&self) -> Result<Cpu> {
+        let mut azurite = Vec::new();
+        for process in self.azurite.processes() {
+            azurite.push((process.name, procfs::cpu_time(Process::Id(process.pid))?));
+        }
         Ok(Cpu {
-            azurite: procfs::cpu_time(Process::Id(self.azurite_pid))?,
+            azurite: AzuriteCpu(azurite),
             this: procfs::cpu_time(Process::This)?,
         })
     }
@@ -150,11 +178,31 @@ pub async fn wait_until(what: &str, done: impl Fn() -> bool) -> Result<()> {
     .await
 }
 
-#[derive(Clone, Copy)]
-/// CPU time used so far.
+/// CPU time used so far (or over a run): by each Azurite process, and by
+/// this one.
 pub struct Cpu {
-    pub azurite: Duration,
+    pub azurite: AzuriteCpu,
     pub this: Duration,
+}
+
+/// CPU time of each Azurite process, by its name.
+#[derive(Clone, Debug, Default)]
+pub struct AzuriteCpu(pub Vec<(&'static str, Duration)>);
+
+impl AzuriteCpu {
+    /// All processes together.
+    pub fn total(&self) -> Duration {
+        self.0.iter().map(|(_, cpu)| *cpu).sum()
+    }
+
+    /// What each process used from `before` to `self`.
+    pub fn since(&self, before: &AzuriteCpu) -> AzuriteCpu {
+        let used = self.0.iter().zip(&before.0);
+        AzuriteCpu(
+            used.map(|((name, after), (_, before))| (*name, *after - *before))
+                .collect(),
+        )
+    }
 }
 
 /// The value in `cell` (a poisoned lock still holds a valid value).

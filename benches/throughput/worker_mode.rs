@@ -189,7 +189,7 @@ impl WorkerProcess {
             command.arg(count.to_string());
         }
         let mut child = command
-            .env(CONNECTION_ENV, bench.azurite.connection_string())
+            .env(CONNECTION_ENV, bench.site.azurite.connection_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
