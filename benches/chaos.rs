@@ -17,11 +17,12 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use spot_worker_testkit::bench::{self, BenchArgs};
 use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if !args.iter().any(|a| a == "--bench") {
+    let args = BenchArgs::from_env();
+    if !args.benchmarking() {
         println!("chaos: the long run is `cargo bench --bench chaos`; CI runs tests/chaos.rs");
         return ExitCode::SUCCESS;
     }
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> anyhow::Result<bool> {
+fn run(args: &BenchArgs) -> anyhow::Result<bool> {
     let mut options = Options {
         seed: rand::random(),
         workers: 3,
@@ -71,12 +72,9 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
         binary: Default::default(),
         keep_logs: false,
     };
-    harness::parse_args(&mut options, args)?;
+    harness::parse_args(&mut options, args.all())?;
     options.binary = harness::worker_binary()?;
-    let report = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(harness::run(options))?;
+    let report = bench::runtime()?.block_on(harness::run(options))?;
     println!("{report}");
     Ok(report.passed())
 }

@@ -48,6 +48,7 @@ use spot_worker::storage::{
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
 use spot_worker_primes::{PrimesConfig, PrimesHandler, PrimesJob, ProgressHook};
 use spot_worker_testkit::Azurite;
+use spot_worker_testkit::bench::{self, BenchArgs};
 use tokio::sync::watch;
 
 /// The VM the emulator serves and the worker runs as.
@@ -76,24 +77,13 @@ struct Options {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let options = parse_options(&args)?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(run(options))
+    let options = parse_options(&BenchArgs::from_env())?;
+    bench::init_logs();
+    bench::runtime()?.block_on(run(options))
 }
 
-fn parse_options(args: &[String]) -> Result<Options> {
-    let benchmarking = args.iter().any(|a| a == "--bench");
-    let mut options = if benchmarking {
+fn parse_options(args: &BenchArgs) -> Result<Options> {
+    let mut options = if args.benchmarking() {
         Options {
             ks: vec![1, 8, 32],
             iterations: 10,
@@ -110,17 +100,14 @@ fn parse_options(args: &[String]) -> Result<Options> {
             budget: Duration::from_secs(2),
         }
     };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().context("a value after the flag");
-        match arg.as_str() {
-            "--iterations" => options.iterations = value()?.parse()?,
-            "--baseline-iterations" => options.baseline_iterations = value()?.parse()?,
-            // `cargo bench` passes `--bench` (seen above), `cargo test` may
-            // pass filters; ignore what is not ours.
+    args.each_flag(|flag, value| {
+        match flag {
+            "--iterations" => options.iterations = value.parse()?,
+            "--baseline-iterations" => options.baseline_iterations = value.parse()?,
             _ => {}
         }
-    }
+        Ok(())
+    })?;
     if options.iterations == 0 || options.baseline_iterations == 0 {
         bail!("--iterations and --baseline-iterations must be at least 1");
     }
@@ -408,9 +395,7 @@ async fn redelivered(queue: &dyn MessageQueue, k: usize) -> Result<usize> {
 }
 
 async fn bounded<T>(what: &str, future: impl Future<Output = Result<T>>) -> Result<T> {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .with_context(|| format!("{what}: timed out after {PATIENCE:?}"))?
+    bench::bounded(what, PATIENCE, future).await
 }
 
 fn print_spot_worker(ours: &[(usize, Vec<Drain>)]) {

@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail};
 use rand::Rng;
 use spot_worker::imds::{ImdsClient, ImdsConfig, NoticePolicy, Watcher, WatcherConfig};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
+use spot_worker_testkit::bench::BenchArgs;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -32,21 +33,20 @@ struct Options {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = BenchArgs::from_env();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    if args.iter().any(|a| a == "--serve-emulator") {
+    if args.has("--serve-emulator") {
         return runtime.block_on(serve_emulator());
     }
     let options = parse_options(&args)?;
     runtime.block_on(run(options))
 }
 
-fn parse_options(args: &[String]) -> Result<Options> {
-    let benchmarking = args.iter().any(|a| a == "--bench");
-    let mut options = if benchmarking {
+fn parse_options(args: &BenchArgs) -> Result<Options> {
+    let mut options = if args.benchmarking() {
         Options {
             events: 60,
             interval: Duration::from_secs(1),
@@ -59,18 +59,15 @@ fn parse_options(args: &[String]) -> Result<Options> {
             idle: Duration::from_secs(1),
         }
     };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().context("a value after the flag");
-        match arg.as_str() {
-            "--events" => options.events = value()?.parse()?,
-            "--interval" => options.interval = Duration::from_secs_f64(value()?.parse()?),
-            "--idle" => options.idle = Duration::from_secs_f64(value()?.parse()?),
-            // `cargo bench` passes `--bench` (seen above), `cargo test` may
-            // pass filters; ignore what is not ours.
+    args.each_flag(|flag, value| {
+        match flag {
+            "--events" => options.events = value.parse()?,
+            "--interval" => options.interval = value.seconds()?,
+            "--idle" => options.idle = value.seconds()?,
             _ => {}
         }
-    }
+        Ok(())
+    })?;
     if options.events == 0 {
         bail!("--events must be at least 1");
     }

@@ -1,75 +1,31 @@
 //! What the consumer asks of storage per job: at most one checkpoint read
 //! per delivery (none where it cannot exist), receives that fetch whole batches while there is a backlog but
 //! never more messages than free slots. On tokio's paused clock against the
-//! in-memory queue and checkpoint store, both wrapped to count requests.
+//! in-memory queue and checkpoint store, both wrapped to count requests
+//! (the testkit's `FaultyQueue` and `CountingStore`).
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ConsumerConfig, ETag, HandlerError, InMemoryCheckpointStore,
-    InMemoryQueue, Job, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
+    Checkpoint, CheckpointStore, ConsumerConfig, HandlerError, InMemoryCheckpointStore, Job,
+    MessageQueue, StorageError, WritePrecondition, handler_fn,
 };
 
 mod common;
 use common::*;
-use spot_worker_testkit::faulty::FaultyQueue;
+use spot_worker_testkit::counting::CountingStore;
+use spot_worker_testkit::faulty::{FaultyQueue, Receive};
 
-/// Counts checkpoint reads and writes, and records the keys read.
-#[derive(Clone)]
-struct CountedStore {
-    inner: InMemoryCheckpointStore,
-    reads: Arc<AtomicU32>,
-    writes: Arc<AtomicU32>,
-    keys_read: Arc<Mutex<Vec<String>>>,
-}
-
-impl CountedStore {
-    fn new() -> Self {
-        CountedStore {
-            inner: InMemoryCheckpointStore::new(),
-            reads: Arc::default(),
-            writes: Arc::default(),
-            keys_read: Arc::default(),
-        }
-    }
-
-    /// Reads of checkpoints, not of the consumer's attempt records.
-    fn checkpoint_reads(&self) -> Vec<String> {
-        let keys = self.keys_read.lock().unwrap();
-        keys.iter()
-            .filter(|key| !key.starts_with(".spot-worker/"))
-            .cloned()
-            .collect()
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for CountedStore {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.keys_read.lock().unwrap().push(key.to_owned());
-        self.inner.read(key).await
-    }
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
+/// The checkpoints `store` was asked for, not the consumer's attempt
+/// records.
+fn checkpoint_reads(store: &CountingStore<InMemoryCheckpointStore>) -> Vec<String> {
+    let keys = store.calls().keys_read();
+    keys.into_iter()
+        .filter(|key| !key.starts_with(".spot-worker/"))
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -81,7 +37,7 @@ async fn a_first_delivery_keyed_by_its_message_id_reads_no_checkpoint_before_it_
             .await
             .unwrap();
     }
-    let store = CountedStore::new();
+    let store = CountingStore::new(InMemoryCheckpointStore::new());
     let handler = handler_fn(|job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
         assert_eq!(checkpoint.progress(), None);
@@ -98,15 +54,15 @@ async fn a_first_delivery_keyed_by_its_message_id_reads_no_checkpoint_before_it_
     // Per job: no completed check (a first delivery keyed by its message
     // id cannot have a checkpoint, and the first handle is told so), the
     // second handle's read, one write.
-    assert_eq!(store.reads.load(Ordering::SeqCst), 8);
-    assert_eq!(store.writes.load(Ordering::SeqCst), 8);
+    assert_eq!(store.calls().reads(), 8);
+    assert_eq!(store.calls().writes(), 8);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_redelivered_job_reads_its_checkpoint_once_and_resumes_from_it() {
     let (queue, poison) = queues();
     queue.send("job", Duration::ZERO).await.unwrap();
-    let store = CountedStore::new();
+    let store = CountingStore::new(InMemoryCheckpointStore::new());
     let handler = handler_fn(|job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
         if job.dequeue_count() == 1 {
@@ -124,7 +80,7 @@ async fn a_redelivered_job_reads_its_checkpoint_once_and_resumes_from_it() {
     assert_eq!(stats.retried, 1, "{stats:?}");
     // First delivery: none (known absent, and the handler is told so).
     // Second: the completed check, handed on to the handler.
-    let reads = store.checkpoint_reads();
+    let reads = checkpoint_reads(&store);
     assert_eq!(reads.len(), 1, "{reads:?}");
 }
 
@@ -138,9 +94,9 @@ async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
         .send(r#"{"job": "same job"}"#, Duration::ZERO)
         .await
         .unwrap();
-    let store = CountedStore::new();
+    let store = CountingStore::new(InMemoryCheckpointStore::new());
     store
-        .inner
+        .inner()
         .write(
             "same job",
             &Checkpoint::Completed { result: json!(1) },
@@ -157,7 +113,7 @@ async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
         .await;
     running.stop().await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
-    assert_eq!(store.checkpoint_reads(), ["same job"]);
+    assert_eq!(checkpoint_reads(&store), ["same job"]);
     assert!(queue.is_empty() && poison.is_empty());
 }
 
@@ -165,10 +121,10 @@ async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
 async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began() {
     let (queue, poison) = queues();
     queue.send("contested", Duration::ZERO).await.unwrap();
-    let store = CountedStore::new();
+    let store = CountingStore::new(InMemoryCheckpointStore::new());
     let conflicts = Arc::new(AtomicU32::new(0));
     let handler = handler_fn({
-        let (store, conflicts) = (store.inner.clone(), conflicts.clone());
+        let (store, conflicts) = (store.inner().clone(), conflicts.clone());
         move |job: Job| {
             let (store, conflicts) = (store.clone(), conflicts.clone());
             async move {
@@ -213,56 +169,6 @@ async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began()
     assert_eq!((stats.retried, stats.poisoned), (0, 0), "{stats:?}");
 }
 
-/// Records every receive: how many messages it asked for, and how many
-/// messages were outstanding (received, not yet deleted) when it was sent
-/// (`FaultyQueue` records when each receive came, not these).
-#[derive(Clone)]
-struct ReceiveLog {
-    inner: InMemoryQueue,
-    outstanding: Arc<AtomicUsize>,
-    receives: Arc<Mutex<Vec<(usize, usize, usize)>>>,
-}
-
-#[async_trait]
-impl MessageQueue for ReceiveLog {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-    async fn receive(
-        &self,
-        max: u8,
-        visibility: Duration,
-    ) -> Result<Vec<QueueMessage>, StorageError> {
-        let before = self.outstanding.load(Ordering::SeqCst);
-        let messages = self.inner.receive(max, visibility).await?;
-        self.outstanding.fetch_add(messages.len(), Ordering::SeqCst);
-        self.receives
-            .lock()
-            .unwrap()
-            .push((usize::from(max), before, messages.len()));
-        Ok(messages)
-    }
-    async fn update_visibility(
-        &self,
-        id: &MessageId,
-        receipt: &PopReceipt,
-        visibility: Duration,
-    ) -> Result<PopReceipt, StorageError> {
-        self.inner.update_visibility(id, receipt, visibility).await
-    }
-    async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.inner.delete(id, receipt).await?;
-        self.outstanding.fetch_sub(1, Ordering::SeqCst);
-        Ok(())
-    }
-    async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
-        self.inner.send(body, delay).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
     const SLOTS: usize = 32;
@@ -274,11 +180,7 @@ async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
             .await
             .unwrap();
     }
-    let log = ReceiveLog {
-        inner: queue.clone(),
-        outstanding: Arc::default(),
-        receives: Arc::default(),
-    };
+    let log = FaultyQueue::new(queue.clone());
     // Short jobs of different lengths, so slots free one by one.
     let handler = handler_fn(|job: Job| async move {
         let spread = job.text()?.len() as u64 * 7 % 40;
@@ -298,8 +200,11 @@ async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
         .wait_for("all handled", |s| s.succeeded == JOBS as u64)
         .await;
     running.stop().await;
-    let receives = log.receives.lock().unwrap().clone();
-    for &(asked, outstanding, _) in &receives {
+    let receives = log.faults().receives();
+    for &Receive {
+        asked, outstanding, ..
+    } in &receives
+    {
         assert!(
             asked + outstanding <= SLOTS,
             "asked for {asked} with {outstanding} in flight: {receives:?}"
@@ -307,7 +212,7 @@ async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
     }
     let fetching: Vec<usize> = receives
         .iter()
-        .map(|&(_, _, got)| got)
+        .map(|receive| receive.got)
         .filter(|&got| got > 0)
         .collect();
     let per_receive = JOBS as f64 / fetching.len() as f64;
@@ -320,11 +225,7 @@ async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
 #[tokio::test(start_paused = true)]
 async fn an_idle_consumer_receives_at_once_with_one_slot_free() {
     let (queue, poison) = queues();
-    let log = ReceiveLog {
-        inner: queue.clone(),
-        outstanding: Arc::default(),
-        receives: Arc::default(),
-    };
+    let log = FaultyQueue::new(queue.clone());
     let config = ConsumerConfig {
         batch_size: 4,
         max_in_flight: 4,

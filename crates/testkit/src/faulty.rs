@@ -1,7 +1,8 @@
 //! [`FaultyQueue`]: any [`MessageQueue`] with faults a test switches on and
-//! off while it runs, and a record of the calls made. One double for every
-//! test and benchmark, instead of a hand-written forwarding wrapper per
-//! fault.
+//! off while it runs, and a record of the calls made: how many of each
+//! kind, when, what each receive asked for and got, when deletes and
+//! releases were answered. One double for every test and benchmark,
+//! instead of a hand-written forwarding wrapper per fault or count.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -19,13 +20,15 @@
 //! # });
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use spot_worker_storage::{
     MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError, async_trait,
 };
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Azure refuses a message over 64 KiB.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -55,19 +58,73 @@ pub struct QueueFaults {
     pub send_delay_ms: AtomicU64,
     /// Renewals asked for (counted before any fault applies).
     pub renewals: AtomicU32,
-    receives_at: Mutex<Vec<tokio::time::Instant>>,
+    receives_at: Mutex<Vec<Instant>>,
+    receives: Mutex<Vec<Receive>>,
+    /// Received and not yet deleted.
+    outstanding: AtomicUsize,
+    prepares: AtomicU32,
     updates: AtomicU32,
     deletes: AtomicU32,
     sends: AtomicU32,
+    /// When each delete was answered with success, in order.
+    deleted_at: DeletedAt,
+    /// When each release (visibility set to zero) was answered with success.
+    released_at: Mutex<Vec<Instant>>,
+}
+
+/// A watch on the successful deletes' times, so a waiter wakes on each.
+#[derive(Debug)]
+struct DeletedAt(watch::Sender<Vec<Instant>>);
+
+impl Default for DeletedAt {
+    fn default() -> Self {
+        DeletedAt(watch::channel(Vec::new()).0)
+    }
+}
+
+/// One answered receive, as [`QueueFaults::receives`] records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receive {
+    /// How many messages it asked for (before `receive_ignores_max`).
+    pub asked: usize,
+    /// Messages received earlier and not yet deleted when it was sent.
+    pub outstanding: usize,
+    /// How many it got.
+    pub got: usize,
 }
 
 impl QueueFaults {
     /// When each receive was called, on tokio's clock.
-    pub fn receives_at(&self) -> MutexGuard<'_, Vec<tokio::time::Instant>> {
-        // Nothing panics while holding it: the data stays consistent.
-        self.receives_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    pub fn receives_at(&self) -> MutexGuard<'_, Vec<Instant>> {
+        locked(&self.receives_at)
+    }
+
+    /// Every receive that was answered: what it asked for, what was
+    /// outstanding, what it got.
+    pub fn receives(&self) -> Vec<Receive> {
+        locked(&self.receives).clone()
+    }
+
+    /// `prepare` calls.
+    pub fn prepares(&self) -> u32 {
+        self.prepares.load(Ordering::SeqCst)
+    }
+
+    /// When each successful delete was answered, in order.
+    pub fn deleted_at(&self) -> Vec<Instant> {
+        self.deleted_at.0.borrow().clone()
+    }
+
+    /// Resolves once `count` deletes have succeeded.
+    pub async fn deleted(&self, count: usize) {
+        let mut deleted = self.deleted_at.0.subscribe();
+        // The sender lives in `self`, so the channel cannot close first.
+        let _ = deleted.wait_for(|at| at.len() >= count).await;
+    }
+
+    /// When each successful release (visibility set to zero) was answered.
+    pub fn released_at(&self) -> Vec<Instant> {
+        locked(&self.released_at).clone()
     }
 
     /// Calls made: (receives, visibility updates, deletes, sends), failed
@@ -86,11 +143,13 @@ impl QueueFaults {
     }
 
     fn take_slow_answer(&self) -> Option<Duration> {
-        self.slow_renewal_answer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        locked(&self.slow_renewal_answer).take()
     }
+}
+
+/// Nothing panics while holding these locks: the data stays consistent.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A queue with switchable faults around `Q`; like Azure, it refuses
@@ -132,6 +191,7 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
     }
 
     async fn prepare(&self) -> Result<(), StorageError> {
+        self.faults.prepares.fetch_add(1, Ordering::SeqCst);
         self.inner.prepare().await
     }
 
@@ -141,14 +201,24 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
         visibility: Duration,
     ) -> Result<Vec<QueueMessage>, StorageError> {
         let faults = &self.faults;
-        faults.receives_at().push(tokio::time::Instant::now());
+        faults.receives_at().push(Instant::now());
         self.unavailable_if(QueueFaults::on(&faults.receives_failing), "receive")?;
+        let asked = usize::from(max);
+        let outstanding = faults.outstanding.load(Ordering::SeqCst);
         let max = if QueueFaults::on(&faults.receive_ignores_max) {
             32
         } else {
             max
         };
         let received = self.inner.receive(max, visibility).await?;
+        faults
+            .outstanding
+            .fetch_add(received.len(), Ordering::SeqCst);
+        locked(&faults.receives).push(Receive {
+            asked,
+            outstanding,
+            got: received.len(),
+        });
         let delay = faults.receive_delay_ms.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(delay)).await;
         Ok(received)
@@ -175,13 +245,33 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
                 return renewed;
             }
         }
-        self.inner.update_visibility(id, receipt, visibility).await
+        let updated = self
+            .inner
+            .update_visibility(id, receipt, visibility)
+            .await?;
+        if visibility.is_zero() {
+            locked(&faults.released_at).push(Instant::now());
+        }
+        Ok(updated)
     }
 
     async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
-        self.faults.deletes.fetch_add(1, Ordering::SeqCst);
+        let faults = &self.faults;
+        faults.deletes.fetch_add(1, Ordering::SeqCst);
         self.unavailable_if(false, "delete")?;
-        self.inner.delete(id, receipt).await
+        self.inner.delete(id, receipt).await?;
+        // Saturating: a message may have been received through another
+        // handle on the same queue.
+        let _ = faults
+            .outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            });
+        faults
+            .deleted_at
+            .0
+            .send_modify(|at| at.push(Instant::now()));
+        Ok(())
     }
 
     async fn send(&self, body: &str, delay: Duration) -> Result<MessageId, StorageError> {
@@ -196,5 +286,73 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
             });
         }
         self.inner.send(body, delay).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spot_worker_storage::InMemoryQueue;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_record_follows_receives_deletes_and_releases() {
+        let queue = FaultyQueue::new(InMemoryQueue::new("jobs"));
+        queue.prepare().await.unwrap();
+        for i in 0..3 {
+            queue
+                .send(&format!("job {i}"), Duration::ZERO)
+                .await
+                .unwrap();
+        }
+        let first = queue.receive(2, Duration::from_secs(30)).await.unwrap();
+        queue
+            .delete(&first[0].id, &first[0].pop_receipt)
+            .await
+            .unwrap();
+        let second = queue.receive(4, Duration::from_secs(30)).await.unwrap();
+        queue
+            .update_visibility(&second[0].id, &second[0].pop_receipt, Duration::ZERO)
+            .await
+            .unwrap();
+        let faults = queue.faults();
+        assert_eq!(
+            faults.receives(),
+            [
+                Receive {
+                    asked: 2,
+                    outstanding: 0,
+                    got: 2
+                },
+                Receive {
+                    asked: 4,
+                    outstanding: 1,
+                    got: 1
+                },
+            ]
+        );
+        assert_eq!(faults.prepares(), 1);
+        assert_eq!(faults.deleted_at().len(), 1);
+        assert_eq!(faults.released_at().len(), 1);
+        // Already reached: resolves at once.
+        faults.deleted(1).await;
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_on_the_delete_it_waits_for() {
+        let queue = FaultyQueue::new(InMemoryQueue::new("jobs"));
+        queue.send("job", Duration::ZERO).await.unwrap();
+        let faults = Arc::clone(queue.faults());
+        let waiting = tokio::spawn(async move { faults.deleted(1).await });
+        let received = queue.receive(1, Duration::from_secs(30)).await.unwrap();
+        assert!(!waiting.is_finished());
+        queue
+            .delete(&received[0].id, &received[0].pop_receipt)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken by the delete")
+            .unwrap();
     }
 }

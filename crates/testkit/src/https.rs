@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use crate::topology::Program;
 use crate::{
-    Azurite, HarnessError, POLL_INTERVAL, PROBE_TIMEOUT, START_TIMEOUT, binary_path, reserve_ports,
-    reserved_ports,
+    Azurite, HarnessError, POLL_INTERVAL, PROBE_TIMEOUT, START_TIMEOUT, Topology, binary_path,
+    reserve_ports, reserved_ports,
 };
 
 /// How [`Azurite::start_https`] serves: production-style, over HTTPS with
@@ -58,7 +59,8 @@ impl Azurite {
             table_port: ports[2],
             probe_account: String::new(),
             https: Some(Box::new(options)),
-            child: None,
+            topology: Topology::Shared,
+            children: Vec::new(),
             starts: 0,
         };
         azurite.start_again()?;
@@ -104,7 +106,7 @@ impl Azurite {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        self.child = Some(child);
+        self.children = vec![(Program::All, child)];
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             self.check_running()?;

@@ -4,7 +4,10 @@
 //! - [`contract`]: what every checkpoint and result store must do, run
 //!   against each backend;
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
+//! - [`counting`]: any checkpoint store with a count of requests by kind;
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
+//! - [`bench`]: what every benchmark binary does before it measures;
+//! - [`procfs`]: CPU time and memory of processes, from `/proc`;
 //! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
 //!   a seeded fault schedule, and the checks).
 //!
@@ -21,6 +24,9 @@
 //! server that took one of our ports while we were stopped, is never
 //! mistaken for ours. A port taken by someone else makes Azurite exit with
 //! `EADDRINUSE`, reported as [`HarnessError::PortInUse`].
+//!
+//! [`Azurite::start_separate`] serves blob and queue from two processes
+//! (`azurite-blob`, `azurite-queue`) instead of one; see [`topology`].
 //!
 //! [`Azurite::start_https`] starts it as production looks instead: HTTPS
 //! with a given certificate, OAuth (`--oauth basic`: bearer tokens are
@@ -40,17 +46,23 @@ use std::hash::{BuildHasher as _, Hasher as _};
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod bench;
 pub mod chaos;
 pub mod contract;
+pub mod counting;
 pub mod faulty;
 mod https;
 pub mod otlp;
+pub mod procfs;
+pub mod topology;
 
 pub use https::HttpsOptions;
+use topology::Program;
+pub use topology::{AzuriteProcess, Topology};
 
 /// The emulator's well-known account name.
 pub const ACCOUNT_NAME: &str = "devstoreaccount1";
@@ -118,7 +130,9 @@ pub struct Azurite {
     /// Production-style HTTPS and OAuth instead of plain local HTTP (boxed:
     /// most instances are local, and users keep `Azurite` in enums).
     https: Option<Box<HttpsOptions>>,
-    child: Option<Child>,
+    topology: Topology,
+    /// The running processes; empty while stopped.
+    children: Vec<(Program, Child)>,
     starts: u32,
 }
 
@@ -126,6 +140,10 @@ impl Azurite {
     /// Starts Azurite on free loopback ports with a fresh workspace and waits
     /// until its blob and queue services accept connections.
     pub fn start() -> Result<Self, HarnessError> {
+        Self::start_with(Topology::Shared)
+    }
+
+    fn start_with(topology: Topology) -> Result<Self, HarnessError> {
         let binary = binary_path();
         if !binary.exists() {
             return Err(HarnessError::NotInstalled(binary));
@@ -143,9 +161,18 @@ impl Azurite {
                 table_port: ports[2],
                 probe_account: format!("probe{:016x}", random_u64()),
                 https: None,
-                child: None,
+                topology,
+                children: Vec::new(),
                 starts: 0,
             };
+            if let Some(missing) = topology
+                .programs()
+                .iter()
+                .map(|program| azurite.program_path(*program))
+                .find(|path| !path.exists())
+            {
+                return Err(HarnessError::NotInstalled(missing));
+            }
             match azurite.start_again() {
                 Ok(()) => return Ok(azurite),
                 Err(error) => last_error = Some(error),
@@ -163,7 +190,7 @@ impl Azurite {
     /// the ports meanwhile (other tests in this process never do: their
     /// ports are chosen to avoid this instance's).
     pub fn start_again(&mut self) -> Result<(), HarnessError> {
-        if self.child.is_some() {
+        if !self.children.is_empty() {
             return Ok(());
         }
         self.starts += 1;
@@ -172,72 +199,28 @@ impl Azurite {
         if let Some(https) = self.https.clone() {
             return self.start_https_process(&https, log);
         }
-        let child = Command::new(&self.binary)
-            .args([
-                "--silent",
-                "--disableTelemetry",
-                // The 1.x SDK may send an x-ms-version newer than this
-                // Azurite knows; the operations we use are unchanged.
-                "--skipApiVersionCheck",
-            ])
-            .arg("--location")
-            .arg(self.workspace.path())
-            .args([
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                &self.blob_port.to_string(),
-            ])
-            .args([
-                "--queueHost",
-                "127.0.0.1",
-                "--queuePort",
-                &self.queue_port.to_string(),
-            ])
-            .args([
-                "--tableHost",
-                "127.0.0.1",
-                "--tablePort",
-                &self.table_port.to_string(),
-            ])
-            // The well-known account, and one only this instance knows.
-            .env(
-                "AZURITE_ACCOUNTS",
-                format!(
-                    "{ACCOUNT_NAME}:{ACCOUNT_KEY};{}:{ACCOUNT_KEY}",
-                    self.probe_account
-                ),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        self.child = Some(child);
+        for &program in self.topology.programs() {
+            let child = self
+                .local_command(program)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log.try_clone()?)
+                .spawn()?;
+            self.children.push((program, child));
+        }
         self.wait_until_ready()
     }
 
     /// Stops Azurite gracefully (SIGTERM, so it saves its data), killing it
     /// if it does not exit in time.
     pub fn stop(&mut self) -> Result<(), HarnessError> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
+        let mut first_error = None;
+        for (_, child) in std::mem::take(&mut self.children) {
+            if let Err(error) = stop_process(child) {
+                first_error.get_or_insert(error);
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        }
-        child.kill()?;
-        child.wait()?;
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// `http://127.0.0.1:<port>/devstoreaccount1`, the blob service URL.
@@ -310,25 +293,54 @@ impl Azurite {
     /// An error if Azurite exited: [`HarnessError::PortInUse`] if its log
     /// says a port was taken.
     fn check_running(&mut self) -> Result<(), HarnessError> {
-        let Some(child) = self.child.as_mut() else {
+        if self.children.is_empty() {
             return Err(HarnessError::NotReady {
                 reason: "it is not running".to_owned(),
                 log: self.log_tail(),
             });
-        };
-        let Some(status) = child.try_wait()? else {
+        }
+        let mut exited = None;
+        for (program, child) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                exited = Some((program.name(), status));
+                break;
+            }
+        }
+        let Some((program, status)) = exited else {
             return Ok(());
         };
-        self.child = None;
+        // The others are of no use without it.
+        let _ = self.stop();
         let log = self.log_tail();
         if let Some(address) = address_in_use(&log) {
             return Err(HarnessError::PortInUse { address, log });
         }
         Err(HarnessError::NotReady {
-            reason: format!("it exited with {status}"),
+            reason: format!("{program} exited with {status}"),
             log,
         })
     }
+}
+
+/// Stops one Azurite process gracefully (SIGTERM, so it saves its data),
+/// killing it if it does not exit in time.
+fn stop_process(mut child: Child) -> Result<(), HarnessError> {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    child.kill()?;
+    child.wait()?;
+    Ok(())
 }
 
 impl Drop for Azurite {

@@ -1,0 +1,148 @@
+//! [`CountingStore`]: any [`CheckpointStore`] with a count of the requests
+//! made to it, by kind (reads, creating and updating writes, deletes): what
+//! a test asserts per job, and what a benchmark sets against the fewest the
+//! protocol allows. The queue's counterpart is the record of
+//! [`FaultyQueue`](crate::faulty::FaultyQueue).
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use spot_worker_testkit::counting::CountingStore;
+//! use spot_worker_storage::{Checkpoint, CheckpointStore, InMemoryCheckpointStore, WritePrecondition};
+//!
+//! let store = CountingStore::new(InMemoryCheckpointStore::new());
+//! assert!(store.read("job").await.unwrap().is_none());
+//! let done = Checkpoint::Completed { result: 42.into() };
+//! store.write("job", &done, WritePrecondition::Create, None).await.unwrap();
+//! assert_eq!((store.calls().reads(), store.calls().creates()), (1, 1));
+//! # });
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
+    async_trait,
+};
+
+/// The counts of one [`CountingStore`] (shared by clones). Every request is
+/// counted when it is made, failed ones included.
+#[derive(Debug, Default)]
+pub struct StoreCalls {
+    prepares: AtomicU64,
+    reads: AtomicU64,
+    creates: AtomicU64,
+    updates: AtomicU64,
+    deletes: AtomicU64,
+    keys_read: Mutex<Vec<String>>,
+}
+
+impl StoreCalls {
+    /// `prepare` calls (container creation).
+    pub fn prepares(&self) -> u64 {
+        self.prepares.load(Ordering::SeqCst)
+    }
+
+    /// Reads.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
+    /// Writes that create the checkpoint ([`WritePrecondition::Create`]).
+    pub fn creates(&self) -> u64 {
+        self.creates.load(Ordering::SeqCst)
+    }
+
+    /// Writes that update an existing checkpoint
+    /// ([`WritePrecondition::IfMatch`]).
+    pub fn updates(&self) -> u64 {
+        self.updates.load(Ordering::SeqCst)
+    }
+
+    /// Writes of either kind.
+    pub fn writes(&self) -> u64 {
+        self.creates() + self.updates()
+    }
+
+    /// Deletes.
+    pub fn deletes(&self) -> u64 {
+        self.deletes.load(Ordering::SeqCst)
+    }
+
+    /// The keys read, in order.
+    pub fn keys_read(&self) -> Vec<String> {
+        self.keys_read
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `S`, counting every request made to it.
+#[derive(Clone, Debug)]
+pub struct CountingStore<S> {
+    inner: S,
+    calls: Arc<StoreCalls>,
+}
+
+impl<S: CheckpointStore> CountingStore<S> {
+    /// `inner`, with every count at zero.
+    pub fn new(inner: S) -> Self {
+        CountingStore {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub fn calls(&self) -> &Arc<StoreCalls> {
+        &self.calls
+    }
+
+    /// The store itself, for requests that must not be counted (another
+    /// holder of a job, in a test).
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        StoreCalls::count(&self.calls.prepares);
+        self.inner.prepare().await
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+        StoreCalls::count(&self.calls.reads);
+        self.calls
+            .keys_read
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(key.to_owned());
+        self.inner.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: Option<&str>,
+    ) -> Result<ETag, StorageError> {
+        StoreCalls::count(match precondition {
+            WritePrecondition::Create => &self.calls.creates,
+            WritePrecondition::IfMatch(_) => &self.calls.updates,
+        });
+        self.inner.write(key, checkpoint, precondition, stamp).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        StoreCalls::count(&self.calls.deletes);
+        self.inner.delete(key).await
+    }
+}
