@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::topology::Program;
-use crate::{
+use super::topology::Program;
+use super::{
     Azurite, HarnessError, POLL_INTERVAL, PROBE_TIMEOUT, START_TIMEOUT, Topology, binary_path,
     reserve_ports, reserved_ports,
 };

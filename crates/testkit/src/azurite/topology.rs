@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use crate::{ACCOUNT_KEY, ACCOUNT_NAME, Azurite, HarnessError};
+use super::{ACCOUNT_KEY, ACCOUNT_NAME, Azurite, HarnessError};
 
 /// How a local Azurite's services are spread over processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
