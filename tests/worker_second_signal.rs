@@ -4,15 +4,12 @@
 //!
 //! A binary of its own: the test sends signals to its own process.
 
-#[path = "worker/harness.rs"]
-mod harness;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::*;
 use spot_worker::runtime::DrainTrigger;
 use spot_worker::storage::{HandlerError, Job, handler_fn};
+use spot_worker_testkit::worker::*;
 use tokio::sync::Notify;
 
 fn sigterm() {

@@ -4,12 +4,9 @@
 //!
 //! A binary of its own: the test sends SIGTERM to its own process.
 
-#[path = "worker/harness.rs"]
-mod harness;
-
-use harness::*;
 use spot_worker::runtime::DrainTrigger;
 use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::worker::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_and_another_worker_resumes() {

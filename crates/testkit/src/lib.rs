@@ -8,6 +8,7 @@
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
 //! - [`bench`]: what every benchmark binary does before it measures;
 //! - [`procfs`]: CPU time and memory of processes, from `/proc`;
+//! - [`worker`]: in-process workers on Azurite and the IMDS emulator;
 //! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
 //!   a seeded fault schedule, and the checks).
 //!
@@ -49,6 +50,7 @@ pub mod counting;
 pub mod faulty;
 pub mod otlp;
 pub mod procfs;
+pub mod worker;
 
 pub use azurite::topology;
 pub use azurite::{

@@ -2,16 +2,14 @@
 //! example primes job evicted mid-way and resumed elsewhere, a handler that
 //! ignores cancellation, two workers on one queue, and the warmup gate.
 
-mod harness;
-
 use std::time::Duration;
 
-use harness::*;
 use spot_worker::imds::EventType;
 use spot_worker::runtime::{DrainTrigger, Gate};
 use spot_worker::storage::{HandlerError, Job, handler_fn};
 use spot_worker_imds_emulator::{EventSpec, Fault};
 use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::worker::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempt_mid_job_drains_in_time_and_another_worker_resumes() {

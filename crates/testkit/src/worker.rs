@@ -1,15 +1,14 @@
-//! Set-up for the end-to-end worker tests: a fresh Azurite and IMDS emulator
-//! per test, workers configured for a test process (no watchdog, no signal
-//! handlers, short polls), the primes job with a progress log, and bounded
-//! waits.
-
-#![allow(dead_code)] // Not every test uses every helper.
+//! In-process workers for the end-to-end worker tests (`tests/worker*`): a
+//! fresh Azurite and IMDS emulator per test, workers configured for a test
+//! process (no watchdog, no signal handlers, short polls), the primes job
+//! with a progress log, and bounded waits.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::Azurite;
 use serde_json::Value;
 use spot_worker::azure::{AzureStorage, RetryConfig, StorageConfig};
 use spot_worker::runtime::{Worker, WorkerConfig};
@@ -19,15 +18,16 @@ use spot_worker::storage::{
 };
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use spot_worker_primes::{PrimesConfig, PrimesJob, Progress};
-use spot_worker_testkit::Azurite;
 use tokio::sync::Notify;
 
-/// The VM the emulator serves, and another VM of the same scale set.
+/// The VM the emulator serves.
 pub const VM_A: &str = "spotvmss_0";
+/// Another VM of the same scale set, with an emulator of its own.
 pub const VM_B: &str = "spotvmss_1";
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
+/// Awaits `future`, panicking with `what` after [`PATIENCE`].
 pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(PATIENCE, future).await {
         Ok(value) => value,
@@ -35,22 +35,33 @@ pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     }
 }
 
+/// One test's world: Azurite, the two VMs' emulators, and the worker's
+/// queue, poison queue, checkpoint and result stores on a fresh queue name.
 pub struct Env {
+    /// The storage emulator.
     pub azurite: Azurite,
+    /// The Azure backends on it, with short retries.
     pub storage: AzureStorage,
     /// IMDS as VM_A sees it.
     pub emulator: RunningEmulator,
     /// IMDS as VM_B sees it (each VM has its own instance metadata).
     pub peer_emulator: RunningEmulator,
+    /// The work queue's name (unique per test).
     pub queue_name: String,
+    /// The work queue.
     pub queue: Arc<dyn MessageQueue>,
+    /// Its poison queue.
     pub poison: Arc<dyn MessageQueue>,
+    /// The checkpoint store.
     pub checkpoints: Arc<dyn CheckpointStore>,
+    /// The primes job's result store.
     pub results: Arc<dyn ResultStore>,
     checkpoint_container: String,
 }
 
 impl Env {
+    /// Starts Azurite and both emulators and creates the queues and
+    /// containers; logs go to the test's output (`RUST_LOG`, default warn).
     pub async fn start() -> Env {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -137,6 +148,7 @@ impl Env {
         }
     }
 
+    /// A worker on this world's queues and stores.
     pub fn worker(&self, config: WorkerConfig) -> Worker {
         Worker::new(config, self.queue.clone(), self.poison.clone())
             .with_checkpoints(self.checkpoints.clone())
@@ -165,6 +177,7 @@ impl Env {
         }
     }
 
+    /// Sends `job` to the work queue.
     pub async fn enqueue(&self, job: &PrimesJob) {
         self.queue
             .send(&job.to_message(), Duration::ZERO)
@@ -209,9 +222,13 @@ fn find_u64(value: &Value, key: &str) -> Option<u64> {
     }
 }
 
+/// A worker with the primes job and the log of its progress.
 pub struct PrimesWorker<H> {
+    /// The worker.
     pub worker: Worker,
+    /// The primes handler to run it with.
     pub handler: H,
+    /// Every progress report of the handler.
     pub progress: ProgressLog,
 }
 
@@ -271,6 +288,7 @@ pub struct Handled {
 }
 
 impl Handled {
+    /// A handler that notes it ran and succeeds.
     pub fn handler(&self) -> impl MessageHandler {
         let this = self.clone();
         handler_fn(move |_job: Job| {
@@ -283,10 +301,12 @@ impl Handled {
         })
     }
 
+    /// Whether the handler ran.
     pub fn happened(&self) -> bool {
         self.happened.load(Ordering::SeqCst)
     }
 
+    /// Resolves when the handler runs (next time).
     pub async fn wait(&self) {
         self.notify.notified().await
     }
