@@ -327,12 +327,10 @@ impl Poller {
         name
     }
 
-    /// Records a document: publishes it, then hands its transitions to the
-    /// triggers (the latency-critical path; a watch send before them costs
-    /// nothing) and to subscribers, and publishes health last. Whoever is
-    /// woken by a notice finds its event in the document, and whoever sees
-    /// the new incarnation in [`WatcherHealth`] can rely on its transitions
-    /// having been sent.
+    /// Records a document and hands its transitions to the triggers first
+    /// (the latency-critical path), then to subscribers, and publishes the
+    /// document and health last: whoever sees the new incarnation in
+    /// [`WatcherHealth`] can rely on its transitions having been sent.
     fn accept(
         &mut self,
         document: ScheduledEvents,
@@ -354,8 +352,6 @@ impl Poller {
                          so it concerns no VM we can identify; not draining for it, never approving it"
                     );
                 }
-                let document = Arc::new(document);
-                self.document.send_replace(Some(document.clone()));
                 let before: &[ScheduledEvent] = previous.as_deref().map_or(&[], |d| &d.events);
                 let now = Instant::now();
                 let changes = diff(before, &document, vm_name, SystemTime::now());
@@ -374,6 +370,8 @@ impl Poller {
                     // No subscribers is fine: the triggers already saw it.
                     let _ = self.transitions.send(transition);
                 }
+                let document = Arc::new(document);
+                self.document.send_replace(Some(document.clone()));
                 document
             }
         };

@@ -369,28 +369,3 @@ async fn reqwest_get(url: &str) -> (u16, String) {
         .unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
 }
-
-// Whoever is woken by a notice reads the document right away (the worker
-// does, to decide whether to approve, park or exit): the event must be in
-// it already. It was published after the triggers fired, and a worker that
-// drained in no time saw a notice without its event and exited instead of
-// parking. Repeated on a multi-threaded runtime, where the reader runs
-// beside the watcher.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_notice_is_never_seen_before_the_document_that_holds_its_event() {
-    for _ in 0..20 {
-        let emulator = emulator().await;
-        let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-        let shutdown = watcher.notice_signal(NoticePolicy::default());
-        let running = watcher.spawn();
-        caught_up(&running, emulator.incarnation()).await;
-        let event = emulator.schedule(EventSpec::preempt()).unwrap();
-        within("the shutdown token", shutdown.cancelled()).await;
-        let document = running.document().borrow().clone();
-        let listed = document.is_some_and(|d| d.event(&EventId(event.id.clone())).is_some());
-        assert!(
-            listed,
-            "the notice came before the document listing its event"
-        );
-    }
-}
