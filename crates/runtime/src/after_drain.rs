@@ -31,14 +31,20 @@ pub(crate) enum AfterDrain {
     /// The notice was withdrawn (the event cancelled before it started):
     /// take work again.
     Resume,
+    /// Nothing to decide yet: the notice names an event that the listed
+    /// document predates (the watcher publishes a notice first and its
+    /// document right after, in the same poll).
+    Wait,
 }
 
 /// Decides the step after a drain. `notice` is the current notice, `event`
-/// the triggering event as last listed by IMDS, `vm_name` this VM's name if
-/// known.
+/// the triggering event as last listed by IMDS in the document of
+/// `document_incarnation` (`None`: no document yet), `vm_name` this VM's
+/// name if known.
 pub(crate) fn after_drain(
     notice: Option<&Notice>,
     event: Option<&ScheduledEvent>,
+    document_incarnation: Option<u64>,
     vm_name: Option<&str>,
     settings: &DrainSettings,
 ) -> AfterDrain {
@@ -47,6 +53,11 @@ pub(crate) fn after_drain(
     };
     if notice.withdrawn {
         return AfterDrain::Resume;
+    }
+    // Not listed in a document older than the notice: that document is
+    // about to be replaced. A worker that drained in no time reads it first.
+    if event.is_none() && document_incarnation.is_none_or(|d| d < notice.incarnation) {
+        return AfterDrain::Wait;
     }
     // Started, or gone after it started (the notice is then not withdrawn):
     // the VM is going down; nothing is left to approve.
@@ -102,14 +113,17 @@ pub(crate) async fn wait_after_drain(
     let mut parked = false;
     loop {
         let notice = signal.notice();
+        let document = watcher.document().borrow().clone();
         let event = notice.as_ref().and_then(|n| {
-            let document = watcher.document().borrow().clone();
-            document.and_then(|d| d.event(&n.event_id).cloned())
+            document
+                .as_ref()
+                .and_then(|d| d.event(&n.event_id).cloned())
         });
         let vm_name = watcher.health().borrow().vm_name.clone();
         let step = after_drain(
             notice.as_ref(),
             event.as_ref(),
+            document.as_ref().map(|d| d.incarnation),
             vm_name.as_deref(),
             settings,
         );
@@ -121,6 +135,7 @@ pub(crate) async fn wait_after_drain(
                 };
             }
             (AfterDrain::Resume, _) => return Next::Resume,
+            (AfterDrain::Wait, _) => {}
             (AfterDrain::Park(why), _) => {
                 let described = notice.as_ref().map_or_else(String::new, |n| {
                     format!("{} event {}", n.event_type, n.event_id)
@@ -322,11 +337,56 @@ mod tests {
             ),
         ];
         for (case, notice, event, vm_name, settings, expected) in table {
-            let got = after_drain(notice.as_ref(), event.as_ref(), vm_name, settings);
+            // The document is as new as the notice (incarnation 2).
+            let got = after_drain(notice.as_ref(), event.as_ref(), Some(2), vm_name, settings);
             match expected {
                 Some(expected) => assert_eq!(got, expected, "{case}"),
                 None => assert!(parks(&got), "{case}: {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_notice_newer_than_the_document_waits_for_the_document() {
+        use EventStatus::Scheduled;
+        let settings = crate::WorkerConfig::default().drain;
+        let pending = notice(Scheduled, false);
+        // (case, listed event, document incarnation, expected)
+        let table = [
+            ("no document yet", None, None, AfterDrain::Wait),
+            ("an older document", None, Some(1), AfterDrain::Wait),
+            (
+                "gone from a document as new",
+                None,
+                Some(2),
+                AfterDrain::Exit,
+            ),
+            (
+                "gone from a newer document",
+                None,
+                Some(3),
+                AfterDrain::Exit,
+            ),
+            (
+                "listed",
+                Some(event(Scheduled, &[VM])),
+                Some(2),
+                AfterDrain::Approve(ApprovalScope::ThisVm(VM.into())),
+            ),
+        ];
+        for (case, listed, incarnation, expected) in table {
+            let got = after_drain(
+                Some(&pending),
+                listed.as_ref(),
+                incarnation,
+                Some(VM),
+                &settings,
+            );
+            assert_eq!(got, expected, "{case}");
+        }
+        // A withdrawn notice resumes whatever the document says.
+        let withdrawn = notice(Scheduled, true);
+        let got = after_drain(Some(&withdrawn), None, Some(1), Some(VM), &settings);
+        assert_eq!(got, AfterDrain::Resume);
     }
 }
