@@ -70,8 +70,8 @@ pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
 }
 
 /// User code that processes one message. Returning `Ok` deletes the message;
-/// returning `Err` (or panicking, unless built with `panic = "abort"`)
-/// retries it later and poisons it after `max_failures` failures; a
+/// returning `Err` (or panicking anywhere in this trait's methods, unless
+/// built with `panic = "abort"`) retries it later and poisons it after `max_failures` failures; a
 /// [`permanent`] error poisons it at once. The future is dropped if the
 /// lease is lost or the worker shuts down, so keep work between awaits
 /// restartable.
