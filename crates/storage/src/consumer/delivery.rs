@@ -188,7 +188,7 @@ impl Consumer {
                 return self.poison(delivery, cause, failures).await;
             }
         };
-        let notes = Arc::new(CheckpointNotes::default());
+        let notes = Arc::new(CheckpointNotes::for_job(key.clone()));
         let job = Job {
             id: delivery.message.id.clone(),
             key,
@@ -293,7 +293,7 @@ impl Consumer {
             ending,
             lease_lost,
             shutting_down,
-            fenced_by_peer: notes.conflict.get().is_some(),
+            fenced_by_peer: notes.fenced_on_own_key(),
             store_unreachable: store_unreachable.is_some(),
             attempts: &record.attempts,
         };

@@ -165,7 +165,10 @@ pub(crate) struct Departure<'a> {
     pub(crate) lease_lost: bool,
     /// The worker is winding down or releasing: the handler was told to stop.
     pub(crate) shutting_down: bool,
-    /// A checkpoint write of this delivery lost to another holder of the job.
+    /// The failure is a conflict on the job's own key: this delivery's
+    /// latest write of the job's checkpoint lost to another holder of the
+    /// job (a conflict on another key, or one resolved by a later write,
+    /// does not count).
     pub(crate) fenced_by_peer: bool,
     /// The checkpoint store could not be reached while the handler ran.
     pub(crate) store_unreachable: bool,
@@ -211,13 +214,14 @@ pub(crate) fn settle(departure: &Departure<'_>, limits: Limits) -> Settlement {
         Ending::Dropped => return Settlement::Leave("the handler was dropped for no known reason"),
         Ending::Failed { error, permanent } => (error, permanent),
     };
+    // The handler's own verdict wins over anything noted on the way.
+    if permanent {
+        return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
+    }
     if departure.fenced_by_peer {
         return Settlement::WaitForPeer {
             attempts: departure.attempts.waited(),
         };
-    }
-    if permanent {
-        return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
     }
     // A storage outage is not the handler's fault, whatever error it
     // turned into on the way out.
@@ -465,15 +469,24 @@ mod tests {
                 attempts(0, 40),
                 wait(41),
             ),
+            // Permanent: poisoned at once, even when fenced out by another
+            // holder of the job (the handler's own verdict wins).
             (
                 permanent.clone(),
                 false,
                 false,
                 true,
                 attempts(0, 0),
-                wait(1),
+                Poison(PoisonCause::Permanent("not a job".into())),
             ),
-            // Permanent: poisoned at once.
+            (
+                permanent.clone(),
+                false,
+                false,
+                true,
+                attempts(2, 40),
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
             (
                 permanent,
                 false,
@@ -531,12 +544,19 @@ mod tests {
                     attempts: attempts(2, 1),
                 },
             ),
-            // The handler's own verdict stands.
+            // The handler's own verdict stands, fenced out or not.
+            (
+                permanent.clone(),
+                false,
+                false,
+                false,
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
             (
                 permanent,
                 false,
                 false,
-                false,
+                true,
                 Poison(PoisonCause::Permanent("not a job".into())),
             ),
         ];
