@@ -49,13 +49,20 @@ pub(super) struct Delivery {
     /// The handler's token: cancelled by wind-down, release or a lost lease.
     pub(super) job_token: CancellationToken,
     renewal: Option<Renewal>,
+    /// Cancelled at the release stage: from then on settling no longer
+    /// waits for a renewal in flight.
+    hurry: CancellationToken,
 }
 
 impl Delivery {
-    /// Stops renewing the lease (at once if `job_token` is cancelled).
+    /// Stops renewing the lease. A renewal in flight is waited for, so the
+    /// settling call uses the pop receipt it brings (a job that finished
+    /// while the worker winds down is then deleted, not redelivered), but
+    /// only until the release stage: then it is abandoned at once. (The
+    /// job's token is no use here: wind-down has cancelled it already.)
     pub(super) async fn stop_renewing(&mut self) {
         if let Some(renewal) = self.renewal.take() {
-            renewal.stop(&self.job_token).await;
+            renewal.stop(&self.hurry).await;
         }
     }
 }
@@ -97,6 +104,7 @@ impl Consumer {
             lease,
             job_token,
             renewal: Some(renewal),
+            hurry: signals.release.clone(),
         };
         let decoded = self.config.encoding.decode(&delivery.message.body);
         let body_key = match decoded.as_ref() {
