@@ -117,12 +117,18 @@ impl Consumer {
         let keyed_by_message_id = body_key.is_none();
         let key = body_key.unwrap_or_else(|| delivery.message.id.to_string());
         // The record matters before the handler only if the crash-loop guard
-        // could fire: a first delivery costs no read.
-        let earlier = if delivery.message.dequeue_count > self.config.max_deliveries {
-            self.read_attempts(&delivery).await
-        } else {
-            ReadAttempts::default()
-        };
+        // could fire: a first delivery costs no read. One that cannot be
+        // read leaves the guard out of this delivery, rather than counting
+        // every recorded outcome as missing.
+        let (earlier, record_unread) =
+            if delivery.message.dequeue_count > self.config.max_deliveries {
+                match self.try_read_attempts(&delivery).await {
+                    Some(read) => (read, false),
+                    None => (ReadAttempts::default(), true),
+                }
+            } else {
+                (ReadAttempts::default(), false)
+            };
         let mut earlier_read = EarlierRead::default();
         let pre_check = if checkpoint_may_exist(delivery.message.dequeue_count, keyed_by_message_id)
         {
@@ -180,6 +186,7 @@ impl Consumer {
             completion,
             undecodable: undecodable.as_deref(),
             attempts: &earlier.attempts,
+            record_unread,
         };
         let failures = earlier.attempts.failures;
         let body = match (admit(&arrival, self.limits()), decoded) {

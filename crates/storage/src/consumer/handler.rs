@@ -278,8 +278,10 @@ impl Job {
         &self.key
     }
 
-    /// How many times the message has been received, this time included.
-    /// Evictions raise it too: it is not a count of failures.
+    /// How many times the message has been received, this time included
+    /// ([`QueueMessage::UNKNOWN_DEQUEUE_COUNT`](crate::QueueMessage::UNKNOWN_DEQUEUE_COUNT)
+    /// if the queue did not say). Evictions raise it too: it is not a count
+    /// of failures.
     pub fn dequeue_count(&self) -> u32 {
         self.dequeue_count
     }
