@@ -76,3 +76,45 @@ async fn an_outage_at_arrival_never_lets_the_crash_loop_guard_poison() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(queue.is_empty() && poison.is_empty());
 }
+
+// Issue 16, item 10: deliveries that each waited for the store leave no
+// record (it would live in that store), so the guard is what stops them;
+// its reason says what it knows, not "the worker died or was evicted".
+#[tokio::test(start_paused = true)]
+async fn deliveries_that_keep_waiting_for_the_store_are_poisoned_by_the_guard_saying_so() {
+    let (queue, poison) = queues();
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let store = InMemoryCheckpointStore::new();
+    let handler = handler_fn({
+        let store = store.clone();
+        move |job: Job| {
+            let store = store.clone();
+            async move {
+                let mut checkpoint = job.checkpoint().await?;
+                // The store drops out just for this job's write, every time.
+                store.set_available(false);
+                let saved = checkpoint.save_progress(json!(1)).await;
+                store.set_available(true);
+                saved?;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(
+        (stats.waited_for_store, stats.retried),
+        (10, 0),
+        "{stats:?}"
+    );
+    let record: spot_worker_storage::PoisonRecord =
+        serde_json::from_str(&poison.messages()[0].body).unwrap();
+    assert_eq!((record.dequeue_count, record.failures), (11, 0));
+    assert_eq!(
+        record.last_error,
+        "crash-loop guard: delivered 11 times without an outcome (no failure and no wait for a \
+         peer recorded), more than max_deliveries 10"
+    );
+}
