@@ -295,10 +295,7 @@ impl MessageQueue for AzureQueue {
                         m.pop_receipt.ok_or_else(|| missing("pop receipt"))?,
                     ),
                     body: m.message_text.unwrap_or_default(),
-                    dequeue_count: m
-                        .dequeue_count
-                        .and_then(|n| u32::try_from(n).ok())
-                        .unwrap_or(1),
+                    dequeue_count: received_dequeue_count(m.dequeue_count),
                     inserted_at: m.insertion_time,
                 })
             })
@@ -372,9 +369,37 @@ impl MessageQueue for AzureQueue {
     }
 }
 
+/// The dequeue count of a received message: what the service reported, or
+/// [`QueueMessage::UNKNOWN_DEQUEUE_COUNT`] if it reported none (or one out
+/// of range). Never 1, a first delivery, by default: the consumer would then
+/// skip reading a checkpoint an earlier delivery may have written.
+fn received_dequeue_count(reported: Option<i64>) -> u32 {
+    reported
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(QueueMessage::UNKNOWN_DEQUEUE_COUNT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_dequeue_count_is_unknown_never_a_first_delivery() {
+        // (reported by the service, as received)
+        let rows = [
+            (Some(1), 1),
+            (Some(7), 7),
+            (None, QueueMessage::UNKNOWN_DEQUEUE_COUNT),
+            (Some(0), QueueMessage::UNKNOWN_DEQUEUE_COUNT),
+            (Some(-3), QueueMessage::UNKNOWN_DEQUEUE_COUNT),
+            (Some(i64::MAX), QueueMessage::UNKNOWN_DEQUEUE_COUNT),
+        ];
+        for (reported, expected) in rows {
+            assert_eq!(received_dequeue_count(reported), expected, "{reported:?}");
+        }
+        assert_ne!(QueueMessage::UNKNOWN_DEQUEUE_COUNT, 1);
+    }
 
     #[test]
     fn message_ttls_as_the_service_wants_them() {

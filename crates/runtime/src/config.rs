@@ -47,9 +47,11 @@ pub struct WorkerConfig {
     /// (`SPOT_WORKER_MAX_FAILURES`, default 5, at least 1). Evictions and
     /// other releases never count.
     pub max_failures: u32,
-    /// Crash-loop guard: deliveries without a recorded outcome (the worker
-    /// died or was evicted mid-job) before a message goes to the poison
-    /// queue (`SPOT_WORKER_MAX_DELIVERIES`, default 100, at least 1).
+    /// Crash-loop guard: deliveries without a recorded outcome (neither a
+    /// failure nor a wait for a peer: the worker died, was evicted or
+    /// released the message, lost its lease, or waited for the checkpoint
+    /// store) before a message goes to the poison queue
+    /// (`SPOT_WORKER_MAX_DELIVERIES`, default 100, at least 1).
     pub max_deliveries: u32,
     /// Longest pause between receives while the queue is empty
     /// (`SPOT_WORKER_IDLE_POLL_MAX`, default 1s). It bounds how long a

@@ -4,7 +4,7 @@
 //! overwrite newer progress.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::StorageError;
+
+mod notes;
+
+pub(crate) use notes::CheckpointNotes;
 
 /// An opaque version tag of a stored checkpoint; it changes on every write.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -247,34 +251,6 @@ pub(crate) fn store_unreachable(error: &StorageError) -> bool {
     error.is_transient() || matches!(error, StorageError::NotFound { .. })
 }
 
-/// What a job's checkpoint handles ran into, noted for the consumer, which
-/// settles the delivery by it rather than by the handler's error alone.
-#[derive(Debug, Default)]
-pub(crate) struct CheckpointNotes {
-    /// The key of a write that lost to another writer: the delivery was
-    /// fenced out by another holder of the job.
-    pub(crate) conflict: OnceLock<String>,
-    /// Why the store could not be reached: the job stopped for an outage,
-    /// not for a fault of its own.
-    pub(crate) unreachable: OnceLock<String>,
-}
-
-impl CheckpointNotes {
-    /// Notes `error` (the first of each kind) if it is one the consumer
-    /// settles by.
-    pub(crate) fn note(&self, error: &StorageError) {
-        match error {
-            StorageError::Conflict { key } => {
-                let _ = self.conflict.set(key.clone());
-            }
-            error if store_unreachable(error) => {
-                let _ = self.unreachable.set(error.to_string());
-            }
-            _ => {}
-        }
-    }
-}
-
 /// What a stored stamp says about a write of this handle's.
 enum StampMatch {
     /// Exactly this write: it landed.
@@ -329,7 +305,8 @@ impl JobCheckpoint {
     /// Notes in `notes` a write that fails because another writer got in
     /// first or because the store cannot be reached, so whoever runs the
     /// job learns why it stopped even if the error is swallowed or wrapped
-    /// on its way out of the handler.
+    /// on its way out of the handler; and a write that succeeds, which
+    /// resolves a conflict noted on its key before.
     pub(crate) fn noting_in(mut self, notes: Arc<CheckpointNotes>) -> Self {
         self.notes = Some(notes);
         self
@@ -397,8 +374,11 @@ impl JobCheckpoint {
     ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         let saved = self.save_fenced(checkpoint).await;
-        if let (Err(error), Some(notes)) = (&saved, &self.notes) {
-            notes.note(error);
+        if let Some(notes) = &self.notes {
+            match &saved {
+                Ok(()) => notes.note_written(&self.key),
+                Err(error) => notes.note(error),
+            }
         }
         saved
     }

@@ -62,10 +62,19 @@ pub struct QueueMessage {
     pub pop_receipt: PopReceipt,
     /// The message text exactly as stored (still base64 if it was sent so).
     pub body: String,
-    /// How many times the message has been received, including this time.
+    /// How many times the message has been received, including this time;
+    /// [`QueueMessage::UNKNOWN_DEQUEUE_COUNT`] if the queue did not say.
     pub dequeue_count: u32,
     /// When the message was first sent, if the queue reports it.
     pub inserted_at: Option<OffsetDateTime>,
+}
+
+impl QueueMessage {
+    /// The `dequeue_count` of a message whose queue did not report one.
+    /// The consumer never takes it for a first delivery: such a message
+    /// may have been received before (so its checkpoint is read), and the
+    /// crash-loop guard, having nothing to count, does not fire on it.
+    pub const UNKNOWN_DEQUEUE_COUNT: u32 = 0;
 }
 
 /// A storage queue with visibility-timeout leases (the Azure Storage Queue

@@ -137,7 +137,7 @@ async fn a_panicking_handler_is_retried_then_poisoned_and_never_kept_hidden() {
     assert!(
         record
             .last_error
-            .ends_with("last error: handler panicked: exploded on attempt 3"),
+            .ends_with("last error: handler panicked in handle: exploded on attempt 3"),
         "{}",
         record.last_error
     );

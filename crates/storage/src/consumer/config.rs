@@ -44,9 +44,10 @@ pub struct ConsumerConfig {
     /// record per message (see the crate's "Delivery semantics").
     pub max_failures: u32,
     /// Crash-loop guard: a message delivered more than this many times
-    /// without a recorded outcome (the process died, or was evicted, while
-    /// handling it each time) goes to the poison queue. Evictions count here,
-    /// so keep it high.
+    /// without a recorded outcome (neither a failure nor a wait for a peer:
+    /// the process died, the worker was evicted or released it, its lease
+    /// was lost, or it waited for the checkpoint store) goes to the poison
+    /// queue. Evictions count here, so keep it high.
     pub max_deliveries: u32,
     /// How message text encodes the body.
     pub encoding: MessageEncoding,

@@ -4,7 +4,6 @@
 //! refuse it, run the handler under a renewed lease,
 //! and carry out what [`settlement`](super::settlement) decides.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -22,6 +21,7 @@ use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
+use super::panics::{HandlerPart, catching, panic_error};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
@@ -49,13 +49,20 @@ pub(super) struct Delivery {
     /// The handler's token: cancelled by wind-down, release or a lost lease.
     pub(super) job_token: CancellationToken,
     renewal: Option<Renewal>,
+    /// Cancelled at the release stage: from then on settling no longer
+    /// waits for a renewal in flight.
+    hurry: CancellationToken,
 }
 
 impl Delivery {
-    /// Stops renewing the lease (at once if `job_token` is cancelled).
+    /// Stops renewing the lease. A renewal in flight is waited for, so the
+    /// settling call uses the pop receipt it brings (a job that finished
+    /// while the worker winds down is then deleted, not redelivered), but
+    /// only until the release stage: then it is abandoned at once. (The
+    /// job's token is no use here: wind-down has cancelled it already.)
     pub(super) async fn stop_renewing(&mut self) {
         if let Some(renewal) = self.renewal.take() {
-            renewal.stop(&self.job_token).await;
+            renewal.stop(&self.hurry).await;
         }
     }
 }
@@ -97,18 +104,31 @@ impl Consumer {
             lease,
             job_token,
             renewal: Some(renewal),
+            hurry: signals.release.clone(),
         };
         let decoded = self.config.encoding.decode(&delivery.message.body);
-        let body_key = decoded.as_ref().ok().and_then(|body| handler.job_key(body));
+        let body_key = match decoded.as_ref() {
+            Ok(body) => match catching(HandlerPart::JobKey, || handler.job_key(body)) {
+                Ok(key) => key,
+                Err(panicked) => return self.panicked(delivery, &signals, &panicked).await,
+            },
+            Err(_) => None,
+        };
         let keyed_by_message_id = body_key.is_none();
         let key = body_key.unwrap_or_else(|| delivery.message.id.to_string());
         // The record matters before the handler only if the crash-loop guard
-        // could fire: a first delivery costs no read.
-        let earlier = if delivery.message.dequeue_count > self.config.max_deliveries {
-            self.read_attempts(&delivery).await
-        } else {
-            ReadAttempts::default()
-        };
+        // could fire: a first delivery costs no read. One that cannot be
+        // read leaves the guard out of this delivery, rather than counting
+        // every recorded outcome as missing.
+        let (earlier, record_unread) =
+            if delivery.message.dequeue_count > self.config.max_deliveries {
+                match self.try_read_attempts(&delivery).await {
+                    Some(read) => (read, false),
+                    None => (ReadAttempts::default(), true),
+                }
+            } else {
+                (ReadAttempts::default(), false)
+            };
         let mut earlier_read = EarlierRead::default();
         let pre_check = if checkpoint_may_exist(delivery.message.dequeue_count, keyed_by_message_id)
         {
@@ -119,9 +139,13 @@ impl Consumer {
         let completion = match pre_check {
             PreCheck::Completed(result) => {
                 let body = decoded.as_deref().unwrap_or_default();
-                match handler.verify_completed(body, &result) {
-                    Ok(()) => Completion::Completed,
-                    Err(error) => Completion::CompletedDifferently(error.to_string()),
+                let verified = catching(HandlerPart::VerifyCompleted, || {
+                    handler.verify_completed(body, &result)
+                });
+                match verified {
+                    Ok(Ok(())) => Completion::Completed,
+                    Ok(Err(error)) => Completion::CompletedDifferently(error.to_string()),
+                    Err(panicked) => return self.panicked(delivery, &signals, &panicked).await,
                 }
             }
             PreCheck::NotCompleted(latest) => {
@@ -162,6 +186,7 @@ impl Consumer {
             completion,
             undecodable: undecodable.as_deref(),
             attempts: &earlier.attempts,
+            record_unread,
         };
         let failures = earlier.attempts.failures;
         let body = match (admit(&arrival, self.limits()), decoded) {
@@ -178,7 +203,7 @@ impl Consumer {
                 return self.poison(delivery, cause, failures).await;
             }
         };
-        let notes = Arc::new(CheckpointNotes::default());
+        let notes = Arc::new(CheckpointNotes::for_job(key.clone()));
         let job = Job {
             id: delivery.message.id.clone(),
             key,
@@ -218,11 +243,13 @@ impl Consumer {
         delivery: &Delivery,
         signals: &DrainSignals,
     ) -> Option<Result<(), HandlerError>> {
-        // A panic is one more failed attempt: left to unwind, it would end
-        // this task without settling, and a crash-looping message would
-        // never reach the poison queue. Nothing the handler shares with the
-        // consumer is left half-updated by it.
-        let handle = AssertUnwindSafe(handler.handle(job)).catch_unwind();
+        // A panic is one more failed attempt (see `panics`), whether it
+        // comes before the future is made or inside it.
+        let future = match catching(HandlerPart::HandleStart, || handler.handle(job)) {
+            Ok(future) => future,
+            Err(panicked) => return Some(Err(panicked)),
+        };
+        let handle = AssertUnwindSafe(future).catch_unwind();
         tokio::pin!(handle);
         // The handler comes first so a result that is ready is kept even if
         // a release arrived at the same moment. Winding down only cancels
@@ -230,7 +257,7 @@ impl Consumer {
         tokio::select! {
             biased;
             result = &mut handle => {
-                Some(result.unwrap_or_else(|panic| Err(panic_error(panic.as_ref()))))
+                Some(result.unwrap_or_else(|panic| Err(panic_error(HandlerPart::Handle, panic.as_ref()))))
             }
             () = signals.release.cancelled() => None,
             () = delivery.lease.lost() => {
@@ -238,6 +265,19 @@ impl Consumer {
                 None
             }
         }
+    }
+
+    /// Settles a delivery whose handler code panicked before the handler
+    /// ran (in `job_key` or `verify_completed`): a failure like any other.
+    async fn panicked(&self, delivery: Delivery, signals: &DrainSignals, panicked: &HandlerError) {
+        let error = panicked.to_string();
+        let ending = Ending::Failed {
+            error: &error,
+            permanent: false,
+        };
+        let notes = CheckpointNotes::default();
+        self.finish(delivery, signals, ending, &notes, ReadAttempts::default())
+            .await;
     }
 
     /// Decides and carries out the settlement of a delivery whose handler
@@ -268,7 +308,7 @@ impl Consumer {
             ending,
             lease_lost,
             shutting_down,
-            fenced_by_peer: notes.conflict.get().is_some(),
+            fenced_by_peer: notes.fenced_on_own_key(),
             store_unreachable: store_unreachable.is_some(),
             attempts: &record.attempts,
         };
@@ -417,14 +457,4 @@ impl Consumer {
             }
         }
     }
-}
-
-/// The failure a panicking handler counts as.
-fn panic_error(payload: &(dyn Any + Send)) -> HandlerError {
-    let message = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic payload that is not text");
-    format!("handler panicked: {message}").into()
 }

@@ -70,8 +70,8 @@ pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
 }
 
 /// User code that processes one message. Returning `Ok` deletes the message;
-/// returning `Err` (or panicking, unless built with `panic = "abort"`)
-/// retries it later and poisons it after `max_failures` failures; a
+/// returning `Err` (or panicking anywhere in this trait's methods, unless
+/// built with `panic = "abort"`) retries it later and poisons it after `max_failures` failures; a
 /// [`permanent`] error poisons it at once. The future is dropped if the
 /// lease is lost or the worker shuts down, so keep work between awaits
 /// restartable.
@@ -259,9 +259,9 @@ pub struct Job {
     pub(crate) fence: CancellationToken,
     pub(crate) deadline: watch::Receiver<Option<Instant>>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
-    /// What this delivery's checkpoint handles ran into (a write lost to
-    /// another holder of the job, an unreachable store): the consumer
-    /// settles by it, whatever error the handler returned.
+    /// What this delivery's checkpoint handles ran into (a write on the
+    /// job's key lost to another holder of the job, an unreachable store):
+    /// the consumer settles by it, whatever error the handler returned.
     pub(crate) notes: Arc<CheckpointNotes>,
     pub(crate) earlier_read: EarlierRead,
 }
@@ -278,8 +278,10 @@ impl Job {
         &self.key
     }
 
-    /// How many times the message has been received, this time included.
-    /// Evictions raise it too: it is not a count of failures.
+    /// How many times the message has been received, this time included
+    /// ([`QueueMessage::UNKNOWN_DEQUEUE_COUNT`](crate::QueueMessage::UNKNOWN_DEQUEUE_COUNT)
+    /// if the queue did not say). Evictions raise it too: it is not a count
+    /// of failures.
     pub fn dequeue_count(&self) -> u32 {
         self.dequeue_count
     }
@@ -325,11 +327,14 @@ impl Job {
     /// conditioned on that read's ETag, so a write made in between by
     /// anyone else fails with a conflict. Any other handle reads the store.
     /// Its writes are refused once the lease is lost or the message
-    /// released, but allowed while winding down. A write that loses to
-    /// another writer fails with [`StorageError::Conflict`] and marks this
-    /// delivery as fenced out: the consumer then waits for the other holder
-    /// of the job instead of counting a failure, whatever the handler
-    /// returns. Likewise a read or write that fails because the store
+    /// released, but allowed while winding down. A write on the job's own
+    /// key that loses to another writer fails with
+    /// [`StorageError::Conflict`] and marks this delivery as fenced out
+    /// until a later write on that key succeeds: if the handler then fails
+    /// (not [`permanent`]ly), the consumer waits for the other holder of the
+    /// job instead of counting a failure, whatever error it returns. A
+    /// conflict on any other key, or one the handler resolved, explains
+    /// nothing: its failure counts as usual. Likewise a read or write that fails because the store
     /// cannot be reached marks an outage: if the handler then fails, the
     /// message is tried again later, uncounted.
     pub async fn checkpoint_for(&self, key: &str) -> Result<JobCheckpoint, StorageError> {

@@ -20,6 +20,7 @@ mod delivery;
 mod handler;
 mod intake;
 mod lease;
+mod panics;
 mod poison;
 mod settlement;
 mod settling;

@@ -27,8 +27,11 @@ pub(crate) struct Limits {
 pub(crate) enum PoisonCause {
     /// The message text does not decode with the configured encoding.
     Undecodable(String),
-    /// Delivered too often without any recorded outcome: each delivery's
-    /// process died (or was evicted) while handling it.
+    /// Delivered too often without a recorded outcome (neither a failure
+    /// nor a wait for a peer). The consumer cannot tell why each such
+    /// delivery ended: the process died, the worker was evicted or released
+    /// it, its lease was lost, or it waited for the checkpoint store (whose
+    /// outage leaves no record, the record living in that store).
     CrashLoop {
         dequeue_count: u32,
         unexplained: u32,
@@ -53,11 +56,19 @@ impl PoisonCause {
                 dequeue_count,
                 unexplained,
                 max_deliveries,
-            } => format!(
-                "crash-loop guard: delivered {dequeue_count} times, {unexplained} of them ended \
-                 without an outcome (the worker died or was evicted mid-job), more than \
-                 max_deliveries {max_deliveries}"
-            ),
+            } => {
+                let deliveries = if unexplained == dequeue_count {
+                    format!("delivered {dequeue_count} times without an outcome")
+                } else {
+                    format!(
+                        "delivered {dequeue_count} times, {unexplained} of them without an outcome"
+                    )
+                };
+                format!(
+                    "crash-loop guard: {deliveries} (no failure and no wait for a peer recorded), \
+                     more than max_deliveries {max_deliveries}"
+                )
+            }
             PoisonCause::Permanent(error) => format!("permanent failure: {error}"),
             PoisonCause::Failed {
                 failures,
@@ -85,6 +96,9 @@ pub(crate) struct Arrival<'a> {
     /// Outcomes recorded by earlier deliveries (read only when the
     /// crash-loop guard could fire; empty otherwise).
     pub(crate) attempts: &'a Attempts,
+    /// The record was needed but could not be read (the checkpoint store
+    /// could not be reached): the crash-loop guard cannot count.
+    pub(crate) record_unread: bool,
 }
 
 /// What the job's checkpoint says, checked before the handler runs.
@@ -122,7 +136,10 @@ pub(crate) fn admit(arrival: &Arrival<'_>, limits: Limits) -> Admission {
         return Admission::Poison(PoisonCause::Undecodable(reason.to_owned()));
     }
     let unexplained = arrival.attempts.unexplained(arrival.dequeue_count);
-    if unexplained > limits.max_deliveries {
+    // A storage error never poisons a message: without its record the
+    // guard would take every recorded failure and wait for a missing
+    // outcome. It is consulted again at the next delivery.
+    if unexplained > limits.max_deliveries && !arrival.record_unread {
         return Admission::Poison(PoisonCause::CrashLoop {
             dequeue_count: arrival.dequeue_count,
             unexplained,
@@ -139,10 +156,13 @@ pub(crate) fn admit(arrival: &Arrival<'_>, limits: Limits) -> Admission {
 /// by a handler that received this message. On its first delivery (a
 /// dequeue count of 1: the queue counts every receive, so nobody has had it
 /// before) there is none, and reading would cost a request for nothing. A
-/// key taken from the body (say a `job_id`) may be shared by another
-/// message, a duplicate or a re-run, so it is always read.
+/// count the queue did not report
+/// ([`QueueMessage::UNKNOWN_DEQUEUE_COUNT`](crate::QueueMessage::UNKNOWN_DEQUEUE_COUNT))
+/// proves nothing, so it is read then too. A key taken from the body (say a
+/// `job_id`) may be shared by another message, a duplicate or a re-run, so
+/// it is always read.
 pub(crate) fn checkpoint_may_exist(dequeue_count: u32, keyed_by_message_id: bool) -> bool {
-    !keyed_by_message_id || dequeue_count > 1
+    !keyed_by_message_id || dequeue_count != 1
 }
 
 /// How the handler's run ended.
@@ -165,7 +185,10 @@ pub(crate) struct Departure<'a> {
     pub(crate) lease_lost: bool,
     /// The worker is winding down or releasing: the handler was told to stop.
     pub(crate) shutting_down: bool,
-    /// A checkpoint write of this delivery lost to another holder of the job.
+    /// The failure is a conflict on the job's own key: this delivery's
+    /// latest write of the job's checkpoint lost to another holder of the
+    /// job (a conflict on another key, or one resolved by a later write,
+    /// does not count).
     pub(crate) fenced_by_peer: bool,
     /// The checkpoint store could not be reached while the handler ran.
     pub(crate) store_unreachable: bool,
@@ -211,13 +234,14 @@ pub(crate) fn settle(departure: &Departure<'_>, limits: Limits) -> Settlement {
         Ending::Dropped => return Settlement::Leave("the handler was dropped for no known reason"),
         Ending::Failed { error, permanent } => (error, permanent),
     };
+    // The handler's own verdict wins over anything noted on the way.
+    if permanent {
+        return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
+    }
     if departure.fenced_by_peer {
         return Settlement::WaitForPeer {
             attempts: departure.attempts.waited(),
         };
-    }
-    if permanent {
-        return Settlement::Poison(PoisonCause::Permanent(error.to_owned()));
     }
     // A storage outage is not the handler's fault, whatever error it
     // turned into on the way out.
@@ -257,7 +281,8 @@ mod tests {
         // (dequeue count, keyed by the message id, must read)
         let table = [
             (1, true, false),
-            (0, true, false),
+            // Not reported by the queue: may have been delivered before.
+            (0, true, true),
             (2, true, true),
             (7, true, true),
             (1, false, true),
@@ -289,6 +314,8 @@ mod tests {
         // (dequeue count, completion, undecodable, attempts, expected)
         let rows: Vec<(u32, Completion, Option<&str>, Attempts, Admission)> = vec![
             (1, open.clone(), None, none.clone(), Run),
+            // Not reported by the queue: nothing to count.
+            (0, open.clone(), None, none.clone(), Run),
             (10, open.clone(), None, none.clone(), Run),
             (11, open.clone(), None, none.clone(), crash_loop(11, 11)),
             // Recorded failures and waits are explained deliveries.
@@ -328,6 +355,36 @@ mod tests {
                 completion,
                 undecodable,
                 attempts: &attempts,
+                record_unread: false,
+            };
+            assert_eq!(admit(&arrival, LIMITS), expected, "{arrival:?}");
+        }
+    }
+
+    #[test]
+    fn an_attempt_record_that_cannot_be_read_never_trips_the_crash_loop_guard() {
+        use Admission::*;
+        let none = attempts(0, 0);
+        // (dequeue count, completion, undecodable, expected), all with the
+        // record needed but unread.
+        let rows: Vec<(u32, Completion, Option<&str>, Admission)> = vec![
+            (11, Completion::NotCompleted, None, Run),
+            (500, Completion::NotCompleted, None, Run),
+            (500, Completion::Completed, None, DeleteCompleted),
+            (
+                500,
+                Completion::NotCompleted,
+                Some("bad base64"),
+                Poison(PoisonCause::Undecodable("bad base64".into())),
+            ),
+        ];
+        for (dequeue_count, completion, undecodable, expected) in rows {
+            let arrival = Arrival {
+                dequeue_count,
+                completion,
+                undecodable,
+                attempts: &none,
+                record_unread: true,
             };
             assert_eq!(admit(&arrival, LIMITS), expected, "{arrival:?}");
         }
@@ -465,15 +522,24 @@ mod tests {
                 attempts(0, 40),
                 wait(41),
             ),
+            // Permanent: poisoned at once, even when fenced out by another
+            // holder of the job (the handler's own verdict wins).
             (
                 permanent.clone(),
                 false,
                 false,
                 true,
                 attempts(0, 0),
-                wait(1),
+                Poison(PoisonCause::Permanent("not a job".into())),
             ),
-            // Permanent: poisoned at once.
+            (
+                permanent.clone(),
+                false,
+                false,
+                true,
+                attempts(2, 40),
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
             (
                 permanent,
                 false,
@@ -531,12 +597,19 @@ mod tests {
                     attempts: attempts(2, 1),
                 },
             ),
-            // The handler's own verdict stands.
+            // The handler's own verdict stands, fenced out or not.
+            (
+                permanent.clone(),
+                false,
+                false,
+                false,
+                Poison(PoisonCause::Permanent("not a job".into())),
+            ),
             (
                 permanent,
                 false,
                 false,
-                false,
+                true,
                 Poison(PoisonCause::Permanent("not a job".into())),
             ),
         ];
@@ -555,15 +628,26 @@ mod tests {
 
     #[test]
     fn poison_causes_name_what_happened() {
-        let crash = PoisonCause::CrashLoop {
-            dequeue_count: 101,
-            unexplained: 101,
-            max_deliveries: 100,
-        }
-        .describe();
-        assert!(
-            crash.contains("crash-loop guard") && crash.contains("101"),
-            "{crash}"
+        // Only what is known: the deliveries left no outcome. Why each
+        // ended (a crash, an eviction, a lost lease, a wait for the store)
+        // the consumer cannot tell, so the reason does not guess.
+        let crash = |dequeue_count, unexplained| {
+            PoisonCause::CrashLoop {
+                dequeue_count,
+                unexplained,
+                max_deliveries: 100,
+            }
+            .describe()
+        };
+        assert_eq!(
+            crash(101, 101),
+            "crash-loop guard: delivered 101 times without an outcome (no failure and no wait \
+             for a peer recorded), more than max_deliveries 100"
+        );
+        assert_eq!(
+            crash(104, 101),
+            "crash-loop guard: delivered 104 times, 101 of them without an outcome (no failure \
+             and no wait for a peer recorded), more than max_deliveries 100"
         );
         let failed = PoisonCause::Failed {
             failures: 5,

@@ -73,10 +73,15 @@ impl Consumer {
     /// read: then this delivery's outcome is decided as if it were the
     /// first, and the crash-loop guard stays the backstop.
     pub(super) async fn read_attempts(&self, delivery: &Delivery) -> ReadAttempts {
+        self.try_read_attempts(delivery).await.unwrap_or_default()
+    }
+
+    /// The message's attempt record; `None` (with a warning) if it cannot
+    /// be read.
+    pub(super) async fn try_read_attempts(&self, delivery: &Delivery) -> Option<ReadAttempts> {
         let id = &delivery.message.id;
         self.settle_call("read the attempt record", self.attempts.read(id))
             .await
-            .unwrap_or_default()
     }
 
     /// Writes the attempt record before the message becomes visible again,
@@ -96,10 +101,11 @@ impl Consumer {
     }
 
     /// Deletes the attempt record of a message that is gone. Only a
-    /// redelivered message can have one; a leftover record is harmless
-    /// (message ids are never reused), so a failure is only logged.
+    /// redelivered message (or one whose dequeue count is unknown) can have
+    /// one; a leftover record is harmless (message ids are never reused),
+    /// so a failure is only logged.
     pub(super) async fn forget_attempts(&self, delivery: &Delivery) {
-        if delivery.message.dequeue_count > 1 {
+        if delivery.message.dequeue_count != 1 {
             let id = &delivery.message.id;
             self.settle_call("delete the attempt record", self.attempts.forget(id))
                 .await;
