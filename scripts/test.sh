@@ -106,6 +106,9 @@ case "$infra_checks" in
     python_id="$(python_identity)"
     install_if_changed <(cat tools/infra/requirements.txt && echo "python: $python_id") \
       tools/infra/.venv/.installed-requirements-sha256 install_infra_venv
+    echo "==> KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
+    install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
+      npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
     ;;
 esac
 
@@ -139,6 +142,8 @@ case "$infra_checks" in
     # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
     BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
       --skip-download --quiet --compact
+    echo "==> infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
+    tools/infra/.venv/bin/python tools/infra/check_manifests.py
     echo "==> infra: shellcheck scripts/"
     shellcheck -x scripts/*.sh
     ;;

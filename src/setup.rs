@@ -15,7 +15,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use spot_worker_azure::{AccountEndpoints, AzureStorage, Credentials, StorageConfig};
+use spot_worker_azure::{
+    AccountEndpoints, AzureStorage, CredentialSettings, Credentials, StorageConfig,
+};
 use spot_worker_runtime::settings::{SettingError, Source, table};
 use spot_worker_runtime::{ConfigError, Worker, WorkerConfig};
 use spot_worker_telemetry::{self as telemetry, Telemetry, TelemetryConfig, TelemetryError};
@@ -174,9 +176,19 @@ impl AzureSetup {
                 })
             })
             .transpose()?;
+        let connection_string = source.get(&table::CONNECTION_STRING)?;
+        let client_id = source.get(&table::CLIENT_ID)?;
+        let federated_token_file = source.get(&table::FEDERATED_TOKEN_FILE)?;
+        let tenant_id = source.get(&table::TENANT_ID)?;
+        let authority_host = source.get(&table::AUTHORITY_HOST)?;
         let credentials = Credentials::choose(
-            source.get(&table::CONNECTION_STRING)?.as_deref(),
-            source.get(&table::CLIENT_ID)?.as_deref(),
+            CredentialSettings {
+                connection_string: connection_string.as_deref(),
+                client_id: client_id.as_deref(),
+                federated_token_file: federated_token_file.as_deref(),
+                tenant_id: tenant_id.as_deref(),
+                authority_host: authority_host.as_deref(),
+            },
             endpoints,
         )?;
         tracing::info!(

@@ -107,3 +107,5 @@ resource vnet 'Microsoft.Network/virtualNetworks@2023-11-01' = {
 output subnetId string = vnet.properties.subnets[0].id
 output nsgId string = nsg.id
 output natPublicIp string = natIp.properties.ipAddress
+output vnetName string = vnet.name
+output subnetName string = vnet.properties.subnets[0].name

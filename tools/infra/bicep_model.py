@@ -97,7 +97,7 @@ def from_pycep(path: pathlib.Path, raw: dict[str, Any]) -> Template:
         name: Param(
             name=name,
             type=spec.get("type", ""),
-            default=spec.get("default"),
+            default=negative_literal(spec.get("default")),
             has_default=spec.get("default") is not None,
             decorators={
                 DECORATORS.get(d["type"], d["type"]): d.get("argument") for d in spec.get("decorators", [])
@@ -207,5 +207,17 @@ def load_bicepparam(path: pathlib.Path) -> tuple[str | None, dict[str, Any]]:
     body = re.sub(r"^using .*$", "", text, flags=re.M)
     body = re.sub(r"^param (\w+) =", r"var \1 =", body, flags=re.M)
     raw = parser(add_line_numbers=False).parse(text=body)
-    values = {name: spec.get("value") for name, spec in raw.get("variables", {}).items()}
+    values = {name: negative_literal(spec.get("value")) for name, spec in raw.get("variables", {}).items()}
     return (using.group(1) if using else None), values
+
+
+def negative_literal(value: Any) -> Any:
+    """`-1` as the integer it is: pycep reads it as the operator minus applied
+    to the literal 1, which the checks would otherwise take for an expression
+    of unknown type."""
+    if is_call(value) and "operator" in value:
+        operator = value["operator"]
+        operands = operator.get("operands")
+        if operator.get("type") == "minus" and isinstance(operands, dict) and "integer_value" in operands:
+            return -int(operands["integer_value"])
+    return value

@@ -3,10 +3,10 @@
 
 1. Every .bicep file parses with pycep-parser.
 2. Templates against Azure's own types (tools/infra/azure-types, the Bicep
-   compiler's type library): every resource body of main.bicep and the modules
-   it reaches (unknown, misplaced, read-only, missing required properties,
+   compiler's type library): every resource body of main.bicep (the scale
+   set), aks/main.bicep (AKS with a Spot pool) and the modules they reach (unknown, misplaced, read-only, missing required properties,
    wrong types, values outside enums and bounds), module wiring (params and
-   outputs), and main.bicepparam against main.bicep's parameters and their
+   outputs), and each .bicepparam against its template's parameters and their
    decorators. First a self-test: the planted mistakes of
    tools/infra/fixtures/planted/ must each be reported, and nothing else.
 3. The instance mix (vmSizes) has one local-disk configuration, and the
@@ -120,13 +120,19 @@ def check_templates_self_test(library: bicep_types.TypeLibrary) -> None:
     done(started, f"{len(expected)} planted mistakes of {len(kinds)} kinds (of {len(KINDS)}) all reported")
 
 
+# The deployments in bicep/, each checked from its parameter file: the
+# scale set (main.bicepparam) and AKS (aks/main.bicepparam).
+DEPLOYMENTS = ["main.bicepparam", "aks/main.bicepparam"]
+
+
 def check_templates(library: bicep_types.TypeLibrary) -> None:
-    started = step("type checks: bicep/ against Azure's type library, module wiring, main.bicepparam")
-    report = Report(ROOT)
-    bicep_wiring.check_deployment(BICEP / "main.bicepparam", library, report)
-    for finding in report.findings:
-        fail(str(finding))
-    done(started, f"tally: {report.tally}; {len(report.findings)} findings")
+    for deployment in DEPLOYMENTS:
+        started = step(f"type checks: bicep/{deployment} and what it reaches, against Azure's type library, module wiring")
+        report = Report(ROOT)
+        bicep_wiring.check_deployment(BICEP / deployment, library, report)
+        for finding in report.findings:
+            fail(str(finding))
+        done(started, f"tally: {report.tally}; {len(report.findings)} findings")
 
 
 # Whether a VM size has a local temp disk (Azure's size pages: Dv4/Dsv4 and

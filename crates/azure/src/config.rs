@@ -1,18 +1,14 @@
-//! Where the storage account is and how to authenticate to it: a connection
-//! string (local runs, Azurite), a managed identity (Azure VMs, client id
-//! from `AZURE_CLIENT_ID`) or the Azure CLI's login (laptops); plus the
-//! bounded retry policy every client uses.
+//! Where the storage account is and how to reach it: its endpoints, the
+//! credentials ([`crate::credentials`]), and the bounded retry policy every
+//! client uses.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::credentials::TokenCredential;
 use azure_core::http::{ExponentialRetryOptions, RetryOptions, Url};
-use azure_identity::AzureCliCredential;
 
-use crate::connection_string::{ConnectionString, ConnectionStringError};
-use crate::identity::ManagedIdentityTokens;
+use crate::connection_string::ConnectionStringError;
+pub use crate::credentials::Credentials;
 use crate::redact::redact;
 use crate::sas::AccountSasScope;
 
@@ -159,103 +155,6 @@ pub(crate) fn is_loopback(url: &Url) -> bool {
     }
 }
 
-/// How to authenticate.
-#[derive(Clone)]
-pub enum Credentials {
-    /// A connection string: its account key signs short-lived SAS tokens, or
-    /// its SAS is used as is.
-    ConnectionString(ConnectionString),
-    /// An Entra ID token credential (managed identity, Azure CLI, or any
-    /// other `TokenCredential`).
-    Token {
-        /// The account's service URLs.
-        endpoints: AccountEndpoints,
-        /// The credential.
-        credential: Arc<dyn TokenCredential>,
-        /// What it is, for logs (`managed identity`, `Azure CLI`, ...).
-        kind: &'static str,
-    },
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Credentials::ConnectionString(cs) => {
-                f.debug_tuple("ConnectionString").field(cs).finish()
-            }
-            Credentials::Token {
-                endpoints, kind, ..
-            } => f
-                .debug_struct("Token")
-                .field("kind", kind)
-                .field("endpoints", endpoints)
-                .finish_non_exhaustive(),
-        }
-    }
-}
-
-impl Credentials {
-    /// A managed identity; a user-assigned one when `client_id` is given.
-    /// Its token requests go straight to IMDS, never through a proxy.
-    pub fn managed_identity(
-        endpoints: AccountEndpoints,
-        client_id: Option<String>,
-    ) -> Result<Self, StorageConfigError> {
-        Ok(Credentials::Token {
-            endpoints,
-            credential: ManagedIdentityTokens::new(client_id)?,
-            kind: "managed identity",
-        })
-    }
-
-    /// The developer's `az login` session.
-    pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, StorageConfigError> {
-        let credential =
-            AzureCliCredential::new(None).map_err(|e| StorageConfigError::Credential {
-                kind: "Azure CLI",
-                reason: redact(&e.to_string()),
-            })?;
-        Ok(Credentials::Token {
-            endpoints,
-            credential,
-            kind: "Azure CLI",
-        })
-    }
-
-    /// Chooses the credential: the connection string
-    /// (`AZURE_STORAGE_CONNECTION_STRING`) if given; otherwise a managed
-    /// identity if a client id (`AZURE_CLIENT_ID`, the VM's user-assigned
-    /// identity) is given; otherwise the Azure CLI. `endpoints` is the
-    /// account from configuration, used unless a connection string is given.
-    /// Blank values count as absent.
-    pub fn choose(
-        connection_string: Option<&str>,
-        client_id: Option<&str>,
-        endpoints: Option<AccountEndpoints>,
-    ) -> Result<Self, StorageConfigError> {
-        if let Some(parsed) = ConnectionString::from_optional(connection_string)? {
-            return Ok(Credentials::ConnectionString(parsed));
-        }
-        let endpoints = endpoints.ok_or_else(|| StorageConfigError::InvalidUrl {
-            url: String::new(),
-            reason: "no connection string and no storage account URL configured".to_owned(),
-        })?;
-        match client_id.map(str::trim).filter(|id| !id.is_empty()) {
-            Some(client_id) => Self::managed_identity(endpoints, Some(client_id.to_owned())),
-            None => Self::azure_cli(endpoints),
-        }
-    }
-
-    /// Which kind of credential this is, for logs: `connection string`,
-    /// `managed identity` or `Azure CLI`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Credentials::ConnectionString(_) => "connection string",
-            Credentials::Token { kind, .. } => kind,
-        }
-    }
-}
-
 /// The bounded, jittered exponential retry policy of every request. The
 /// SDK's own retry policy applies it, honouring `Retry-After` on 429/503 and
 /// retrying 408, 429, 500, 502, 503, 504 and connection failures.
@@ -356,48 +255,6 @@ impl StorageConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn account() -> Option<AccountEndpoints> {
-        Some(AccountEndpoints::for_account("acct").unwrap())
-    }
-
-    #[test]
-    fn a_connection_string_wins() {
-        let chosen = Credentials::choose(
-            Some("UseDevelopmentStorage=true"),
-            Some("00000000-0000-0000-0000-000000000001"),
-            account(),
-        );
-        assert_eq!(chosen.unwrap().kind(), "connection string");
-    }
-
-    #[test]
-    fn a_client_id_selects_the_user_assigned_managed_identity() {
-        let credentials = Credentials::choose(
-            None,
-            Some("00000000-0000-0000-0000-000000000001"),
-            account(),
-        )
-        .unwrap();
-        assert_eq!(credentials.kind(), "managed identity");
-        let Credentials::Token { endpoints, .. } = credentials else {
-            panic!("a token credential");
-        };
-        assert_eq!(
-            endpoints.queue.as_str(),
-            "https://acct.queue.core.windows.net/"
-        );
-    }
-
-    #[test]
-    fn otherwise_the_azure_cli_and_an_account_is_required() {
-        let blank = Some("  ");
-        assert_eq!(
-            Credentials::choose(blank, blank, account()).unwrap().kind(),
-            "Azure CLI"
-        );
-        assert!(Credentials::choose(blank, None, None).is_err());
-    }
 
     #[test]
     fn debug_never_shows_the_key() {

@@ -52,6 +52,7 @@ mod client;
 mod config;
 mod connection_string;
 mod container;
+mod credentials;
 mod error;
 mod identity;
 mod listing;
@@ -59,6 +60,7 @@ mod queue;
 mod redact;
 mod result;
 mod sas;
+mod workload_identity;
 
 pub use checkpoint::BlobCheckpointStore;
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
@@ -69,8 +71,10 @@ pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
     DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
 };
+pub use credentials::CredentialSettings;
 pub use listing::StoredBlob;
 pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;
 pub use sas::{AccountSasScope, SasError, sign_account_sas};
+pub use workload_identity::WorkloadIdentity;

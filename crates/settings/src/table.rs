@@ -44,7 +44,31 @@ pub const CLIENT_ID: Setting<Option<Text>> = Setting {
     key: "AZURE_CLIENT_ID",
     default: None,
     default_doc: None,
-    doc: "the user-assigned managed identity's client id",
+    doc: "the user-assigned managed identity's client id (on AKS: the workload identity's, set by its webhook)",
+};
+
+/// The workload identity's projected service-account token.
+pub const FEDERATED_TOKEN_FILE: Setting<Option<Text>> = Setting {
+    key: "AZURE_FEDERATED_TOKEN_FILE",
+    default: None,
+    default_doc: None,
+    doc: "a projected service-account token (set by the AKS workload identity webhook): storage with workload identity, as `AZURE_CLIENT_ID` in `AZURE_TENANT_ID`; re-read when it changes",
+};
+
+/// The workload identity's tenant.
+pub const TENANT_ID: Setting<Option<Text>> = Setting {
+    key: "AZURE_TENANT_ID",
+    default: None,
+    default_doc: None,
+    doc: "the tenant of the workload identity (set by the webhook)",
+};
+
+/// Where workload identity exchanges its token.
+pub const AUTHORITY_HOST: Setting<Option<Text>> = Setting {
+    key: "AZURE_AUTHORITY_HOST",
+    default: None,
+    default_doc: Some("`https://login.microsoftonline.com/`"),
+    doc: "the Microsoft Entra ID endpoint workload identity asks for tokens (set by the webhook); `https://` only",
 };
 
 // The queue and its consumer.
@@ -310,6 +334,9 @@ pub const ALL: &[&dyn Describe] = &[
     &CONNECTION_STRING,
     &STORAGE_ACCOUNT_URL,
     &CLIENT_ID,
+    &FEDERATED_TOKEN_FILE,
+    &TENANT_ID,
+    &AUTHORITY_HOST,
     &QUEUE,
     &MESSAGE_ENCODING,
     &CONCURRENCY,

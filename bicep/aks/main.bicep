@@ -1,0 +1,222 @@
+// spot-worker on AKS: the same storage, identity roles and telemetry as the
+// scale-set deployment (../main.bicep), with the workers as pods on a Spot
+// node pool instead of a Spot scale set. One resource group: storage (queue,
+// poison queue, checkpoints, results), the workers' user-assigned identity
+// with queue- and container-scoped roles and a federated credential for the
+// worker pods' service account, a scaler identity for KEDA (read the queue's
+// length, nothing else), a private network with NAT egress, the cluster
+// (system pool + Spot user pool from zero, KEDA add-on, OIDC issuer, workload
+// identity), and Log Analytics + Application Insights + the workbook.
+// The pods themselves are deployed with deploy/kubernetes/ (docs/deploying.md,
+// "On AKS").
+
+targetScope = 'resourceGroup'
+
+@description('Azure region for everything.')
+param location string = resourceGroup().location
+
+@description('Prefix of every resource name (letters, digits, dashes).')
+@minLength(3)
+@maxLength(16)
+param namePrefix string = 'spotworker'
+
+@description('The queue the workers consume (SPOT_WORKER_QUEUE); the poison queue is "<queue>-poison".')
+@minLength(3)
+@maxLength(56)
+param queueName string = 'jobs'
+
+@description('Kubernetes version; empty = the region\'s default.')
+param kubernetesVersion string = ''
+
+@description('VM size of the system pool (the cluster\'s own pods).')
+param systemVmSize string = 'Standard_D2as_v5'
+
+@description('Nodes in the system pool.')
+@minValue(1)
+@maxValue(5)
+param systemNodeCount int = 2
+
+@description('VM size of the Spot pool (the workers).')
+param spotVmSize string = 'Standard_D2as_v5'
+
+@description('Spot max price in USD per hour; -1 = up to the pay-as-you-go price (evicted for capacity only).')
+param spotMaxPrice int = -1
+
+@description('Fewest Spot nodes: 0 lets the pool empty with the queue (KEDA scales the pods to zero, the cluster autoscaler the nodes).')
+@minValue(0)
+param spotMinCount int = 0
+
+@description('Most Spot nodes.')
+@minValue(1)
+@maxValue(100)
+param spotMaxCount int = 10
+
+@description('Namespace of the worker Deployment (deploy/kubernetes/).')
+param namespace string = 'spot-worker'
+
+@description('Service account of the worker pods (deploy/kubernetes/).')
+param serviceAccountName string = 'spot-worker'
+
+@description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/.')
+param operatorIpRanges array = []
+
+@description('Object id of the operator, granted enqueue and read-results rights; empty = none.')
+param operatorPrincipalId string = ''
+
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string = 'User'
+
+@description('Days Log Analytics and Application Insights keep data.')
+@allowed([
+  30
+  60
+  90
+  120
+  180
+  270
+  365
+  550
+  730
+])
+param retentionInDays int = 30
+
+param tags object = {
+  workload: 'spot-worker'
+}
+
+var storageName = '${take(toLower(replace(namePrefix, '-', '')), 11)}${uniqueString(resourceGroup().id)}'
+var checkpointContainer = 'checkpoints'
+var resultsContainer = 'results'
+var poisonContainer = 'poison'
+var artifactsContainer = 'artifacts'
+
+module monitoring '../modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    retentionInDays: retentionInDays
+    tags: tags
+  }
+}
+
+module network '../modules/network.bicep' = {
+  name: 'network'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    addressPrefix: '10.42.0.0/16'
+    subnetPrefix: '10.42.0.0/22'
+    tags: tags
+  }
+}
+
+module storage '../modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    location: location
+    name: storageName
+    queueName: queueName
+    checkpointContainer: checkpointContainer
+    resultsContainer: resultsContainer
+    poisonContainer: poisonContainer
+    artifactsContainer: artifactsContainer
+    workerSubnetId: network.outputs.subnetId
+    allowedIpRanges: operatorIpRanges
+    workspaceId: monitoring.outputs.workspaceId
+    tags: tags
+  }
+}
+
+module identity '../modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    location: location
+    name: '${namePrefix}-worker-id'
+    storageAccountName: storage.outputs.name
+    queueName: storage.outputs.jobQueueName
+    poisonQueueName: storage.outputs.poisonQueueName
+    checkpointContainer: storage.outputs.checkpointContainerName
+    resultsContainer: storage.outputs.resultsContainerName
+    poisonContainer: storage.outputs.poisonContainerName
+    artifactsContainer: storage.outputs.artifactsContainerName
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+    tags: tags
+  }
+}
+
+module clusterIdentity '../modules/cluster-identity.bicep' = {
+  name: 'cluster-identity'
+  params: {
+    location: location
+    name: '${namePrefix}-aks-id'
+    vnetName: network.outputs.vnetName
+    subnetName: network.outputs.subnetName
+    tags: tags
+  }
+}
+
+module cluster '../modules/aks.bicep' = {
+  name: 'aks'
+  params: {
+    location: location
+    name: '${namePrefix}-aks'
+    kubernetesVersion: kubernetesVersion
+    systemVmSize: systemVmSize
+    systemNodeCount: systemNodeCount
+    spotVmSize: spotVmSize
+    spotMaxPrice: spotMaxPrice
+    spotMinCount: spotMinCount
+    spotMaxCount: spotMaxCount
+    subnetId: network.outputs.subnetId
+    controlPlaneIdentityId: clusterIdentity.outputs.id
+    workspaceId: monitoring.outputs.workspaceId
+    tags: tags
+  }
+}
+
+module workloadIdentity '../modules/workload-identity.bicep' = {
+  name: 'workload-identity'
+  params: {
+    location: location
+    workerIdentityName: '${namePrefix}-worker-id'
+    scalerIdentityName: '${namePrefix}-scaler-id'
+    oidcIssuerUrl: cluster.outputs.oidcIssuerUrl
+    namespace: namespace
+    serviceAccountName: serviceAccountName
+    storageAccountName: storage.outputs.name
+    queueName: storage.outputs.jobQueueName
+    tags: tags
+  }
+  dependsOn: [
+    identity
+  ]
+}
+
+module workbook '../modules/workbook.bicep' = {
+  name: 'workbook'
+  params: {
+    location: location
+    displayName: '${namePrefix} spot workers on AKS'
+    appInsightsId: monitoring.outputs.appInsightsId
+    queueServiceId: storage.outputs.queueServiceId
+    tags: tags
+  }
+}
+
+// What deploy/kubernetes/ needs (docs/deploying.md, "On AKS").
+output clusterName string = cluster.outputs.name
+output storageAccountName string = storage.outputs.name
+output blobEndpoint string = storage.outputs.blobEndpoint
+output queueEndpoint string = storage.outputs.queueEndpoint
+output queueName string = queueName
+output resultsContainer string = resultsContainer
+output workerClientId string = identity.outputs.clientId
+output scalerClientId string = workloadIdentity.outputs.scalerClientId
+output tenantId string = tenant().tenantId
+output appInsightsName string = monitoring.outputs.appInsightsName
