@@ -32,4 +32,7 @@ pub use model::{
 };
 pub use policy::{FreezePolicy, Notice, NoticePolicy, NoticeSignal, deadline_for};
 pub use transition::{Transition, TransitionKind, diff};
-pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth, retry_delay};
+pub use watcher::{
+    METADATA_RETRY_MAX_POLLS, RunningWatcher, Watcher, WatcherConfig, WatcherHealth,
+    metadata_retry_polls, retry_delay,
+};

@@ -6,6 +6,9 @@
 //! [`WatcherHealth`], and retried after a jittered delay never longer than the
 //! poll interval: IMDS is local and allows 5 requests a second, so backing off
 //! further would only delay the next notice (a Preempt gives 30 seconds).
+//! Instance metadata, which only names the VM, is different: a lookup that
+//! fails is said once and asked again after an exponential backoff counted
+//! in polls ([`metadata_retry_polls`]).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -34,8 +37,10 @@ pub struct WatcherConfig {
     /// This VM's name as it appears in `Resources`. `None` asks instance
     /// metadata (`compute.name`) alongside the polls; until it answers,
     /// every event is taken to concern this VM (the safe reading). A name
-    /// given here is still checked against instance metadata once (see
-    /// [`WatcherHealth::vm_name_mismatch`]).
+    /// given here is still checked against instance metadata once, when it
+    /// answers (see [`WatcherHealth::vm_name_mismatch`]). Either way a
+    /// lookup that fails is logged once and asked again after backing off
+    /// ([`metadata_retry_polls`]), never at every poll.
     pub vm_name: Option<String>,
     /// Transitions buffered per subscriber before a slow one starts missing
     /// them.
@@ -255,22 +260,41 @@ impl Poller {
         let mut identified = false;
         let mut previous: Option<Arc<ScheduledEvents>> = None;
         let mut failures = 0u32;
+        // Failed instance metadata lookups in a row, and the poll attempts
+        // left before the next one.
+        let mut lookup_failures = 0u32;
+        let mut polls_to_lookup = 0u32;
         loop {
             let started = Instant::now();
             // Polling starts at once, name or not: the first call is the one
             // that enables Scheduled Events, and an eviction must not wait
             // for instance metadata to recover.
-            if !identified {
+            if !identified && polls_to_lookup == 0 {
                 match self.until_stopped(self.client.vm_name()).await {
                     None => return,
                     Some(Ok(name)) => {
                         identified = true;
+                        if lookup_failures > 0 {
+                            tracing::info!(
+                                failed_lookups = lookup_failures,
+                                "instance metadata answered"
+                            );
+                        }
                         vm_name = Some(self.identified(name, vm_name.take()));
                     }
                     Some(Err(error)) => {
-                        self.report_failure("instance metadata", &error, 1, Duration::ZERO);
+                        lookup_failures = lookup_failures.saturating_add(1);
+                        polls_to_lookup = metadata_retry_polls(lookup_failures);
+                        self.report_lookup_failure(
+                            &error,
+                            lookup_failures,
+                            polls_to_lookup,
+                            vm_name.as_deref(),
+                        );
                     }
                 }
+            } else {
+                polls_to_lookup = polls_to_lookup.saturating_sub(1);
             }
             let next = match self.until_stopped(self.client.scheduled_events()).await {
                 None => return,
@@ -384,6 +408,45 @@ impl Poller {
         document
     }
 
+    /// Records a failed instance metadata lookup in the health and says so
+    /// once (the first failure in a row, at warn; the rest at debug): a
+    /// server without `/metadata/instance` must not fill the log.
+    fn report_lookup_failure(
+        &self,
+        error: &ImdsError,
+        failures: u32,
+        retry_after_polls: u32,
+        configured: Option<&str>,
+    ) {
+        let error = error.chain();
+        if failures == 1 {
+            match configured {
+                Some(vm_name) => tracing::warn!(
+                    %error,
+                    %vm_name,
+                    retry_after_polls,
+                    "instance metadata cannot be read, so the configured VM name is not checked \
+                     against it yet; using it as configured and trying again with backoff \
+                     (not logged again until it answers)"
+                ),
+                None => tracing::warn!(
+                    %error,
+                    retry_after_polls,
+                    "instance metadata cannot be read, so this VM's name is not known: every \
+                     event is taken to concern this VM; trying again with backoff (not logged \
+                     again until it answers)"
+                ),
+            }
+        } else {
+            tracing::debug!(%error, failures, retry_after_polls, "instance metadata still cannot be read");
+        }
+        self.health.send_modify(|h| {
+            h.consecutive_failures = h.consecutive_failures.max(1);
+            h.failures += 1;
+            h.last_error = Some(format!("instance metadata: {error}"));
+        });
+    }
+
     fn report_failure(&self, what: &str, error: &ImdsError, failures: u32, retry_in: Duration) {
         let error = error.chain();
         tracing::warn!(
@@ -426,6 +489,23 @@ fn newly_unaddressed<'a>(
         .iter()
         .filter(|event| event.resources.is_empty() && reported.insert(event.id.clone()))
         .collect()
+}
+
+/// The most poll attempts between two instance metadata lookups
+/// (about a minute at the default 1-second interval).
+pub const METADATA_RETRY_MAX_POLLS: u32 = 64;
+
+/// After `failures` failed instance metadata lookups in a row, how many
+/// poll attempts pass before the next lookup: 1, 2, 4, … doubling up to
+/// [`METADATA_RETRY_MAX_POLLS`]. Counted in polls, not time, so the lookups
+/// ride along with the polls and never add a wake-up of their own.
+///
+/// Instance metadata only names the VM, which a configured name already
+/// does: an endpoint without it (a stand-in for IMDS) must not be asked
+/// every second for as long as the watcher runs.
+pub fn metadata_retry_polls(failures: u32) -> u32 {
+    let doublings = failures.saturating_sub(1).min(31);
+    (1u32 << doublings).min(METADATA_RETRY_MAX_POLLS)
 }
 
 /// The delay before retrying after a failed poll, whatever the number of
@@ -487,6 +567,25 @@ mod tests {
         ];
         for (document, expected) in table {
             assert_eq!(ids(newly_unaddressed(&document, &mut reported)), expected);
+        }
+    }
+
+    #[test]
+    fn instance_metadata_lookups_back_off_to_a_cap() {
+        // (failures in a row, polls until the next lookup)
+        let table = [
+            (0, 1),
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (4, 8),
+            (7, 64),
+            (8, 64),
+            (40, 64),
+            (u32::MAX, 64),
+        ];
+        for (failures, polls) in table {
+            assert_eq!(metadata_retry_polls(failures), polls, "{failures}");
         }
     }
 
