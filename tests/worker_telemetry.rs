@@ -2,7 +2,9 @@
 //! configured (the `OTEL_EXPORTER_OTLP_ENDPOINT` path): a real [`Worker`]
 //! over in-memory queues processes three messages (one fails) and a local
 //! OTLP/HTTP receiver decodes the `process {queue}` spans and the worker's
-//! metrics that arrive.
+//! metrics that arrive. An evicted job (its handler cancelled by the drain,
+//! its message released) is reported as released: not as a failure, and
+//! its span is not an error.
 //!
 //! Nothing here records telemetry by hand: every span and data point comes
 //! from the runtime's instrumentation around the handler and the queues.
@@ -54,11 +56,22 @@ fn int_value(point: &NumberDataPoint) -> i64 {
 
 /// A counter's latest total for this test's queue.
 fn queue_counter(metrics: &[&Metric], name: &str) -> Option<i64> {
+    outcome_counter(metrics, name, None)
+}
+
+/// The latest total of `spot_worker.messages.settled` with `outcome`.
+fn settled(metrics: &[&Metric], outcome: &str) -> Option<i64> {
+    outcome_counter(metrics, names::MESSAGES_SETTLED, Some(outcome))
+}
+
+/// A counter's latest total for this test's queue (and `outcome`, if any).
+fn outcome_counter(metrics: &[&Metric], name: &str, outcome: Option<&str>) -> Option<i64> {
     let Some(metric::Data::Sum(sum)) = &latest(metrics, name)?.data else {
         panic!("{name} is not a sum");
     };
     let for_queue = |p: &&NumberDataPoint| {
         string_attribute(&p.attributes, "messaging.destination.name") == Some(QUEUE)
+            && outcome.is_none_or(|o| string_attribute(&p.attributes, "outcome") == Some(o))
     };
     Some(
         sum.data_points
@@ -178,7 +191,7 @@ async fn the_workers_spans_and_metrics_reach_the_otlp_collector() {
     collector
         .wait_for("the final metrics", |r| {
             let metrics = r.all_metrics();
-            latest(&metrics, names::MESSAGES_PROCESSED)?;
+            latest(&metrics, names::MESSAGES_SETTLED)?;
             // Readiness drops before the final flush: its point comes last.
             (ready_values(r).last() == Some(&0)).then_some(())
         })
@@ -218,9 +231,11 @@ fn assert_process_spans(spans: &[Span], ids: &[&str], failed_id: &str) {
 
 fn assert_metrics(metrics: &[&Metric], ids: &[&str]) {
     let counter = |name| queue_counter(metrics, name).unwrap_or_else(|| panic!("no {name}"));
-    assert_eq!(counter(names::MESSAGES_PROCESSED), 2);
+    assert_eq!(settled(metrics, "succeeded"), Some(2));
+    // The handler's failure is counted, and poisoned (max_failures 1).
     assert_eq!(counter(names::MESSAGES_FAILED), 1);
-    assert_eq!(counter(names::MESSAGES_POISONED), 1);
+    assert_eq!(settled(metrics, "poisoned"), Some(1));
+    assert_eq!(settled(metrics, "released"), Some(0));
 
     let duration = latest(metrics, names::MESSAGE_PROCESS_DURATION).expect("process duration");
     let Some(metric::Data::Histogram(histogram)) = &duration.data else {
@@ -247,5 +262,83 @@ fn assert_metrics(metrics: &[&Metric], ids: &[&str]) {
                 metric.name
             );
         }
+    }
+}
+
+// Current-thread for the same reason as above.
+#[tokio::test(flavor = "current_thread")]
+async fn an_evicted_job_is_released_not_failed_in_telemetry() {
+    let collector = Collector::default();
+    let running = collector.start();
+    let config = TelemetryConfig::default()
+        .with_otlp_endpoint(running.url.clone())
+        .with_metric_export_interval(Duration::from_millis(100))
+        .with_export_timeout(Duration::from_secs(5));
+    let telemetry = Telemetry::build(&config).unwrap();
+    let layer = telemetry.layer().expect("spans are exported over OTLP");
+    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+
+    let queue = InMemoryQueue::new(QUEUE);
+    let id = queue.send("long job", Duration::ZERO).await.unwrap();
+    let poison = Arc::new(InMemoryQueue::new(&format!("{QUEUE}-poison")));
+    let worker =
+        Worker::new(worker_config(), Arc::new(queue.clone()), poison).with_telemetry(telemetry);
+    let stop = worker.shutdown_token();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    // Like examples/primes.rs when evicted: stops when told to and returns
+    // an error saying so.
+    let handler = handler_fn(move |job: Job| {
+        let started = started_tx.clone();
+        async move {
+            let _ = started.send(());
+            job.cancellation().cancelled().await;
+            Err::<(), HandlerError>("interrupted".into())
+        }
+    });
+    let running = tokio::spawn(worker.run(handler));
+    within("the handler", started.recv()).await.unwrap();
+    // The drain (as on a Spot eviction notice) cancels the job.
+    stop.cancel();
+    let report = within("the drain", running).await.unwrap().unwrap();
+    assert_eq!(report.stats.released, 1, "{:?}", report.stats);
+    assert_eq!(report.stats.retried + report.stats.poisoned, 0);
+    assert_eq!(queue.len(), 1, "the message is back in the queue");
+
+    let spans = collector
+        .wait_for("the process span", |r| {
+            let spans = process_spans(r);
+            (!spans.is_empty()).then_some(spans)
+        })
+        .await;
+    let [span] = spans.as_slice() else {
+        panic!("one delivery, one span: {spans:#?}");
+    };
+    assert_eq!(
+        string_attribute(&span.attributes, "messaging.message.id"),
+        Some(id.as_str())
+    );
+    assert_eq!(
+        string_attribute(&span.attributes, "error.type"),
+        None,
+        "{span:?}"
+    );
+    let status = span.status.as_ref().map_or(0, |s| s.code);
+    assert_ne!(status, status::StatusCode::Error as i32, "{span:?}");
+
+    collector
+        .wait_for("the released outcome", |r| {
+            (settled(&r.all_metrics(), "released")? == 1).then_some(())
+        })
+        .await;
+    let received = collector.received();
+    let metrics = received.all_metrics();
+    assert_eq!(settled(&metrics, "released"), Some(1));
+    assert_eq!(
+        queue_counter(&metrics, names::MESSAGES_FAILED).unwrap_or(0),
+        0,
+        "an eviction is not a failure"
+    );
+    for outcome in ["succeeded", "retried", "poisoned"] {
+        assert_eq!(settled(&metrics, outcome), Some(0), "{outcome}");
     }
 }

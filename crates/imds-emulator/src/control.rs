@@ -255,6 +255,8 @@ struct ConfigChange {
     /// Absent: unchanged; `null`: no limit.
     #[serde(default, deserialize_with = "present")]
     rate_limit_per_sec: Option<Option<u32>>,
+    /// `/metadata/instance` answers 404 with an HTML page.
+    instance_metadata_missing: Option<bool>,
 }
 
 /// Tells a present `null` (`Some(None)`) from an absent field (`None`).
@@ -280,6 +282,9 @@ async fn configure(State(emulator): State<Emulator>, body: Bytes) -> Response {
         if let Some(millis) = change.first_call_delay_ms {
             emulator.set_first_call_delay(Duration::from_millis(millis));
         }
+        if let Some(missing) = change.instance_metadata_missing {
+            emulator.set_instance_metadata_missing(missing);
+        }
         Ok(config_json(&emulator))
     })())
 }
@@ -293,6 +298,7 @@ fn config_json(emulator: &Emulator) -> Response {
             "scale_set_name": config.scale_set_name,
             "rate_limit_per_sec": config.rate_limit_per_sec,
             "first_call_delay_ms": u64::try_from(config.first_call_delay.as_millis()).unwrap_or(u64::MAX),
+            "instance_metadata_missing": emulator.instance_metadata_missing(),
         }),
     )
 }

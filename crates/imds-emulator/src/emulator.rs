@@ -141,6 +141,20 @@ impl Emulator {
         self.with_state(|state| state.faults.clear());
     }
 
+    /// Makes `/metadata/instance` answer 404 with an HTML page (or serve
+    /// the instance document again), like a Scheduled Events stand-in
+    /// without instance metadata (Azure-Samples/scheduled-events-mock-server).
+    /// The requests are still counted in [`Stats::instance_gets`].
+    pub fn set_instance_metadata_missing(&self, missing: bool) {
+        self.with_state(|state| state.instance_missing = missing);
+    }
+
+    /// Whether `/metadata/instance` answers 404 (see
+    /// [`set_instance_metadata_missing`](Self::set_instance_metadata_missing)).
+    pub fn instance_metadata_missing(&self) -> bool {
+        self.with_state(|state| state.instance_missing)
+    }
+
     /// Sets the delay of the first Scheduled Events GET and re-arms it, as if
     /// Scheduled Events had just been enabled for this VM.
     pub fn set_first_call_delay(&self, delay: Duration) {

@@ -329,9 +329,19 @@ async fn get_instance(
     if let Err(refusal) = admit(&emulator, &INSTANCE_GET, &headers, query.as_deref()) {
         return refusal.into_response();
     }
-    let document = emulator.with_state(|state| instance_document(state));
-    response::json(StatusCode::OK, &document)
+    let document =
+        emulator.with_state(|state| (!state.instance_missing).then(|| instance_document(state)));
+    match document {
+        Some(document) => response::json(StatusCode::OK, &document),
+        None => response::html(StatusCode::NOT_FOUND, NOT_FOUND_PAGE),
+    }
 }
+
+/// A web framework's stock 404 page (Flask's), as a server without
+/// `/metadata/instance` answers: several lines, longer than any excerpt.
+const NOT_FOUND_PAGE: &str = "<!doctype html>\n<html lang=en>\n<title>404 Not Found</title>\n\
+<h1>Not Found</h1>\n<p>The requested URL was not found on the server. If you entered the URL \
+manually please check your spelling and try again.</p>\n";
 
 /// The instance metadata of the emulated Spot VM.
 fn instance_document(state: &EmulatorState) -> serde_json::Value {

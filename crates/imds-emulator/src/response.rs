@@ -1,4 +1,5 @@
-//! JSON responses in the shape the real IMDS uses.
+//! JSON responses in the shape the real IMDS uses (and the HTML page of a
+//! server that is not IMDS).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -25,4 +26,14 @@ pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response {
 /// `{"error": message}`.
 pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     json(status, &serde_json::json!({ "error": message.into() }))
+}
+
+/// An HTML page, for the faults that imitate something other than IMDS.
+pub(crate) fn html(status: StatusCode, page: &'static str) -> Response {
+    let mut response = (status, page).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
 }

@@ -138,6 +138,9 @@ pub(crate) struct State {
     pub first_get_pending: bool,
     /// Scenario keys to event ids.
     keys: HashMap<String, String>,
+    /// `/metadata/instance` answers 404 with an HTML page, as a stand-in
+    /// for IMDS that only serves Scheduled Events does.
+    pub instance_missing: bool,
 }
 
 impl State {
@@ -155,6 +158,7 @@ impl State {
             rate_window: VecDeque::new(),
             first_get_pending: true,
             keys: HashMap::new(),
+            instance_missing: false,
         }
     }
 
@@ -314,6 +318,7 @@ impl State {
         self.approvals.clear();
         self.stats = Stats::default();
         self.faults.clear();
+        self.instance_missing = false;
         self.tokens.clear();
         self.rate_window.clear();
         self.keys.clear();

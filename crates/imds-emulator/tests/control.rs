@@ -527,3 +527,41 @@ async fn drop_fault_sends_no_bytes_at_all() {
         .expect("closed in time");
     assert!(reply.is_empty(), "{}", String::from_utf8_lossy(&reply));
 }
+
+#[tokio::test]
+async fn instance_metadata_can_be_missing_like_a_stand_in_for_imds() {
+    let emulator = with_config(EmulatorConfig::default()).await;
+    let client = client();
+    let base = emulator.url();
+    let url = format!("{base}/metadata/instance?api-version=2021-02-01");
+    let instance = || answer(client.get(&url).header("Metadata", "true"));
+    let config = control_post(
+        &client,
+        &base,
+        "/emulator/config",
+        json!({"instance_metadata_missing": true}),
+    )
+    .await;
+    assert_eq!(config.json()["instance_metadata_missing"], true);
+    let missing = instance().await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(
+        missing.content_type.starts_with("text/html"),
+        "{}",
+        missing.content_type
+    );
+    assert!(
+        missing.text.lines().count() > 3 && missing.text.len() > 200,
+        "a whole page: {}",
+        missing.text
+    );
+    control_post(
+        &client,
+        &base,
+        "/emulator/config",
+        json!({"instance_metadata_missing": false}),
+    )
+    .await;
+    assert_eq!(instance().await.status, StatusCode::OK);
+    assert_eq!(emulator.stats().instance_gets, 2, "both requests counted");
+}

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::ImdsError;
+use crate::error::{ImdsError, excerpt};
 use crate::model::{EventId, EventStatus, ScheduledEvent, ScheduledEvents};
 
 /// The link-local address IMDS answers on in every Azure VM.
@@ -419,7 +419,7 @@ fn endpoint_url(base: &Url, path: &str, api_version: &str) -> Result<Url, ImdsEr
     Ok(url)
 }
 
-fn check_status(status: StatusCode, body: &[u8]) -> Result<(), ImdsError> {
+pub(crate) fn check_status(status: StatusCode, body: &[u8]) -> Result<(), ImdsError> {
     if status.is_success() {
         return Ok(());
     }
@@ -435,14 +435,15 @@ fn check_status(status: StatusCode, body: &[u8]) -> Result<(), ImdsError> {
     })
 }
 
-/// IMDS errors are `{"error": "..."}`; fall back to the raw text.
+/// IMDS errors are `{"error": "..."}`; fall back to the raw text. Either
+/// way one line, bounded: it ends up in logs and error messages.
 fn error_message(body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct ErrorBody {
         error: String,
     }
     serde_json::from_slice::<ErrorBody>(body)
-        .map(|e| e.error)
+        .map(|e| excerpt(e.error.as_bytes()))
         .unwrap_or_else(|_| excerpt(body))
 }
 
@@ -455,17 +456,6 @@ fn parse_json<T: serde::de::DeserializeOwned>(
         source,
         excerpt: excerpt(body),
     })
-}
-
-/// The start of a body, for error messages.
-fn excerpt(body: &[u8]) -> String {
-    const MAX: usize = 200;
-    let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
-    let mut text = text.trim().to_owned();
-    if body.len() > MAX {
-        text.push('…');
-    }
-    text
 }
 
 #[cfg(test)]
@@ -573,11 +563,5 @@ mod tests {
             });
             assert_eq!(got, expected, "{scope:?} {resources:?}");
         }
-    }
-
-    #[test]
-    fn excerpts_are_bounded() {
-        let long = vec![b'x'; 1000];
-        assert_eq!(excerpt(&long).chars().count(), 201);
     }
 }

@@ -143,3 +143,79 @@ impl ImdsError {
         }
     }
 }
+
+/// The most characters of a body an error carries.
+pub(crate) const EXCERPT_CHARS: usize = 200;
+
+/// The start of a body, for error messages and logs: one line (every run of
+/// whitespace, newlines included, becomes one space) of at most
+/// [`EXCERPT_CHARS`] characters, `…` marking a cut. An HTML error page from
+/// something that is not IMDS must not spread over a log.
+pub(crate) fn excerpt(body: &[u8]) -> String {
+    // Enough bytes for EXCERPT_CHARS characters even after whitespace runs
+    // collapse; the rest is never looked at.
+    const SCAN: usize = 16 * EXCERPT_CHARS;
+    let text = String::from_utf8_lossy(&body[..body.len().min(SCAN)]);
+    let mut words = text
+        .split_whitespace()
+        .flat_map(|word| std::iter::once(' ').chain(word.chars()));
+    words.next(); // the space before the first word
+    let mut line: String = words.by_ref().take(EXCERPT_CHARS).collect();
+    if words.next().is_some() || (body.len() > SCAN && !line.is_empty()) {
+        line.push('…');
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::check_status;
+    use reqwest::StatusCode;
+
+    #[test]
+    fn excerpts_are_one_bounded_line() {
+        let page = "<!doctype html>\n<html lang=en>\n<title>404 Not Found</title>\n\
+                    <h1>Not Found</h1>\n<p>The requested URL was not found on the server.</p>\n";
+        let x200 = "x".repeat(200);
+        // (body, excerpt)
+        let table: [(&[u8], String); 7] = [
+            (b"", String::new()),
+            (b"  busy \r\n", "busy".to_owned()),
+            (
+                page.as_bytes(),
+                "<!doctype html> <html lang=en> <title>404 Not Found</title> <h1>Not Found</h1> \
+                 <p>The requested URL was not found on the server.</p>"
+                    .to_owned(),
+            ),
+            (x200.as_bytes(), x200.clone()),
+            (&[b'x'; 1000], format!("{x200}…")),
+            (&[b' '; 100_000], String::new()),
+            (b"a\tb\n\n\nc", "a b c".to_owned()),
+        ];
+        for (body, expected) in table {
+            let got = excerpt(body);
+            assert_eq!(got, expected, "{:?}", String::from_utf8_lossy(body));
+            assert!(!got.contains('\n') && got.chars().count() <= EXCERPT_CHARS + 1);
+        }
+        // A long page, with lines, is still one short line.
+        let long = page.repeat(50);
+        let got = excerpt(long.as_bytes());
+        assert_eq!(got.chars().count(), EXCERPT_CHARS + 1, "{got}");
+        assert!(!got.contains('\n') && got.ends_with('…'));
+        // So is the error a 404 page turns into, and a 400's message.
+        let error = check_status(StatusCode::NOT_FOUND, long.as_bytes()).unwrap_err();
+        assert!(!error.chain().contains('\n'), "{error}");
+        assert!(
+            error.chain().chars().count() < EXCERPT_CHARS + 40,
+            "{error}"
+        );
+        let body = serde_json::json!({ "error": format!("bad\n{}", "y".repeat(500)) });
+        let error = check_status(StatusCode::BAD_REQUEST, body.to_string().as_bytes()).unwrap_err();
+        assert!(!error.chain().contains('\n'), "{error}");
+        assert!(
+            error.chain().chars().count() < EXCERPT_CHARS + 60,
+            "{error}"
+        );
+    }
+}

@@ -19,6 +19,7 @@ mod client;
 mod error;
 pub mod model;
 mod policy;
+mod retry;
 mod transition;
 mod watcher;
 
@@ -31,5 +32,6 @@ pub use model::{
     EventId, EventSource, EventStatus, EventType, NotBefore, ScheduledEvent, ScheduledEvents,
 };
 pub use policy::{FreezePolicy, Notice, NoticePolicy, NoticeSignal, deadline_for};
+pub use retry::{METADATA_RETRY_MAX_POLLS, metadata_retry_polls, retry_delay};
 pub use transition::{Transition, TransitionKind, diff};
-pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth, retry_delay};
+pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth};

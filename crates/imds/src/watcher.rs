@@ -6,6 +6,9 @@
 //! [`WatcherHealth`], and retried after a jittered delay never longer than the
 //! poll interval: IMDS is local and allows 5 requests a second, so backing off
 //! further would only delay the next notice (a Preempt gives 30 seconds).
+//! Instance metadata, which only names the VM, is different: a lookup that
+//! fails is said once and asked again after an exponential backoff counted
+//! in polls ([`metadata_retry_polls`]).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -22,6 +25,7 @@ use crate::client::{ImdsClient, MIN_REQUEST_SPACING};
 use crate::error::ImdsError;
 use crate::model::{EventId, ScheduledEvent, ScheduledEvents};
 use crate::policy::{NoticePolicy, NoticeSignal, NoticeTrigger};
+use crate::retry::{metadata_retry_polls, retry_delay};
 use crate::transition::{Transition, diff};
 
 /// How the watcher polls.
@@ -34,8 +38,10 @@ pub struct WatcherConfig {
     /// This VM's name as it appears in `Resources`. `None` asks instance
     /// metadata (`compute.name`) alongside the polls; until it answers,
     /// every event is taken to concern this VM (the safe reading). A name
-    /// given here is still checked against instance metadata once (see
-    /// [`WatcherHealth::vm_name_mismatch`]).
+    /// given here is still checked against instance metadata once, when it
+    /// answers (see [`WatcherHealth::vm_name_mismatch`]). Either way a
+    /// lookup that fails is logged once and asked again after backing off
+    /// ([`metadata_retry_polls`]), never at every poll.
     pub vm_name: Option<String>,
     /// Transitions buffered per subscriber before a slow one starts missing
     /// them.
@@ -255,22 +261,41 @@ impl Poller {
         let mut identified = false;
         let mut previous: Option<Arc<ScheduledEvents>> = None;
         let mut failures = 0u32;
+        // Failed instance metadata lookups in a row, and the poll attempts
+        // left before the next one.
+        let mut lookup_failures = 0u32;
+        let mut polls_to_lookup = 0u32;
         loop {
             let started = Instant::now();
             // Polling starts at once, name or not: the first call is the one
             // that enables Scheduled Events, and an eviction must not wait
             // for instance metadata to recover.
-            if !identified {
+            if !identified && polls_to_lookup == 0 {
                 match self.until_stopped(self.client.vm_name()).await {
                     None => return,
                     Some(Ok(name)) => {
                         identified = true;
+                        if lookup_failures > 0 {
+                            tracing::info!(
+                                failed_lookups = lookup_failures,
+                                "instance metadata answered"
+                            );
+                        }
                         vm_name = Some(self.identified(name, vm_name.take()));
                     }
                     Some(Err(error)) => {
-                        self.report_failure("instance metadata", &error, 1, Duration::ZERO);
+                        lookup_failures = lookup_failures.saturating_add(1);
+                        polls_to_lookup = metadata_retry_polls(lookup_failures);
+                        self.report_lookup_failure(
+                            &error,
+                            lookup_failures,
+                            polls_to_lookup,
+                            vm_name.as_deref(),
+                        );
                     }
                 }
+            } else {
+                polls_to_lookup = polls_to_lookup.saturating_sub(1);
             }
             let next = match self.until_stopped(self.client.scheduled_events()).await {
                 None => return,
@@ -384,6 +409,45 @@ impl Poller {
         document
     }
 
+    /// Records a failed instance metadata lookup in the health and says so
+    /// once (the first failure in a row, at warn; the rest at debug): a
+    /// server without `/metadata/instance` must not fill the log.
+    fn report_lookup_failure(
+        &self,
+        error: &ImdsError,
+        failures: u32,
+        retry_after_polls: u32,
+        configured: Option<&str>,
+    ) {
+        let error = error.chain();
+        if failures == 1 {
+            match configured {
+                Some(vm_name) => tracing::warn!(
+                    %error,
+                    %vm_name,
+                    retry_after_polls,
+                    "instance metadata cannot be read, so the configured VM name is not checked \
+                     against it yet; using it as configured and trying again with backoff \
+                     (not logged again until it answers)"
+                ),
+                None => tracing::warn!(
+                    %error,
+                    retry_after_polls,
+                    "instance metadata cannot be read, so this VM's name is not known: every \
+                     event is taken to concern this VM; trying again with backoff (not logged \
+                     again until it answers)"
+                ),
+            }
+        } else {
+            tracing::debug!(%error, failures, retry_after_polls, "instance metadata still cannot be read");
+        }
+        self.health.send_modify(|h| {
+            h.consecutive_failures = h.consecutive_failures.max(1);
+            h.failures += 1;
+            h.last_error = Some(format!("instance metadata: {error}"));
+        });
+    }
+
     fn report_failure(&self, what: &str, error: &ImdsError, failures: u32, retry_in: Duration) {
         let error = error.chain();
         tracing::warn!(
@@ -428,23 +492,6 @@ fn newly_unaddressed<'a>(
         .collect()
 }
 
-/// The delay before retrying after a failed poll, whatever the number of
-/// failures in a row: between half the poll interval (never below
-/// [`MIN_REQUEST_SPACING`]) and the poll interval itself, placed by `jitter`
-/// (0.0 to 1.0) so that the VMs of a scale set do not retry in lockstep.
-///
-/// Never longer than the interval: IMDS is local, allows 5 requests a second,
-/// and an eviction notice posted as it recovers must be seen within one poll
-/// interval. An exponential backoff (to 5 s, say) would cost a sixth of a
-/// Preempt's 30-second notice.
-pub fn retry_delay(poll_interval: Duration, jitter: f64) -> Duration {
-    let low = (poll_interval / 2)
-        .max(MIN_REQUEST_SPACING)
-        .min(poll_interval);
-    let spread = poll_interval.saturating_sub(low);
-    low + spread.mul_f64(jitter.clamp(0.0, 1.0))
-}
-
 fn log_transition(t: &Transition) {
     tracing::info!(
         transition = t.kind.as_str(),
@@ -487,30 +534,6 @@ mod tests {
         ];
         for (document, expected) in table {
             assert_eq!(ids(newly_unaddressed(&document, &mut reported)), expected);
-        }
-    }
-
-    #[test]
-    fn retries_never_wait_longer_than_the_poll_interval() {
-        let ms = Duration::from_millis;
-        // (interval, jitter, expected delay)
-        let table = [
-            (ms(1000), 0.0, ms(500)),
-            (ms(1000), 0.5, ms(750)),
-            (ms(1000), 1.0, ms(1000)),
-            (ms(1000), 7.0, ms(1000)),
-            (ms(1000), -1.0, ms(500)),
-            // The request spacing IMDS needs is kept.
-            (ms(300), 0.0, ms(250)),
-            (ms(250), 0.5, ms(250)),
-            (ms(4000), 1.0, ms(4000)),
-        ];
-        for (interval, jitter, expected) in table {
-            assert_eq!(
-                retry_delay(interval, jitter),
-                expected,
-                "{interval:?} {jitter}"
-            );
         }
     }
 }

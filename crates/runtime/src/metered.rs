@@ -2,38 +2,32 @@
 //! handler that record spans and metrics, so the storage crate stays free of
 //! OpenTelemetry and any backend gets the same instruments.
 //!
-//! - [`MeteredQueue`]: lease renewals, releases, deletes (on the work queue)
-//!   and poison moves (on the poison queue);
+//! - [`MeteredQueue`]: lease renewals (on the work queue);
 //! - [`MeteredCheckpoints`]: checkpoint writes and their latency;
-//! - [`MeteredHandler`]: the `process {queue}` span, processing duration and
-//!   failures.
+//! - [`MeteredHandler`]: how long successful handlers took;
+//! - [`settlement_observer`]: what became of each delivery, from the
+//!   consumer's own settlement (the source of its statistics), and the
+//!   `process {queue}` span marked as an error for a counted failure or
+//!   poison only: an eviction, a wait or a lost lease is not a failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, HandlerError, Job, MessageHandler, MessageId, MessageQueue,
-    PopReceipt, QueueMessage, StorageError, StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, DeliveryOutcome, ETag, HandlerError, Job, MessageHandler,
+    MessageId, MessageQueue, PopReceipt, QueueMessage, SettlementObserver, StorageError,
+    StoredCheckpoint, WritePrecondition,
 };
-use spot_worker_telemetry::{CheckpointOutcome, LeaseOutcome, Metrics, record_error};
+use spot_worker_telemetry::{
+    CheckpointOutcome, LeaseOutcome, MessageOutcome, Metrics, record_error,
+};
 
-/// Which queue a [`MeteredQueue`] wraps: what its calls mean differs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// The work queue: visibility updates are renewals or releases.
-    Work,
-    /// The poison queue: a send is a message given up on.
-    Poison,
-}
-
-/// A [`MessageQueue`] that records what the consumer does with it.
+/// The work queue, recording its lease renewals (what became of each
+/// message is the [`settlement_observer`]'s).
 pub(crate) struct MeteredQueue {
     inner: Arc<dyn MessageQueue>,
     metrics: Metrics,
-    role: Role,
-    /// The work queue's name (the poison queue reports under it too, so one
-    /// dashboard filter shows a queue's whole story).
     queue: String,
 }
 
@@ -43,17 +37,7 @@ impl MeteredQueue {
         MeteredQueue {
             inner,
             metrics,
-            role: Role::Work,
             queue,
-        }
-    }
-
-    pub(crate) fn poison(inner: Arc<dyn MessageQueue>, work_queue: &str, metrics: Metrics) -> Self {
-        MeteredQueue {
-            inner,
-            metrics,
-            role: Role::Poison,
-            queue: work_queue.to_owned(),
         }
     }
 }
@@ -86,20 +70,15 @@ impl MessageQueue for MeteredQueue {
             .inner
             .update_visibility(id, pop_receipt, visibility_timeout)
             .await;
-        if self.role == Role::Work {
-            // Visibility zero hands the message back; anything else renews.
-            if visibility_timeout.is_zero() {
-                if result.is_ok() {
-                    self.metrics.message_released(&self.queue);
-                }
-            } else {
-                let outcome = match &result {
-                    Ok(_) => LeaseOutcome::Ok,
-                    Err(StorageError::LeaseLost { .. }) => LeaseOutcome::Lost,
-                    Err(_) => LeaseOutcome::Error,
-                };
-                self.metrics.lease_renewed(&self.queue, outcome);
-            }
+        // Visibility zero hands the message back (a settlement, counted by
+        // the observer); anything else renews.
+        if !visibility_timeout.is_zero() {
+            let outcome = match &result {
+                Ok(_) => LeaseOutcome::Ok,
+                Err(StorageError::LeaseLost { .. }) => LeaseOutcome::Lost,
+                Err(_) => LeaseOutcome::Error,
+            };
+            self.metrics.lease_renewed(&self.queue, outcome);
         }
         result
     }
@@ -113,11 +92,7 @@ impl MessageQueue for MeteredQueue {
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
-        let result = self.inner.send(body, initial_visibility_delay).await;
-        if self.role == Role::Poison && result.is_ok() {
-            self.metrics.message_poisoned(&self.queue);
-        }
-        result
+        self.inner.send(body, initial_visibility_delay).await
     }
 }
 
@@ -166,10 +141,9 @@ impl MeteredCheckpoints {
     }
 }
 
-/// A [`MessageHandler`] that records how long each message took and whether
-/// it failed, marking a failure on the delivery's span (the `process
-/// {queue}` span the consumer runs it in, from
-/// [`message_span`](spot_worker_telemetry::message_span)).
+/// A [`MessageHandler`] that records how long each successful handler took.
+/// Whether a delivery failed is not its to say: an `Err` may be an eviction
+/// or a wait; the [`settlement_observer`] records what the consumer decided.
 pub(crate) struct MeteredHandler<H> {
     pub(crate) inner: H,
     pub(crate) metrics: Metrics,
@@ -180,14 +154,9 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
         let started = Instant::now();
         let result = self.inner.handle(job).await;
-        match &result {
-            Ok(()) => self
-                .metrics
-                .message_processed(&self.queue, started.elapsed()),
-            Err(_) => {
-                record_error(&tracing::Span::current(), "handler");
-                self.metrics.message_failed(&self.queue);
-            }
+        if result.is_ok() {
+            self.metrics
+                .handler_succeeded(&self.queue, started.elapsed());
         }
         result
     }
@@ -204,5 +173,83 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
         result: &serde_json::Value,
     ) -> Result<(), HandlerError> {
         self.inner.verify_completed(body, result)
+    }
+}
+
+/// Records each delivery's outcome as the consumer counts it: the
+/// `spot_worker.messages.settled` series by outcome, `messages.failed` for
+/// counted handler failures only, and an error on the delivery's span (the
+/// observer runs inside it) for those and for poison.
+pub(crate) fn settlement_observer(metrics: Metrics, queue: String) -> SettlementObserver {
+    Arc::new(move |outcome: DeliveryOutcome| {
+        metrics.message_settled(&queue, message_outcome(outcome));
+        if outcome.is_failure() {
+            metrics.message_failed(&queue);
+        }
+        if let Some(error_type) = span_error(outcome) {
+            record_error(&tracing::Span::current(), error_type);
+        }
+    })
+}
+
+/// The telemetry attribute for a consumer outcome.
+fn message_outcome(outcome: DeliveryOutcome) -> MessageOutcome {
+    match outcome {
+        DeliveryOutcome::Succeeded => MessageOutcome::Succeeded,
+        DeliveryOutcome::SkippedCompleted => MessageOutcome::SkippedCompleted,
+        DeliveryOutcome::Retried => MessageOutcome::Retried,
+        DeliveryOutcome::Poisoned { .. } => MessageOutcome::Poisoned,
+        DeliveryOutcome::Released => MessageOutcome::Released,
+        DeliveryOutcome::WaitedForPeer => MessageOutcome::WaitedForPeer,
+        DeliveryOutcome::WaitedForStore => MessageOutcome::WaitedForStore,
+        DeliveryOutcome::LeaseLost => MessageOutcome::LeaseLost,
+    }
+}
+
+/// The span's `error.type` for an outcome, if it is an error at all: a
+/// counted handler failure is `handler`, other poison is `poisoned`.
+fn span_error(outcome: DeliveryOutcome) -> Option<&'static str> {
+    match outcome {
+        _ if outcome.is_failure() => Some("handler"),
+        DeliveryOutcome::Poisoned { .. } => Some("poisoned"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counted_failures_and_poison_are_errors() {
+        use DeliveryOutcome::*;
+        // (consumer outcome, attribute, span error)
+        let table = [
+            (Succeeded, "succeeded", None),
+            (SkippedCompleted, "skipped_completed", None),
+            (Retried, "retried", Some("handler")),
+            (
+                Poisoned {
+                    handler_failed: true,
+                },
+                "poisoned",
+                Some("handler"),
+            ),
+            (
+                Poisoned {
+                    handler_failed: false,
+                },
+                "poisoned",
+                Some("poisoned"),
+            ),
+            (Released, "released", None),
+            (WaitedForPeer, "waited_for_peer", None),
+            (WaitedForStore, "waited_for_store", None),
+            (LeaseLost, "lease_lost", None),
+        ];
+        for (outcome, attribute, error) in table {
+            assert_eq!(message_outcome(outcome).as_str(), attribute, "{outcome:?}");
+            assert_eq!(span_error(outcome), error, "{outcome:?}");
+        }
     }
 }

@@ -32,7 +32,7 @@
 //!     let _entered = span.enter();
 //!     tracing::info!("handling message");
 //! }
-//! metrics.message_processed("orders", Duration::from_millis(42));
+//! metrics.handler_succeeded("orders", Duration::from_millis(42));
 //! metrics.set_ready(true);
 //!
 //! telemetry.shutdown(Duration::from_secs(5)).await?;
@@ -46,6 +46,7 @@ mod error;
 mod export;
 mod logging;
 mod metrics;
+mod outcomes;
 mod span;
 mod telemetry;
 
@@ -57,7 +58,8 @@ pub use appinsights::{
 };
 pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
-pub use metrics::{CheckpointOutcome, LeaseOutcome, Metrics, attributes, names};
+pub use metrics::{Metrics, attributes, names};
+pub use outcomes::{CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, values};
 pub use span::{
     ERROR_TYPE, MESSAGING_BATCH_MESSAGE_COUNT, MESSAGING_DEQUEUE_COUNT, MESSAGING_DESTINATION_NAME,
     MESSAGING_MESSAGE_ID, MESSAGING_OPERATION_NAME, MESSAGING_OPERATION_TYPE, MESSAGING_SYSTEM,

@@ -13,18 +13,16 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
+use crate::outcomes::{CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome};
 use crate::span::MESSAGING_DESTINATION_NAME;
 
 /// Instrument names, so dashboards and tests do not repeat string literals.
 pub mod names {
-    /// Counter of messages processed successfully (`{message}`).
-    pub const MESSAGES_PROCESSED: &str = "spot_worker.messages.processed";
-    /// Counter of messages whose handler failed (`{message}`).
+    /// Counter of deliveries settled, by `outcome` ([`MessageOutcome`](crate::MessageOutcome)) (`{message}`).
+    pub const MESSAGES_SETTLED: &str = "spot_worker.messages.settled";
+    /// Counter of handler failures the consumer counts towards the poison
+    /// queue: never an eviction, a wait or a lost lease (`{message}`).
     pub const MESSAGES_FAILED: &str = "spot_worker.messages.failed";
-    /// Counter of messages moved aside as poison (`{message}`).
-    pub const MESSAGES_POISONED: &str = "spot_worker.messages.poisoned";
-    /// Counter of messages handed back to the queue unprocessed (`{message}`).
-    pub const MESSAGES_RELEASED: &str = "spot_worker.messages.released";
     /// Histogram of successful processing time (`s`).
     pub const MESSAGE_PROCESS_DURATION: &str = "spot_worker.message.process.duration";
     /// Counter of lease (visibility timeout) renewals by result (`{renewal}`).
@@ -39,14 +37,34 @@ pub mod names {
     pub const DRAIN_DURATION: &str = "spot_worker.drain.duration";
     /// Gauge: 1 while the worker reports ready, else 0 (`1`).
     pub const READY: &str = "spot_worker.ready";
+
+    /// Every metric the worker emits, for checks of dashboards and queries.
+    pub const ALL: [&str; 9] = [
+        MESSAGES_SETTLED,
+        MESSAGES_FAILED,
+        MESSAGE_PROCESS_DURATION,
+        LEASE_RENEWALS,
+        CHECKPOINT_WRITES,
+        CHECKPOINT_WRITE_DURATION,
+        EVICTION_NOTICES,
+        DRAIN_DURATION,
+        READY,
+    ];
 }
 
 /// Attribute keys used on metrics (besides `messaging.destination.name`).
 pub mod attributes {
     /// Outcome of a lease renewal or checkpoint write.
     pub const RESULT: &str = "result";
+    /// What became of a delivery, on `spot_worker.messages.settled`.
+    pub const OUTCOME: &str = "outcome";
     /// IMDS scheduled-event type (`Preempt`, `Terminate`, ...).
     pub const EVENT_TYPE: &str = "spot_worker.scheduled_event.type";
+    /// The queue, on every per-queue metric.
+    pub const QUEUE: &str = crate::span::MESSAGING_DESTINATION_NAME;
+
+    /// Every attribute key on the worker's metrics.
+    pub const ALL: [&str; 4] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE];
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -62,59 +80,14 @@ const DRAIN_BOUNDARIES: [f64; 12] = [
     0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 45.0, 60.0, 120.0,
 ];
 
-/// Result of renewing a message's lease (its visibility timeout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LeaseOutcome {
-    /// Renewed.
-    Ok,
-    /// The message's pop receipt no longer matches: another consumer may
-    /// have it now.
-    Lost,
-    /// The renewal failed for another reason (network, throttling...).
-    Error,
-}
-
-impl LeaseOutcome {
-    /// The `result` attribute value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Lost => "lost",
-            Self::Error => "error",
-        }
-    }
-}
-
-/// Result of writing a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CheckpointOutcome {
-    /// Written.
-    Ok,
-    /// Rejected because someone else wrote first (ETag mismatch).
-    Conflict,
-    /// The write failed for another reason.
-    Error,
-}
-
-impl CheckpointOutcome {
-    /// The `result` attribute value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Conflict => "conflict",
-            Self::Error => "error",
-        }
-    }
-}
-
 /// The known IMDS scheduled-event types; anything else is reported as
 /// `other` so a surprise value cannot grow the series count.
 fn event_type_attribute(event_type: &str) -> &'static str {
-    const KNOWN: [&str; 5] = ["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"];
-    KNOWN
-        .into_iter()
+    let (known, other) = EVENT_TYPES.split_at(EVENT_TYPES.len() - 1);
+    known
+        .iter()
         .find(|known| known.eq_ignore_ascii_case(event_type.trim()))
-        .unwrap_or("other")
+        .unwrap_or(&other[0])
 }
 
 /// The worker's metric instruments.
@@ -129,7 +102,9 @@ fn event_type_attribute(event_type: &str) -> &'static str {
 /// use spot_worker_telemetry::{LeaseOutcome, Metrics};
 ///
 /// let metrics = Metrics::noop();
-/// metrics.message_processed("orders", Duration::from_millis(120));
+/// use spot_worker_telemetry::MessageOutcome;
+/// metrics.handler_succeeded("orders", Duration::from_millis(120));
+/// metrics.message_settled("orders", MessageOutcome::Released);
 /// metrics.lease_renewed("orders", LeaseOutcome::Lost);
 /// metrics.set_ready(true);
 /// assert!(metrics.is_ready());
@@ -140,10 +115,8 @@ pub struct Metrics {
 }
 
 struct Instruments {
-    processed: Counter<u64>,
+    settled: Counter<u64>,
     failed: Counter<u64>,
-    poisoned: Counter<u64>,
-    released: Counter<u64>,
     process_duration: Histogram<f64>,
     lease_renewals: Counter<u64>,
     checkpoint_writes: Counter<u64>,
@@ -179,29 +152,21 @@ impl Metrics {
                 .build()
         };
         let inner = Instruments {
-            processed: counter(
-                names::MESSAGES_PROCESSED,
+            settled: counter(
+                names::MESSAGES_SETTLED,
                 "{message}",
-                "Messages processed successfully and deleted from the queue.",
+                "Deliveries settled, by outcome: succeeded, skipped_completed, retried, \
+                 poisoned, released, waited_for_peer, waited_for_store, lease_lost.",
             ),
             failed: counter(
                 names::MESSAGES_FAILED,
                 "{message}",
-                "Messages whose handler returned an error.",
-            ),
-            poisoned: counter(
-                names::MESSAGES_POISONED,
-                "{message}",
-                "Messages moved to the poison queue after too many dequeues.",
-            ),
-            released: counter(
-                names::MESSAGES_RELEASED,
-                "{message}",
-                "Messages made visible again without being processed (for example on drain).",
+                "Handler failures counted towards the poison queue (never an eviction, a wait \
+                 or a lost lease).",
             ),
             process_duration: histogram(
                 names::MESSAGE_PROCESS_DURATION,
-                "Time from receiving a message to settling it, for successful messages.",
+                "Time a handler took, for handlers that succeeded.",
                 &PROCESS_BOUNDARIES,
             ),
             lease_renewals: counter(
@@ -251,28 +216,29 @@ impl Metrics {
         Self::new(&provider.meter("spot-worker"))
     }
 
-    /// A message was processed successfully in `duration`.
-    pub fn message_processed(&self, queue: &str, duration: Duration) {
-        let attributes = queue_attributes(queue);
-        self.inner.processed.add(1, &attributes);
+    /// A handler returned success after `duration` (whether its message
+    /// is then deleted is [`message_settled`](Self::message_settled)'s).
+    pub fn handler_succeeded(&self, queue: &str, duration: Duration) {
         self.inner
             .process_duration
-            .record(duration.as_secs_f64(), &attributes);
+            .record(duration.as_secs_f64(), &queue_attributes(queue));
     }
 
-    /// A message's handler failed; the message will become visible again.
+    /// The consumer settled a delivery with `outcome`.
+    pub fn message_settled(&self, queue: &str, outcome: MessageOutcome) {
+        self.inner.settled.add(
+            1,
+            &[
+                KeyValue::new(MESSAGING_DESTINATION_NAME, queue.to_owned()),
+                KeyValue::new(attributes::OUTCOME, outcome.as_str()),
+            ],
+        );
+    }
+
+    /// The consumer counted a handler failure (a retry, or poison after
+    /// the handler failed).
     pub fn message_failed(&self, queue: &str) {
         self.inner.failed.add(1, &queue_attributes(queue));
-    }
-
-    /// A message exceeded its dequeue limit and was moved aside as poison.
-    pub fn message_poisoned(&self, queue: &str) {
-        self.inner.poisoned.add(1, &queue_attributes(queue));
-    }
-
-    /// A message was handed back to the queue unprocessed (drain, shutdown).
-    pub fn message_released(&self, queue: &str) {
-        self.inner.released.add(1, &queue_attributes(queue));
     }
 
     /// A lease renewal finished with `outcome`.
@@ -360,23 +326,14 @@ mod tests {
     }
 
     #[test]
-    fn outcome_attribute_values() {
-        assert_eq!(LeaseOutcome::Ok.as_str(), "ok");
-        assert_eq!(LeaseOutcome::Lost.as_str(), "lost");
-        assert_eq!(LeaseOutcome::Error.as_str(), "error");
-        assert_eq!(CheckpointOutcome::Ok.as_str(), "ok");
-        assert_eq!(CheckpointOutcome::Conflict.as_str(), "conflict");
-        assert_eq!(CheckpointOutcome::Error.as_str(), "error");
-    }
-
-    #[test]
     fn noop_metrics_accept_every_call_and_share_readiness_across_clones() {
         let metrics = Metrics::noop();
         let clone = metrics.clone();
-        metrics.message_processed("q", Duration::from_millis(5));
+        metrics.handler_succeeded("q", Duration::from_millis(5));
         metrics.message_failed("q");
-        metrics.message_poisoned("q");
-        metrics.message_released("q");
+        for outcome in MessageOutcome::ALL {
+            metrics.message_settled("q", outcome);
+        }
         metrics.lease_renewed("q", LeaseOutcome::Ok);
         metrics.checkpoint_written(CheckpointOutcome::Conflict, Duration::from_millis(3));
         metrics.eviction_notice("Preempt");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use spot_worker_telemetry::{
-    CheckpointOutcome, LeaseOutcome, Telemetry, TelemetryConfig, TelemetryError, message_span,
-    names,
+    CheckpointOutcome, LeaseOutcome, MessageOutcome, Telemetry, TelemetryConfig, TelemetryError,
+    message_span, names,
 };
 use spot_worker_testkit::otlp::{Collector, Received, WAIT, int_attribute, string_attribute};
 use tokio::sync::Notify;
@@ -52,11 +52,13 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
         tracing::info!("handling the message");
     });
     let metrics = telemetry.metrics();
-    metrics.message_processed("orders", Duration::from_millis(250));
-    metrics.message_processed("orders", Duration::from_millis(750));
+    metrics.handler_succeeded("orders", Duration::from_millis(250));
+    metrics.handler_succeeded("orders", Duration::from_millis(750));
+    metrics.message_settled("orders", MessageOutcome::Succeeded);
+    metrics.message_settled("orders", MessageOutcome::Succeeded);
     metrics.message_failed("orders");
-    metrics.message_poisoned("orders");
-    metrics.message_released("orders");
+    metrics.message_settled("orders", MessageOutcome::Poisoned);
+    metrics.message_settled("orders", MessageOutcome::Released);
     metrics.lease_renewed("orders", LeaseOutcome::Ok);
     metrics.lease_renewed("orders", LeaseOutcome::Lost);
     metrics.checkpoint_written(CheckpointOutcome::Conflict, Duration::from_millis(20));
@@ -139,19 +141,17 @@ async fn otlp_receives_the_message_span_and_metrics() {
         .wait_for("all metrics", |r| {
             let metrics = r.all_metrics();
             let queue = [("messaging.destination.name", "orders")];
-            (counter_value(&metrics, names::MESSAGES_PROCESSED, &queue)? == 2).then_some(())?;
+            let outcome = |value| {
+                let attributes = [queue[0], ("outcome", value)];
+                counter_value(&metrics, names::MESSAGES_SETTLED, &attributes)
+            };
+            (outcome("succeeded")? == 2).then_some(())?;
             assert_eq!(
                 counter_value(&metrics, names::MESSAGES_FAILED, &queue),
                 Some(1)
             );
-            assert_eq!(
-                counter_value(&metrics, names::MESSAGES_POISONED, &queue),
-                Some(1)
-            );
-            assert_eq!(
-                counter_value(&metrics, names::MESSAGES_RELEASED, &queue),
-                Some(1)
-            );
+            assert_eq!(outcome("poisoned"), Some(1));
+            assert_eq!(outcome("released"), Some(1));
             assert_eq!(
                 counter_value(&metrics, names::LEASE_RENEWALS, &[("result", "lost")]),
                 Some(1)
@@ -253,7 +253,7 @@ async fn app_insights_and_otlp_both_receive_telemetry() {
                         && text.contains("process orders")
                         && text.contains("msg-0001");
                     metric |= envelope["data"]["baseType"] == "MetricData"
-                        && text.contains(names::MESSAGES_PROCESSED);
+                        && text.contains(names::MESSAGES_SETTLED);
                 }
             }
             (span && metric).then_some(())

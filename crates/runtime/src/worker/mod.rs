@@ -36,7 +36,7 @@ use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
-use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue};
+use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue, settlement_observer};
 use crate::shutdown::{DrainTrigger, Triggers};
 
 use finish::{Finished, final_step, wrong_vm_name};
@@ -416,14 +416,16 @@ impl Worker {
         };
         let metrics = &self.metrics;
         let queue = MeteredQueue::work(Arc::clone(&self.queue), metrics.clone());
-        let poison =
-            MeteredQueue::poison(Arc::clone(&self.poison), self.queue.name(), metrics.clone());
-        let mut consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
+        let mut consumer = Consumer::new(Arc::new(queue), Arc::clone(&self.poison), config)
             .map_err(WorkerError::Storage)?
             // One span per delivery, with the messaging conventions' fields.
             .with_message_span(Arc::new(|queue: &str, message: &QueueMessage| {
                 message_span(queue, message.id.as_str(), message.dequeue_count)
-            }));
+            }))
+            .with_settlement_observer(settlement_observer(
+                metrics.clone(),
+                self.queue.name().to_owned(),
+            ));
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

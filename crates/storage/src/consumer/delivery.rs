@@ -22,12 +22,12 @@ use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
 use super::panics::{HandlerPart, catching, panic_error};
+use super::outcome::DeliveryOutcome;
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
 };
 use super::signals::DrainSignals;
-use super::stats::bump;
 
 /// What the completed-checkpoint check found.
 enum PreCheck {
@@ -328,7 +328,7 @@ impl Consumer {
                 if self.settled_lease(&delivery)
                     && self.make_visible_after(&delivery.lease, delay).await
                 {
-                    bump(&self.counters.retried);
+                    self.settled(DeliveryOutcome::Retried);
                 }
             }
             Settlement::WaitForPeer { attempts } => {
@@ -339,7 +339,7 @@ impl Consumer {
                 if self.settled_lease(&delivery)
                     && self.make_visible_after(&delivery.lease, delay).await
                 {
-                    bump(&self.counters.waited_for_peer);
+                    self.settled(DeliveryOutcome::WaitedForPeer);
                 }
             }
             Settlement::WaitForStore => {
@@ -349,13 +349,13 @@ impl Consumer {
                 if self.settled_lease(&delivery)
                     && self.make_visible_after(&delivery.lease, delay).await
                 {
-                    bump(&self.counters.waited_for_store);
+                    self.settled(DeliveryOutcome::WaitedForStore);
                 }
             }
             Settlement::Delete => {
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
-                    bump(&self.counters.succeeded);
+                    self.settled(DeliveryOutcome::Succeeded);
                     tracing::debug!("handled and deleted");
                     self.forget_attempts(&delivery).await;
                 }
@@ -367,14 +367,14 @@ impl Consumer {
                         .make_visible_after(&delivery.lease, std::time::Duration::ZERO)
                         .await
                 {
-                    bump(&self.counters.released);
+                    self.settled(DeliveryOutcome::Released);
                     tracing::info!("released on shutdown (not counted as a failure)");
                 }
             }
             Settlement::Leave(why) => {
                 delivery.stop_renewing().await;
                 if delivery.lease.is_lost() {
-                    bump(&self.counters.leases_lost);
+                    self.settled(DeliveryOutcome::LeaseLost);
                     tracing::warn!("{why}; nothing written");
                 } else {
                     tracing::error!("{why}; leaving the message to its visibility timeout");
@@ -386,7 +386,7 @@ impl Consumer {
     /// Whether the lease survived until settling; counts it if not.
     fn settled_lease(&self, delivery: &Delivery) -> bool {
         if delivery.lease.is_lost() {
-            bump(&self.counters.leases_lost);
+            self.settled(DeliveryOutcome::LeaseLost);
             tracing::warn!(
                 "lease lost before settling; the message belongs to another consumer now"
             );
@@ -408,7 +408,7 @@ impl Consumer {
     async fn delete_completed(&self, mut delivery: Delivery) {
         delivery.stop_renewing().await;
         if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
-            bump(&self.counters.skipped_completed);
+            self.settled(DeliveryOutcome::SkippedCompleted);
             tracing::info!("the job is completed already; deleted without running it");
             self.forget_attempts(&delivery).await;
         }

@@ -12,6 +12,7 @@
 //! - [`intake`]: when to receive, and how many messages.
 //! - [`delivery`] and [`settling`]: one message from receive to settle.
 //! - [`poison`]: the lossless poison record.
+//! - [`outcome`]: what became of each delivery, for statistics and telemetry.
 
 mod attempts;
 mod backoff;
@@ -21,6 +22,7 @@ mod handler;
 mod intake;
 mod lease;
 mod panics;
+mod outcome;
 mod poison;
 mod settlement;
 mod settling;
@@ -45,6 +47,7 @@ use backoff::IdleBackoff;
 pub use config::ConsumerConfig;
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
+pub use outcome::{DeliveryOutcome, SettlementObserver};
 pub use poison::{
     BodyBlob, MAX_POISON_MESSAGE_LEN, PoisonRecord, poison_body_blob_name, poison_queue_name,
 };
@@ -94,6 +97,7 @@ pub struct Consumer {
     message_span: MessageSpan,
     config: Arc<ConsumerConfig>,
     counters: Arc<Counters>,
+    observer: Option<SettlementObserver>,
 }
 
 /// Makes the one span a delivery runs in, from its queue and message: the
@@ -142,6 +146,7 @@ impl Consumer {
             message_span: Arc::new(plain_message_span),
             config: Arc::new(config),
             counters: Arc::default(),
+            observer: None,
         })
     }
 
@@ -162,6 +167,13 @@ impl Consumer {
     /// has exactly one span.
     pub fn with_message_span(mut self, span: MessageSpan) -> Self {
         self.message_span = span;
+        self
+    }
+
+    /// Tells `observer` of every [`DeliveryOutcome`] as the statistics count it (the
+    /// runtime records its metrics this way), inside the delivery's span.
+    pub fn with_settlement_observer(mut self, observer: SettlementObserver) -> Self {
+        self.observer = Some(observer);
         self
     }
 

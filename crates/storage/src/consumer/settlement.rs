@@ -48,6 +48,12 @@ pub(crate) enum PoisonCause {
 }
 
 impl PoisonCause {
+    /// Whether the handler's own failure sent the message here (counted as
+    /// a failure), rather than its body or the crash-loop guard.
+    pub(crate) fn is_handler_failure(&self) -> bool {
+        matches!(self, PoisonCause::Permanent(_) | PoisonCause::Failed { .. })
+    }
+
     /// The poison record's `last_error`: what really happened.
     pub(crate) fn describe(&self) -> String {
         match self {

@@ -15,6 +15,7 @@ use super::Consumer;
 use super::attempts::{Attempts, ReadAttempts};
 use super::delivery::Delivery;
 use super::lease::Lease;
+use super::outcome::DeliveryOutcome;
 use super::poison::{BodyBlob, PoisonRecord, poison_body_blob_name};
 use super::settlement::PoisonCause;
 use super::stats::bump;
@@ -29,7 +30,7 @@ impl Consumer {
         match tokio::time::timeout(self.config.settle_timeout, call).await {
             Ok(Ok(value)) => Some(value),
             Ok(Err(StorageError::LeaseLost { .. })) => {
-                bump(&self.counters.leases_lost);
+                self.settled(DeliveryOutcome::LeaseLost);
                 tracing::warn!(
                     what,
                     "lease lost before settling; another consumer has the message"
@@ -128,7 +129,7 @@ impl Consumer {
         };
         delivery.stop_renewing().await;
         if delivery.lease.is_lost() {
-            bump(&self.counters.leases_lost);
+            self.settled(DeliveryOutcome::LeaseLost);
             tracing::warn!(
                 copied = sent,
                 "lease lost while moving the message to the poison queue; another consumer has it"
@@ -143,7 +144,9 @@ impl Consumer {
             return;
         }
         if self.delete(&delivery.lease).await {
-            bump(&self.counters.poisoned);
+            self.settled(DeliveryOutcome::Poisoned {
+                handler_failed: cause.is_handler_failure(),
+            });
             tracing::warn!(poison_queue = self.poison.name(), %last_error, "moved to the poison queue");
             self.forget_attempts(&delivery).await;
         }
@@ -231,7 +234,7 @@ impl Consumer {
         let releases = messages.into_iter().map(|message| async move {
             let lease = Lease::new(message.id, message.pop_receipt);
             if self.make_visible_after(&lease, Duration::ZERO).await {
-                bump(&self.counters.released);
+                self.settled(DeliveryOutcome::Released);
             }
         });
         futures_util::future::join_all(releases).await;

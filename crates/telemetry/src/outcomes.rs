@@ -1,0 +1,158 @@
+//! The bounded values of the worker's metric attributes: each outcome is an
+//! enum, so a dashboard query and the code agree on every value
+//! ([`values`] lists them by attribute key).
+
+use crate::metrics::attributes;
+
+/// Result of renewing a message's lease (its visibility timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseOutcome {
+    /// Renewed.
+    Ok,
+    /// The message's pop receipt no longer matches: another consumer may
+    /// have it now.
+    Lost,
+    /// The renewal failed for another reason (network, throttling...).
+    Error,
+}
+
+impl LeaseOutcome {
+    /// The `result` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Lost => "lost",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Result of writing a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CheckpointOutcome {
+    /// Written.
+    Ok,
+    /// Rejected because someone else wrote first (ETag mismatch).
+    Conflict,
+    /// The write failed for another reason.
+    Error,
+}
+
+impl CheckpointOutcome {
+    /// The `result` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Conflict => "conflict",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// What became of one delivery, the `outcome` attribute of
+/// `spot_worker.messages.settled`: the consumer's own settlement, so an
+/// eviction (`released`) or a wait is never confused with a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageOutcome {
+    /// Handled successfully and deleted.
+    Succeeded,
+    /// Deleted unrun: its job was completed already.
+    SkippedCompleted,
+    /// The handler failed; retried after a backoff (a counted failure).
+    Retried,
+    /// Moved to the poison queue.
+    Poisoned,
+    /// Handed back unprocessed at once, uncounted (a drain: a Spot eviction).
+    Released,
+    /// Fenced out by another holder of the job; checked again later.
+    WaitedForPeer,
+    /// The checkpoint store could not be reached; tried again later.
+    WaitedForStore,
+    /// Another consumer took the message.
+    LeaseLost,
+}
+
+impl MessageOutcome {
+    /// Every outcome, in the order the docs list them.
+    pub const ALL: [MessageOutcome; 8] = [
+        Self::Succeeded,
+        Self::SkippedCompleted,
+        Self::Retried,
+        Self::Poisoned,
+        Self::Released,
+        Self::WaitedForPeer,
+        Self::WaitedForStore,
+        Self::LeaseLost,
+    ];
+
+    /// The `outcome` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::SkippedCompleted => "skipped_completed",
+            Self::Retried => "retried",
+            Self::Poisoned => "poisoned",
+            Self::Released => "released",
+            Self::WaitedForPeer => "waited_for_peer",
+            Self::WaitedForStore => "waited_for_store",
+            Self::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+/// The IMDS scheduled-event types the `spot_worker.scheduled_event.type`
+/// attribute takes; anything else is `other`.
+pub const EVENT_TYPES: [&str; 6] = [
+    "Freeze",
+    "Reboot",
+    "Redeploy",
+    "Preempt",
+    "Terminate",
+    "other",
+];
+
+/// Every value the attribute `key` takes; empty for a free-form one (the
+/// queue name) or a key the worker does not emit.
+///
+/// ```
+/// use spot_worker_telemetry::{attributes, values};
+///
+/// assert!(values(attributes::OUTCOME).contains(&"released"));
+/// assert!(values(attributes::QUEUE).is_empty());
+/// ```
+pub fn values(key: &str) -> Vec<&'static str> {
+    match key {
+        attributes::OUTCOME => MessageOutcome::ALL.iter().map(|o| o.as_str()).collect(),
+        attributes::RESULT => {
+            let mut values: Vec<_> = [LeaseOutcome::Ok, LeaseOutcome::Lost, LeaseOutcome::Error]
+                .map(LeaseOutcome::as_str)
+                .to_vec();
+            values.push(CheckpointOutcome::Conflict.as_str());
+            values
+        }
+        attributes::EVENT_TYPE => EVENT_TYPES.to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_attribute_values() {
+        assert_eq!(LeaseOutcome::Ok.as_str(), "ok");
+        assert_eq!(LeaseOutcome::Lost.as_str(), "lost");
+        assert_eq!(LeaseOutcome::Error.as_str(), "error");
+        assert_eq!(CheckpointOutcome::Ok.as_str(), "ok");
+        assert_eq!(CheckpointOutcome::Conflict.as_str(), "conflict");
+        assert_eq!(CheckpointOutcome::Error.as_str(), "error");
+        let outcomes = values(attributes::OUTCOME);
+        assert_eq!(outcomes.len(), MessageOutcome::ALL.len());
+        assert!(outcomes.contains(&"released") && outcomes.contains(&"waited_for_store"));
+        assert_eq!(
+            values(attributes::RESULT),
+            ["ok", "lost", "error", "conflict"]
+        );
+    }
+}
