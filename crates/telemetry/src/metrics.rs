@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
@@ -39,6 +39,9 @@ pub mod names {
     pub const DRAIN_DURATION: &str = "spot_worker.drain.duration";
     /// Gauge: 1 while the worker reports ready, else 0 (`1`).
     pub const READY: &str = "spot_worker.ready";
+    /// Gauge: 1 while the checkpoint store refuses the worker or misses its
+    /// container and intake is paused, else 0, by `reason` (`1`).
+    pub const STORAGE_REFUSED: &str = "spot_worker.storage.refused";
 }
 
 /// Attribute keys used on metrics (besides `messaging.destination.name`).
@@ -47,6 +50,39 @@ pub mod attributes {
     pub const RESULT: &str = "result";
     /// IMDS scheduled-event type (`Preempt`, `Terminate`, ...).
     pub const EVENT_TYPE: &str = "spot_worker.scheduled_event.type";
+    /// Why the checkpoint store does not serve the worker
+    /// ([`StorageRefusal::as_str`](super::StorageRefusal::as_str)).
+    pub const REASON: &str = "reason";
+}
+
+/// Why the checkpoint store does not serve the worker, for
+/// [`Metrics::set_storage_refused`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StorageRefusal {
+    /// It refuses the worker's credentials or their permissions (401/403).
+    Refused,
+    /// Its container is missing and could not be created again (yet).
+    MissingContainer,
+}
+
+impl StorageRefusal {
+    const ALL: [StorageRefusal; 2] = [StorageRefusal::Refused, StorageRefusal::MissingContainer];
+
+    /// The `reason` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageRefusal::Refused => "refused",
+            StorageRefusal::MissingContainer => "missing_container",
+        }
+    }
+
+    fn code(refusal: Option<Self>) -> u8 {
+        match refusal {
+            None => 0,
+            Some(StorageRefusal::Refused) => 1,
+            Some(StorageRefusal::MissingContainer) => 2,
+        }
+    }
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -153,6 +189,8 @@ struct Instruments {
     ready: Arc<AtomicBool>,
     // Held so the callback's registration lives as long as the handle.
     _ready_gauge: ObservableGauge<i64>,
+    storage_refused: Arc<AtomicU8>,
+    _storage_refused_gauge: ObservableGauge<i64>,
 }
 
 impl Metrics {
@@ -163,6 +201,8 @@ impl Metrics {
     pub fn new(meter: &Meter) -> Self {
         let ready = Arc::new(AtomicBool::new(false));
         let observed = Arc::clone(&ready);
+        let storage_refused = Arc::new(AtomicU8::new(0));
+        let refusal_observed = Arc::clone(&storage_refused);
         let counter = |name: &'static str, unit: &'static str, description: &'static str| {
             meter
                 .u64_counter(name)
@@ -236,6 +276,24 @@ impl Metrics {
                 .with_description("1 while the worker reports ready to take messages, else 0.")
                 .with_callback(move |observer| {
                     observer.observe(i64::from(observed.load(Ordering::Relaxed)), &[]);
+                })
+                .build(),
+            storage_refused,
+            // Both reasons are always reported (0 or 1), so a dashboard sees
+            // a refusal end as well as begin.
+            _storage_refused_gauge: meter
+                .i64_observable_gauge(names::STORAGE_REFUSED)
+                .with_unit("1")
+                .with_description(
+                    "1 while the checkpoint store refuses the worker or misses its container and intake is paused, else 0; by reason.",
+                )
+                .with_callback(move |observer| {
+                    let current = refusal_observed.load(Ordering::Relaxed);
+                    for refusal in StorageRefusal::ALL {
+                        let value = i64::from(StorageRefusal::code(Some(refusal)) == current);
+                        observer
+                            .observe(value, &[KeyValue::new(attributes::REASON, refusal.as_str())]);
+                    }
                 })
                 .build(),
         };
@@ -318,6 +376,22 @@ impl Metrics {
     /// reports the current value even when it has not changed.
     pub fn set_ready(&self, ready: bool) {
         self.inner.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Sets the storage refusal gauge: why intake is paused for the
+    /// checkpoint store, or `None` once it answers again.
+    pub fn set_storage_refused(&self, refusal: Option<StorageRefusal>) {
+        self.inner
+            .storage_refused
+            .store(StorageRefusal::code(refusal), Ordering::Relaxed);
+    }
+
+    /// The value last passed to [`set_storage_refused`](Self::set_storage_refused).
+    pub fn storage_refused(&self) -> Option<StorageRefusal> {
+        let current = self.inner.storage_refused.load(Ordering::Relaxed);
+        StorageRefusal::ALL
+            .into_iter()
+            .find(|refusal| StorageRefusal::code(Some(*refusal)) == current)
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).
