@@ -83,8 +83,25 @@ impl Container {
     /// probe blob with a random name: the write proves this worker may
     /// create blobs here (the permission a job needs), which neither
     /// creating nor reading the container would.
+    ///
+    /// A role may be allowed to write blobs but not to create containers:
+    /// then a refused create is not the answer, the probe is. If the probe
+    /// finds the container missing, the refused create is the error, so
+    /// the caller learns that this worker may not create it.
     pub(crate) async fn prepare(&self) -> Result<(), StorageError> {
-        self.create_if_missing().await?;
+        let create_refused = match self.create_if_missing().await {
+            Ok(()) => None,
+            Err(refused @ StorageError::Refused { .. }) => Some(refused),
+            Err(error) => return Err(error),
+        };
+        match (self.write_probe().await, create_refused) {
+            (Err(StorageError::MissingContainer { .. }), Some(refused)) => Err(refused),
+            (result, _) => result,
+        }
+    }
+
+    /// Writes and deletes a probe blob with a random name.
+    async fn write_probe(&self) -> Result<(), StorageError> {
         let probe = format!("{PROBE_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let blob = self.client.blob_client(&probe);
         let content: RequestContent<Bytes, _> = Bytes::from_static(b"spot-worker probe").into();

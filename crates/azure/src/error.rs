@@ -1,5 +1,6 @@
 //! Turns Azure SDK errors into [`StorageError`]s the consumer understands
-//! (lease lost, conflict, not found, transient, rejected), with every SAS
+//! (lease lost, conflict, not found, a missing container, transient,
+//! refused, rejected), with every SAS
 //! signature and account key redacted from the text: SDK errors quote the
 //! request URL, which carries the SAS.
 
@@ -87,6 +88,18 @@ pub(crate) fn map_error(error: azure_core::Error, operation: Operation<'_>) -> S
         ) => StorageError::Conflict {
             key: (*key).to_owned(),
         },
+        (StatusCode::NotFound, Operation::Other(what) | Operation::ConditionalWrite(what))
+            if code == "ContainerNotFound" =>
+        {
+            StorageError::MissingContainer {
+                what: (*what).to_owned(),
+                message,
+            }
+        }
+        (StatusCode::Unauthorized | StatusCode::Forbidden, _) => StorageError::Refused {
+            status: u16::from(status),
+            message,
+        },
         (StatusCode::NotFound, _) => StorageError::NotFound {
             what: match operation {
                 Operation::Other(what) | Operation::ConditionalWrite(what) => {
@@ -126,5 +139,128 @@ pub(crate) async fn bounded<T>(
                 "{what}: no answer within the call deadline of {deadline:?}"
             )),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: StatusCode, code: &str) -> azure_core::Error {
+        azure_core::Error::with_message(
+            ErrorKind::HttpResponse {
+                status,
+                error_code: Some(code.to_owned()),
+                raw_response: None,
+            },
+            "the service said no",
+        )
+    }
+
+    /// What each status and error code becomes, per kind of operation: the
+    /// consumer pauses on `Refused` and `MissingContainer` once they
+    /// persist, waits out `Unavailable`, and never counts either.
+    #[test]
+    fn statuses_map_to_the_kinds_the_consumer_decides_by() {
+        let id = MessageId::new("m1");
+        let kind = |error: StorageError| match error {
+            StorageError::LeaseLost { .. } => "lease lost",
+            StorageError::Conflict { .. } => "conflict",
+            StorageError::NotFound { .. } => "not found",
+            StorageError::MissingContainer { .. } => "missing container",
+            StorageError::Refused {
+                status: 401 | 403, ..
+            } => "refused",
+            StorageError::Unavailable { .. } => "unavailable",
+            StorageError::Rejected { .. } => "rejected",
+            _ => "other",
+        };
+        for (status, code, operation, expected) in [
+            (
+                StatusCode::Forbidden,
+                "AuthorizationPermissionMismatch",
+                Operation::Other("checkpoint c/k"),
+                "refused",
+            ),
+            (
+                StatusCode::Forbidden,
+                "AuthenticationFailed",
+                Operation::ConditionalWrite("k"),
+                "refused",
+            ),
+            (
+                StatusCode::Forbidden,
+                "AuthorizationFailure",
+                Operation::Message(&id),
+                "refused",
+            ),
+            (
+                StatusCode::Unauthorized,
+                "InvalidAuthenticationInfo",
+                Operation::Other("queue q"),
+                "refused",
+            ),
+            (
+                StatusCode::NotFound,
+                "ContainerNotFound",
+                Operation::Other("checkpoint c/k"),
+                "missing container",
+            ),
+            (
+                StatusCode::NotFound,
+                "ContainerNotFound",
+                Operation::ConditionalWrite("k"),
+                "missing container",
+            ),
+            (
+                StatusCode::NotFound,
+                "QueueNotFound",
+                Operation::Other("queue q"),
+                "not found",
+            ),
+            (
+                StatusCode::NotFound,
+                "MessageNotFound",
+                Operation::Message(&id),
+                "lease lost",
+            ),
+            (
+                StatusCode::PreconditionFailed,
+                "ConditionNotMet",
+                Operation::ConditionalWrite("k"),
+                "conflict",
+            ),
+            (
+                StatusCode::ServiceUnavailable,
+                "ServerBusy",
+                Operation::Other("queue q"),
+                "unavailable",
+            ),
+            (
+                StatusCode::InternalServerError,
+                "InternalError",
+                Operation::ConditionalWrite("k"),
+                "unavailable",
+            ),
+            (
+                StatusCode::TooManyRequests,
+                "",
+                Operation::Other("queue q"),
+                "unavailable",
+            ),
+            (
+                StatusCode::BadRequest,
+                "InvalidHeaderValue",
+                Operation::Other("queue q"),
+                "rejected",
+            ),
+        ] {
+            let mapped = map_error(http(status, code), operation);
+            assert_eq!(
+                kind(mapped.clone()),
+                expected,
+                "{status} {code}: {mapped:?}"
+            );
+        }
     }
 }

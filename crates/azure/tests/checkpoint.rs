@@ -199,7 +199,7 @@ async fn only_the_operator_scope_lists_checkpoints() {
     let worker = storage(&azurite).checkpoint_store(&name).unwrap();
     let refused = worker.list().await.unwrap_err();
     assert!(
-        matches!(refused, StorageError::Rejected { status: 403, .. }),
+        matches!(refused, StorageError::Refused { status: 403, .. }),
         "{refused:?}"
     );
 }

@@ -87,7 +87,7 @@ async fn a_rejected_signature_is_a_clear_non_transient_error() {
         .unwrap();
     let err = queue.create_if_missing().await.unwrap_err();
     assert!(
-        matches!(err, StorageError::Rejected { status: 403, .. }),
+        matches!(err, StorageError::Refused { status: 403, .. }),
         "{err:?}"
     );
     assert_no_secrets(&format!("{err} {err:?}"));

@@ -58,6 +58,12 @@ pub struct WorkerConfig {
     /// message released by an evicted worker waits for an idle one; each
     /// idle worker costs one receive per this interval.
     pub idle_poll_max: Duration,
+    /// How long the checkpoint store may refuse one kind of request
+    /// (401/403) or miss its container before the worker turns not ready
+    /// (the reason in `/readyz`) and pauses intake
+    /// (`SPOT_WORKER_STORAGE_REFUSAL_GRACE`, default 30s). Shorter refusals
+    /// are waited out uncounted, like outages.
+    pub storage_refusal_grace: Duration,
     /// Blob container for checkpoints (`SPOT_WORKER_CHECKPOINT_CONTAINER`,
     /// default `checkpoints`).
     pub checkpoint_container: String,
@@ -141,6 +147,7 @@ impl Default for WorkerConfig {
             max_failures: table::MAX_FAILURES.default,
             max_deliveries: table::MAX_DELIVERIES.default,
             idle_poll_max: table::IDLE_POLL_MAX.default,
+            storage_refusal_grace: table::STORAGE_REFUSAL_GRACE.default,
             checkpoint_container: table::CHECKPOINT_CONTAINER.default.to_string(),
             poison_container: table::POISON_CONTAINER.default.to_string(),
             health_addr: table::HEALTH_ADDR.default,
@@ -195,6 +202,7 @@ impl WorkerConfig {
             max_failures: source.get(&table::MAX_FAILURES)?,
             max_deliveries: source.get(&table::MAX_DELIVERIES)?,
             idle_poll_max: source.get(&table::IDLE_POLL_MAX)?,
+            storage_refusal_grace: source.get(&table::STORAGE_REFUSAL_GRACE)?,
             checkpoint_container: source.get(&table::CHECKPOINT_CONTAINER)?.into_owned(),
             poison_container: source.get(&table::POISON_CONTAINER)?.into_owned(),
             health_addr: source.get(&table::HEALTH_ADDR)?,

@@ -14,6 +14,7 @@
 //! - [`health`]: `/healthz` and `/readyz`;
 //! - [`shutdown`]: triggers, the drain plan and the watchdog;
 //! - `metered`: spans and metrics around the storage traits and the handler;
+//! - `store_health`: a refusing checkpoint store as readiness and a metric;
 //! - [`Worker`]: the lifecycle that ties them together.
 
 mod after_drain;
@@ -23,6 +24,7 @@ mod gate;
 pub mod health;
 mod metered;
 pub mod shutdown;
+mod store_health;
 mod worker;
 
 pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerConfig};

@@ -129,6 +129,14 @@ pub const IDLE_POLL_MAX: Setting<Duration> = Setting {
     doc: "longest pause between receives on an empty queue (bounds release-to-redelivery)",
 };
 
+/// How long a refusing store is waited out before intake pauses.
+pub const STORAGE_REFUSAL_GRACE: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_STORAGE_REFUSAL_GRACE",
+    default: seconds(30),
+    default_doc: None,
+    doc: "how long the checkpoint store may refuse one kind of request (401/403) or miss its container before the worker turns not ready and pauses intake; shorter refusals are waited out uncounted, like outages (see [Delivery semantics](lifecycle.md#delivery-semantics))",
+};
+
 /// Blob container for checkpoints.
 pub const CHECKPOINT_CONTAINER: Setting<Text> = Setting {
     key: "SPOT_WORKER_CHECKPOINT_CONTAINER",
@@ -344,6 +352,7 @@ pub const ALL: &[&dyn Describe] = &[
     &MAX_FAILURES,
     &MAX_DELIVERIES,
     &IDLE_POLL_MAX,
+    &STORAGE_REFUSAL_GRACE,
     &CHECKPOINT_CONTAINER,
     &POISON_CONTAINER,
     &RESULTS_CONTAINER,

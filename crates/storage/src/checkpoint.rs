@@ -244,11 +244,20 @@ impl fmt::Debug for JobCheckpoint {
     }
 }
 
-/// Whether `error` means the checkpoint store cannot be reached now (a
-/// transient failure, or `NotFound` while its container is missing): it
-/// says nothing about the job, and waiting may fix it.
+/// Whether `error` means the checkpoint store cannot serve this worker now
+/// (a transient failure; a refusal of its credentials; its container
+/// missing, or `NotFound` from a backend that cannot tell): it says nothing
+/// about the job, so it never counts as a failure. Waiting fixes an outage;
+/// a refusal or a missing container that persists pauses the consumer's
+/// intake until the store answers again (see `consumer::store_health`).
 pub(crate) fn store_unreachable(error: &StorageError) -> bool {
-    error.is_transient() || matches!(error, StorageError::NotFound { .. })
+    error.is_transient()
+        || matches!(
+            error,
+            StorageError::NotFound { .. }
+                | StorageError::Refused { .. }
+                | StorageError::MissingContainer { .. }
+        )
 }
 
 /// What a stored stamp says about a write of this handle's.

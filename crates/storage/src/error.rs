@@ -56,6 +56,29 @@ pub enum StorageError {
         /// A description, with secrets redacted.
         message: String,
     },
+    /// The service refused this worker's credentials or their permissions
+    /// (HTTP 401/403: `AuthorizationPermissionMismatch`,
+    /// `AuthenticationFailed`, a role assignment removed). Waiting does not
+    /// fix it, but an operator may: the consumer pauses its intake while it
+    /// persists and resumes when the store answers again.
+    #[error("storage refused the request (status {status}): {message}")]
+    Refused {
+        /// HTTP status code.
+        status: u16,
+        /// A description, with secrets redacted.
+        message: String,
+    },
+    /// The blob container the request addressed does not exist (HTTP 404
+    /// `ContainerNotFound`): it was deleted, or never created. Re-created
+    /// by [`CheckpointStore::prepare`](crate::CheckpointStore::prepare)
+    /// where the worker's role allows it.
+    #[error("the container of {what} is missing: {message}")]
+    MissingContainer {
+        /// What was addressed (it names the container).
+        what: String,
+        /// A description, with secrets redacted.
+        message: String,
+    },
     /// Stored data could not be understood (for example a checkpoint blob
     /// that is not the JSON this crate writes).
     #[error("invalid data in {what}: {reason}")]

@@ -32,10 +32,10 @@ pub use checkpoint::{
     Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
-    BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DeliveryOutcome, DrainSignals, FnHandler,
-    HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent,
-    PoisonRecord, SettlementObserver, handler_fn, permanent, poison_body_blob_name,
-    poison_queue_name,
+    BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome,
+    DrainSignals, FnHandler, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler,
+    MessageSpan, Permanent, PoisonRecord, SettlementObserver, StoreHealth, handler_fn, permanent,
+    poison_body_blob_name, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

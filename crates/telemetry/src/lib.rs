@@ -59,7 +59,9 @@ pub use appinsights::{
 pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
 pub use metrics::{Metrics, attributes, names};
-pub use outcomes::{CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, values};
+pub use outcomes::{
+    CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, StorageRefusal, values,
+};
 pub use span::{
     ERROR_TYPE, MESSAGING_BATCH_MESSAGE_COUNT, MESSAGING_DEQUEUE_COUNT, MESSAGING_DESTINATION_NAME,
     MESSAGING_MESSAGE_ID, MESSAGING_OPERATION_NAME, MESSAGING_OPERATION_TYPE, MESSAGING_SYSTEM,

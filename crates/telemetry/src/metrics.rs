@@ -7,13 +7,15 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
-use crate::outcomes::{CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome};
+use crate::outcomes::{
+    CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, StorageRefusal,
+};
 use crate::span::MESSAGING_DESTINATION_NAME;
 
 /// Instrument names, so dashboards and tests do not repeat string literals.
@@ -37,9 +39,12 @@ pub mod names {
     pub const DRAIN_DURATION: &str = "spot_worker.drain.duration";
     /// Gauge: 1 while the worker reports ready, else 0 (`1`).
     pub const READY: &str = "spot_worker.ready";
+    /// Gauge: 1 while the checkpoint store refuses the worker or misses its
+    /// container and intake is paused, else 0, by `reason` (`1`).
+    pub const STORAGE_REFUSED: &str = "spot_worker.storage.refused";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -49,6 +54,7 @@ pub mod names {
         EVICTION_NOTICES,
         DRAIN_DURATION,
         READY,
+        STORAGE_REFUSED,
     ];
 }
 
@@ -60,11 +66,14 @@ pub mod attributes {
     pub const OUTCOME: &str = "outcome";
     /// IMDS scheduled-event type (`Preempt`, `Terminate`, ...).
     pub const EVENT_TYPE: &str = "spot_worker.scheduled_event.type";
+    /// Why the checkpoint store does not serve the worker
+    /// ([`StorageRefusal::as_str`](crate::StorageRefusal::as_str)).
+    pub const REASON: &str = "reason";
     /// The queue, on every per-queue metric.
     pub const QUEUE: &str = crate::span::MESSAGING_DESTINATION_NAME;
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 4] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE];
+    pub const ALL: [&str; 5] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON];
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -126,6 +135,8 @@ struct Instruments {
     ready: Arc<AtomicBool>,
     // Held so the callback's registration lives as long as the handle.
     _ready_gauge: ObservableGauge<i64>,
+    storage_refused: Arc<AtomicU8>,
+    _storage_refused_gauge: ObservableGauge<i64>,
 }
 
 impl Metrics {
@@ -136,6 +147,8 @@ impl Metrics {
     pub fn new(meter: &Meter) -> Self {
         let ready = Arc::new(AtomicBool::new(false));
         let observed = Arc::clone(&ready);
+        let storage_refused = Arc::new(AtomicU8::new(0));
+        let refusal_observed = Arc::clone(&storage_refused);
         let counter = |name: &'static str, unit: &'static str, description: &'static str| {
             meter
                 .u64_counter(name)
@@ -201,6 +214,24 @@ impl Metrics {
                 .with_description("1 while the worker reports ready to take messages, else 0.")
                 .with_callback(move |observer| {
                     observer.observe(i64::from(observed.load(Ordering::Relaxed)), &[]);
+                })
+                .build(),
+            storage_refused,
+            // Both reasons are always reported (0 or 1), so a dashboard sees
+            // a refusal end as well as begin.
+            _storage_refused_gauge: meter
+                .i64_observable_gauge(names::STORAGE_REFUSED)
+                .with_unit("1")
+                .with_description(
+                    "1 while the checkpoint store refuses the worker or misses its container and intake is paused, else 0; by reason.",
+                )
+                .with_callback(move |observer| {
+                    let current = refusal_observed.load(Ordering::Relaxed);
+                    for refusal in StorageRefusal::ALL {
+                        let value = i64::from(StorageRefusal::code(Some(refusal)) == current);
+                        observer
+                            .observe(value, &[KeyValue::new(attributes::REASON, refusal.as_str())]);
+                    }
                 })
                 .build(),
         };
@@ -284,6 +315,22 @@ impl Metrics {
     /// reports the current value even when it has not changed.
     pub fn set_ready(&self, ready: bool) {
         self.inner.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Sets the storage refusal gauge: why intake is paused for the
+    /// checkpoint store, or `None` once it answers again.
+    pub fn set_storage_refused(&self, refusal: Option<StorageRefusal>) {
+        self.inner
+            .storage_refused
+            .store(StorageRefusal::code(refusal), Ordering::Relaxed);
+    }
+
+    /// The value last passed to [`set_storage_refused`](Self::set_storage_refused).
+    pub fn storage_refused(&self) -> Option<StorageRefusal> {
+        let current = self.inner.storage_refused.load(Ordering::Relaxed);
+        StorageRefusal::ALL
+            .into_iter()
+            .find(|refusal| StorageRefusal::code(Some(*refusal)) == current)
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

@@ -49,6 +49,37 @@ impl CheckpointOutcome {
     }
 }
 
+/// Why the checkpoint store does not serve the worker, for
+/// [`Metrics::set_storage_refused`](crate::Metrics::set_storage_refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StorageRefusal {
+    /// It refuses the worker's credentials or their permissions (401/403).
+    Refused,
+    /// Its container is missing and could not be created again (yet).
+    MissingContainer,
+}
+
+impl StorageRefusal {
+    pub(crate) const ALL: [StorageRefusal; 2] =
+        [StorageRefusal::Refused, StorageRefusal::MissingContainer];
+
+    /// The `reason` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageRefusal::Refused => "refused",
+            StorageRefusal::MissingContainer => "missing_container",
+        }
+    }
+
+    pub(crate) fn code(refusal: Option<Self>) -> u8 {
+        match refusal {
+            None => 0,
+            Some(StorageRefusal::Refused) => 1,
+            Some(StorageRefusal::MissingContainer) => 2,
+        }
+    }
+}
+
 /// What became of one delivery, the `outcome` attribute of
 /// `spot_worker.messages.settled`: the consumer's own settlement, so an
 /// eviction (`released`) or a wait is never confused with a failure.
@@ -131,6 +162,7 @@ pub fn values(key: &str) -> Vec<&'static str> {
             values
         }
         attributes::EVENT_TYPE => EVENT_TYPES.to_vec(),
+        attributes::REASON => StorageRefusal::ALL.map(StorageRefusal::as_str).to_vec(),
         _ => Vec::new(),
     }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use spot_worker_telemetry::{
-    CheckpointOutcome, LeaseOutcome, MessageOutcome, Telemetry, TelemetryConfig, TelemetryError,
-    message_span, names,
+    CheckpointOutcome, LeaseOutcome, MessageOutcome, StorageRefusal, Telemetry, TelemetryConfig,
+    TelemetryError, message_span, names,
 };
 use spot_worker_testkit::otlp::{Collector, Received, WAIT, int_attribute, string_attribute};
 use tokio::sync::Notify;
@@ -65,6 +65,7 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
     metrics.eviction_notice("Preempt");
     metrics.drained(Duration::from_secs(12));
     metrics.set_ready(true);
+    metrics.set_storage_refused(Some(StorageRefusal::Refused));
 }
 
 #[tokio::test]
@@ -202,6 +203,38 @@ async fn otlp_receives_the_message_span_and_metrics() {
                 gauge.data_points[0].value,
                 Some(number_data_point::Value::AsInt(1))
             );
+
+            // A paused intake shows by reason, the other reason at 0.
+            let refused = metrics
+                .iter()
+                .find(|m| m.name == names::STORAGE_REFUSED)
+                .unwrap();
+            let Some(metric::Data::Gauge(gauge)) = &refused.data else {
+                panic!("storage.refused is not a gauge: {:?}", refused.data);
+            };
+            let by_reason: Vec<(String, Option<number_data_point::Value>)> = gauge
+                .data_points
+                .iter()
+                .map(|point| {
+                    let reason = point
+                        .attributes
+                        .iter()
+                        .find(|kv| kv.key == "reason")
+                        .and_then(|kv| kv.value.as_ref())
+                        .map(|value| format!("{:?}", value.value))
+                        .unwrap_or_default();
+                    (reason, point.value)
+                })
+                .collect();
+            assert_eq!(by_reason.len(), 2, "{by_reason:?}");
+            for (reason, value) in &by_reason {
+                let expected = i64::from(reason.contains("\"refused\""));
+                assert_eq!(
+                    *value,
+                    Some(number_data_point::Value::AsInt(expected)),
+                    "{by_reason:?}"
+                );
+            }
 
             // Bounded cardinality: message ids never reach metric attributes.
             for metric in &metrics {

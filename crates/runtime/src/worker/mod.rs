@@ -355,6 +355,12 @@ impl Worker {
         watcher: Option<&RunningWatcher>,
     ) -> Result<Finished, WorkerError> {
         let consumer = self.consumer()?;
+        // Ends by itself with the consumer (its health sender is dropped).
+        tokio::spawn(crate::store_health::reflect(
+            consumer.store_health(),
+            self.readiness.clone(),
+            self.metrics.clone(),
+        ));
         let handler = Arc::new(MeteredHandler {
             inner: handler,
             metrics: self.metrics.clone(),
@@ -363,7 +369,8 @@ impl Worker {
         let mut resumed = 0;
         loop {
             self.readiness.send_modify(|r| r.shutting_down = None);
-            self.metrics.set_ready(true);
+            // Not while the checkpoint store refuses (see `store_health`).
+            self.metrics.set_ready(self.readiness.borrow().is_ready());
             let mut drained = self
                 .consume(&consumer, Arc::clone(&handler), triggers)
                 .await;
@@ -411,6 +418,7 @@ impl Worker {
             max_failures: self.config.max_failures,
             max_deliveries: self.config.max_deliveries,
             idle_backoff_max: self.config.idle_poll_max,
+            refusal_grace: self.config.storage_refusal_grace,
             encoding: self.config.encoding,
             ..ConsumerConfig::default()
         };

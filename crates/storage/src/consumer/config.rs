@@ -55,6 +55,15 @@ pub struct ConsumerConfig {
     /// separate from the shutdown token on purpose: settling must still
     /// happen after shutdown was requested.
     pub settle_timeout: Duration,
+    /// How long the checkpoint store may refuse one kind of request
+    /// (401/403) or miss its container (404 `ContainerNotFound`), with none
+    /// of that kind answered in between, before the consumer pauses its
+    /// intake and reports itself not healthy ([`Consumer::store_health`]).
+    /// Shorter refusals are waited out like outages: uncounted. Zero pauses
+    /// at the first refusal.
+    ///
+    /// [`Consumer::store_health`]: crate::Consumer::store_health
+    pub refusal_grace: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -72,9 +81,15 @@ impl Default for ConsumerConfig {
             max_deliveries: 100,
             encoding: MessageEncoding::Text,
             settle_timeout: Duration::from_secs(10),
+            refusal_grace: DEFAULT_REFUSAL_GRACE,
         }
     }
 }
+
+/// The default [`ConsumerConfig::refusal_grace`]: long enough to ride out a
+/// credential being rotated or a token refreshed, short enough that a
+/// removed role assignment stops the churn within a minute.
+pub const DEFAULT_REFUSAL_GRACE: Duration = Duration::from_secs(30);
 
 /// The shortest lease [`ConsumerConfig::validate`] accepts.
 const MIN_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(5);

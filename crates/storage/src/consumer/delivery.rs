@@ -21,8 +21,8 @@ use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
-use super::panics::{HandlerPart, catching, panic_error};
 use super::outcome::DeliveryOutcome;
+use super::panics::{HandlerPart, catching, panic_error};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
@@ -40,6 +40,10 @@ enum PreCheck {
     Interrupted,
     /// The store failed in a way that waiting will not fix.
     Failed(StorageError),
+    /// The store could not be read, and the consumer paused its intake for
+    /// it (a refusal or a missing container that persists): hand the
+    /// message back uncounted rather than hold its slot.
+    StoreDown(StorageError),
 }
 
 /// Everything one delivery holds while it is processed.
@@ -161,6 +165,18 @@ impl Consumer {
                         &CheckpointNotes::default(),
                         earlier,
                     )
+                    .await;
+            }
+            PreCheck::StoreDown(error) => {
+                let notes = CheckpointNotes::default();
+                notes.note(&error);
+                let error = format!("reading the checkpoint {key} failed: {error}");
+                let ending = Ending::Failed {
+                    error: &error,
+                    permanent: false,
+                };
+                return self
+                    .finish(delivery, &signals, ending, &notes, earlier)
                     .await;
             }
             PreCheck::Failed(error) => {
@@ -416,13 +432,14 @@ impl Consumer {
 
     /// Whether the job's checkpoint is completed.
     ///
-    /// A checkpoint store that is unavailable (a transient error, or
-    /// `NotFound` while its container is missing) never pushes a message
-    /// towards the poison queue: the read is retried with the retry backoff
-    /// while the message stays leased, and the slot stays taken, so the
-    /// consumer stops receiving work it could not start. Other errors (the
-    /// store refuses the request, or the checkpoint does not parse) will
-    /// not go away by waiting and count as a failure.
+    /// A checkpoint store that is unavailable (a transient error, a
+    /// refusal, its container missing) never pushes a message towards the
+    /// poison queue: the read is retried with the retry backoff while the
+    /// message stays leased, and the slot stays taken, so the consumer
+    /// stops receiving work it could not start. Once the consumer pauses
+    /// for a refusal or a missing container that persists, the message is
+    /// handed back uncounted instead. Other errors (the checkpoint does
+    /// not parse) will not go away by waiting and count as a failure.
     async fn check_completed(&self, key: &str, delivery: &Delivery) -> PreCheck {
         let Some(store) = &self.checkpoints else {
             return PreCheck::NotCompleted(None);
@@ -453,6 +470,7 @@ impl Consumer {
                 biased;
                 () = delivery.lease.lost() => return PreCheck::Interrupted,
                 () = delivery.job_token.cancelled() => return PreCheck::Interrupted,
+                () = self.monitor.paused() => return PreCheck::StoreDown(error),
                 () = tokio::time::sleep(delay) => {}
             }
         }

@@ -21,13 +21,15 @@ mod delivery;
 mod handler;
 mod intake;
 mod lease;
-mod panics;
 mod outcome;
+mod panics;
 mod poison;
 mod settlement;
 mod settling;
 mod signals;
 mod stats;
+mod store_health;
+mod watched;
 
 use std::sync::Arc;
 
@@ -44,7 +46,7 @@ use crate::result::ResultStore;
 
 use attempts::AttemptLog;
 use backoff::IdleBackoff;
-pub use config::ConsumerConfig;
+pub use config::{ConsumerConfig, DEFAULT_REFUSAL_GRACE};
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
 pub use outcome::{DeliveryOutcome, SettlementObserver};
@@ -54,6 +56,8 @@ pub use poison::{
 pub use signals::DrainSignals;
 pub use stats::ConsumerStats;
 use stats::{Counters, bump};
+pub use store_health::StoreHealth;
+use watched::{StoreMonitor, WatchedStore};
 
 /// Receives messages from a queue and runs a [`MessageHandler`] on each.
 /// Clones share configuration and statistics.
@@ -98,6 +102,7 @@ pub struct Consumer {
     config: Arc<ConsumerConfig>,
     counters: Arc<Counters>,
     observer: Option<SettlementObserver>,
+    monitor: Arc<StoreMonitor>,
 }
 
 /// Makes the one span a delivery runs in, from its queue and message: the
@@ -137,6 +142,7 @@ impl Consumer {
         config: ConsumerConfig,
     ) -> Result<Self, crate::StorageError> {
         config.validate()?;
+        let monitor = Arc::new(StoreMonitor::new(config.refusal_grace));
         Ok(Consumer {
             queue,
             poison: poison_queue,
@@ -147,6 +153,7 @@ impl Consumer {
             config: Arc::new(config),
             counters: Arc::default(),
             observer: None,
+            monitor,
         })
     }
 
@@ -155,8 +162,15 @@ impl Consumer {
     /// handler again, and keeps the attempt records (failures that count
     /// towards the poison queue) in `store`, so every VM counts the same.
     /// While the store is unavailable, received messages wait under their
-    /// renewed leases instead of counting as failures.
+    /// renewed leases instead of counting as failures; while it refuses
+    /// this worker or misses its container for longer than
+    /// [`ConsumerConfig::refusal_grace`], intake pauses
+    /// ([`Consumer::store_health`]).
     pub fn with_checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        let store: Arc<dyn CheckpointStore> = Arc::new(WatchedStore {
+            inner: store,
+            monitor: Arc::clone(&self.monitor),
+        });
         self.attempts = AttemptLog::new(Arc::clone(&store));
         self.checkpoints = Some(store);
         self
@@ -188,6 +202,29 @@ impl Consumer {
     /// The configuration.
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
+    }
+
+    /// Whether the checkpoint store serves this worker, and every change:
+    /// not healthy while it has refused this worker's requests (401/403) or
+    /// missed its container for longer than
+    /// [`ConsumerConfig::refusal_grace`]. Meanwhile the consumer receives
+    /// nothing, logs why at error level once a minute, and probes the store
+    /// until it answers again. A runtime turns it into readiness.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use spot_worker_storage::{Consumer, ConsumerConfig, InMemoryQueue, StoreHealth};
+    ///
+    /// let consumer = Consumer::new(
+    ///     Arc::new(InMemoryQueue::new("jobs")),
+    ///     Arc::new(InMemoryQueue::new("jobs-poison")),
+    ///     ConsumerConfig::default(),
+    /// )
+    /// .unwrap();
+    /// assert_eq!(*consumer.store_health().borrow(), StoreHealth::Healthy);
+    /// ```
+    pub fn store_health(&self) -> tokio::sync::watch::Receiver<StoreHealth> {
+        self.monitor.subscribe()
     }
 
     /// What the consumer has done so far.
@@ -239,6 +276,16 @@ impl Consumer {
             let Some(permits) = self.acquire_slots(&slots, &signals, wait).await else {
                 break;
             };
+            if !self.monitor.current().is_healthy() {
+                // Receiving now would only churn the backlog through
+                // deliveries that cannot write.
+                drop(permits);
+                if !self.wait_while_paused(&signals).await {
+                    break;
+                }
+                last = LastReceive::Empty;
+                continue;
+            }
             let wanted = u8::try_from(permits.len()).unwrap_or(config.batch_size);
             // Leases are timed from before the request: the service starts
             // the visibility timeout somewhere between sending and answering.
