@@ -128,6 +128,7 @@ async fn sigterm_ends_a_worker_whose_blocking_handler_ignores_it() {
     let signalled = Instant::now();
     let (status, logs) = worker.exit().await;
     let took = signalled.elapsed();
+    eprintln!("exited {took:?} after SIGTERM ({status})");
 
     assert!(
         took <= BUDGET + EXIT_SLACK,
@@ -152,6 +153,7 @@ async fn a_preempt_notice_ends_a_worker_whose_handler_never_yields() {
     let scheduled = Instant::now();
     let (status, logs) = worker.exit().await;
     let took = scheduled.elapsed();
+    eprintln!("exited {took:?} after the notice was scheduled ({status})");
 
     // The worker sees the notice at its next poll (every 250 ms).
     let poll = Duration::from_millis(250);
