@@ -273,8 +273,10 @@ impl Watchdog {
 pub const WATCHDOG_EXIT_CODE: i32 = 3;
 
 /// How long a process whose worker stopped gets to exit by itself before
-/// [`exit_after`] ends it: the drain has released every message and flushed
-/// telemetry by then, so only logging a last line is left to do.
+/// the exit guard of a worker [owning its
+/// process](crate::Worker::owning_the_process) ends it: the drain has
+/// released every message and flushed telemetry by then, so only logging a
+/// last line is left to do.
 pub const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// Ends the process with `code` after `grace`, unless it exits by itself
