@@ -19,6 +19,11 @@
 //! `APPLICATIONINSIGHTS_CONNECTION_STRING`; `SPOT_WORKER_RESULTS_CONTAINER`
 //! names the results container.
 //!
+//! It exits 0 after a drain that released everything (an eviction is not a
+//! failure), 3 if the drain overran its deadline, 1 if it could not start;
+//! and it cannot hang: within a second of the worker stopping it is gone,
+//! whatever a handler still runs (see `Worker::owning_the_process`).
+//!
 //! This file only wires: the job lives in `spot-worker-primes`, the worker
 //! in `spot-worker-runtime`.
 
@@ -39,8 +44,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let outcome = runtime.block_on(run());
+    // Dropping the runtime would wait for the blocking pool: a chunk a
+    // released job left running is not waited for (its writes are fenced).
+    runtime.shutdown_background();
+    match outcome {
+        Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
@@ -48,11 +57,12 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// Runs the worker; the exit status its report calls for.
+async fn run() -> anyhow::Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         print!("{}", settings::help());
-        return Ok(());
+        return Ok(0);
     }
     let settings = Source::from_env()?.with_args(args)?;
     // Logs (always), telemetry (when configured) and storage.
@@ -82,5 +92,5 @@ async fn run() -> anyhow::Result<()> {
         released = report.stats.released,
         "stopped"
     );
-    Ok(())
+    Ok(u8::try_from(report.exit_code()).unwrap_or(1))
 }

@@ -62,7 +62,11 @@ pub const FLUSH_ON_DROP: Duration = Duration::from_secs(5);
 ///
 /// [`Setup::worker`] hands the telemetry to the worker, whose drain flushes
 /// it within the eviction notice; a `Setup` dropped without making a worker
-/// flushes it then (at most [`FLUSH_ON_DROP`]).
+/// flushes it then (at most [`FLUSH_ON_DROP`]). The worker it makes owns the
+/// process ([`Worker::owning_the_process`]): once `run` returns, the process
+/// exits within a second however the `main` around it ends, even if a
+/// handler's blocking code is still running (its message already released
+/// and its writes fenced, see [`Job::results`](crate::Job::results)).
 ///
 /// ```no_run
 /// use spot_worker::{HandlerError, Job, Setup, handler_fn};
@@ -111,9 +115,10 @@ impl Setup {
     }
 
     /// The worker [`AzureSetup::worker`] makes, reporting to this setup's
-    /// telemetry (which it flushes when it stops).
+    /// telemetry (which it flushes when it stops) and owning the process
+    /// ([`Worker::owning_the_process`]): a `Setup` is made once per process.
     pub fn worker(mut self) -> Result<Worker, SetupError> {
-        let worker = worker_on(&self.config, &self.storage)?;
+        let worker = worker_on(&self.config, &self.storage)?.owning_the_process();
         Ok(match self.telemetry.take() {
             Some(telemetry) => worker.with_telemetry(telemetry),
             None => worker,

@@ -245,7 +245,7 @@ impl PrimesHandler {
             // The result is written before the checkpoint completes, so it
             // exists; one create-only write makes sure (and costs nothing
             // but a request) instead of trusting that nobody deleted it.
-            self.put_result(&spec, &done).await?;
+            self.put_result(job, &spec, &done).await?;
             tracing::info!(job_id = %spec.job_id, primes = done.primes, "already completed; not recomputed");
             return Ok(());
         }
@@ -318,7 +318,7 @@ impl PrimesHandler {
         }
 
         let done = PrimesResult::of(&spec, primes);
-        if let Err(error) = self.put_result(&spec, &done).await {
+        if let Err(error) = self.put_result(job, &spec, &done).await {
             // Keep the count for the retry: a result store outage then
             // costs one write, not the whole job again.
             let progress = SavedProgress { cursor, primes };
@@ -371,17 +371,24 @@ impl PrimesHandler {
     }
 
     /// Writes the result create-only; an identical existing result (from an
-    /// earlier attempt or a racing worker) is success.
-    async fn put_result(&self, spec: &PrimesJob, done: &PrimesResult) -> Result<(), PrimesError> {
+    /// earlier attempt or a racing worker) is success. Fenced by the
+    /// delivery ([`Job::results`]): refused once its message was released.
+    async fn put_result(
+        &self,
+        job: &Job,
+        spec: &PrimesJob,
+        done: &PrimesResult,
+    ) -> Result<(), PrimesError> {
         let name = spec.result_name();
-        match self.results.put_new(&name, &done.to_bytes()).await {
+        let results = job.results(Arc::clone(&self.results));
+        match results.put_new(&name, &done.to_bytes()).await {
             Ok(PutOutcome::Created) => Ok(()),
             Ok(PutOutcome::AlreadyExistsIdentical) => {
                 tracing::info!(job_id = %spec.job_id, result = %name, "the identical result already existed");
                 Ok(())
             }
             Err(StorageError::Conflict { .. }) => {
-                let stored = match self.results.get(&name).await {
+                let stored = match results.get(&name).await {
                     Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
                     Ok(None) => "(deleted since)".to_owned(),
                     Err(e) => format!("(could not be read: {e})"),

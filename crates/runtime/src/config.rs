@@ -127,9 +127,11 @@ pub struct DrainSettings {
     /// the event for every VM it lists, cutting their notice short: turn it
     /// on only when the other VMs need no notice (or do not run workers).
     pub approve_shared_events: bool,
-    /// End the process if the drain overruns its hard deadline
-    /// (`SPOT_WORKER_WATCHDOG`, default on). Off in tests that run a worker
-    /// inside the test process.
+    /// End the process if the drain overruns its hard deadline, and, for a
+    /// worker [owning its process](crate::Worker::owning_the_process), if the
+    /// process is still up [`EXIT_GRACE`](crate::EXIT_GRACE) after `run`
+    /// returned (`SPOT_WORKER_WATCHDOG`, default on). Off in tests that run
+    /// a worker inside the test process.
     pub watchdog: bool,
     /// Drain on SIGTERM and SIGINT (default on).
     pub handle_signals: bool,

@@ -31,7 +31,7 @@ pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerC
 pub use error::{ConfigError, WorkerError};
 pub use gate::WarmupFn;
 pub use health::{Gate, Readiness};
-pub use shutdown::{DrainPlan, DrainTrigger, WATCHDOG_EXIT_CODE, interrupted};
+pub use shutdown::{DrainPlan, DrainTrigger, EXIT_GRACE, WATCHDOG_EXIT_CODE, interrupted};
 /// The settings table and its sources, which [`WorkerConfig`] reads.
 pub use spot_worker_settings::{self as settings, parse_duration};
 /// What a user writes, next to the [`Worker`] that runs it: the handler

@@ -272,6 +272,39 @@ impl Watchdog {
 /// Exit status when the watchdog ends the process: not a graceful exit.
 pub const WATCHDOG_EXIT_CODE: i32 = 3;
 
+/// How long a process whose worker stopped gets to exit by itself before
+/// the exit guard of a worker [owning its
+/// process](crate::Worker::owning_the_process) ends it: the drain has
+/// released every message and flushed telemetry by then, so only logging a
+/// last line is left to do.
+pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// Ends the process with `code` after `grace`, unless it exits by itself
+/// first. Armed by a worker that owns its process when `run` returns: a
+/// Tokio runtime being dropped waits for every `spawn_blocking` task, so a
+/// handler's blocking code that ignores cancellation (its message already
+/// released, its writes fenced) would otherwise keep the process up until
+/// the service manager's SIGKILL. Runs on its own OS thread, which nothing
+/// can disarm: the worker has stopped, the process is to exit.
+pub(crate) fn exit_after(grace: Duration, code: i32) {
+    let spawned = std::thread::Builder::new()
+        .name("spot-worker-exit".into())
+        .spawn(move || {
+            std::thread::sleep(grace);
+            tracing::warn!(
+                code,
+                "the worker stopped but the process did not exit (handler code still running?); exiting now"
+            );
+            eprintln!(
+                "spot-worker: still running {grace:?} after the worker stopped; exiting with status {code}"
+            );
+            std::process::exit(code);
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "could not start the exit guard");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -260,7 +260,7 @@ pub const WATCHDOG: Setting<bool> = Setting {
     key: "SPOT_WORKER_WATCHDOG",
     default: true,
     default_doc: None,
-    doc: "end the process if the drain overruns",
+    doc: "end the process if the drain overruns, or if it is still up 1 s after the worker stopped",
 };
 
 // Telemetry (standard OpenTelemetry variables where there is one).

@@ -34,9 +34,10 @@ pub enum StorageError {
         /// What was looked for.
         what: String,
     },
-    /// The job's lease was lost or the worker is shutting down, so writes
-    /// for it are refused before they reach storage.
-    #[error("job {key} was cancelled; refusing to write its checkpoint")]
+    /// The job's lease was lost or its message released, so its writes
+    /// (checkpoints, and results through `FencedResults`) are refused
+    /// before they reach storage.
+    #[error("job {key} was cancelled; refusing to write for it")]
     JobCancelled {
         /// The checkpoint key of the cancelled job.
         key: String,

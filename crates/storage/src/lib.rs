@@ -9,6 +9,8 @@
 //!   [`StorageError::Conflict`]; [`JobCheckpoint`] carries the ETag for you.
 //! - [`ResultStore`]: create-only job results; writing the same result
 //!   twice is fine, a different one is a [`StorageError::Conflict`].
+//!   Handlers write them through [`Job::results`] ([`FencedResults`]), so
+//!   nothing is written for a delivery after its message was released.
 //! - [`Consumer`]: batches, a concurrency limit, idle backoff with jitter, a
 //!   renewed lease per message, settle (delete / retry / poison) and release
 //!   on shutdown, for any [`MessageHandler`].
@@ -24,6 +26,7 @@ mod checkpoint;
 mod consumer;
 mod encoding;
 mod error;
+mod fenced_results;
 pub mod memory;
 mod queue;
 mod result;
@@ -39,6 +42,7 @@ pub use consumer::{
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;
+pub use fenced_results::FencedResults;
 pub use memory::{InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, StoredMessage};
 pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
 pub use result::{PutOutcome, ResultStore};

@@ -10,10 +10,14 @@
 //!    exit, or park (not ready, taking nothing) until it starts (exit) or is
 //!    cancelled (take work again, from step 3);
 //! 6. stop the watcher, flush telemetry, close the health server: all under
-//!    the watchdog, which stays armed until `run` returns.
+//!    the watchdog, which stays armed until `run` returns;
+//! 7. for a worker that owns its process ([`Worker::owning_the_process`]):
+//!    end the process if it has not exited [`EXIT_GRACE`] after `run`
+//!    returned (a handler's blocking code keeping the runtime up).
 
 mod drain;
 mod finish;
+mod process;
 mod report;
 
 use std::future::Future;
@@ -37,7 +41,7 @@ use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue, settlement_observer};
-use crate::shutdown::{DrainTrigger, Triggers};
+use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
 pub use report::{DrainReport, RunReport};
@@ -89,6 +93,7 @@ pub struct Worker {
     requested: CancellationToken,
     readiness: watch::Sender<Readiness>,
     health_listener: Option<tokio::net::TcpListener>,
+    owns_process: bool,
 }
 
 impl Worker {
@@ -110,6 +115,7 @@ impl Worker {
             requested: CancellationToken::new(),
             readiness: watch::channel(Readiness::default()).0,
             health_listener: None,
+            owns_process: false,
         }
     }
 
@@ -165,11 +171,31 @@ impl Worker {
     }
 
     /// Runs the whole lifecycle and returns after a graceful drain; the
-    /// caller should then exit. Errors only when the worker cannot start (bad
-    /// configuration, busy health port, a `vm_name` instance metadata
-    /// contradicts) or the gate timed out; storage and IMDS failures while
-    /// running are retried, not returned.
-    pub async fn run<H: MessageHandler>(mut self, handler: H) -> Result<RunReport, WorkerError> {
+    /// caller should then exit (with [`RunReport::exit_code`]), and a worker
+    /// [owning its process](Self::owning_the_process) makes sure it does.
+    /// Errors only when the worker cannot start (bad configuration, busy
+    /// health port, a `vm_name` instance metadata contradicts) or the gate
+    /// timed out; storage and IMDS failures while running are retried, not
+    /// returned.
+    pub async fn run<H: MessageHandler>(self, handler: H) -> Result<RunReport, WorkerError> {
+        let exit_guard = self.owns_process && self.config.drain.watchdog;
+        let (result, _drain_watchdog) = match self.run_lifecycle(handler).await {
+            Ok(finished) => (Ok(finished.report), finished.watchdog),
+            Err(error) => (Err(error), None),
+        };
+        if exit_guard {
+            exit_after(EXIT_GRACE, process::exit_code(&result));
+        }
+        // The drain's watchdog (`_drain_watchdog`) is disarmed only now, as
+        // `run` returns, after the exit guard took over.
+        result
+    }
+
+    /// Everything `run` does until the process is to exit.
+    async fn run_lifecycle<H: MessageHandler>(
+        mut self,
+        handler: H,
+    ) -> Result<Finished, WorkerError> {
         self.config.validate()?;
         let stop_health = CancellationToken::new();
         let listener = self.health_listener.take();
@@ -207,8 +233,7 @@ impl Worker {
             tracing::warn!(%error, "flushing telemetry failed");
         }
         health::stop(health_task, &stop_health).await;
-        // The watchdog (in `result`) is disarmed only now, as `run` returns.
-        result.map(|finished| finished.report)
+        result
     }
 
     async fn serve_health(

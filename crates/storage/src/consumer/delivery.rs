@@ -11,6 +11,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::checkpoint::{Checkpoint, CheckpointNotes, StoredCheckpoint, store_unreachable};
 use crate::error::StorageError;
@@ -220,6 +221,7 @@ impl Consumer {
             }
         };
         let notes = Arc::new(CheckpointNotes::for_job(key.clone()));
+        let handler_fence = fence.clone();
         let job = Job {
             id: delivery.message.id.clone(),
             key,
@@ -233,7 +235,11 @@ impl Consumer {
             notes: Arc::clone(&notes),
             earlier_read,
         };
-        let result = self.run_handler(&*handler, job, &delivery, &signals).await;
+        let result = self.run_handler(handler, job, &delivery, &signals).await;
+        // The handler returned or was abandoned: whatever it left running
+        // (blocking code that ignores cancellation) writes nothing more for
+        // this delivery, which is settled from here on.
+        handler_fence.cancel();
         let error_text = match &result {
             Some(Err(error)) => Some(error.to_string()),
             _ => None,
@@ -254,27 +260,45 @@ impl Consumer {
     /// is lost; `None` if it was dropped.
     async fn run_handler<H: MessageHandler>(
         &self,
-        handler: &H,
+        handler: Arc<H>,
         job: Job,
         delivery: &Delivery,
         signals: &DrainSignals,
     ) -> Option<Result<(), HandlerError>> {
-        // A panic is one more failed attempt (see `panics`), whether it
-        // comes before the future is made or inside it.
-        let future = match catching(HandlerPart::HandleStart, || handler.handle(job)) {
-            Ok(future) => future,
-            Err(panicked) => return Some(Err(panicked)),
-        };
-        let handle = AssertUnwindSafe(future).catch_unwind();
-        tokio::pin!(handle);
+        // On a task of its own: a handler that never yields (blocking code
+        // in an async fn) then holds only its own worker thread, and this
+        // delivery can still be released. A panic is one more failed attempt
+        // (see `panics`), whether it comes before the future is made or
+        // inside it: left to unwind, it would end the delivery without
+        // settling, and a crash-looping message would never reach the
+        // poison queue.
+        let span = tracing::Span::current();
+        let task = tokio::spawn(
+            async move {
+                let future = catching(HandlerPart::HandleStart, || handler.handle(job))?;
+                AssertUnwindSafe(future)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| Err(panic_error(HandlerPart::Handle, panic.as_ref())))
+            }
+            .instrument(span),
+        );
+        // Dropped on every way out: a handler still running is dropped (at
+        // its next await; blocking code runs on, fenced).
+        let _abort = AbortOnDrop(task.abort_handle());
+        tokio::pin!(task);
         // The handler comes first so a result that is ready is kept even if
         // a release arrived at the same moment. Winding down only cancels
         // its token: it still gets to save progress.
         tokio::select! {
             biased;
-            result = &mut handle => {
-                Some(result.unwrap_or_else(|panic| Err(panic_error(HandlerPart::Handle, panic.as_ref()))))
-            }
+            joined = &mut task => Some(match joined {
+                Ok(result) => result,
+                Err(error) if error.is_panic() => {
+                    Err(panic_error(HandlerPart::Handle, error.into_panic().as_ref()))
+                }
+                Err(error) => Err(format!("the handler's task ended: {error}").into()),
+            }),
             () = signals.release.cancelled() => None,
             () = delivery.lease.lost() => {
                 delivery.job_token.cancel();
@@ -474,5 +498,14 @@ impl Consumer {
                 () = tokio::time::sleep(delay) => {}
             }
         }
+    }
+}
+
+/// Aborts a handler's task when the delivery lets go of it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checkpoint::{CheckpointNotes, CheckpointStore, JobCheckpoint, StoredCheckpoint};
 use crate::error::StorageError;
+use crate::fenced_results::FencedResults;
 use crate::queue::MessageId;
+use crate::result::ResultStore;
 
 /// What a handler's failure carries; its text becomes the poison record's
 /// `last_error`. Wrap it with [`permanent`] when retrying cannot help.
@@ -119,9 +121,41 @@ pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
 /// # });
 /// ```
 ///
-/// The consumer runs handlers on other tasks, so the future must be `Send`:
-/// holding something that is not (an `Rc`, a `RefCell` borrow, a
-/// `std::sync::MutexGuard`) across an `.await` does not compile.
+/// Write results through [`Job::results`], never straight to a
+/// [`ResultStore`]: a handler that ignores its cancellation (blocking code
+/// on the blocking pool, a loop that never awaits) is abandoned when its
+/// message is released, and may run on until the process exits; the fenced
+/// store refuses its late writes, so it cannot race the worker that took
+/// the message next. Checkpoints ([`Job::checkpoint`]) are fenced the same
+/// way.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use spot_worker_storage::{HandlerError, Job, MessageHandler, ResultStore};
+///
+/// struct Upper {
+///     results: Arc<dyn ResultStore>,
+/// }
+///
+/// impl MessageHandler for Upper {
+///     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+///         let upper = job.text()?.to_uppercase();
+///         // Refused once this delivery is no longer ours.
+///         let results = job.results(Arc::clone(&self.results));
+///         results.put_new(&format!("{}.txt", job.key()), upper.as_bytes()).await?;
+///         Ok(())
+///     }
+/// }
+/// # let _ = Upper { results: Arc::new(spot_worker_storage::InMemoryResultStore::new("r")) };
+/// # });
+/// ```
+///
+/// The consumer runs each handler on a task of its own (so one that never
+/// yields cannot hold up the release of its message while the runtime has
+/// another worker thread), so the future must be `Send`: holding something
+/// that is not (an `Rc`, a `RefCell` borrow, a `std::sync::MutexGuard`)
+/// across an `.await` does not compile.
 ///
 /// ```compile_fail
 /// use std::rc::Rc;
@@ -314,6 +348,15 @@ impl Job {
     /// the worker is not shutting down or has no deadline.
     pub fn deadline(&self) -> Option<Instant> {
         *self.deadline.borrow()
+    }
+
+    /// `store` fenced by this delivery: its writes are refused with
+    /// [`StorageError::JobCancelled`] once the message is released, the
+    /// lease lost, or the delivery settled, so a handler abandoned at the
+    /// release (blocking code that ignored cancellation) writes nothing
+    /// after it. The way handlers should write their results.
+    pub fn results(&self, store: Arc<dyn ResultStore>) -> FencedResults {
+        FencedResults::new(store, self.key.clone(), self.fence.clone())
     }
 
     /// This job's checkpoint, under [`Job::key`].

@@ -13,13 +13,19 @@ pub fn worker_binary() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("SPOT_WORKER_CHAOS_WORKER") {
         return Ok(PathBuf::from(path));
     }
+    example_binary("primes")
+}
+
+/// The facade's example `examples/<name>` of the profile this program was
+/// built with, built first if it is missing or older than a source file.
+pub fn example_binary(name: &str) -> Result<PathBuf> {
     // This program is target/<profile>/deps/<name>-<hash>.
     let exe = std::env::current_exe().context("locating this program")?;
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .context("this program is not in target/<profile>/deps")?;
-    let binary = profile_dir.join("examples").join("primes");
+    let binary = profile_dir.join("examples").join(name);
     let root = crate::workspace_root();
     let workspace = root.as_path();
     if is_fresh(&binary, workspace) {
@@ -32,14 +38,14 @@ pub fn worker_binary() -> Result<PathBuf> {
     let mut build = std::process::Command::new(cargo);
     build
         .current_dir(workspace)
-        .args(["build", "--example", "primes"]);
+        .args(["build", "--example", name]);
     if release {
         build.arg("--release");
     }
     eprintln!("chaos: building the worker: {build:?}");
     let status = build.status().context("running cargo build")?;
     if !status.success() || !binary.exists() {
-        bail!("building examples/primes failed ({status})");
+        bail!("building examples/{name} failed ({status})");
     }
     Ok(binary)
 }
