@@ -22,6 +22,7 @@ use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
 use super::panics::{HandlerPart, catching, panic_error};
+use super::release_note::{ReleaseNote, release_after_note};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
@@ -52,6 +53,8 @@ pub(super) struct Delivery {
     /// Cancelled at the release stage: from then on settling no longer
     /// waits for a renewal in flight.
     hurry: CancellationToken,
+    /// Records a release on shutdown in the attempt record.
+    pub(super) note: ReleaseNote,
 }
 
 impl Delivery {
@@ -99,12 +102,19 @@ impl Consumer {
             self.config.visibility_timeout,
             fence.clone(),
         );
+        let note = ReleaseNote::watch(
+            self.attempts.clone(),
+            message.id.clone(),
+            signals.wind_down.clone(),
+            self.note_deadline(),
+        );
         let delivery = Delivery {
             message,
             lease,
             job_token,
             renewal: Some(renewal),
             hurry: signals.release.clone(),
+            note,
         };
         let decoded = self.config.encoding.decode(&delivery.message.body);
         let body_key = match decoded.as_ref() {
@@ -290,6 +300,9 @@ impl Consumer {
         notes: &CheckpointNotes,
         earlier: ReadAttempts,
     ) {
+        // Claimed before the stage is looked at: a note not started now
+        // never starts, so nothing below races it for the record.
+        let noting = delivery.note.close();
         let shutting_down = signals.wind_down.is_cancelled();
         let lease_lost = delivery.lease.is_lost();
         let store_unreachable = notes.unreachable.get();
@@ -357,18 +370,33 @@ impl Consumer {
                 if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
                     bump(&self.counters.succeeded);
                     tracing::debug!("handled and deleted");
-                    self.forget_attempts(&delivery).await;
+                    self.forget_attempts(&mut delivery).await;
                 }
             }
             Settlement::Release => {
                 delivery.stop_renewing().await;
-                if self.settled_lease(&delivery)
-                    && self
-                        .make_visible_after(&delivery.lease, std::time::Duration::ZERO)
-                        .await
-                {
-                    bump(&self.counters.released);
-                    tracing::info!("released on shutdown (not counted as a failure)");
+                if self.settled_lease(&delivery) {
+                    // The note started at the wind-down, or (released with no
+                    // wind-down before) is written now.
+                    let (note, id) = (&mut delivery.note, &delivery.message.id);
+                    let note = async {
+                        if noting {
+                            note.written().await
+                        } else {
+                            self.note_release(id).await
+                        }
+                    };
+                    let release =
+                        self.make_visible_after(&delivery.lease, std::time::Duration::ZERO);
+                    let (noted, released) =
+                        release_after_note(note, &signals.release, release).await;
+                    if released {
+                        bump(&self.counters.released);
+                        tracing::info!(
+                            recorded = noted,
+                            "released on shutdown (not counted as a failure)"
+                        );
+                    }
                 }
             }
             Settlement::Leave(why) => {
@@ -410,7 +438,7 @@ impl Consumer {
         if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
             bump(&self.counters.skipped_completed);
             tracing::info!("the job is completed already; deleted without running it");
-            self.forget_attempts(&delivery).await;
+            self.forget_attempts(&mut delivery).await;
         }
     }
 
