@@ -260,3 +260,43 @@ impl VisibleLen for InMemoryQueue {
         self.messages().iter().filter(|m| m.visible).count()
     }
 }
+
+// A job that finishes during the wind-down is deleted, and the release note
+// written as the wind-down began goes with it, even on a first delivery
+// (which otherwise has no record to delete).
+#[tokio::test(start_paused = true)]
+async fn a_job_finishing_during_the_wind_down_leaves_no_record_behind() {
+    let (queue, poison) = queues();
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let consumer = consumer(&queue, &poison, small_guard()).with_checkpoints(store.clone());
+    let started = Arc::new(AtomicBool::new(false));
+    let handler = handler_fn({
+        let started = started.clone();
+        move |job: Job| {
+            let started = started.clone();
+            async move {
+                started.store(true, Ordering::SeqCst);
+                job.cancellation().cancelled().await;
+                // Saving progress takes a moment; the note is written meanwhile.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let signals = DrainSignals::new();
+    let task = tokio::spawn({
+        let signals = signals.clone();
+        async move { consumer.run_until(handler, signals).await }
+    });
+    wait_until("the handler runs", || started.load(Ordering::SeqCst)).await;
+    signals.wind_down(Some(Instant::now() + Duration::from_secs(20)));
+    wait_until("deleted", || queue.is_empty()).await;
+    signals.release();
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the consumer stops")
+        .expect("consumer task");
+    assert_eq!((stats.succeeded, stats.released), (1, 0), "{stats:?}");
+    assert!(store.is_empty(), "{} checkpoints left behind", store.len());
+}

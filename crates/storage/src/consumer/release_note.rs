@@ -134,11 +134,12 @@ impl ReleaseNote {
         }
     }
 
-    /// Whether the note was recorded: waits for a note being written (it
-    /// is bounded by its deadline); false if none was started. Once only:
+    /// Whether the note was recorded: closes the note (see
+    /// [`ReleaseNote::close`]) and waits for one being written (it is
+    /// bounded by its deadline); false if none was started. Once only:
     /// later calls say false.
     pub(super) async fn written(&mut self) -> bool {
-        if self.claim.load(Ordering::SeqCst) != WRITING {
+        if !self.close() {
             return false;
         }
         match self.watch.take() {
