@@ -22,7 +22,7 @@ use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
 use super::panics::{HandlerPart, catching, panic_error};
-use super::release_note::{ReleaseNote, release_after_note};
+use super::release_note::ReleaseNote;
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
@@ -376,27 +376,7 @@ impl Consumer {
             Settlement::Release => {
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
-                    // The note started at the wind-down, or (released with no
-                    // wind-down before) is written now.
-                    let (note, id) = (&mut delivery.note, &delivery.message.id);
-                    let note = async {
-                        if noting {
-                            note.written().await
-                        } else {
-                            self.note_release(id).await
-                        }
-                    };
-                    let release =
-                        self.make_visible_after(&delivery.lease, std::time::Duration::ZERO);
-                    let (noted, released) =
-                        release_after_note(note, &signals.release, release).await;
-                    if released {
-                        bump(&self.counters.released);
-                        tracing::info!(
-                            recorded = noted,
-                            "released on shutdown (not counted as a failure)"
-                        );
-                    }
+                    self.release_noted(&mut delivery, noting, signals).await;
                 }
             }
             Settlement::Leave(why) => {

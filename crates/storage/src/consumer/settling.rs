@@ -16,8 +16,9 @@ use super::attempts::{Attempts, ReadAttempts};
 use super::delivery::Delivery;
 use super::lease::Lease;
 use super::poison::{BodyBlob, PoisonRecord, poison_body_blob_name};
-use super::release_note::{NOTE_DEADLINE, write_note};
+use super::release_note::{NOTE_DEADLINE, release_after_note, write_note};
 use super::settlement::PoisonCause;
+use super::signals::DrainSignals;
 use super::stats::bump;
 
 impl Consumer {
@@ -238,6 +239,37 @@ impl Consumer {
                 tracing::error!("the poison record does not fit even without its body");
                 None
             }
+        }
+    }
+
+    /// Releases a delivery on shutdown: visible again at once, not
+    /// counted, its release recorded in the attempt record. The note
+    /// started at the wind-down (`noting`), or, if it did not (released
+    /// with no wind-down before), is written now; the release waits for it
+    /// only until the release stage (see
+    /// [`release_note`](super::release_note)).
+    pub(super) async fn release_noted(
+        &self,
+        delivery: &mut Delivery,
+        noting: bool,
+        signals: &DrainSignals,
+    ) {
+        let (note, id) = (&mut delivery.note, &delivery.message.id);
+        let note = async {
+            if noting {
+                note.written().await
+            } else {
+                self.note_release(id).await
+            }
+        };
+        let release = self.make_visible_after(&delivery.lease, Duration::ZERO);
+        let (noted, released) = release_after_note(note, &signals.release, release).await;
+        if released {
+            bump(&self.counters.released);
+            tracing::info!(
+                recorded = noted,
+                "released on shutdown (not counted as a failure)"
+            );
         }
     }
 
