@@ -47,11 +47,12 @@ pub struct WorkerConfig {
     /// (`SPOT_WORKER_MAX_FAILURES`, default 5, at least 1). Evictions and
     /// other releases never count.
     pub max_failures: u32,
-    /// Crash-loop guard: deliveries without a recorded outcome (neither a
-    /// failure nor a wait for a peer: the worker died, was evicted or
-    /// released the message, lost its lease, or waited for the checkpoint
-    /// store) before a message goes to the poison queue
-    /// (`SPOT_WORKER_MAX_DELIVERIES`, default 100, at least 1).
+    /// Crash-loop guard: deliveries without a recorded outcome (no
+    /// failure, wait for a peer or release on shutdown: the worker died,
+    /// lost its lease, waited for the checkpoint store, or could not record
+    /// its release in time) before a message goes to the poison queue
+    /// (`SPOT_WORKER_MAX_DELIVERIES`, default 100, at least 1). Evictions
+    /// are recorded as releases and do not count.
     pub max_deliveries: u32,
     /// Longest pause between receives while the queue is empty
     /// (`SPOT_WORKER_IDLE_POLL_MAX`, default 1s). It bounds how long a

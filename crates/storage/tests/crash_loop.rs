@@ -114,7 +114,7 @@ async fn deliveries_that_keep_waiting_for_the_store_are_poisoned_by_the_guard_sa
     assert_eq!((record.dequeue_count, record.failures), (11, 0));
     assert_eq!(
         record.last_error,
-        "crash-loop guard: delivered 11 times without an outcome (no failure and no wait for a \
-         peer recorded), more than max_deliveries 10"
+        "crash-loop guard: delivered 11 times without an outcome (no failure, wait for a \
+         peer or release recorded), more than max_deliveries 10"
     );
 }

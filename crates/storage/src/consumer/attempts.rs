@@ -3,10 +3,13 @@
 //!
 //! The queue's own `DequeueCount` cannot tell a failure from an eviction
 //! (it rises on every receive), so the consumer records the outcomes that
-//! count itself: handler failures, and waits for another holder of the same
-//! job. A delivery that ended in neither (released on shutdown, a lost
-//! lease, a crash) leaves no trace, which is what the crash-loop guard
-//! measures.
+//! count itself: handler failures, waits for another holder of the same
+//! job, and releases on shutdown (evictions; see [`release_note`]). A
+//! delivery that ended in none of them (a crash, a lost lease, a wait for
+//! the store, a release whose record could not be written in time) leaves
+//! no trace, which is what the crash-loop guard measures.
+//!
+//! [`release_note`]: super::release_note
 //!
 //! A record lives in the checkpoint store under
 //! `.spot-worker/attempts/<message id>` (an in-progress checkpoint whose
@@ -35,15 +38,24 @@ pub(crate) struct Attempts {
     pub(crate) failures: u32,
     /// Deliveries fenced out by another holder of the same job.
     pub(crate) waits: u32,
+    /// Deliveries released on shutdown (an eviction). Absent from records
+    /// written before releases were recorded.
+    #[serde(default)]
+    pub(crate) releases: u32,
     /// The latest failure, for the poison record and for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) last_error: Option<String>,
 }
 
 impl Attempts {
-    /// Deliveries, of `dequeue_count`, that left no recorded outcome.
+    /// Deliveries, of `dequeue_count`, that left no recorded outcome:
+    /// `dequeue_count - (failures + waits + releases)`, never below zero.
     pub(crate) fn unexplained(&self, dequeue_count: u32) -> u32 {
-        dequeue_count.saturating_sub(self.failures.saturating_add(self.waits))
+        let explained = self
+            .failures
+            .saturating_add(self.waits)
+            .saturating_add(self.releases);
+        dequeue_count.saturating_sub(explained)
     }
 
     /// This record with one more failure.
@@ -52,8 +64,8 @@ impl Attempts {
         truncate_at_char_boundary(&mut last_error, MAX_RECORDED_ERROR_LEN);
         Attempts {
             failures: self.failures.saturating_add(1),
-            waits: self.waits,
             last_error: Some(last_error),
+            ..self.clone()
         }
     }
 
@@ -61,6 +73,14 @@ impl Attempts {
     pub(crate) fn waited(&self) -> Attempts {
         Attempts {
             waits: self.waits.saturating_add(1),
+            ..self.clone()
+        }
+    }
+
+    /// This record with one more release on shutdown.
+    pub(crate) fn released(&self) -> Attempts {
+        Attempts {
+            releases: self.releases.saturating_add(1),
             ..self.clone()
         }
     }
@@ -184,11 +204,54 @@ mod tests {
         let attempts = Attempts {
             failures: u32::MAX,
             waits: u32::MAX,
+            releases: u32::MAX,
             last_error: None,
         }
-        .failed(&huge);
-        assert_eq!(attempts.failures, u32::MAX);
+        .failed(&huge)
+        .released();
+        assert_eq!((attempts.failures, attempts.releases), (u32::MAX, u32::MAX));
         assert!(attempts.last_error.as_ref().unwrap().len() <= MAX_RECORDED_ERROR_LEN);
         assert_eq!(attempts.unexplained(5), 0);
+    }
+
+    #[test]
+    fn unexplained_deliveries_are_those_without_a_recorded_outcome() {
+        let record = |failures, waits, releases| Attempts {
+            failures,
+            waits,
+            releases,
+            last_error: None,
+        };
+        // (dequeue count, failures, waits, releases, unexplained)
+        let rows = [
+            (0, 0, 0, 0, 0),
+            (1, 0, 0, 0, 1),
+            (6, 0, 0, 5, 1),
+            (6, 0, 0, 6, 0),
+            (10, 2, 3, 4, 1),
+            (10, 1, 1, 1, 7),
+            // More recorded than delivered (a record written by a delivery
+            // whose receive the count missed): nothing unexplained.
+            (3, 0, 0, 5, 0),
+            (3, 2, 2, 2, 0),
+            (u32::MAX, 0, 0, 0, u32::MAX),
+            (u32::MAX, 1, 0, u32::MAX, 0),
+        ];
+        for (dequeue_count, failures, waits, releases, expected) in rows {
+            assert_eq!(
+                record(failures, waits, releases).unexplained(dequeue_count),
+                expected,
+                "dequeue count {dequeue_count}, failures {failures}, waits {waits}, releases {releases}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_written_before_releases_were_counted_still_read() {
+        let old: Attempts =
+            serde_json::from_value(serde_json::json!({"failures": 2, "waits": 1})).unwrap();
+        assert_eq!(old.releases, 0);
+        assert_eq!(old.released().releases, 1);
+        assert_eq!(old.released().failures, 2);
     }
 }

@@ -44,10 +44,11 @@ pub struct ConsumerConfig {
     /// record per message (see the crate's "Delivery semantics").
     pub max_failures: u32,
     /// Crash-loop guard: a message delivered more than this many times
-    /// without a recorded outcome (neither a failure nor a wait for a peer:
-    /// the process died, the worker was evicted or released it, its lease
-    /// was lost, or it waited for the checkpoint store) goes to the poison
-    /// queue. Evictions count here, so keep it high.
+    /// without a recorded outcome (no failure, wait for a peer or release
+    /// on shutdown: the process died, its lease was lost, it waited for the
+    /// checkpoint store, or its release could not be recorded within 1 s)
+    /// goes to the poison queue. Evictions are recorded as releases, so
+    /// they do not count here.
     pub max_deliveries: u32,
     /// How message text encodes the body.
     pub encoding: MessageEncoding,

@@ -24,6 +24,7 @@ use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHand
 use super::lease::{Lease, Renewal};
 use super::outcome::DeliveryOutcome;
 use super::panics::{HandlerPart, catching, panic_error};
+use super::release_note::ReleaseNote;
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
     checkpoint_may_exist, settle,
@@ -57,6 +58,8 @@ pub(super) struct Delivery {
     /// Cancelled at the release stage: from then on settling no longer
     /// waits for a renewal in flight.
     hurry: CancellationToken,
+    /// Records a release on shutdown in the attempt record.
+    pub(super) note: ReleaseNote,
 }
 
 impl Delivery {
@@ -104,12 +107,19 @@ impl Consumer {
             self.config.visibility_timeout,
             fence.clone(),
         );
+        let note = ReleaseNote::watch(
+            self.attempts.clone(),
+            message.id.clone(),
+            signals.wind_down.clone(),
+            self.note_deadline(),
+        );
         let delivery = Delivery {
             message,
             lease,
             job_token,
             renewal: Some(renewal),
             hurry: signals.release.clone(),
+            note,
         };
         let decoded = self.config.encoding.decode(&delivery.message.body);
         let body_key = match decoded.as_ref() {
@@ -330,6 +340,9 @@ impl Consumer {
         notes: &CheckpointNotes,
         earlier: ReadAttempts,
     ) {
+        // Claimed before the stage is looked at: a note not started now
+        // never starts, so nothing below races it for the record.
+        let noting = delivery.note.close();
         let shutting_down = signals.wind_down.is_cancelled();
         let lease_lost = delivery.lease.is_lost();
         let store_unreachable = notes.unreachable.get();
@@ -397,18 +410,13 @@ impl Consumer {
                 if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
                     self.settled(DeliveryOutcome::Succeeded);
                     tracing::debug!("handled and deleted");
-                    self.forget_attempts(&delivery).await;
+                    self.forget_attempts(&mut delivery).await;
                 }
             }
             Settlement::Release => {
                 delivery.stop_renewing().await;
-                if self.settled_lease(&delivery)
-                    && self
-                        .make_visible_after(&delivery.lease, std::time::Duration::ZERO)
-                        .await
-                {
-                    self.settled(DeliveryOutcome::Released);
-                    tracing::info!("released on shutdown (not counted as a failure)");
+                if self.settled_lease(&delivery) {
+                    self.release_noted(&mut delivery, noting, signals).await;
                 }
             }
             Settlement::Leave(why) => {
@@ -450,7 +458,7 @@ impl Consumer {
         if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
             self.settled(DeliveryOutcome::SkippedCompleted);
             tracing::info!("the job is completed already; deleted without running it");
-            self.forget_attempts(&delivery).await;
+            self.forget_attempts(&mut delivery).await;
         }
     }
 

@@ -9,6 +9,7 @@
 //! - [`signals`]: the three stages of stopping.
 //! - [`settlement`]: every decision, as pure functions with table tests.
 //! - [`attempts`]: the durable record of failures that decides poisoning.
+//! - [`release_note`]: evictions recorded there, so they are not crashes.
 //! - [`intake`]: when to receive, and how many messages.
 //! - [`delivery`] and [`settling`]: one message from receive to settle.
 //! - [`poison`]: the lossless poison record.
@@ -24,6 +25,7 @@ mod lease;
 mod outcome;
 mod panics;
 mod poison;
+mod release_note;
 mod settlement;
 mod settling;
 mod signals;

@@ -8,7 +8,10 @@
 //!   other holder of the job, retry, or poison.
 //!
 //! Only a handler's own failure counts towards the poison queue: a delivery
-//! ended by shutdown (a Spot eviction) or by a lost lease never does.
+//! ended by shutdown (a Spot eviction) or by a lost lease never does. The
+//! crash-loop guard counts deliveries without a recorded outcome (failure,
+//! wait for a peer, or release on shutdown): crashes, and the few
+//! deliveries whose outcome could not be recorded.
 
 use super::attempts::Attempts;
 
@@ -27,11 +30,12 @@ pub(crate) struct Limits {
 pub(crate) enum PoisonCause {
     /// The message text does not decode with the configured encoding.
     Undecodable(String),
-    /// Delivered too often without a recorded outcome (neither a failure
-    /// nor a wait for a peer). The consumer cannot tell why each such
-    /// delivery ended: the process died, the worker was evicted or released
-    /// it, its lease was lost, or it waited for the checkpoint store (whose
-    /// outage leaves no record, the record living in that store).
+    /// Delivered too often without a recorded outcome (no failure, wait for
+    /// a peer or release on shutdown). The consumer cannot tell why each
+    /// such delivery ended: the process died, its lease was lost, it waited
+    /// for the checkpoint store (whose outage leaves no record, the record
+    /// living in that store), or it was released but the record of that
+    /// could not be written in time.
     CrashLoop {
         dequeue_count: u32,
         unexplained: u32,
@@ -71,8 +75,8 @@ impl PoisonCause {
                     )
                 };
                 format!(
-                    "crash-loop guard: {deliveries} (no failure and no wait for a peer recorded), \
-                     more than max_deliveries {max_deliveries}"
+                    "crash-loop guard: {deliveries} (no failure, wait for a peer or release \
+                     recorded), more than max_deliveries {max_deliveries}"
                 )
             }
             PoisonCause::Permanent(error) => format!("permanent failure: {error}"),
@@ -278,7 +282,14 @@ mod tests {
         Attempts {
             failures,
             waits,
-            last_error: None,
+            ..Attempts::default()
+        }
+    }
+
+    fn with_releases(failures: u32, waits: u32, releases: u32) -> Attempts {
+        Attempts {
+            releases,
+            ..attempts(failures, waits)
         }
     }
 
@@ -328,6 +339,26 @@ mod tests {
             (11, open.clone(), None, attempts(1, 0), Run),
             (14, open.clone(), None, attempts(2, 2), Run),
             (15, open.clone(), None, attempts(2, 2), crash_loop(15, 11)),
+            // Releases on shutdown (evictions) are explained too: however
+            // often a job is evicted, the guard sees only the rest.
+            (11, open.clone(), None, with_releases(0, 0, 1), Run),
+            (500, open.clone(), None, with_releases(0, 0, 499), Run),
+            (500, open.clone(), None, with_releases(0, 0, 490), Run),
+            (
+                500,
+                open.clone(),
+                None,
+                with_releases(0, 0, 489),
+                crash_loop(500, 11),
+            ),
+            (30, open.clone(), None, with_releases(2, 3, 15), Run),
+            (
+                31,
+                open.clone(),
+                None,
+                with_releases(2, 3, 15),
+                crash_loop(31, 11),
+            ),
             // Completed wins over every poison reason.
             (1, done.clone(), None, none.clone(), DeleteCompleted),
             (500, done.clone(), None, none.clone(), DeleteCompleted),
@@ -410,15 +441,14 @@ mod tests {
         let retry = |failures| Retry {
             attempts: Attempts {
                 failures,
-                waits: 0,
                 last_error: Some("boom".into()),
+                ..Attempts::default()
             },
         };
         let wait = |waits| WaitForPeer {
             attempts: Attempts {
-                failures: 0,
                 waits,
-                last_error: None,
+                ..Attempts::default()
             },
         };
         let poisoned = |failures| {
@@ -647,13 +677,13 @@ mod tests {
         };
         assert_eq!(
             crash(101, 101),
-            "crash-loop guard: delivered 101 times without an outcome (no failure and no wait \
-             for a peer recorded), more than max_deliveries 100"
+            "crash-loop guard: delivered 101 times without an outcome (no failure, wait for a \
+             peer or release recorded), more than max_deliveries 100"
         );
         assert_eq!(
             crash(104, 101),
-            "crash-loop guard: delivered 104 times, 101 of them without an outcome (no failure \
-             and no wait for a peer recorded), more than max_deliveries 100"
+            "crash-loop guard: delivered 104 times, 101 of them without an outcome (no failure, \
+             wait for a peer or release recorded), more than max_deliveries 100"
         );
         let failed = PoisonCause::Failed {
             failures: 5,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::error::StorageError;
-use crate::queue::QueueMessage;
+use crate::queue::{MessageId, QueueMessage};
 
 use super::Consumer;
 use super::attempts::{Attempts, ReadAttempts};
@@ -17,7 +17,9 @@ use super::delivery::Delivery;
 use super::lease::Lease;
 use super::outcome::DeliveryOutcome;
 use super::poison::{BodyBlob, PoisonRecord, poison_body_blob_name};
+use super::release_note::{NOTE_DEADLINE, release_after_note, write_note};
 use super::settlement::PoisonCause;
+use super::signals::DrainSignals;
 use super::stats::bump;
 
 impl Consumer {
@@ -102,15 +104,30 @@ impl Consumer {
     }
 
     /// Deletes the attempt record of a message that is gone. Only a
-    /// redelivered message (or one whose dequeue count is unknown) can have
-    /// one; a leftover record is harmless (message ids are never reused),
-    /// so a failure is only logged.
-    pub(super) async fn forget_attempts(&self, delivery: &Delivery) {
-        if delivery.message.dequeue_count != 1 {
+    /// redelivered message (or one whose dequeue count is unknown), or one
+    /// whose release note was written, can have one; a note being written
+    /// is waited for first, so it cannot bring the record back. A leftover
+    /// record is harmless (message ids are never reused), so a failure is
+    /// only logged.
+    pub(super) async fn forget_attempts(&self, delivery: &mut Delivery) {
+        let noted = delivery.note.written().await;
+        if delivery.message.dequeue_count != 1 || noted {
             let id = &delivery.message.id;
             self.settle_call("delete the attempt record", self.attempts.forget(id))
                 .await;
         }
+    }
+
+    /// The deadline of a release note: short, and never longer than any
+    /// other settle call.
+    pub(super) fn note_deadline(&self) -> Duration {
+        NOTE_DEADLINE.min(self.config.settle_timeout)
+    }
+
+    /// Records a release of `id` in its attempt record (see
+    /// [`release_note`](super::release_note)); whether it was recorded.
+    pub(super) async fn note_release(&self, id: &MessageId) -> bool {
+        write_note(&self.attempts, id, self.note_deadline()).await
     }
 
     /// Moves the message to the poison queue: sends the record (storing a
@@ -148,7 +165,7 @@ impl Consumer {
                 handler_failed: cause.is_handler_failure(),
             });
             tracing::warn!(poison_queue = self.poison.name(), %last_error, "moved to the poison queue");
-            self.forget_attempts(&delivery).await;
+            self.forget_attempts(&mut delivery).await;
         }
     }
 
@@ -228,12 +245,49 @@ impl Consumer {
         }
     }
 
+    /// Releases a delivery on shutdown: visible again at once, not
+    /// counted, its release recorded in the attempt record. The note
+    /// started at the wind-down (`noting`), or, if it did not (released
+    /// with no wind-down before), is written now; the release waits for it
+    /// only until the release stage (see
+    /// [`release_note`](super::release_note)).
+    pub(super) async fn release_noted(
+        &self,
+        delivery: &mut Delivery,
+        noting: bool,
+        signals: &DrainSignals,
+    ) {
+        let (note, id) = (&mut delivery.note, &delivery.message.id);
+        let note = async {
+            if noting {
+                note.written().await
+            } else {
+                self.note_release(id).await
+            }
+        };
+        let release = self.make_visible_after(&delivery.lease, Duration::ZERO);
+        let (noted, released) = release_after_note(note, &signals.release, release).await;
+        if released {
+            self.settled(DeliveryOutcome::Released);
+            tracing::info!(
+                recorded = noted,
+                "released on shutdown (not counted as a failure)"
+            );
+        }
+    }
+
     /// Makes messages visible again that were received but never started,
-    /// one request each, all at once: during a drain every one counts.
+    /// one request each, all at once: during a drain every one counts. Each
+    /// release is recorded in the message's attempt record beside it (never
+    /// in front of it), so the crash-loop guard does not count it.
     pub(super) async fn release_unstarted(&self, messages: Vec<QueueMessage>) {
         let releases = messages.into_iter().map(|message| async move {
             let lease = Lease::new(message.id, message.pop_receipt);
-            if self.make_visible_after(&lease, Duration::ZERO).await {
+            let (_, released) = tokio::join!(
+                self.note_release(&lease.id),
+                self.make_visible_after(&lease, Duration::ZERO)
+            );
+            if released {
                 self.settled(DeliveryOutcome::Released);
             }
         });

@@ -59,8 +59,11 @@ impl DrainSignals {
     /// Stage 2: also cancel every handler's token ([`Job::cancellation`]) so
     /// it can save its progress and return; `deadline` is what
     /// [`Job::deadline`] reports. A handler that returns `Ok` is settled as
-    /// usual; one that returns an error has its message made visible again at
-    /// once, without counting as a failure.
+    /// usual; one that returns an error has its message made visible again
+    /// without counting as a failure, as soon as the release is recorded in
+    /// the message's attempt record (written when this stage begins; waited
+    /// for 1 s at most, never past stage 3), so evictions never add up to
+    /// the crash-loop guard.
     ///
     /// [`Job::cancellation`]: crate::Job::cancellation
     /// [`Job::deadline`]: crate::Job::deadline
