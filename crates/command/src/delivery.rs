@@ -79,9 +79,14 @@ impl CommandHandler {
             return Err(format!("job {key}: not started, the worker is winding down").into());
         }
 
+        let failures = job
+            .failures()
+            .await
+            .map_err(|e| format!("job {key}: reading its attempt record: {e}"))?;
         let mut run = Run {
             handler: self,
             job,
+            failures,
             key: key.clone(),
             dir,
             last_saved: saved,
@@ -139,6 +144,8 @@ struct Ended {
 struct Run<'a> {
     handler: &'a CommandHandler,
     job: &'a Job,
+    /// Failures recorded before this delivery.
+    failures: u32,
     key: String,
     dir: DeliveryDir,
     /// The checkpoint file's bytes as last saved (or restored).
@@ -253,7 +260,7 @@ impl Run<'_> {
             ("SPOT_WORKER_JOB_KEY", self.key.clone()),
             ("SPOT_WORKER_MESSAGE_ID", message_id.to_owned()),
             ("SPOT_WORKER_DELIVERY", job.dequeue_count().to_string()),
-            ("SPOT_WORKER_FAILURES", job.failures().to_string()),
+            ("SPOT_WORKER_FAILURES", self.failures.to_string()),
             (
                 "SPOT_WORKER_WORK_DIR",
                 path_text(self.dir.work().to_path_buf()),
