@@ -31,8 +31,9 @@ pub const SAVE_MARGIN: Duration = Duration::from_secs(1);
 pub const GRACE_WITHOUT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long the end of a delivery waits for the program's output to be
-/// read to its end.
-const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
+/// read to its end (the pipes close as the group dies; only a process that
+/// left the group can hold them longer).
+const OUTPUT_DRAIN: Duration = Duration::from_millis(250);
 
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
