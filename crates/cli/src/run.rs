@@ -82,6 +82,11 @@ pub async fn run(
     if let Err(error) = spot_worker_command::become_subreaper() {
         tracing::warn!(%error, "not a child subreaper: orphans of programs go to init");
     }
+    // The credentials stay in this process: no program of the same user
+    // reads them from /proc/<runner>/environ.
+    if let Err(error) = spot_worker_command::hide_from_programs() {
+        tracing::warn!(%error, "programs may read this process's environment from /proc");
+    }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);

@@ -35,6 +35,29 @@ pub fn become_subreaper() -> std::io::Result<()> {
     }
 }
 
+/// Keeps the runner's memory and initial environment from processes of the
+/// same user (`PR_SET_DUMPABLE` 0): a program cannot read the runner's
+/// credentials from `/proc/<runner>/environ` or `/proc/<runner>/mem`, nor
+/// trace it. Programs started afterwards are dumpable again (it is reset
+/// on exec). It also turns off the runner's core dumps.
+pub fn hide_from_programs() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_DUMPABLE takes one integer argument and
+        // touches no memory of ours.
+        let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(std::io::Error::other("hiding the runner needs Linux"))
+    }
+}
+
 /// Sends `signal` to every process of the group `pgid`; false if none is
 /// left.
 pub fn signal_group(pgid: i32, signal: i32) -> bool {

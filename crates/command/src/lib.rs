@@ -30,7 +30,7 @@ pub use env::{SecretRule, child_env, is_secret};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
-pub use group::become_subreaper;
+pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
 pub use output::{MAX_LINE, STDERR_TAIL};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};

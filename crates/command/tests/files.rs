@@ -108,7 +108,7 @@ while time.monotonic() < until:
         let text = std::str::from_utf8(bytes).unwrap();
         let first = &text[..9];
         assert!(
-            text.len() % 9 == 0
+            text.len().is_multiple_of(9)
                 && text.len() >= 9000
                 && text
                     .as_bytes()
