@@ -192,6 +192,7 @@ impl Run<'_> {
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .ok_or_else(|| format!("job {key}: the program has no process id"))?;
+        crate::reaper::program_started(pgid.unsigned_abs());
         let mut guard = GroupGuard { pgid, armed: true };
         let stderr_tail = Tail::default();
         let readers = self.start_io(&mut child, message_id, &stderr_tail);
@@ -205,6 +206,7 @@ impl Run<'_> {
         let status = loop {
             tokio::select! {
                 status = child.wait() => {
+                    crate::reaper::program_reaped(pgid.unsigned_abs());
                     break status.map_err(|e| format!("job {key}: waiting for the program: {e}"))?;
                 }
                 () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {

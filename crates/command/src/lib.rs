@@ -20,6 +20,7 @@ mod group;
 mod handler;
 mod output;
 mod progress;
+mod reaper;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
@@ -34,3 +35,4 @@ pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
 pub use output::{MAX_LINE, STDERR_TAIL};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};
+pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};

@@ -186,3 +186,45 @@ async fn what_a_program_leaves_running_is_gone_when_its_delivery_ends() {
     let stats = within("the consumer", running).await.unwrap();
     assert_eq!(stats.succeeded, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_that_left_the_group_is_reaped_when_it_exits() {
+    spot_worker_command::become_subreaper().unwrap();
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let escaped = dir.path().join("escaped");
+    env.queue.send("job", Duration::ZERO).await.unwrap();
+    // A process in a session of its own, which the group kill cannot
+    // reach; it exits by itself a little later. The program waits until
+    // it has left the group (else the group kill may still catch it).
+    let script = format!(
+        "setsid sh -c 'echo $$ > {escaped}.tmp; mv {escaped}.tmp {escaped}; exec sleep 0.5' & \
+         i=0; while [ ! -f {escaped} ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; exit 0",
+        escaped = dir.path().join("escaped").display()
+    );
+    let handler = Observed::new(shell(&env, &script));
+    let consumer = consumer(&env, 5);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (handler, stop) = (handler.clone(), stop.clone());
+        async move { consumer.run(handler, stop).await }
+    });
+    handler.finished(1).await;
+    let pid: u32 = std::fs::read_to_string(&escaped)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut reaped = 0;
+    for _ in 0..100 {
+        reaped += spot_worker_command::reap_orphans();
+        if !process_exists(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!process_exists(pid), "{pid} is left as a zombie");
+    assert_eq!(reaped, 1);
+    stop.cancel();
+    within("the consumer", running).await.unwrap();
+}
