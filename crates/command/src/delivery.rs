@@ -270,7 +270,7 @@ impl Run<'_> {
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
         ];
         let env = crate::env::child_env(
-            std::env::vars(),
+            std::env::vars_os(),
             &*config.secret,
             &config.pass_env,
             &contract,
