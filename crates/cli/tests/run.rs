@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use spot_worker_storage::{MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
 use tokio::process::Command;
@@ -44,21 +44,45 @@ fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Comman
 /// Bound on every wait.
 const PATIENCE: Duration = Duration::from_secs(90);
 
+/// Azurite with the queue `jobs`, and the IMDS emulator.
+struct World {
+    azurite: Azurite,
+    emulator: RunningEmulator,
+    storage: AzureStorage,
+    queue: spot_worker_azure::AzureQueue,
+}
+
+impl World {
+    async fn start() -> World {
+        let azurite = tokio::task::spawn_blocking(Azurite::start)
+            .await
+            .unwrap()
+            .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
+        let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
+            .await
+            .unwrap();
+        let config = StorageConfig::from_connection_string(&azurite.connection_string()).unwrap();
+        let storage = AzureStorage::new(config).unwrap();
+        let queue = storage.queue("jobs").unwrap();
+        queue.prepare().await.unwrap();
+        World {
+            azurite,
+            emulator,
+            storage,
+            queue,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_gets_its_job_but_never_the_runners_credentials() {
-    let azurite = tokio::task::spawn_blocking(Azurite::start)
-        .await
-        .unwrap()
-        .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-    let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-        .await
-        .unwrap();
-    let connection_string = azurite.connection_string();
-    let storage =
-        AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
-            .unwrap();
-    let queue = storage.queue("jobs").unwrap();
-    queue.prepare().await.unwrap();
+    let world = World::start().await;
+    let (connection_string, storage, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.storage,
+        &world.queue,
+        &world.emulator,
+    );
     queue
         .send(r#"{"job_id":"s1"}"#, Duration::ZERO)
         .await
@@ -133,19 +157,12 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_ignoring_sigterm_still_lets_the_worker_exit_0_within_the_drain_budget() {
-    let azurite = tokio::task::spawn_blocking(Azurite::start)
-        .await
-        .unwrap()
-        .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-    let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-        .await
-        .unwrap();
-    let connection_string = azurite.connection_string();
-    let storage =
-        AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
-            .unwrap();
-    let queue = storage.queue("jobs").unwrap();
-    queue.prepare().await.unwrap();
+    let world = World::start().await;
+    let (connection_string, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.queue,
+        &world.emulator,
+    );
     queue.send("stubborn", Duration::ZERO).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Readable and writable by the worker when it runs as nobody.
