@@ -33,8 +33,8 @@ pub use checkpoint::{
 };
 pub use consumer::{
     BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DrainSignals, FnHandler, HandlerError, Job,
-    MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, handler_fn,
-    permanent, poison_body_blob_name, poison_queue_name,
+    MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, ResultMarker,
+    handler_fn, permanent, poison_body_blob_name, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

@@ -1,6 +1,6 @@
 //! One delivery, from receive to settle: decode the body, check the job's
-//! checkpoint (the one read of it, handed on to the handler; none on a
-//! first delivery keyed by the message id, where it cannot exist), admit or
+//! checkpoint (the one read of it, handed on to the handler; none where
+//! [`pre_read`](super::pre_read) says nothing read could matter), admit or
 //! refuse it, run the handler under a renewed lease,
 //! and carry out what [`settlement`](super::settlement) decides.
 
@@ -22,15 +22,17 @@ use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
+use super::leftover::Leftover;
+use super::pre_read::{PreRead, pre_read};
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
-    checkpoint_may_exist, settle,
+    settle,
 };
 use super::signals::DrainSignals;
 use super::stats::bump;
 
 /// What the completed-checkpoint check found.
-enum PreCheck {
+pub(super) enum PreCheck {
     /// No completed checkpoint (or no store): what the store returned (an
     /// in-progress checkpoint and its ETag, or none), for the handler.
     NotCompleted(CheckpointRead),
@@ -40,6 +42,8 @@ enum PreCheck {
     Interrupted,
     /// The store failed in a way that waiting will not fix.
     Failed(StorageError),
+    /// The result store could not be reached: waited out, uncounted.
+    Unreachable(String),
 }
 
 /// Everything one delivery holds while it is processed.
@@ -48,6 +52,9 @@ pub(super) struct Delivery {
     pub(super) lease: Arc<Lease>,
     /// The handler's token: cancelled by wind-down, release or a lost lease.
     pub(super) job_token: CancellationToken,
+    /// The job's own checkpoint as this delivery knows it, removed after a
+    /// success when nobody can use it.
+    pub(super) leftover: Arc<Leftover>,
     renewal: Option<Renewal>,
 }
 
@@ -92,16 +99,21 @@ impl Consumer {
             self.config.visibility_timeout,
             fence.clone(),
         );
+        let decoded = self.config.encoding.decode(&message.body);
+        let body_key = decoded.as_ref().ok().and_then(|body| handler.job_key(body));
+        let keyed_by_message_id = body_key.is_none();
+        let key = body_key.unwrap_or_else(|| message.id.to_string());
+        let marker = decoded
+            .as_ref()
+            .ok()
+            .and_then(|body| handler.completion_marker(body));
         let delivery = Delivery {
             message,
             lease,
             job_token,
+            leftover: Arc::new(Leftover::new(key.clone(), keyed_by_message_id)),
             renewal: Some(renewal),
         };
-        let decoded = self.config.encoding.decode(&delivery.message.body);
-        let body_key = decoded.as_ref().ok().and_then(|body| handler.job_key(body));
-        let keyed_by_message_id = body_key.is_none();
-        let key = body_key.unwrap_or_else(|| delivery.message.id.to_string());
         // The record matters before the handler only if the crash-loop guard
         // could fire: a first delivery costs no read.
         let earlier = if delivery.message.dequeue_count > self.config.max_deliveries {
@@ -110,11 +122,33 @@ impl Consumer {
             ReadAttempts::default()
         };
         let mut earlier_read = EarlierRead::default();
-        let pre_check = if checkpoint_may_exist(delivery.message.dequeue_count, keyed_by_message_id)
-        {
-            self.check_completed(&key, &delivery).await
-        } else {
-            PreCheck::NotCompleted(None)
+        let reads = pre_read(
+            delivery.message.dequeue_count,
+            keyed_by_message_id,
+            marker.is_some(),
+        );
+        let pre_check = match reads {
+            PreRead::Nothing => PreCheck::NotCompleted(None),
+            PreRead::Checkpoint | PreRead::CheckpointAndMarker => {
+                self.check_completed(&key, &delivery).await
+            }
+        };
+        match &pre_check {
+            PreCheck::NotCompleted(latest) => {
+                delivery
+                    .leftover
+                    .saw(latest.as_ref().map(|stored| &stored.checkpoint));
+            }
+            PreCheck::Completed(_) => delivery.leftover.saw_completed(),
+            _ => {}
+        }
+        let pre_check = match (pre_check, &marker) {
+            (PreCheck::NotCompleted(latest), Some(marker))
+                if reads == PreRead::CheckpointAndMarker =>
+            {
+                self.check_marker(marker, &delivery, latest).await
+            }
+            (pre_check, _) => pre_check,
         };
         let completion = match pre_check {
             PreCheck::Completed(result) => {
@@ -155,6 +189,19 @@ impl Consumer {
                     )
                     .await;
             }
+            PreCheck::Unreachable(error) => {
+                // An outage of the result store is waited out like one of
+                // the checkpoint store: not the job's fault.
+                let notes = CheckpointNotes::default();
+                let _ = notes.unreachable.set(error.clone());
+                let ending = Ending::Failed {
+                    error: &error,
+                    permanent: false,
+                };
+                return self
+                    .finish(delivery, &signals, ending, &notes, earlier)
+                    .await;
+            }
         };
         let undecodable = decoded.as_ref().err().map(ToString::to_string);
         let arrival = Arrival {
@@ -191,6 +238,7 @@ impl Consumer {
             checkpoints: self.checkpoints.clone(),
             notes: Arc::clone(&notes),
             earlier_read,
+            leftover: Arc::clone(&delivery.leftover),
         };
         let result = self.run_handler(&*handler, job, &delivery, &signals).await;
         let error_text = match &result {
@@ -318,6 +366,7 @@ impl Consumer {
                     bump(&self.counters.succeeded);
                     tracing::debug!("handled and deleted");
                     self.forget_attempts(&delivery).await;
+                    self.remove_leftover(&delivery).await;
                 }
             }
             Settlement::Release => {
@@ -371,6 +420,7 @@ impl Consumer {
             bump(&self.counters.skipped_completed);
             tracing::info!("the job is completed already; deleted without running it");
             self.forget_attempts(&delivery).await;
+            self.remove_leftover(&delivery).await;
         }
     }
 

@@ -11,6 +11,8 @@
 //! - [`attempts`]: the durable record of failures that decides poisoning.
 //! - [`intake`]: when to receive, and how many messages.
 //! - [`delivery`] and [`settling`]: one message from receive to settle.
+//! - [`pre_read`], [`marker`] and [`leftover`]: what a delivery reads before
+//!   the handler runs, and the checkpoint it removes after a success.
 //! - [`poison`]: the lossless poison record.
 
 mod attempts;
@@ -20,7 +22,10 @@ mod delivery;
 mod handler;
 mod intake;
 mod lease;
+mod leftover;
+mod marker;
 mod poison;
+mod pre_read;
 mod settlement;
 mod settling;
 mod signals;
@@ -44,6 +49,8 @@ use backoff::IdleBackoff;
 pub use config::ConsumerConfig;
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
+pub(crate) use leftover::Leftover;
+pub use marker::ResultMarker;
 pub use poison::{
     BodyBlob, MAX_POISON_MESSAGE_LEN, PoisonRecord, poison_body_blob_name, poison_queue_name,
 };
