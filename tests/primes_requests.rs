@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use spot_worker::runtime::{Worker, WorkerConfig};
 use spot_worker::storage::{
-    CancellationToken, Consumer, ConsumerConfig, ConsumerStats, InMemoryCheckpointStore,
-    InMemoryQueue, InMemoryResultStore, MessageQueue, ResultStore,
+    ConsumerStats, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, MessageQueue,
+    ResultStore,
 };
 use spot_worker_primes::{PrimesConfig, PrimesJob, expected_result, handler};
 use spot_worker_testkit::counting::{CountingResults, CountingStore};
@@ -47,40 +48,40 @@ impl Counted {
             .unwrap();
     }
 
-    /// Runs the primes handler itself (its job key and completion marker)
-    /// until `succeeded` messages were handled and deleted.
-    async fn run(&self, config: PrimesConfig, succeeded: u64) -> ConsumerStats {
-        let consumer_config = ConsumerConfig {
-            batch_size: SLOTS,
-            max_in_flight: usize::from(SLOTS),
-            idle_backoff_floor: Duration::from_millis(5),
-            idle_backoff_max: Duration::from_millis(20),
-            ..ConsumerConfig::default()
+    /// Runs the primes handler as the deployed worker does (a `Worker`, its
+    /// handler wrapped for metrics, 2 slots) until the queue has deleted
+    /// `deletes` messages in all (this run and earlier ones).
+    async fn run(&self, config: PrimesConfig, deletes: usize) -> ConsumerStats {
+        let mut worker_config = WorkerConfig {
+            queue: "jobs".to_owned(),
+            concurrency: usize::from(SLOTS),
+            health_addr: "127.0.0.1:0".parse().unwrap(),
+            ..WorkerConfig::default()
         };
-        let consumer = Consumer::new(
+        worker_config.imds.enabled = false; // not an Azure VM
+        worker_config.drain.handle_signals = false;
+        worker_config.drain.watchdog = false;
+        let worker = Worker::new(
+            worker_config,
             Arc::new(self.queue.clone()),
             Arc::new(InMemoryQueue::new("jobs-poison")),
-            consumer_config,
         )
-        .unwrap()
         .with_checkpoints(Arc::new(self.checkpoints.clone()));
+        let stop = worker.shutdown_token();
         let results: Arc<dyn ResultStore> = Arc::new(self.results.clone());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn({
-            let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-            async move { consumer.run(handler(results, config), shutdown).await }
-        });
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        while consumer.stats().succeeded < succeeded {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{:?}",
-                consumer.stats()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        shutdown.cancel();
-        task.await.unwrap()
+        let task = tokio::spawn(worker.run(handler(results, config)));
+        // The queue's record of deletes says when the jobs are settled.
+        let faults = Arc::clone(self.queue.faults());
+        tokio::time::timeout(LIMIT, faults.deleted(deletes))
+            .await
+            .expect("the jobs are handled in time");
+        stop.cancel();
+        let report = tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the worker stops in time")
+            .unwrap()
+            .unwrap();
+        report.stats
     }
 }
 
@@ -94,7 +95,7 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
     for job in &jobs {
         counted.send(job).await;
     }
-    let stats = counted.run(PrimesConfig::default(), JOBS).await;
+    let stats = counted.run(PrimesConfig::default(), JOBS as usize).await;
     assert_eq!(stats.succeeded, JOBS, "{stats:?}");
 
     let (receives, updates, deletes, _) = counted.queue.faults().calls();
@@ -166,7 +167,7 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     let before = counted.results.inner().get("long.json").await.unwrap();
 
     counted.send(&job).await;
-    let stats = counted.run(config(), 1).await;
+    let stats = counted.run(config(), 2).await;
     assert_eq!(stats.succeeded, 1, "{stats:?}");
     assert_eq!(chunks.load(Ordering::SeqCst), 5, "nothing counted again");
     assert_eq!(counted.results.calls().puts(), 1, "nothing written again");
