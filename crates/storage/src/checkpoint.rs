@@ -460,6 +460,9 @@ impl JobCheckpoint {
                 stamp: stored_stamp,
             }) = self.store.read(&self.key).await?
             else {
+                if let Some(leftover) = &self.leftover {
+                    leftover.saw(None);
+                }
                 return Err(StorageError::Conflict { key: conflict });
             };
             if let Some(leftover) = &self.leftover {
