@@ -23,3 +23,5 @@ param sshPublicKey = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIReplaceWithYourOwnPub
 // deploy.sh computes it from the binary it uploads.
 param workerBinarySha256 = '0000000000000000000000000000000000000000000000000000000000000000'
 param retentionInDays = 30
+// Not below the queue messages' time-to-live (7 days).
+param checkpointRetentionDays = 30

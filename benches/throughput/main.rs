@@ -4,8 +4,8 @@
 //! measured in the same run.
 //!
 //! `cargo bench --bench throughput [-- --messages N --rounds R --backlog M
-//! --synthetic-backlog S --evictions E --peer-idle SECS
-//! --only throughput|redone|memory]`
+//! --synthetic-backlog S --evictions E --peer-idle SECS --primes-jobs P
+//! --only throughput|requests|redone|memory]`
 //!
 //! Under `cargo test` (no `--bench` flag) it runs a few-second smoke version
 //! instead, so the benchmark cannot rot unnoticed.
@@ -32,6 +32,9 @@
 //!    the queue and the checkpoint store, see `requests.rs`) for every loop
 //!    of 1 and 2, for long jobs that outlive their lease several times
 //!    (renewals), each against the fewest the protocol allows.
+//!    `--only requests` counts the same for **the deployed worker**: P
+//!    one-chunk `primes` jobs (default 200) drained by one worker of 2 slots,
+//!    the result store counted too (`primes_requests.rs`).
 //! 3. **Work redone per eviction**: a primes job is evicted at a random point
 //!    (30 to 70 % of the way), another consumer finishes it, and the numbers
 //!    counted twice are computed from the progress hooks: checkpoint every
@@ -54,6 +57,7 @@
 
 mod memory;
 mod primes_consumer;
+mod primes_requests;
 mod redelivery;
 mod redone;
 mod requests;
@@ -103,7 +107,9 @@ struct Options {
     long_jobs: usize,
     long_job: Duration,
     long_visibility: Duration,
-    /// Only this part: `throughput`, `redone` or `memory`.
+    /// One-chunk primes jobs of the deployed worker's request count.
+    primes_jobs: usize,
+    /// Only this part: `throughput`, `requests`, `redone` or `memory`.
     only: Option<String>,
 }
 
@@ -135,6 +141,7 @@ fn parse_options(args: &BenchArgs) -> Result<Options> {
             long_jobs: 8,
             long_job: Duration::from_secs(100),
             long_visibility: Duration::from_secs(60),
+            primes_jobs: 200,
             only: None,
         }
     } else {
@@ -153,6 +160,7 @@ fn parse_options(args: &BenchArgs) -> Result<Options> {
             long_jobs: 2,
             long_job: Duration::from_secs(4),
             long_visibility: Duration::from_secs(5),
+            primes_jobs: 20,
             only: None,
         }
     };
@@ -164,14 +172,19 @@ fn parse_options(args: &BenchArgs) -> Result<Options> {
             "--synthetic-backlog" => options.synthetic_backlog = value.parse()?,
             "--evictions" => options.evictions = value.parse()?,
             "--peer-idle" => options.peer_idle = value.seconds()?,
+            "--primes-jobs" => options.primes_jobs = value.parse()?,
             "--only" => options.only = Some(value.text()?),
             _ => {}
         }
         Ok(())
     })?;
     ensure!(
-        options.messages > 0 && options.rounds > 0 && options.backlog > 0 && options.evictions > 0,
-        "--messages, --rounds, --backlog and --evictions must be at least 1"
+        options.messages > 0
+            && options.rounds > 0
+            && options.backlog > 0
+            && options.evictions > 0
+            && options.primes_jobs > 0,
+        "--messages, --rounds, --backlog, --evictions and --primes-jobs must be at least 1"
     );
     Ok(options)
 }
@@ -194,6 +207,10 @@ async fn run(options: Options) -> Result<()> {
         rounds_report::print_throughput(&throughput, &options);
         let long = bench.long_jobs(&options).await?;
         requests::print_requests(&throughput, &long, &options);
+    }
+    if wanted("requests") {
+        let primes = bench.primes_requests(&options).await?;
+        primes_requests::print_primes_requests(&primes);
     }
     if wanted("redone") {
         let redone = bench.redone_work(&options).await?;

@@ -18,6 +18,10 @@ param queueName string
 @description('Blob container for checkpoints (SPOT_WORKER_CHECKPOINT_CONTAINER).')
 param checkpointContainer string
 
+@description('Days after its last write a checkpoint-container blob is deleted; at least the queue messages\' time-to-live (7 days).')
+@minValue(7)
+param checkpointRetentionDays int
+
 @description('Blob container for results (SPOT_WORKER_RESULTS_CONTAINER).')
 param resultsContainer string
 
@@ -138,6 +142,47 @@ resource checkpoints 'Microsoft.Storage/storageAccounts/blobServices/containers@
   name: checkpointContainer
   properties: {
     publicAccess: 'None'
+  }
+}
+
+// The checkpoint container's retention. Workers delete a checkpoint nobody
+// can use once its job succeeded (keyed by the message id, or progress of a
+// finished job); what must stay a while (completion markers under a job id
+// from the body, for duplicates; attempt records of messages still in the
+// queue) and what a crash left behind is deleted here, checkpointRetentionDays
+// after its last write. No message can still need it by then: it is at least
+// the messages' time-to-live. Delete Blob is not billed; the policy runs
+// about once a day.
+resource checkpointRetention 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: account
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+        {
+          name: 'expire-checkpoints'
+          enabled: true
+          type: 'Lifecycle'
+          definition: {
+            filters: {
+              blobTypes: [
+                'blockBlob'
+              ]
+              prefixMatch: [
+                '${checkpoints.name}/'
+              ]
+            }
+            actions: {
+              baseBlob: {
+                delete: {
+                  daysAfterModificationGreaterThan: checkpointRetentionDays
+                }
+              }
+            }
+          }
+        }
+      ]
+    }
   }
 }
 

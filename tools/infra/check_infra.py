@@ -21,7 +21,10 @@
 6. The systemd unit cloud-init writes passes `systemd-analyze verify`, with
    ExecStart pointed at a real binary (--worker-binary) and EnvironmentFile at
    the rendered env file.
-7. The workbook is valid JSON, every spot_worker.* name it queries is a
+7. The checkpoint container has a lifecycle rule deleting its blobs
+   checkpointRetentionDays after their last write, and that parameter can
+   never be below the queue messages' time-to-live.
+8. The workbook is valid JSON, every spot_worker.* name it queries is a
    metric the telemetry crate defines, and the queue-depth panel says how
    often its metric is refreshed.
 """
@@ -185,6 +188,52 @@ def check_autoscale() -> None:
                   f"the old rule ('< 1') fails it in {len(old_problems)} places")
 
 
+# The job queue's message time-to-live in days: the service default (7 days),
+# which every sender here uses (crates/azure MessageTtl::ServiceDefault).
+QUEUE_MESSAGE_TTL_DAYS = 7
+
+
+def check_checkpoint_retention() -> None:
+    started = step("checkpoint retention: a lifecycle rule on the checkpoint container, never shorter than the message TTL")
+    storage = bicep_model.load(BICEP / "modules" / "storage.bicep")
+    main = bicep_model.load(BICEP / "main.bicep")
+    _, given = bicep_model.load_bicepparam(BICEP / "main.bicepparam")
+    name = "checkpointRetentionDays"
+    for where, template in (("main.bicep", main), ("modules/storage.bicep", storage)):
+        param = template.params.get(name)
+        if param is None:
+            fail(f"{where}: no parameter {name}")
+            continue
+        floor = param.decorators.get("minValue")
+        if not isinstance(floor, int) or floor < QUEUE_MESSAGE_TTL_DAYS:
+            fail(f"{where}: {name} needs @minValue({QUEUE_MESSAGE_TTL_DAYS}) or more (the message TTL), has {floor!r}")
+        if param.has_default and int(param.default) < QUEUE_MESSAGE_TTL_DAYS:
+            fail(f"{where}: {name} defaults to {param.default}, below the message TTL")
+    value = given.get(name)
+    if value is not None and int(value) < QUEUE_MESSAGE_TTL_DAYS:
+        fail(f"main.bicepparam: {name} = {value}, below the message TTL")
+    if main.modules.get("storage") and main.modules["storage"].params.get(name) != name:
+        fail(f"main.bicep: the storage module is not given {name}")
+    rules = [
+        rule
+        for resource in storage.resources.values()
+        if resource.type == "Microsoft.Storage/storageAccounts/managementPolicies"
+        for rule in resource.body.get("properties", {}).get("policy", {}).get("rules", [])
+    ]
+    matching = [
+        rule
+        for rule in rules
+        if rule.get("enabled", True)
+        and "${checkpoints.name}/" in rule.get("definition", {}).get("filters", {}).get("prefixMatch", [])
+        and rule.get("definition", {}).get("actions", {}).get("baseBlob", {}).get("delete", {})
+        .get("daysAfterModificationGreaterThan") == name
+    ]
+    if not matching:
+        fail("modules/storage.bicep: no enabled lifecycle rule deletes the checkpoint container's blobs "
+             f"daysAfterModificationGreaterThan: {name}")
+    done(started, f"{len(matching)} rule(s); floor {QUEUE_MESSAGE_TTL_DAYS} days; main.bicepparam: {value}")
+
+
 def render_cloud_init() -> dict[str, str]:
     """Evaluates compute.bicep's template variables; returns them by name."""
     started = step("render cloud-init as modules/compute.bicep does")
@@ -323,6 +372,7 @@ def main() -> int:
     check_templates(library)
     check_instance_mix()
     check_autoscale()
+    check_checkpoint_retention()
     values = render_cloud_init()
     with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
         workdir = pathlib.Path(tmp)

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spot_worker_storage::{
-    CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultStore,
-    StorageError, permanent,
+    CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultMarker,
+    ResultStore, StorageError, permanent,
 };
 
 use tokio::time::Instant;
@@ -128,11 +128,19 @@ impl PrimesConfig {
 /// The primes job as a [`MessageHandler`]; build it with [`handler`].
 ///
 /// For each message: parse the [`PrimesJob`]; if its checkpoint (keyed by
-/// `job_id`) is completed, make sure the result exists and succeed without
-/// recomputing; otherwise resume from the saved cursor and partial count,
-/// count the rest chunk by chunk (checkpointing `{"cursor", "primes"}` at
-/// most every [`PrimesConfig::checkpoint_every`] and when cancelled), write `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}` create-only,
-/// and mark the checkpoint completed with the same document.
+/// `job_id`) is completed (written by earlier versions), make sure the
+/// result exists and succeed without recomputing; otherwise resume from the
+/// saved cursor and partial count, count the rest chunk by chunk
+/// (checkpointing `{"cursor", "primes"}` at most every
+/// [`PrimesConfig::checkpoint_every`] and when cancelled), and write
+/// `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}`
+/// create-only. That result is the job's completion marker
+/// ([`MessageHandler::completion_marker`]): no completed checkpoint is
+/// written, the consumer reads nothing before a first delivery, and it
+/// removes the job's progress once the message is deleted. A one-chunk job
+/// thus costs its share of a receive, one result write and the delete. A
+/// job that started from nothing looks for its result before its first
+/// progress write, so a duplicate of a finished job stops there.
 ///
 /// When [`Job::cancellation`] fires (the worker winds down, or the lease is
 /// lost) the current chunk stops at its next segment (256 Ki numbers), the
@@ -161,6 +169,14 @@ impl MessageHandler for PrimesHandler {
     /// the consumer deletes them once it is completed.
     fn job_key(&self, body: &[u8]) -> Option<String> {
         PrimesJob::parse(body).ok().map(|spec| spec.job_id)
+    }
+
+    /// The result `{job_id}.json`: written create-only when the job is done,
+    /// it marks the job completed.
+    fn completion_marker(&self, body: &[u8]) -> Option<ResultMarker> {
+        PrimesJob::parse(body)
+            .ok()
+            .map(|spec| ResultMarker::new(Arc::clone(&self.results), spec.result_name()))
     }
 
     fn verify_completed(&self, body: &[u8], result: &Value) -> Result<(), HandlerError> {
@@ -258,6 +274,20 @@ impl PrimesHandler {
         if cursor > spec.start {
             tracing::info!(job_id = %spec.job_id, cursor, primes, "resuming from the checkpoint");
         }
+        // Nothing was read (a first delivery reads nothing, see
+        // `completion_marker`) or nothing was there: a duplicate of a
+        // finished job would count it all again, so a job of more than one
+        // chunk looks for its result first. A one-chunk job does not pay
+        // that read: a duplicate recounts one chunk and its create-only
+        // result write finds the identical result.
+        let spans_chunks = spec.end - spec.start > self.config.chunk_size.get();
+        if checkpoint.latest().is_none()
+            && spans_chunks
+            && let Some(done) = self.finished_already(&spec).await
+        {
+            tracing::info!(job_id = %spec.job_id, primes = done.primes, "already completed by another message; not recomputed");
+            return Ok(());
+        }
         let cancelled = job.cancellation().clone();
         let interrupted = |saved_cursor| PrimesError::Interrupted {
             job_id: spec.job_id.clone(),
@@ -274,6 +304,7 @@ impl PrimesHandler {
         );
         let mut chunks = 0_u64;
         let mut saved = Saved::at(cursor);
+
         while cursor < spec.end {
             if cancelled.is_cancelled() {
                 let progress = SavedProgress { cursor, primes };
@@ -330,10 +361,8 @@ impl PrimesHandler {
             }
             return Err(error);
         }
-        checkpoint
-            .complete(done.to_value())
-            .await
-            .map_err(storage("marking the checkpoint completed"))?;
+        // The result is the completion marker: no completed checkpoint is
+        // written, and the consumer removes the progress left behind.
         tracing::info!(
             job_id = %spec.job_id,
             primes,
@@ -370,6 +399,23 @@ impl PrimesHandler {
         Ok(saved.cursor)
     }
 
+    /// The job's result, if it exists already and is `spec`'s. Only a
+    /// shortcut: whatever stops it from answering (an outage, a result that
+    /// is not this job's) is left to the create-only result write at the
+    /// end, which never overwrites and says what it found.
+    async fn finished_already(&self, spec: &PrimesJob) -> Option<PrimesResult> {
+        let name = spec.result_name();
+        let bytes = match self.results.get(&name).await {
+            Ok(stored) => stored?,
+            Err(error) => {
+                tracing::warn!(job_id = %spec.job_id, result = %name, %error, "could not look for an earlier result; counting");
+                return None;
+            }
+        };
+        let value = serde_json::from_slice::<Value>(&bytes).ok()?;
+        completed_result(spec, &value).ok()
+    }
+
     /// Writes the result create-only; an identical existing result (from an
     /// earlier attempt or a racing worker) is success. Fenced by the
     /// delivery ([`Job::results`]): refused once its message was released.
@@ -389,7 +435,18 @@ impl PrimesHandler {
             }
             Err(StorageError::Conflict { .. }) => {
                 let stored = match results.get(&name).await {
-                    Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Ok(Some(bytes)) => {
+                        // The result of the same id for another range
+                        // says so (a duplicate on its first delivery is
+                        // only stopped here).
+                        if let Ok(value) = serde_json::from_slice::<Value>(&bytes)
+                            && let Err(error @ PrimesError::DifferentJob { .. }) =
+                                completed_result(spec, &value)
+                        {
+                            return Err(error);
+                        }
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    }
                     Ok(None) => "(deleted since)".to_owned(),
                     Err(e) => format!("(could not be read: {e})"),
                 };

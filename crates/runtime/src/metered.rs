@@ -167,6 +167,10 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
         self.inner.job_key(body)
     }
 
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+        self.inner.completion_marker(body)
+    }
+
     fn verify_completed(
         &self,
         body: &[u8],

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::consumer::Leftover;
 use crate::error::StorageError;
 
 mod notes;
@@ -225,6 +226,9 @@ pub struct JobCheckpoint {
     /// Where a lost write or an unreachable store is noted for whoever runs
     /// the job (see [`JobCheckpoint::noting_in`]).
     notes: Option<Arc<CheckpointNotes>>,
+    /// Where the delivery running the job learns what this handle left in
+    /// the store under the job's own key (see [`JobCheckpoint::leaving_in`]).
+    leftover: Option<Arc<Leftover>>,
     /// Random per handle: only this handle's writes carry it, so a stored
     /// stamp with it proves the stored checkpoint is this handle's.
     writer: String,
@@ -299,6 +303,7 @@ impl JobCheckpoint {
             latest: latest.map(|stored| (stored.checkpoint, stored.etag)),
             cancelled: None,
             notes: None,
+            leftover: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
         }
@@ -318,6 +323,15 @@ impl JobCheckpoint {
     /// resolves a conflict noted on its key before.
     pub(crate) fn noting_in(mut self, notes: Arc<CheckpointNotes>) -> Self {
         self.notes = Some(notes);
+        self
+    }
+
+    /// Tells `leftover` what this handle has seen and writes, so that the
+    /// consumer can remove a checkpoint nobody can use once the job has
+    /// succeeded, and knows when there is none to remove.
+    pub(crate) fn leaving_in(mut self, leftover: Arc<Leftover>) -> Self {
+        leftover.saw(self.latest());
+        self.leftover = Some(leftover);
         self
     }
 
@@ -411,12 +425,18 @@ impl JobCheckpoint {
             };
             self.writes += 1;
             let stamp = self.stamp(self.writes);
+            if let Some(leftover) = &self.leftover {
+                leftover.writing();
+            }
             let conflict = match self
                 .store
                 .write(&self.key, &checkpoint, precondition, Some(&stamp))
                 .await
             {
                 Ok(etag) => {
+                    if let Some(leftover) = &self.leftover {
+                        leftover.wrote(&checkpoint);
+                    }
                     self.latest = Some((checkpoint, etag));
                     return Ok(());
                 }
@@ -429,8 +449,14 @@ impl JobCheckpoint {
                 stamp: stored_stamp,
             }) = self.store.read(&self.key).await?
             else {
+                if let Some(leftover) = &self.leftover {
+                    leftover.saw(None);
+                }
                 return Err(StorageError::Conflict { key: conflict });
             };
+            if let Some(leftover) = &self.leftover {
+                leftover.wrote(&stored);
+            }
             match self.classify(stored_stamp.as_deref()) {
                 StampMatch::ThisWrite if stored == checkpoint => {
                     self.latest = Some((stored, etag));

@@ -37,8 +37,8 @@ pub use checkpoint::{
 pub use consumer::{
     BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome,
     DrainSignals, FnHandler, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler,
-    MessageSpan, Permanent, PoisonRecord, SettlementObserver, StoreHealth, handler_fn, permanent,
-    poison_body_blob_name, poison_queue_name,
+    MessageSpan, Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth,
+    handler_fn, permanent, poison_body_blob_name, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

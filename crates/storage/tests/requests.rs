@@ -368,3 +368,61 @@ async fn a_long_job_costs_about_three_renewals_per_lease_length() {
     assert_eq!((updates, deletes), (5, 1), "renewals only, then the delete");
     assert!(queue.is_empty());
 }
+
+/// A handler whose create-only result marks its jobs completed.
+struct MarkedJobs {
+    results: spot_worker_storage::InMemoryResultStore,
+    runs: Arc<AtomicU32>,
+}
+
+impl spot_worker_storage::MessageHandler for MarkedJobs {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        use spot_worker_storage::ResultStore as _;
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.results.put_new(job.key(), b"{\"done\":true}").await?;
+        // The result is written, then the delivery fails (a lost answer):
+        // the redelivery must find the job completed by its marker.
+        Err("failed after writing the result".into())
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        Some(String::from_utf8_lossy(body).into_owned())
+    }
+
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+        let name = String::from_utf8_lossy(body).into_owned();
+        Some(spot_worker_storage::ResultMarker::new(
+            Arc::new(self.results.clone()),
+            name,
+        ))
+    }
+}
+
+/// With a completion marker, a first delivery reads nothing, even keyed by
+/// its body; a redelivery reads the checkpoint, then the marker, and a
+/// finished job is deleted without running again.
+#[tokio::test(start_paused = true)]
+async fn a_completion_marker_spares_the_first_read_and_completes_a_redelivery() {
+    let (queue, poison) = queues();
+    queue.send("marked job", Duration::ZERO).await.unwrap();
+    let store = CountingStore::new(InMemoryCheckpointStore::new());
+    let results = spot_worker_storage::InMemoryResultStore::new("results");
+    let runs = Arc::new(AtomicU32::new(0));
+    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(
+        consumer,
+        MarkedJobs {
+            results,
+            runs: runs.clone(),
+        },
+    );
+    running
+        .wait_for("deleted as completed", |s| s.skipped_completed == 1)
+        .await;
+    let stats = running.stop().await;
+    assert_eq!((stats.retried, stats.poisoned), (1, 0), "{stats:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    // Only the redelivery read the checkpoint.
+    assert_eq!(checkpoint_reads(&store), ["marked job"]);
+    assert!(queue.is_empty() && poison.is_empty());
+}

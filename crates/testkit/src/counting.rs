@@ -1,7 +1,8 @@
 //! [`CountingStore`]: any [`CheckpointStore`] with a count of the requests
 //! made to it, by kind (reads, creating and updating writes, deletes): what
 //! a test asserts per job, and what a benchmark sets against the fewest the
-//! protocol allows. The queue's counterpart is the record of
+//! protocol allows. [`CountingResults`] does the same for a [`ResultStore`].
+//! The queue's counterpart is the record of
 //! [`FaultyQueue`](crate::faulty::FaultyQueue).
 //!
 //! ```
@@ -21,8 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
-    async_trait,
+    Checkpoint, CheckpointStore, ETag, PutOutcome, ResultStore, StorageError, StoredCheckpoint,
+    WritePrecondition, async_trait,
 };
 
 /// The counts of one [`CountingStore`] (shared by clones). Every request is
@@ -144,5 +145,74 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         StoreCalls::count(&self.calls.deletes);
         self.inner.delete(key).await
+    }
+}
+
+/// The counts of one [`CountingResults`] (shared by clones).
+#[derive(Debug, Default)]
+pub struct ResultCalls {
+    puts: AtomicU64,
+    gets: AtomicU64,
+}
+
+impl ResultCalls {
+    /// Create-only writes (`put_new`): one Put Blob each, and a Get Blob
+    /// more on Azure when the result exists already.
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::SeqCst)
+    }
+
+    /// Reads (`get`).
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::SeqCst)
+    }
+}
+
+/// `R`, counting every write and read made to it (`prepare` is not
+/// counted: once per worker, not per job).
+#[derive(Clone, Debug)]
+pub struct CountingResults<R> {
+    inner: R,
+    calls: Arc<ResultCalls>,
+}
+
+impl<R: ResultStore> CountingResults<R> {
+    /// `inner`, with every count at zero.
+    pub fn new(inner: R) -> Self {
+        CountingResults {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub fn calls(&self) -> &Arc<ResultCalls> {
+        &self.calls
+    }
+
+    /// The store itself, for requests that must not be counted.
+    pub fn inner(&self) -> &R {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<R: ResultStore> ResultStore for CountingResults<R> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+
+    async fn put_new(&self, name: &str, body: &[u8]) -> Result<PutOutcome, StorageError> {
+        StoreCalls::count(&self.calls.puts);
+        self.inner.put_new(name, body).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        StoreCalls::count(&self.calls.gets);
+        self.inner.get(name).await
     }
 }

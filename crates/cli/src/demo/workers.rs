@@ -60,6 +60,10 @@ impl MessageHandler for Reporting {
         self.job.job_key(body)
     }
 
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+        self.job.completion_marker(body)
+    }
+
     fn verify_completed(
         &self,
         body: &[u8],

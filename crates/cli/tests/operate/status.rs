@@ -173,3 +173,90 @@ async fn status_watch_refreshes_until_ctrl_c() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// Issue 16 item 7: the README's worker (progress saved, `complete` never
+/// called, checkpoints keyed by the message id) leaves no checkpoint behind
+/// once its messages are deleted, so `status` shows nothing in progress for
+/// ever after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_worker_leaves_no_job_in_progress_once_its_jobs_are_done() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    run_with_stdin(
+        spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
+        Some(b"{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"),
+    )
+    .await
+    .assert_success();
+    let store = storage.checkpoint_store("checkpoints").unwrap();
+    let mut config = spot_worker::WorkerConfig {
+        queue: QUEUE.to_owned(),
+        ..spot_worker::WorkerConfig::default()
+    };
+    config.imds.enabled = false; // not an Azure VM
+    config.drain.handle_signals = false;
+    config.drain.watchdog = false;
+    let worker = spot_worker::Worker::new(
+        config,
+        Arc::new(storage.queue(QUEUE).unwrap()),
+        Arc::new(storage.poison_queue(QUEUE).unwrap()),
+    )
+    .with_checkpoints(Arc::new(store.clone()));
+    let stop = worker.shutdown_token();
+    let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (all_done, done) = tokio::sync::mpsc::channel::<()>(3);
+    let mut done = done;
+    // The README's handler, as printed there (three steps instead of ten).
+    let handler = handler_fn({
+        let keys = Arc::clone(&keys);
+        move |job: Job| {
+            let (keys, all_done) = (Arc::clone(&keys), all_done.clone());
+            async move {
+                let mut checkpoint = job.checkpoint().await?;
+                let done = checkpoint
+                    .progress()
+                    .and_then(|p| p["step"].as_u64())
+                    .unwrap_or(0);
+                for step in done..3 {
+                    if job.cancellation().is_cancelled() {
+                        return Err("interrupted".into());
+                    }
+                    checkpoint
+                        .save_progress(serde_json::json!({ "step": step + 1 }))
+                        .await?;
+                }
+                keys.lock().unwrap().push(job.key().to_owned());
+                let _ = all_done.send(()).await;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let task = tokio::spawn(worker.run(handler));
+    for _ in 0..3 {
+        tokio::time::timeout(WAIT_LIMIT, done.recv())
+            .await
+            .expect("the jobs finish in time")
+            .unwrap();
+    }
+    // Stopping settles what has finished: deleted, with its checkpoint.
+    stop.cancel();
+    let report = tokio::time::timeout(WAIT_LIMIT, task)
+        .await
+        .expect("the worker stops in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.stats.succeeded, 3, "{:?}", report.stats);
+
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 3);
+    for key in &keys {
+        assert_eq!(store.read(key).await.unwrap(), None, "checkpoint {key}");
+    }
+    let screen = run(spot_worker(&azurite, MessageEncoding::Text).args(["status"])).await;
+    screen.assert_success();
+    assert!(
+        screen.stdout.contains("jobs    0 in progress, 0 completed"),
+        "{}",
+        screen.stdout
+    );
+}

@@ -1,6 +1,6 @@
 //! One delivery, from receive to settle: decode the body, check the job's
-//! checkpoint (the one read of it, handed on to the handler; none on a
-//! first delivery keyed by the message id, where it cannot exist), admit or
+//! checkpoint (the one read of it, handed on to the handler; none where
+//! [`pre_read`](super::pre_read) says nothing read could matter), admit or
 //! refuse it, run the handler under a renewed lease,
 //! and carry out what [`settlement`](super::settlement) decides.
 
@@ -22,17 +22,19 @@ use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
 use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
+use super::leftover::Leftover;
 use super::outcome::DeliveryOutcome;
 use super::panics::{HandlerPart, catching, panic_error};
+use super::pre_read::{PreRead, pre_read};
 use super::release_note::ReleaseNote;
 use super::settlement::{
     Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
-    checkpoint_may_exist, settle,
+    settle,
 };
 use super::signals::DrainSignals;
 
 /// What the completed-checkpoint check found.
-enum PreCheck {
+pub(super) enum PreCheck {
     /// No completed checkpoint (or no store): what the store returned (an
     /// in-progress checkpoint and its ETag, or none), for the handler.
     NotCompleted(CheckpointRead),
@@ -46,6 +48,8 @@ enum PreCheck {
     /// it (a refusal or a missing container that persists): hand the
     /// message back uncounted rather than hold its slot.
     StoreDown(StorageError),
+    /// The result store could not be reached: waited out, uncounted.
+    Unreachable(String),
 }
 
 /// Everything one delivery holds while it is processed.
@@ -54,6 +58,9 @@ pub(super) struct Delivery {
     pub(super) lease: Arc<Lease>,
     /// The handler's token: cancelled by wind-down, release or a lost lease.
     pub(super) job_token: CancellationToken,
+    /// The job's own checkpoint as this delivery knows it, removed after a
+    /// success when nobody can use it.
+    pub(super) leftover: Arc<Leftover>,
     renewal: Option<Renewal>,
     /// Cancelled at the release stage: from then on settling no longer
     /// waits for a renewal in flight.
@@ -113,24 +120,42 @@ impl Consumer {
             signals.wind_down.clone(),
             self.note_deadline(),
         );
+        let decoded = self.config.encoding.decode(&message.body);
+        // The handler's own reading of the body, before the delivery is
+        // built around its key; a panic in it is settled as a failure once
+        // the delivery exists.
+        let identified = decoded
+            .as_ref()
+            .ok()
+            .map(|body| -> Result<_, HandlerError> {
+                let key = catching(HandlerPart::JobKey, || handler.job_key(body))?;
+                let marker = catching(HandlerPart::CompletionMarker, || {
+                    handler.completion_marker(body)
+                })?;
+                Ok((key, marker))
+            })
+            .transpose();
+        let (body_key, marker, panicked) = match identified {
+            Ok(found) => {
+                let (key, marker) = found.unwrap_or((None, None));
+                (key, marker, None)
+            }
+            Err(panicked) => (None, None, Some(panicked)),
+        };
+        let keyed_by_message_id = body_key.is_none();
+        let key = body_key.unwrap_or_else(|| message.id.to_string());
         let delivery = Delivery {
             message,
             lease,
             job_token,
+            leftover: Arc::new(Leftover::new(key.clone(), keyed_by_message_id)),
             renewal: Some(renewal),
             hurry: signals.release.clone(),
             note,
         };
-        let decoded = self.config.encoding.decode(&delivery.message.body);
-        let body_key = match decoded.as_ref() {
-            Ok(body) => match catching(HandlerPart::JobKey, || handler.job_key(body)) {
-                Ok(key) => key,
-                Err(panicked) => return self.panicked(delivery, &signals, &panicked).await,
-            },
-            Err(_) => None,
-        };
-        let keyed_by_message_id = body_key.is_none();
-        let key = body_key.unwrap_or_else(|| delivery.message.id.to_string());
+        if let Some(panicked) = panicked {
+            return self.panicked(delivery, &signals, &panicked).await;
+        }
         // The record matters before the handler only if the crash-loop guard
         // could fire: a first delivery costs no read. One that cannot be
         // read leaves the guard out of this delivery, rather than counting
@@ -145,11 +170,33 @@ impl Consumer {
                 (ReadAttempts::default(), false)
             };
         let mut earlier_read = EarlierRead::default();
-        let pre_check = if checkpoint_may_exist(delivery.message.dequeue_count, keyed_by_message_id)
-        {
-            self.check_completed(&key, &delivery).await
-        } else {
-            PreCheck::NotCompleted(None)
+        let reads = pre_read(
+            delivery.message.dequeue_count,
+            keyed_by_message_id,
+            marker.is_some(),
+        );
+        let pre_check = match reads {
+            PreRead::Nothing => PreCheck::NotCompleted(None),
+            PreRead::Checkpoint | PreRead::CheckpointAndMarker => {
+                self.check_completed(&key, &delivery).await
+            }
+        };
+        match &pre_check {
+            PreCheck::NotCompleted(latest) => {
+                delivery
+                    .leftover
+                    .saw(latest.as_ref().map(|stored| &stored.checkpoint));
+            }
+            PreCheck::Completed(_) => delivery.leftover.saw_completed(),
+            _ => {}
+        }
+        let pre_check = match (pre_check, &marker) {
+            (PreCheck::NotCompleted(latest), Some(marker))
+                if reads == PreRead::CheckpointAndMarker =>
+            {
+                self.check_marker(marker, &delivery, latest).await
+            }
+            (pre_check, _) => pre_check,
         };
         let completion = match pre_check {
             PreCheck::Completed(result) => {
@@ -206,6 +253,19 @@ impl Consumer {
                     )
                     .await;
             }
+            PreCheck::Unreachable(error) => {
+                // An outage of the result store is waited out like one of
+                // the checkpoint store: not the job's fault.
+                let notes = CheckpointNotes::default();
+                let _ = notes.unreachable.set(error.clone());
+                let ending = Ending::Failed {
+                    error: &error,
+                    permanent: false,
+                };
+                return self
+                    .finish(delivery, &signals, ending, &notes, earlier)
+                    .await;
+            }
         };
         let undecodable = decoded.as_ref().err().map(ToString::to_string);
         let arrival = Arrival {
@@ -250,6 +310,7 @@ impl Consumer {
             checkpoints: self.checkpoints.clone(),
             notes: Arc::clone(&notes),
             earlier_read,
+            leftover: Arc::clone(&delivery.leftover),
         };
         let result = self.run_handler(handler, job, &delivery, &signals).await;
         // The handler returned or was abandoned: whatever it left running
@@ -417,6 +478,7 @@ impl Consumer {
                     self.settled(DeliveryOutcome::Succeeded);
                     tracing::debug!("handled and deleted");
                     self.forget_attempts(&mut delivery).await;
+                    self.remove_leftover(&delivery).await;
                 }
             }
             Settlement::Release => {
@@ -465,6 +527,7 @@ impl Consumer {
             self.settled(DeliveryOutcome::SkippedCompleted);
             tracing::info!("the job is completed already; deleted without running it");
             self.forget_attempts(&mut delivery).await;
+            self.remove_leftover(&delivery).await;
         }
     }
 

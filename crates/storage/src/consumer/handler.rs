@@ -18,6 +18,9 @@ use crate::fenced_results::FencedResults;
 use crate::queue::MessageId;
 use crate::result::ResultStore;
 
+use super::leftover::Leftover;
+use super::marker::ResultMarker;
+
 /// What a handler's failure carries; its text becomes the poison record's
 /// `last_error`. Wrap it with [`permanent`] when retrying cannot help.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -185,14 +188,36 @@ pub trait MessageHandler: Send + Sync + 'static {
     /// message (a duplicate) or whose delete was cut short is deleted
     /// instead of run again, and never poisoned. With the message id as the
     /// key, a first delivery skips that read: nobody can have written a
-    /// checkpoint under the id of a message nobody has received.
+    /// checkpoint under the id of a message nobody has received; so does a
+    /// first delivery of a handler with a [`completion_marker`](MessageHandler::completion_marker).
     fn job_key(&self, body: &[u8]) -> Option<String> {
         let _ = body;
         None
     }
 
-    /// Whether the completed job whose checkpoint holds `result` is the job
-    /// `body` asks for. The default says yes, and the message is deleted
+    /// Where the job `body` asks for writes its result create-only when it
+    /// is done, if that result is itself the job's completion marker; `None`
+    /// (the default) when completion is a completed checkpoint
+    /// ([`JobCheckpoint::complete`]).
+    ///
+    /// With a marker a job costs fewer requests: it needs no completed
+    /// checkpoint write (the handler just writes its result, create-only),
+    /// and its first delivery no checkpoint read, since its writes cannot
+    /// overwrite anything: the first checkpoint write is create-only and
+    /// conflicts with a peer's progress, and a create-only result is
+    /// either new, identical, or a conflict. A redelivery reads the
+    /// checkpoint and then the marker; an existing marker (a JSON document)
+    /// goes through [`verify_completed`](MessageHandler::verify_completed)
+    /// and the message is deleted without running. A duplicate message on
+    /// its first delivery does run: a handler with long jobs should look
+    /// for its result before its first progress write.
+    fn completion_marker(&self, body: &[u8]) -> Option<ResultMarker> {
+        let _ = body;
+        None
+    }
+
+    /// Whether the completed job whose checkpoint (or result marker) holds
+    /// `result` is the job `body` asks for. The default says yes, and the message is deleted
     /// without running the handler. Return a [`permanent`] error when the
     /// message asks for something else under the same key (say, a job id
     /// re-used for another range): it is then poisoned with that reason
@@ -218,6 +243,10 @@ impl<H: MessageHandler> MessageHandler for Arc<H> {
 
     fn job_key(&self, body: &[u8]) -> Option<String> {
         (**self).job_key(body)
+    }
+
+    fn completion_marker(&self, body: &[u8]) -> Option<ResultMarker> {
+        (**self).completion_marker(body)
     }
 
     fn verify_completed(
@@ -305,6 +334,8 @@ pub struct Job {
     /// the consumer settles by it, whatever error the handler returned.
     pub(crate) notes: Arc<CheckpointNotes>,
     pub(crate) earlier_read: EarlierRead,
+    /// What is left under [`Job::key`], for the consumer to clean up.
+    pub(crate) leftover: Arc<Leftover>,
 }
 
 impl Job {
@@ -409,8 +440,13 @@ impl Job {
                 .await
                 .inspect_err(|error| self.notes.note(error))?,
         };
-        Ok(checkpoint
+        let checkpoint = checkpoint
             .fenced_by(self.fence.clone())
-            .noting_in(Arc::clone(&self.notes)))
+            .noting_in(Arc::clone(&self.notes));
+        Ok(if key == self.leftover.key() {
+            checkpoint.leaving_in(Arc::clone(&self.leftover))
+        } else {
+            checkpoint
+        })
     }
 }

@@ -12,6 +12,8 @@
 //! - [`release_note`]: evictions recorded there, so they are not crashes.
 //! - [`intake`]: when to receive, and how many messages.
 //! - [`delivery`] and [`settling`]: one message from receive to settle.
+//! - [`pre_read`], [`marker`] and [`leftover`]: what a delivery reads before
+//!   the handler runs, and the checkpoint it removes after a success.
 //! - [`poison`]: the lossless poison record.
 //! - [`outcome`]: what became of each delivery, for statistics and telemetry.
 
@@ -22,9 +24,12 @@ mod delivery;
 mod handler;
 mod intake;
 mod lease;
+mod leftover;
+mod marker;
 mod outcome;
 mod panics;
 mod poison;
+mod pre_read;
 mod release_note;
 mod settlement;
 mod settling;
@@ -51,6 +56,8 @@ use backoff::IdleBackoff;
 pub use config::{ConsumerConfig, DEFAULT_REFUSAL_GRACE};
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
+pub(crate) use leftover::Leftover;
+pub use marker::ResultMarker;
 pub use outcome::{DeliveryOutcome, SettlementObserver};
 pub use poison::{
     BodyBlob, MAX_POISON_MESSAGE_LEN, PoisonRecord, poison_body_blob_name, poison_queue_name,

@@ -3,7 +3,7 @@
 //! Left to unwind, a panic would end the delivery's task without settling:
 //! its message would come back after every visibility timeout, for ever,
 //! and never reach the poison queue. So every call into user code (the job
-//! key, the completed-job check, the call that makes the handler's future
+//! key, the completion marker, the completed-job check, the call that makes the handler's future
 //! and the future itself) is caught, and the panic becomes an ordinary
 //! failure whose text says where it happened.
 
@@ -17,6 +17,7 @@ use super::handler::HandlerError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum HandlerPart {
     JobKey,
+    CompletionMarker,
     VerifyCompleted,
     /// The synchronous part of `handle`: before its future was returned.
     HandleStart,
@@ -28,6 +29,7 @@ impl fmt::Display for HandlerPart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             HandlerPart::JobKey => "job_key",
+            HandlerPart::CompletionMarker => "completion_marker",
             HandlerPart::VerifyCompleted => "verify_completed",
             HandlerPart::HandleStart => "handle (before returning its future)",
             HandlerPart::Handle => "handle",

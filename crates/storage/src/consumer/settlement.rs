@@ -159,22 +159,6 @@ pub(crate) fn admit(arrival: &Arrival<'_>, limits: Limits) -> Admission {
     Admission::Run
 }
 
-/// Whether the job's checkpoint could exist when a message arrives, so
-/// whether the consumer must read it before running the handler.
-///
-/// A checkpoint keyed by the message's own id can only have been written
-/// by a handler that received this message. On its first delivery (a
-/// dequeue count of 1: the queue counts every receive, so nobody has had it
-/// before) there is none, and reading would cost a request for nothing. A
-/// count the queue did not report
-/// ([`QueueMessage::UNKNOWN_DEQUEUE_COUNT`](crate::QueueMessage::UNKNOWN_DEQUEUE_COUNT))
-/// proves nothing, so it is read then too. A key taken from the body (say a
-/// `job_id`) may be shared by another message, a duplicate or a re-run, so
-/// it is always read.
-pub(crate) fn checkpoint_may_exist(dequeue_count: u32, keyed_by_message_id: bool) -> bool {
-    !keyed_by_message_id || dequeue_count != 1
-}
-
 /// How the handler's run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Ending<'a> {
@@ -290,27 +274,6 @@ mod tests {
         Attempts {
             releases,
             ..attempts(failures, waits)
-        }
-    }
-
-    #[test]
-    fn a_checkpoint_is_read_unless_it_provably_does_not_exist() {
-        // (dequeue count, keyed by the message id, must read)
-        let table = [
-            (1, true, false),
-            // Not reported by the queue: may have been delivered before.
-            (0, true, true),
-            (2, true, true),
-            (7, true, true),
-            (1, false, true),
-            (2, false, true),
-        ];
-        for (dequeue_count, keyed_by_message_id, expected) in table {
-            assert_eq!(
-                checkpoint_may_exist(dequeue_count, keyed_by_message_id),
-                expected,
-                "dequeue count {dequeue_count}, keyed by the message id: {keyed_by_message_id}"
-            );
         }
     }
 
