@@ -156,7 +156,7 @@ impl TheBox {
             output.status.success(),
             "install-worker.sh failed: {stderr}"
         );
-        let installed = root.join("opt/spot-worker/bin/spot-worker-primes");
+        let installed = root.join("opt/spot-worker/bin/worker");
         assert_eq!(sha256(&installed), self.binary_sha256);
         assert!(
             self.emulator.tokens().len() > tokens_before,
@@ -226,6 +226,9 @@ fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, Stri
             format!("{blob}artifacts/spot-worker-primes"),
         ),
         ("workerBinarySha256", sha256.to_owned()),
+        ("workerArgs", String::new()),
+        ("workerBundleUrl", String::new()),
+        ("workerBundleSha256", String::new()),
     ])
 }
 

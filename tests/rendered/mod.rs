@@ -39,7 +39,8 @@ pub fn worker_binary() -> PathBuf {
 }
 
 /// Evaluates compute.bicep's `var` chain: `loadTextContent('…')`,
-/// `replace(var, '{{token}}', expr)`, `base64(var)`, vars and parameters.
+/// `replace(var, '{{token}}', expr)`, `base64(var)`, `'literals'`, vars and
+/// parameters.
 pub fn render_compute_vars(params: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
     let compute = repo().join("bicep/modules/compute.bicep");
     let text = std::fs::read_to_string(&compute).unwrap();
@@ -81,6 +82,13 @@ fn evaluate(
         let (token, with) = rest.split_once("', ").expect("replace(var, 'token', expr)");
         return evaluate(source, vars, params, dir)
             .replace(token, &evaluate(with, vars, params, dir));
+    }
+    if let Some(literal) = expr
+        .strip_prefix('\'')
+        .and_then(|e| e.strip_suffix('\''))
+        .filter(|e| !e.contains('\''))
+    {
+        return literal.to_owned();
     }
     if let Some(value) = vars.get(expr) {
         return value.clone();
