@@ -86,6 +86,9 @@ param workerBinarySha256 string
 @description('A program to run once per message with `spot-worker run -- <workerCommand>` (docs/command.md), e.g. `python3 primes.py`; the worker binary must then be the spot-worker command. Empty (the default): the worker binary is the worker itself (primes, or your own Rust worker). Written into the unit\'s ExecStart: systemd quoting applies (double quotes group words), `%` and `$` are taken literally.')
 param workerCommand string = ''
 
+@description('Settings of `spot-worker run` as flags, before the `--` (only with workerCommand), e.g. `--job-key job_id --result-name {job_key}.json`; any setting of docs/configuration.md. Same quoting as workerCommand.')
+param workerRunFlags string = ''
+
 @description('Blob name in the artifacts container of an application bundle (a .tar.gz) unpacked into /opt/spot-worker/app, the program\'s working directory, before the worker starts; empty = none.')
 param workerBundleName string = ''
 
@@ -229,7 +232,7 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
     workerBinarySha256: workerBinarySha256
     // After the binary in ExecStart: nothing (the binary is the worker), or
     // `run -- <command>` for the spot-worker command.
-    workerArgs: empty(workerCommand) ? '' : 'run -- ${workerCommand}'
+    workerArgs: empty(workerCommand) ? '' : (empty(workerRunFlags) ? 'run -- ${workerCommand}' : 'run ${workerRunFlags} -- ${workerCommand}')
     workerBundleUrl: empty(workerBundleName) ? '' : '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBundleName}'
     workerBundleSha256: workerBundleSha256
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString

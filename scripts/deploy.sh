@@ -33,9 +33,12 @@
 #   WORKER_COMMAND  a program and its arguments: the VMs run
 #                   `spot-worker run -- $WORKER_COMMAND` (docs/command.md),
 #                   in the bundle's directory.
+#   WORKER_RUN_FLAGS settings of `spot-worker run` before its `--`, e.g.
+#                   '--job-key job_id --result-name {job_key}.json'.
 #   WORKER_BUNDLE   a directory (packed here) or a .tar.gz holding the
 #                   program's files, unpacked into /opt/spot-worker/app.
-# e.g. WORKER_COMMAND='python3 primes.py' WORKER_BUNDLE=examples/command scripts/deploy.sh
+# e.g. WORKER_RUN_FLAGS='--job-key job_id --result-name {job_key}.json' \
+#      WORKER_COMMAND='python3 primes.py' WORKER_BUNDLE=examples/command scripts/deploy.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-azure.sh
@@ -45,6 +48,9 @@ PARAMS_FILE="${PARAMS_FILE:-bicep/main.bicepparam}"
 WORKER_BINARY="${WORKER_BINARY:-}"
 WORKER_COMMAND="${WORKER_COMMAND:-}"
 WORKER_BUNDLE="${WORKER_BUNDLE:-}"
+WORKER_RUN_FLAGS="${WORKER_RUN_FLAGS:-}"
+[[ -z "$WORKER_RUN_FLAGS" || -n "$WORKER_COMMAND" ]] ||
+  die "WORKER_RUN_FLAGS are settings of spot-worker run: they need WORKER_COMMAND"
 [[ -z "$WORKER_BUNDLE" || -n "$WORKER_COMMAND" ]] ||
   die "WORKER_BUNDLE needs WORKER_COMMAND: the bundle holds the program the command runs"
 if [[ -n "$WORKER_BINARY" ]]; then
@@ -158,6 +164,7 @@ deploy() {
     workerBinaryName="$BINARY_BLOB" \
     workerBinarySha256="$SHA256" \
     workerCommand="$WORKER_COMMAND" \
+    workerRunFlags="$WORKER_RUN_FLAGS" \
     workerBundleName="$BUNDLE_BLOB" \
     workerBundleSha256="$BUNDLE_SHA256" \
     operatorPrincipalId="$OPERATOR_ID" \

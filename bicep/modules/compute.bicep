@@ -48,7 +48,7 @@ param workerBinaryUrl string
 @description('SHA-256 of the worker binary (hex); the VM refuses a binary that does not match.')
 param workerBinarySha256 string
 
-@description('What ExecStart runs after the worker binary: empty (the binary is the worker), or `run -- <command>` (the spot-worker command runs the program per message). `%` and `$` are escaped here, so systemd takes them literally.')
+@description('What ExecStart runs after the worker binary: empty (the binary is the worker), or `run [flags] -- <command>` (the spot-worker command runs the program per message). `%` and `$` are escaped here, so systemd takes them literally.')
 param workerArgs string
 
 @description('URL of the application bundle (.tar.gz) unpacked into /opt/spot-worker/app before the worker starts; empty = none.')

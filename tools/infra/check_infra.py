@@ -78,11 +78,14 @@ SAMPLE_PARAMS = {
 COMMAND = 'python3 primes.py --label "100% of $HOME"'
 COMMAND_PARAMS = {
     **SAMPLE_PARAMS,
-    "workerArgs": f"run -- {COMMAND}",
+    "workerArgs": f"run --job-key job_id --result-name {{job_key}}.json -- {COMMAND}",
     "workerBundleUrl": "https://spotworkerabc123.blob.core.windows.net/artifacts/app.tar.gz",
     "workerBundleSha256": "1" * 64,
 }
-COMMAND_EXEC_START = '/opt/spot-worker/bin/worker run -- python3 primes.py --label "100%% of $$HOME"'
+COMMAND_EXEC_START = (
+    "/opt/spot-worker/bin/worker run --job-key job_id --result-name {job_key}.json -- "
+    'python3 primes.py --label "100%% of $$HOME"'
+)
 
 failures: list[str] = []
 
