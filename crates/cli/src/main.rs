@@ -7,6 +7,7 @@ mod demo;
 mod emulator;
 mod events;
 mod operate;
+mod run;
 
 use std::process::ExitCode;
 
@@ -61,6 +62,9 @@ enum Command {
     Checkpoints(operate::checkpoints::CheckpointsArgs),
     /// The queue, the poison queue, jobs in progress and workers' readiness.
     Status(operate::status::StatusArgs),
+    /// Be a Spot worker that runs PROGRAM once per message:
+    /// `spot-worker run [SETTINGS] -- PROGRAM [ARGS...]` (docs/command.md).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,7 +73,10 @@ fn main() -> ExitCode {
         Command::Demo(_) => "error",
         _ => "warn",
     };
-    init_logging(cli.log.as_deref().unwrap_or(default_log));
+    // A worker installs its own logs and telemetry from the settings.
+    if !matches!(cli.command, Command::Run(_)) {
+        init_logging(cli.log.as_deref().unwrap_or(default_log));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -87,6 +94,11 @@ fn main() -> ExitCode {
             Command::Poison(args) => operate::poison::run(args).await,
             Command::Checkpoints(args) => operate::checkpoints::run(args).await,
             Command::Status(args) => operate::status::run(args).await,
+            Command::Run(args) => {
+                let endpoint = (cli.imds_endpoint != spot_worker_imds::DEFAULT_ENDPOINT)
+                    .then_some(cli.imds_endpoint);
+                run::run(args, cli.log, endpoint).await
+            }
         }
     });
     match result {

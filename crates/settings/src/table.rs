@@ -126,7 +126,73 @@ pub const RESULTS_CONTAINER: Setting<Text> = Setting {
     key: "SPOT_WORKER_RESULTS_CONTAINER",
     default: text("results"),
     default_doc: None,
-    doc: "blob container for results (the `primes` worker)",
+    doc: "blob container for results (the `primes` worker and `spot-worker run`)",
+};
+
+// A program as the job (`spot-worker run -- PROGRAM`, docs/command.md).
+
+/// The body field that keys a command's job.
+pub const JOB_KEY: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_JOB_KEY",
+    default: None,
+    default_doc: Some("the message id"),
+    doc: "`run`: the field of a JSON body that keys checkpoints and results (e.g. `job_id`, so duplicates share them); the program sees the key itself under this name",
+};
+
+/// The name a command's result is stored under.
+pub const RESULT_NAME: Setting<Text> = Setting {
+    key: "SPOT_WORKER_RESULT_NAME",
+    default: text("{job_key}"),
+    default_doc: None,
+    doc: "`run`: the result blob's name; `{job_key}` and `{message_id}` are replaced",
+};
+
+/// Exit statuses that poison at once.
+pub const PERMANENT_EXIT_CODES: Setting<Text> = Setting {
+    key: "SPOT_WORKER_PERMANENT_EXIT_CODES",
+    default: text("65"),
+    default_doc: None,
+    doc: "`run`: exit statuses (comma-separated) that poison the message at once; 65 is `EX_DATAERR`",
+};
+
+/// The longest a command may run per delivery.
+pub const TIMEOUT: Setting<Option<Duration>> = Setting {
+    key: "SPOT_WORKER_TIMEOUT",
+    default: None,
+    default_doc: None,
+    doc: "`run`: the longest a program may run per delivery; then it is killed and the delivery counts as a failure",
+};
+
+/// The signal a drain starts with.
+pub const STOP_SIGNAL: Setting<Text> = Setting {
+    key: "SPOT_WORKER_STOP_SIGNAL",
+    default: text("SIGTERM"),
+    default_doc: None,
+    doc: "`run`: the signal the program's process group gets when the drain starts (SIGKILL follows at the release time)",
+};
+
+/// The least time between two saves of a command's checkpoint file.
+pub const CHECKPOINT_EVERY: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_CHECKPOINT_EVERY",
+    default: seconds(10),
+    default_doc: None,
+    doc: "`run`: the least time between two saves of a changed checkpoint file (it is also saved when the program ends)",
+};
+
+/// The largest checkpoint file saved.
+pub const CHECKPOINT_MAX_BYTES: Setting<u64> = Setting {
+    key: "SPOT_WORKER_CHECKPOINT_MAX_BYTES",
+    default: 1_048_576,
+    default_doc: None,
+    doc: "`run`: the largest checkpoint file saved; a bigger one stops the program and counts as a failure",
+};
+
+/// Variables passed to the program although they look like credentials.
+pub const PASS_ENV: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_PASS_ENV",
+    default: None,
+    default_doc: None,
+    doc: "`run`: variables (comma-separated; `--pass-env` may be repeated) the program gets even though they look like credentials",
 };
 
 // Health and the warmup gate.
@@ -320,6 +386,14 @@ pub const ALL: &[&dyn Describe] = &[
     &CHECKPOINT_CONTAINER,
     &POISON_CONTAINER,
     &RESULTS_CONTAINER,
+    &JOB_KEY,
+    &RESULT_NAME,
+    &PERMANENT_EXIT_CODES,
+    &TIMEOUT,
+    &STOP_SIGNAL,
+    &CHECKPOINT_EVERY,
+    &CHECKPOINT_MAX_BYTES,
+    &PASS_ENV,
     &HEALTH_ADDR,
     &GATE_TIMEOUT,
     &IMDS,

@@ -183,6 +183,7 @@ impl Consumer {
             id: delivery.message.id.clone(),
             key,
             dequeue_count: delivery.message.dequeue_count,
+            failures,
             inserted_at: delivery.message.inserted_at,
             body,
             cancelled: delivery.job_token.clone(),

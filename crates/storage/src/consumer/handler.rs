@@ -253,6 +253,8 @@ pub struct Job {
     pub(crate) id: MessageId,
     pub(crate) key: String,
     pub(crate) dequeue_count: u32,
+    /// Failures recorded for this message before this delivery.
+    pub(crate) failures: u32,
     pub(crate) inserted_at: Option<OffsetDateTime>,
     pub(crate) body: Vec<u8>,
     pub(crate) cancelled: CancellationToken,
@@ -282,6 +284,13 @@ impl Job {
     /// Evictions raise it too: it is not a count of failures.
     pub fn dequeue_count(&self) -> u32 {
         self.dequeue_count
+    }
+
+    /// How many failures the consumer recorded for this message before
+    /// this delivery (evictions and waits are not failures); it is poisoned
+    /// when this reaches `max_failures`.
+    pub fn failures(&self) -> u32 {
+        self.failures
     }
 
     /// When the message was first sent, if known.

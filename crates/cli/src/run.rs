@@ -1,0 +1,252 @@
+//! `spot-worker run [SETTINGS] -- PROGRAM [ARGS...]`: any program as a
+//! Spot worker. The same worker as `examples/primes.rs` (warmup gate,
+//! Scheduled Events watcher, consumer, leases, drain, approval, telemetry,
+//! health), with `spot-worker-command`'s handler running PROGRAM once per
+//! message. This file only wires; docs/command.md is the contract.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use spot_worker::Setup;
+use spot_worker::settings::{Source, table};
+use spot_worker::storage::ResultStore;
+use spot_worker_command::{CommandConfig, CommandHandler, parse_exit_codes, parse_signal};
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
+    --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
+    --stop-signal SIGTERM, --checkpoint-every 10s, --checkpoint-max-bytes 1048576, \
+    --pass-env NAME (repeatable), ...), above the environment and the SPOT_WORKER_CONFIG file. \
+    The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
+    statuses, signals): docs/command.md."
+)]
+pub struct RunArgs {
+    /// Settings as flags (see below), then `--`, then the program to run
+    /// per message and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "SETTINGS... -- PROGRAM [ARGS]"
+    )]
+    raw: Vec<String>,
+}
+
+impl RunArgs {
+    /// The settings before the first `--`, and the program with its
+    /// arguments after it.
+    fn split(self) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+        let mut raw = self.raw;
+        // Clap takes a `--` that comes first for itself: what is left is
+        // the program (whose name never starts with `-`).
+        if raw.first().is_some_and(|first| !first.starts_with('-')) {
+            return Ok((Vec::new(), raw));
+        }
+        let Some(at) = raw.iter().position(|arg| arg == "--") else {
+            bail!("put `--` before the program: spot-worker run [SETTINGS] -- PROGRAM [ARGS...]");
+        };
+        let command = raw.split_off(at + 1);
+        raw.pop();
+        if command.is_empty() {
+            bail!(
+                "name the program to run after `--`: spot-worker run [SETTINGS] -- PROGRAM [ARGS...]"
+            );
+        }
+        Ok((raw, command))
+    }
+}
+
+/// Runs the worker until it is drained (an eviction notice, SIGTERM).
+/// `log` and `imds_endpoint` are the command's global flags, if given.
+pub async fn run(
+    args: RunArgs,
+    log: Option<String>,
+    imds_endpoint: Option<String>,
+) -> anyhow::Result<()> {
+    let (flags, command) = args.split()?;
+    let Some((program, program_args)) = command.split_first() else {
+        bail!("name the program to run after `--`");
+    };
+    let mut settings = Source::from_env()?.with_args(join_repeated(flags, "pass-env"))?;
+    if let Some(log) = log {
+        settings = settings.with_flag(&table::LOG_FILTER, &log);
+    }
+    if let Some(endpoint) = imds_endpoint {
+        settings = settings.with_flag(&table::IMDS_ENDPOINT, &endpoint);
+    }
+    let config = command_config(&settings, program, program_args)?;
+    // Logs (always), telemetry (when configured) and storage.
+    let setup = Setup::from_source(&settings).context("setting up")?;
+    if let Err(error) = spot_worker_command::become_subreaper() {
+        tracing::warn!(%error, "not a child subreaper: orphans of programs go to init");
+    }
+    let container = settings.get(&table::RESULTS_CONTAINER)?;
+    let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
+    let warmup_results = Arc::clone(&results);
+    let worker = setup.worker()?.with_warmup(move || {
+        let results = Arc::clone(&warmup_results);
+        async move { Ok(results.prepare().await?) }
+    });
+    tracing::info!(program = %config.program.display(), args = ?config.args, "running a program per message");
+    let report = worker
+        .run(CommandHandler::new(config, results))
+        .await
+        .context("running the worker")?;
+    tracing::info!(
+        trigger = %report.drain.trigger,
+        notice_to_drained_ms = report.drain.notice_to_drained.as_millis() as u64,
+        processed = report.stats.succeeded,
+        released = report.stats.released,
+        "stopped"
+    );
+    Ok(())
+}
+
+/// The handler's configuration from the settings.
+fn command_config(
+    settings: &Source,
+    program: &str,
+    program_args: &[String],
+) -> anyhow::Result<CommandConfig> {
+    let codes = settings.get(&table::PERMANENT_EXIT_CODES)?;
+    let codes = parse_exit_codes(&codes)
+        .map_err(|reason| settings.invalid(&table::PERMANENT_EXIT_CODES, reason))?;
+    let signal = settings.get(&table::STOP_SIGNAL)?;
+    let signal =
+        parse_signal(&signal).map_err(|reason| settings.invalid(&table::STOP_SIGNAL, reason))?;
+    let pass_env = settings
+        .get(&table::PASS_ENV)?
+        .map(|names| {
+            names
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let result_name = settings.get(&table::RESULT_NAME)?;
+    if result_name.trim().is_empty() {
+        return Err(settings.invalid(&table::RESULT_NAME, "empty").into());
+    }
+    let mut config = CommandConfig::new(program, program_args.iter().cloned())
+        .with_result_name(result_name.into_owned())
+        .with_permanent_exit_codes(codes)
+        .with_timeout(settings.get(&table::TIMEOUT)?)
+        .with_stop_signal(signal)
+        .with_checkpoint_every(settings.get(&table::CHECKPOINT_EVERY)?)
+        .with_checkpoint_max_bytes(settings.get(&table::CHECKPOINT_MAX_BYTES)?)
+        .with_pass_env(pass_env)
+        // Whatever the storage redaction would hide is a secret too.
+        .with_secret_rule(|_, value| spot_worker_azure::redact(value) != value);
+    if let Some(field) = settings.get(&table::JOB_KEY)? {
+        config = config.with_job_key(field.into_owned());
+    }
+    Ok(config)
+}
+
+/// `--NAME a --NAME b` (or `--NAME=a`) as one `--NAME a,b`, so a repeatable
+/// flag becomes the one comma-separated setting.
+fn join_repeated(args: Vec<String>, name: &str) -> Vec<String> {
+    let flag = format!("--{name}");
+    let inline = format!("--{name}=");
+    let mut values = Vec::new();
+    let mut rest = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == flag {
+            values.extend(args.next());
+        } else if let Some(value) = arg.strip_prefix(&inline) {
+            values.push(value.to_owned());
+        } else {
+            rest.push(arg);
+        }
+    }
+    if !values.is_empty() {
+        rest.push(flag);
+        rest.push(values.join(","));
+    }
+    rest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|&a| a.to_owned()).collect()
+    }
+
+    #[test]
+    fn settings_then_the_program() {
+        let split = |raw: &[&str]| {
+            RunArgs { raw: strings(raw) }
+                .split()
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            split(&["--queue", "q", "--", "python3", "--x"]),
+            Ok((strings(&["--queue", "q"]), strings(&["python3", "--x"])))
+        );
+        assert_eq!(
+            split(&["python3", "--", "--x"]),
+            Ok((vec![], strings(&["python3", "--", "--x"])))
+        );
+        assert!(split(&["--queue", "q"]).unwrap_err().contains("put `--`"));
+        assert!(
+            split(&["--queue", "q", "--"])
+                .unwrap_err()
+                .contains("name the program")
+        );
+    }
+
+    #[test]
+    fn a_repeated_flag_becomes_one_list() {
+        let rows: [(&[&str], &[&str]); 3] = [
+            (&["--queue", "q"], &["--queue", "q"]),
+            (
+                &["--pass-env", "A", "--queue", "q", "--pass-env=B"],
+                &["--queue", "q", "--pass-env", "A,B"],
+            ),
+            (&["--pass-env", "A"], &["--pass-env", "A"]),
+        ];
+        for (given, expected) in rows {
+            assert_eq!(join_repeated(strings(given), "pass-env"), strings(expected));
+        }
+    }
+
+    #[test]
+    fn settings_make_the_handler_config() {
+        let args = strings(&[
+            "--job-key",
+            "job_id",
+            "--permanent-exit-codes",
+            "65,78",
+            "--stop-signal",
+            "INT",
+            "--timeout",
+            "2m",
+            "--pass-env",
+            "A,B",
+        ]);
+        let settings = Source::defaults().with_args(args).unwrap();
+        let config = command_config(&settings, "python3", &strings(&["job.py"])).unwrap();
+        assert_eq!(config.job_key_field.as_deref(), Some("job_id"));
+        assert_eq!(config.permanent_exit_codes, [65, 78]);
+        assert_eq!(config.stop_signal, libc_sigint());
+        assert_eq!(config.timeout, Some(std::time::Duration::from_secs(120)));
+        assert_eq!(config.pass_env, ["A", "B"]);
+        assert_eq!(config.args, ["job.py"]);
+        let bad = Source::defaults()
+            .with_args(strings(&["--stop-signal", "SIGNOPE"]))
+            .unwrap();
+        let err = command_config(&bad, "x", &[]).unwrap_err().to_string();
+        assert!(err.contains("SIGNOPE"), "{err}");
+    }
+
+    fn libc_sigint() -> i32 {
+        spot_worker_command::parse_signal("SIGINT").unwrap()
+    }
+}

@@ -1,0 +1,471 @@
+//! One delivery: prepare the files, start the program in its own process
+//! group, save its checkpoint file as it changes, stop it on a notice, and
+//! turn its end into the delivery's outcome.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use spot_worker_storage::{HandlerError, Job, JobCheckpoint, PutOutcome, StorageError, permanent};
+use time::OffsetDateTime;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::exit::{ExitStatus, RunnerEnded, Verdict, signal_name, verdict};
+use crate::files::DeliveryDir;
+use crate::group::{kill_and_reap, signal_group};
+use crate::handler::{CommandHandler, key_of};
+use crate::output::{Stream, Tail, forward};
+use crate::progress::{ProgressError, from_progress, read_stable, to_progress};
+
+/// The time kept, before the drain plan's release time, to save the
+/// checkpoint file after SIGKILL: the program is killed this long before
+/// the release (or half the time left, if less).
+pub const SAVE_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a stopped program has before SIGKILL when the worker gives no
+/// release time (a lost lease, a consumer run without a deadline).
+pub const GRACE_WITHOUT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long the end of a delivery waits for the program's output to be
+/// read to its end.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
+
+/// A long-enough placeholder for "never" in `select!` branches.
+const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl CommandHandler {
+    /// Runs the program for one delivery of `job`.
+    pub(crate) async fn deliver(&self, job: &Job) -> Result<(), HandlerError> {
+        let config = &self.config;
+        let key = job.key().to_owned();
+        let message_id = job.id().to_string();
+        let keyed_by_body = match &config.job_key_field {
+            Some(field) => {
+                if key_of(job.body(), field).is_none() {
+                    return Err(permanent(format!(
+                        "the body is not a JSON object with a string or number field {field:?} \
+                         to key the job by (--job-key)"
+                    )));
+                }
+                true
+            }
+            None => false,
+        };
+        let mut checkpoint = job
+            .checkpoint()
+            .await
+            .map_err(|e| format!("job {key}: reading its checkpoint: {e}"))?;
+        if checkpoint.is_completed() {
+            tracing::info!(job_key = %key, "already completed; not run again");
+            return Ok(());
+        }
+        let saved = checkpoint
+            .progress()
+            .map(from_progress)
+            .transpose()
+            .map_err(|e| permanent(format!("job {key}: {e}")))?;
+        let dir = DeliveryDir::create(config.work_root.as_deref())
+            .map_err(|e| format!("job {key}: creating the delivery directory: {e}"))?;
+        if let Some(bytes) = &saved {
+            std::fs::write(dir.checkpoint(), bytes)
+                .map_err(|e| format!("job {key}: writing the checkpoint file: {e}"))?;
+            tracing::info!(job_key = %key, bytes = bytes.len(), "resuming from the saved checkpoint file");
+        }
+        if job.cancellation().is_cancelled() {
+            return Err(format!("job {key}: not started, the worker is winding down").into());
+        }
+
+        let mut run = Run {
+            handler: self,
+            job,
+            key: key.clone(),
+            dir,
+            last_saved: saved,
+            saved_at: Instant::now(),
+        };
+        let ended = run.run_program(&message_id, &mut checkpoint).await?;
+        let Ended {
+            status,
+            ended,
+            stderr,
+        } = ended;
+        let outcome = verdict(status, &ended, &config.permanent_exit_codes);
+        tracing::info!(job_key = %key, message_id = %message_id, status = %status, outcome = ?outcome, "the program ended");
+        let with_stderr = |reason: String| {
+            let tail = stderr.text();
+            if tail.is_empty() {
+                format!("job {key}: {reason}")
+            } else {
+                format!("job {key}: {reason}; stderr ends with:\n{tail}")
+            }
+        };
+        match outcome {
+            Verdict::Done => {
+                run.finish(&mut checkpoint, &message_id, keyed_by_body)
+                    .await
+            }
+            Verdict::Released => {
+                run.save_final(&mut checkpoint).await;
+                Err(format!(
+                    "job {key}: the program was stopped for a notice or shutdown (it {status}); \
+                     its checkpoint file is saved and the message handed back"
+                )
+                .into())
+            }
+            Verdict::Permanent(reason) => {
+                run.save_final(&mut checkpoint).await;
+                Err(permanent(with_stderr(reason)))
+            }
+            Verdict::Failed(reason) => {
+                run.save_final(&mut checkpoint).await;
+                Err(with_stderr(reason).into())
+            }
+        }
+    }
+}
+
+/// How the program ended.
+struct Ended {
+    status: ExitStatus,
+    ended: RunnerEnded,
+    stderr: Tail,
+}
+
+/// One delivery's program run and its checkpoint file.
+struct Run<'a> {
+    handler: &'a CommandHandler,
+    job: &'a Job,
+    key: String,
+    dir: DeliveryDir,
+    /// The checkpoint file's bytes as last saved (or restored).
+    last_saved: Option<Vec<u8>>,
+    saved_at: Instant,
+}
+
+/// Kills what is left of the program's group if the delivery is dropped
+/// (the release time passed), and reaps it in the background.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        signal_group(self.pgid, libc::SIGKILL);
+        let pgid = self.pgid;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                kill_and_reap(pgid).await;
+            });
+        }
+    }
+}
+
+impl Run<'_> {
+    /// Starts the program and waits for it, saving its checkpoint file as it
+    /// changes and stopping it on a notice, a timeout or a fault; returns
+    /// once the program and its whole group are gone.
+    async fn run_program(
+        &mut self,
+        message_id: &str,
+        checkpoint: &mut JobCheckpoint,
+    ) -> Result<Ended, HandlerError> {
+        let config = &self.handler.config;
+        let key = self.key.clone();
+        let mut child = self.spawn(message_id)?;
+        let pgid = child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .ok_or_else(|| format!("job {key}: the program has no process id"))?;
+        let mut guard = GroupGuard { pgid, armed: true };
+        let stderr_tail = Tail::default();
+        let readers = self.start_io(&mut child, message_id, &stderr_tail);
+
+        let started = Instant::now();
+        let timeout_at = config.timeout.map(|timeout| started + timeout);
+        let mut kill_at: Option<Instant> = None;
+        let mut ended = RunnerEnded::No;
+        let mut next_save = started + config.checkpoint_every;
+        let cancelled = self.job.cancellation().clone();
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => {
+                    break status.map_err(|e| format!("job {key}: waiting for the program: {e}"))?;
+                }
+                () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {
+                    kill_at = Some(self.stop_for_notice(pgid));
+                    ended = RunnerEnded::ForNotice;
+                }
+                () = tokio::time::sleep_until(kill_at.unwrap_or(started + FAR)), if kill_at.is_some() => {
+                    tracing::warn!(job_key = %key, "the program did not stop in time; killing its process group");
+                    signal_group(pgid, libc::SIGKILL);
+                    kill_at = None;
+                }
+                () = tokio::time::sleep_until(timeout_at.unwrap_or(started + FAR)), if timeout_at.is_some() && ended == RunnerEnded::No => {
+                    tracing::warn!(job_key = %key, timeout = ?config.timeout, "the program ran longer than --timeout; killing it");
+                    signal_group(pgid, libc::SIGKILL);
+                    ended = RunnerEnded::ForTimeout;
+                }
+                () = tokio::time::sleep_until(next_save) => {
+                    next_save = Instant::now() + config.checkpoint_every;
+                    if let Err(fault) = self.save_if_changed(checkpoint).await
+                        && ended == RunnerEnded::No
+                    {
+                        tracing::error!(job_key = %key, error = %fault, "killing the program");
+                        signal_group(pgid, libc::SIGKILL);
+                        ended = RunnerEnded::ForFault(fault);
+                    }
+                }
+            }
+        };
+        // Whatever the program left running in its group goes with it.
+        if !kill_and_reap(pgid).await {
+            tracing::warn!(job_key = %key, pgid, "processes of the program's group outlived SIGKILL");
+        }
+        guard.armed = false;
+        for reader in readers {
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(OUTPUT_DRAIN, reader).await.is_err() {
+                // A process that left the group still holds the pipe.
+                abort.abort();
+            }
+        }
+        Ok(Ended {
+            status: exit_status(status),
+            ended,
+            stderr: stderr_tail,
+        })
+    }
+
+    /// The program, started in its own process group with the contract's
+    /// environment.
+    fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
+        let config = &self.handler.config;
+        let job = self.job;
+        let contract: Vec<(&'static str, String)> = vec![
+            ("SPOT_WORKER_JOB_KEY", self.key.clone()),
+            ("SPOT_WORKER_MESSAGE_ID", message_id.to_owned()),
+            ("SPOT_WORKER_DELIVERY", job.dequeue_count().to_string()),
+            ("SPOT_WORKER_FAILURES", job.failures().to_string()),
+            (
+                "SPOT_WORKER_WORK_DIR",
+                path_text(self.dir.work().to_path_buf()),
+            ),
+            ("SPOT_WORKER_CHECKPOINT", path_text(self.dir.checkpoint())),
+            ("SPOT_WORKER_RESULT", path_text(self.dir.result())),
+            ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
+        ];
+        let env = crate::env::child_env(
+            std::env::vars(),
+            &*config.secret,
+            &config.pass_env,
+            &contract,
+        );
+        let mut command = tokio::process::Command::new(&config.program);
+        command
+            .args(&config.args)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        command.spawn().map_err(|e| {
+            format!(
+                "job {}: starting {}: {e}",
+                self.key,
+                config.program.display()
+            )
+            .into()
+        })
+    }
+
+    /// Feeds the body to stdin (then end of file) and forwards stdout and
+    /// stderr to the log.
+    fn start_io(&self, child: &mut Child, message_id: &str, tail: &Tail) -> Vec<JoinHandle<()>> {
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = self.job.body().to_vec();
+            // A program that does not read its input is not an error.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let mut readers = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            readers.push(tokio::spawn(forward(
+                BufReader::new(stdout),
+                Stream::Stdout,
+                self.key.clone(),
+                message_id.to_owned(),
+                None,
+            )));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            readers.push(tokio::spawn(forward(
+                BufReader::new(stderr),
+                Stream::Stderr,
+                self.key.clone(),
+                message_id.to_owned(),
+                Some(tail.clone()),
+            )));
+        }
+        readers
+    }
+
+    /// Stops the program for a notice: the stop signal to its group, the
+    /// notice file, and the time SIGKILL follows.
+    fn stop_for_notice(&self, pgid: i32) -> Instant {
+        let now = Instant::now();
+        let (deadline, kill_at) = match self.job.deadline() {
+            Some(release) => {
+                let left = release.saturating_duration_since(now);
+                (release, release - SAVE_MARGIN.min(left / 2))
+            }
+            None => (now + GRACE_WITHOUT_DEADLINE, now + GRACE_WITHOUT_DEADLINE),
+        };
+        let signal = self.handler.config.stop_signal;
+        signal_group(pgid, signal);
+        let wall = OffsetDateTime::now_utc() + deadline.saturating_duration_since(now);
+        if let Err(error) = self.dir.write_notice(wall) {
+            tracing::warn!(job_key = %self.key, %error, "the notice file could not be written");
+        }
+        tracing::info!(
+            job_key = %self.key,
+            signal = %signal_name(signal),
+            kill_in_ms = kill_at.saturating_duration_since(now).as_millis() as u64,
+            "stopping the program for the drain"
+        );
+        kill_at
+    }
+
+    /// Saves the checkpoint file if it changed since the last save. An
+    /// error is a fault of the program's (a file over the size limit), for
+    /// which it is stopped; store trouble is only logged (the next save, or
+    /// the final one, tries again).
+    async fn save_if_changed(&mut self, checkpoint: &mut JobCheckpoint) -> Result<(), String> {
+        let path = self.dir.checkpoint();
+        let limit = self.handler.config.checkpoint_max_bytes;
+        let read = tokio::task::spawn_blocking(move || read_stable(&path, limit)).await;
+        let bytes = match read {
+            Ok(Ok(Some(bytes))) => bytes,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
+            Ok(Err(error)) => {
+                tracing::warn!(job_key = %self.key, %error, "the checkpoint file was not saved this time");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::warn!(job_key = %self.key, %error, "reading the checkpoint file failed");
+                return Ok(());
+            }
+        };
+        if self.last_saved.as_deref() == Some(bytes.as_slice()) {
+            return Ok(());
+        }
+        match checkpoint.save_progress(to_progress(&bytes)).await {
+            Ok(()) => {
+                tracing::debug!(job_key = %self.key, bytes = bytes.len(), "checkpoint file saved");
+                self.last_saved = Some(bytes);
+                self.saved_at = Instant::now();
+                Ok(())
+            }
+            // Released or lost: the next holder resumes from the last save.
+            Err(StorageError::JobCancelled { .. }) => Ok(()),
+            Err(error @ StorageError::Conflict { .. }) => Err(format!(
+                "saving its checkpoint file lost to another holder of the job: {error}"
+            )),
+            Err(error) => {
+                tracing::warn!(job_key = %self.key, %error, "the checkpoint file could not be saved; trying again later");
+                Ok(())
+            }
+        }
+    }
+
+    /// The last save, once the program is gone.
+    async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) {
+        if let Err(error) = self.save_if_changed(checkpoint).await {
+            tracing::error!(job_key = %self.key, %error, "the last checkpoint file was not saved");
+        }
+    }
+
+    /// A clean exit: store the result file create-only, then mark the job
+    /// completed.
+    async fn finish(
+        &mut self,
+        checkpoint: &mut JobCheckpoint,
+        message_id: &str,
+        keyed_by_body: bool,
+    ) -> Result<(), HandlerError> {
+        let key = self.key.clone();
+        let config = &self.handler.config;
+        let path = self.dir.result();
+        let read = tokio::task::spawn_blocking(move || read_stable(&path, u64::MAX))
+            .await
+            .map_err(|e| format!("job {key}: reading the result file: {e}"))?
+            .map_err(|e| format!("job {key}: {e}"))?;
+        let name = match read {
+            Some(bytes) => {
+                let name = config.result_name_for(&key, message_id);
+                self.put_result(&name, &bytes).await?;
+                Some(name)
+            }
+            None => None,
+        };
+        // A job keyed by its body is marked completed so duplicates are
+        // deleted unrun; one keyed by its message id only if it saved
+        // progress (its message is deleted next, nothing else can ask).
+        if keyed_by_body || checkpoint.latest().is_some() {
+            match checkpoint.complete(json!({ "result": name })).await {
+                Ok(()) | Err(StorageError::JobCancelled { .. }) => {}
+                Err(error) => {
+                    return Err(format!("job {key}: marking it completed: {error}").into());
+                }
+            }
+        }
+        tracing::info!(job_key = %key, result = name.as_deref().unwrap_or("(none)"), "job completed");
+        Ok(())
+    }
+
+    /// Stores the result create-only; the same bytes already there are
+    /// success, other bytes a permanent failure.
+    async fn put_result(&self, name: &str, bytes: &[u8]) -> Result<(), HandlerError> {
+        let key = &self.key;
+        let results = &self.handler.results;
+        match results.put_new(name, bytes).await {
+            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::AlreadyExistsIdentical) => {
+                tracing::info!(job_key = %key, result = %name, "the identical result already existed");
+                Ok(())
+            }
+            Err(StorageError::Conflict { .. }) => Err(permanent(format!(
+                "job {key}: a different result is already stored as {name} in {}; \
+                 send the job under a new key",
+                results.name()
+            ))),
+            Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
+        }
+    }
+}
+
+/// `wait`'s status as an exit code or a signal.
+fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitStatus::Code(code),
+        (None, Some(signal)) => ExitStatus::Signal(signal),
+        (None, None) => ExitStatus::Code(-1),
+    }
+}
+
+fn path_text(path: PathBuf) -> String {
+    path.to_string_lossy().into_owned()
+}

@@ -1,0 +1,174 @@
+//! The program's environment: the worker's, without its credentials, plus
+//! what the operator passes on purpose (`--pass-env`).
+
+use std::sync::Arc;
+
+/// Decides whether an environment variable of the worker is a secret the
+/// program must not see, from its name and value.
+pub type SecretRule = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// Name fragments that mark a credential, matched in upper case anywhere in
+/// the name.
+const SECRET_FRAGMENTS: [&str; 9] = [
+    "CONNECTION_STRING",
+    "CONNECTIONSTRING",
+    "ACCOUNT_KEY",
+    "ACCESS_KEY",
+    "SAS",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "CREDENTIAL",
+];
+
+/// Name prefixes of identity and storage settings: `AZURE_*` (the
+/// identity variables of the Azure SDKs and CLI), the managed identity
+/// endpoints of App Service and Arc (`IDENTITY_*`, `MSI_*`), the worker's
+/// storage account, and telemetry exporters' headers (which carry keys).
+const SECRET_PREFIXES: [&str; 6] = [
+    "AZURE_",
+    "IDENTITY_",
+    "MSI_",
+    "SPOT_WORKER_STORAGE_",
+    "APPLICATIONINSIGHTS_",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+];
+
+/// Value fragments of credentials (lower case): an account key or a SAS
+/// signature in a connection string or URL, a bearer token.
+const SECRET_VALUE_FRAGMENTS: [&str; 4] =
+    ["accountkey=", "sig=", "sharedaccesssignature=", "bearer "];
+
+/// The built-in rule: a credential by its name or by its value.
+///
+/// ```
+/// use spot_worker_command::is_secret;
+///
+/// assert!(is_secret("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true"));
+/// assert!(is_secret("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000000"));
+/// assert!(is_secret("MY_URL", "https://a.blob.core.windows.net/c?sv=1&sig=abc"));
+/// assert!(!is_secret("PATH", "/usr/bin:/bin"));
+/// ```
+pub fn is_secret(name: &str, value: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    let lower_value = value.to_ascii_lowercase();
+    SECRET_PREFIXES
+        .iter()
+        .any(|prefix| upper.starts_with(prefix))
+        || SECRET_FRAGMENTS
+            .iter()
+            .any(|fragment| upper.contains(fragment))
+        || upper.ends_with("_KEY")
+        || SECRET_VALUE_FRAGMENTS
+            .iter()
+            .any(|fragment| lower_value.contains(fragment))
+}
+
+/// The program's environment: every variable of `worker_env` that `secret`
+/// does not reject, those named in `pass` whatever `secret` says, then
+/// `contract` (the `SPOT_WORKER_*` variables of the delivery) over both.
+pub fn child_env(
+    worker_env: impl IntoIterator<Item = (String, String)>,
+    secret: &dyn Fn(&str, &str) -> bool,
+    pass: &[String],
+    contract: &[(&'static str, String)],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = worker_env
+        .into_iter()
+        .filter(|(name, value)| pass.contains(name) || !secret(name, value))
+        .filter(|(name, _)| !contract.iter().any(|(set, _)| set == name))
+        .collect();
+    env.extend(
+        contract
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone())),
+    );
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_by_name_and_value() {
+        // (name, value, secret)
+        let rows = [
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "UseDevelopmentStorage=true",
+                true,
+            ),
+            ("AZURE_CLIENT_ID", "id", true),
+            ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/token", true),
+            (
+                "IDENTITY_ENDPOINT",
+                "http://localhost:42356/msi/token",
+                true,
+            ),
+            ("IDENTITY_HEADER", "h", true),
+            ("MSI_SECRET", "s", true),
+            ("SPOT_WORKER_STORAGE_ACCOUNT_URL", "acct", true),
+            (
+                "APPLICATIONINSIGHTS_CONNECTION_STRING",
+                "InstrumentationKey=x",
+                true,
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=x", true),
+            ("GITHUB_TOKEN", "x", true),
+            ("DB_PASSWORD", "x", true),
+            ("MY_SAS", "x", true),
+            ("STRIPE_KEY", "x", true),
+            (
+                "SOMETHING",
+                "DefaultEndpointsProtocol=https;AccountKey=abc",
+                true,
+            ),
+            (
+                "UPLOAD_URL",
+                "https://a.blob.core.windows.net/c?sv=1&sig=abc",
+                true,
+            ),
+            ("AUTH", "Bearer eyJ0", true),
+            ("PATH", "/usr/bin", false),
+            ("HOME", "/home/worker", false),
+            ("SPOT_WORKER_QUEUE", "jobs", false),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http://127.0.0.1:4318",
+                false,
+            ),
+            ("LANG", "C.UTF-8", false),
+            ("KEYBOARD", "us", false),
+        ];
+        for (name, value, expected) in rows {
+            assert_eq!(is_secret(name, value), expected, "{name}={value}");
+        }
+    }
+
+    #[test]
+    fn the_environment_drops_secrets_keeps_passed_and_sets_the_contract() {
+        let worker = [
+            ("PATH", "/bin"),
+            ("AZURE_STORAGE_CONNECTION_STRING", "AccountKey=k"),
+            ("HF_TOKEN", "t"),
+            ("SPOT_WORKER_JOB_KEY", "job_id"),
+        ]
+        .map(|(n, v)| (n.to_owned(), v.to_owned()));
+        let env = child_env(
+            worker,
+            &is_secret,
+            &["HF_TOKEN".to_owned()],
+            &[("SPOT_WORKER_JOB_KEY", "j1".to_owned())],
+        );
+        let names: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("PATH", "/bin"),
+                ("HF_TOKEN", "t"),
+                ("SPOT_WORKER_JOB_KEY", "j1")
+            ]
+        );
+    }
+}

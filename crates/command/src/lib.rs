@@ -1,0 +1,36 @@
+//! # spot-worker-command
+//!
+//! Any program as a spot-worker job. [`CommandHandler`] is a
+//! [`MessageHandler`](spot_worker_storage::MessageHandler) that runs a
+//! program once per message: the body on stdin, the job's progress in a
+//! checkpoint file the runner saves (fenced, like every checkpoint), its
+//! result in a result file stored create-only, the drain's notice as a
+//! signal to its process group and a notice file, its exit status turned
+//! into done, retry or poison by ordered rules ([`verdict`]), its output in
+//! the worker's log, and the worker's credentials kept from it.
+//! `spot-worker run -- PROGRAM` wires it into a worker; docs/command.md is
+//! the contract.
+
+mod config;
+mod delivery;
+mod env;
+mod exit;
+mod files;
+mod group;
+mod handler;
+mod output;
+mod progress;
+
+pub use config::{
+    CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
+    DEFAULT_PERMANENT_EXIT_CODES, DEFAULT_RESULT_NAME,
+};
+pub use delivery::{GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
+pub use env::{SecretRule, child_env, is_secret};
+pub use exit::{
+    ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
+};
+pub use group::become_subreaper;
+pub use handler::CommandHandler;
+pub use output::{MAX_LINE, STDERR_TAIL};
+pub use progress::{ProgressError, from_progress, read_stable, to_progress};
