@@ -77,7 +77,7 @@ pub fn read_stable(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ProgressE
         }
         let mut bytes = Vec::with_capacity(before.len() as usize);
         (&mut file)
-            .take(limit + 1)
+            .take(limit.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(io)?;
         if bytes.len() as u64 > limit {
