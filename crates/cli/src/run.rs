@@ -79,8 +79,17 @@ pub async fn run(
     let config = command_config(&settings, program, program_args)?;
     // Logs (always), telemetry (when configured) and storage.
     let setup = Setup::from_source(&settings).context("setting up")?;
-    if let Err(error) = spot_worker_command::become_subreaper() {
-        tracing::warn!(%error, "not a child subreaper: orphans of programs go to init");
+    match spot_worker_command::become_subreaper() {
+        // Orphans that left their program's group are reaped too.
+        Ok(()) => drop(spot_worker_command::spawn_orphan_reaper()),
+        Err(error) => {
+            tracing::warn!(%error, "not a child subreaper: orphans of programs go to init")
+        }
+    }
+    // The credentials stay in this process: no program of the same user
+    // reads them from /proc/<runner>/environ.
+    if let Err(error) = spot_worker_command::hide_from_programs() {
+        tracing::warn!(%error, "programs may read this process's environment from /proc");
     }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);

@@ -31,8 +31,9 @@ pub const SAVE_MARGIN: Duration = Duration::from_secs(1);
 pub const GRACE_WITHOUT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long the end of a delivery waits for the program's output to be
-/// read to its end.
-const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
+/// read to its end (the pipes close as the group dies; only a process that
+/// left the group can hold them longer).
+const OUTPUT_DRAIN: Duration = Duration::from_millis(250);
 
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -79,9 +80,14 @@ impl CommandHandler {
             return Err(format!("job {key}: not started, the worker is winding down").into());
         }
 
+        let failures = job
+            .failures()
+            .await
+            .map_err(|e| format!("job {key}: reading its attempt record: {e}"))?;
         let mut run = Run {
             handler: self,
             job,
+            failures,
             key: key.clone(),
             dir,
             last_saved: saved,
@@ -139,6 +145,8 @@ struct Ended {
 struct Run<'a> {
     handler: &'a CommandHandler,
     job: &'a Job,
+    /// Failures recorded before this delivery.
+    failures: u32,
     key: String,
     dir: DeliveryDir,
     /// The checkpoint file's bytes as last saved (or restored).
@@ -184,6 +192,7 @@ impl Run<'_> {
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .ok_or_else(|| format!("job {key}: the program has no process id"))?;
+        crate::reaper::program_started(pgid.unsigned_abs());
         let mut guard = GroupGuard { pgid, armed: true };
         let stderr_tail = Tail::default();
         let readers = self.start_io(&mut child, message_id, &stderr_tail);
@@ -197,6 +206,7 @@ impl Run<'_> {
         let status = loop {
             tokio::select! {
                 status = child.wait() => {
+                    crate::reaper::program_reaped(pgid.unsigned_abs());
                     break status.map_err(|e| format!("job {key}: waiting for the program: {e}"))?;
                 }
                 () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {
@@ -253,7 +263,7 @@ impl Run<'_> {
             ("SPOT_WORKER_JOB_KEY", self.key.clone()),
             ("SPOT_WORKER_MESSAGE_ID", message_id.to_owned()),
             ("SPOT_WORKER_DELIVERY", job.dequeue_count().to_string()),
-            ("SPOT_WORKER_FAILURES", job.failures().to_string()),
+            ("SPOT_WORKER_FAILURES", self.failures.to_string()),
             (
                 "SPOT_WORKER_WORK_DIR",
                 path_text(self.dir.work().to_path_buf()),

@@ -20,6 +20,7 @@ mod group;
 mod handler;
 mod output;
 mod progress;
+mod reaper;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
@@ -30,7 +31,8 @@ pub use env::{SecretRule, child_env, is_secret};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
-pub use group::become_subreaper;
+pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
 pub use output::{MAX_LINE, STDERR_TAIL};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};
+pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};

@@ -11,8 +11,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 /// line marked as cut.
 pub const MAX_LINE: usize = 4096;
 
-/// How much of stderr's end a failure reason quotes.
-pub const STDERR_TAIL: usize = 4096;
+/// How much of stderr's end a failure reason quotes: 3 KiB, so that the
+/// reason with it fits a poison record's `last_error` (4 KiB).
+pub const STDERR_TAIL: usize = 3 * 1024;
 
 /// Which stream a line came from.
 #[derive(Clone, Copy, Debug)]

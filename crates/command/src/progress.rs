@@ -75,7 +75,7 @@ pub fn read_stable(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ProgressE
                 limit,
             });
         }
-        let mut bytes = Vec::with_capacity(before.len() as usize);
+        let mut bytes = Vec::with_capacity(usize::try_from(before.len()).unwrap_or(0));
         (&mut file)
             .take(limit.saturating_add(1))
             .read_to_end(&mut bytes)

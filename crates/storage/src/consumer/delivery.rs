@@ -183,7 +183,12 @@ impl Consumer {
             id: delivery.message.id.clone(),
             key,
             dequeue_count: delivery.message.dequeue_count,
-            failures,
+            // Known without a read on a first delivery, or when the
+            // crash-loop guard read the record.
+            failures: (delivery.message.dequeue_count <= 1
+                || delivery.message.dequeue_count > self.config.max_deliveries)
+                .then_some(failures),
+            attempts: self.attempts.clone(),
             inserted_at: delivery.message.inserted_at,
             body,
             cancelled: delivery.job_token.clone(),

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::attempts::AttemptLog;
 use crate::checkpoint::{CheckpointNotes, CheckpointStore, JobCheckpoint, StoredCheckpoint};
 use crate::error::StorageError;
 use crate::queue::MessageId;
@@ -253,8 +254,12 @@ pub struct Job {
     pub(crate) id: MessageId,
     pub(crate) key: String,
     pub(crate) dequeue_count: u32,
-    /// Failures recorded for this message before this delivery.
-    pub(crate) failures: u32,
+    /// Failures recorded for this message before this delivery, when the
+    /// consumer knows them without a read (a first delivery, or a record
+    /// read for the crash-loop guard).
+    pub(crate) failures: Option<u32>,
+    /// Where the message's attempt record is, for [`Job::failures`].
+    pub(crate) attempts: AttemptLog,
     pub(crate) inserted_at: Option<OffsetDateTime>,
     pub(crate) body: Vec<u8>,
     pub(crate) cancelled: CancellationToken,
@@ -288,9 +293,14 @@ impl Job {
 
     /// How many failures the consumer recorded for this message before
     /// this delivery (evictions and waits are not failures); it is poisoned
-    /// when this reaches `max_failures`.
-    pub fn failures(&self) -> u32 {
-        self.failures
+    /// when failures reach `max_failures`. On a redelivery this reads the
+    /// message's attempt record (one request) unless the consumer has read
+    /// it already; a first delivery costs nothing.
+    pub async fn failures(&self) -> Result<u32, StorageError> {
+        match self.failures {
+            Some(failures) => Ok(failures),
+            None => Ok(self.attempts.read(&self.id).await?.attempts.failures),
+        }
     }
 
     /// When the message was first sent, if known.

@@ -1,0 +1,124 @@
+//! What the command tests share: a consumer on a fresh Azurite with short
+//! retries, a handler wrapper that reports each finished delivery, and
+//! bounded waits on what the store shows.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use spot_worker_command::{CommandConfig, CommandHandler};
+use spot_worker_storage::{
+    Consumer, ConsumerConfig, HandlerError, Job, MessageHandler, PoisonRecord,
+};
+use spot_worker_testkit::worker::{Env, PATIENCE};
+use tokio::sync::Notify;
+
+/// A handler that counts finished deliveries and wakes waiters after each.
+#[derive(Clone)]
+pub struct Observed<H> {
+    inner: H,
+    finished: Arc<AtomicUsize>,
+    wake: Arc<Notify>,
+}
+
+impl<H: MessageHandler + Clone> Observed<H> {
+    pub fn new(inner: H) -> Self {
+        Observed {
+            inner,
+            finished: Arc::default(),
+            wake: Arc::default(),
+        }
+    }
+
+    /// Waits until `count` deliveries have finished (bounded).
+    pub async fn finished(&self, count: usize) {
+        let waiting = async {
+            loop {
+                let notified = self.wake.notified();
+                if self.finished.load(Ordering::SeqCst) >= count {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{count} deliveries did not finish"));
+    }
+}
+
+impl<H: MessageHandler> MessageHandler for Observed<H> {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        let result = self.inner.handle(job).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_waiters();
+        result
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        self.inner.job_key(body)
+    }
+}
+
+/// A consumer on `env`'s queues with retries 100 ms apart.
+pub fn consumer(env: &Env, max_failures: u32) -> Consumer {
+    let config = ConsumerConfig {
+        max_failures,
+        retry_backoff_base: Duration::from_millis(100),
+        retry_backoff_max: Duration::from_millis(200),
+        idle_backoff_max: Duration::from_millis(200),
+        visibility_timeout: Duration::from_secs(10),
+        ..ConsumerConfig::default()
+    };
+    Consumer::new(env.queue.clone(), env.poison.clone(), config)
+        .unwrap()
+        .with_checkpoints(env.checkpoints.clone())
+}
+
+/// `sh -c script`, with results in `env`'s result store.
+pub fn shell(env: &Env, script: &str) -> CommandHandler {
+    CommandHandler::new(sh(script), env.results.clone())
+}
+
+/// The configuration that runs `sh -c script`.
+pub fn sh(script: &str) -> CommandConfig {
+    CommandConfig::new("sh", ["-c", script]).with_checkpoint_every(Duration::from_millis(50))
+}
+
+/// Waits for the first poison record (bounded).
+pub async fn poisoned(env: &Env) -> PoisonRecord {
+    for _ in 0..1200 {
+        let records = env
+            .poison
+            .receive(1, Duration::from_secs(30))
+            .await
+            .unwrap();
+        if let Some(record) = records.first() {
+            return PoisonRecord::from_message_text(&record.body).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("nothing was poisoned");
+}
+
+/// Whether process `pid` exists (a zombie counts: it was not reaped).
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The lines of a file the programs append to.
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A shell word for a path.
+pub fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display())
+}
