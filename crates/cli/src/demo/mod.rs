@@ -83,8 +83,9 @@ pub struct DemoArgs {
 
     /// The job is a Python program (`examples/command/primes.py`) run by
     /// `spot-worker run`'s handler: evicted mid-way, resumed on worker B
-    /// from its checkpoint file, its result checked. Needs `python3`.
-    #[arg(long)]
+    /// from its checkpoint file, its result checked. Needs `python3`. One
+    /// job of --size numbers [default: 1_000_000_000].
+    #[arg(long, conflicts_with_all = ["jobs", "chunk_size", "concurrency"])]
     command: bool,
 }
 
