@@ -7,29 +7,82 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use spot_worker_storage::{MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
 use tokio::process::Command;
 
+/// `spot-worker run` with `args`, as `nobody` when the test runs as root.
+fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Command {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let mut command = if unsafe { libc::geteuid() } == 0 {
+        let mut command = Command::new("setpriv");
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        command.arg(env!("CARGO_BIN_EXE_spot-worker"));
+        command
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+    };
+    command
+        .arg("run")
+        .args(args)
+        .env("AZURE_STORAGE_CONNECTION_STRING", connection_string)
+        .env("SPOT_WORKER_IMDS_ENDPOINT", imds)
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .env("SPOT_WORKER_QUEUE", "jobs")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_CONFIG")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
 /// Bound on every wait.
 const PATIENCE: Duration = Duration::from_secs(90);
 
+/// Azurite with the queue `jobs`, and the IMDS emulator.
+struct World {
+    azurite: Azurite,
+    emulator: RunningEmulator,
+    storage: AzureStorage,
+    queue: spot_worker_azure::AzureQueue,
+}
+
+impl World {
+    async fn start() -> World {
+        let azurite = tokio::task::spawn_blocking(Azurite::start)
+            .await
+            .unwrap()
+            .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
+        let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
+            .await
+            .unwrap();
+        let config = StorageConfig::from_connection_string(&azurite.connection_string()).unwrap();
+        let storage = AzureStorage::new(config).unwrap();
+        let queue = storage.queue("jobs").unwrap();
+        queue.prepare().await.unwrap();
+        World {
+            azurite,
+            emulator,
+            storage,
+            queue,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_gets_its_job_but_never_the_runners_credentials() {
-    let azurite = tokio::task::spawn_blocking(Azurite::start)
-        .await
-        .unwrap()
-        .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-    let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-        .await
-        .unwrap();
-    let connection_string = azurite.connection_string();
-    let storage =
-        AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
-            .unwrap();
-    let queue = storage.queue("jobs").unwrap();
-    queue.prepare().await.unwrap();
+    let world = World::start().await;
+    let (connection_string, storage, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.storage,
+        &world.queue,
+        &world.emulator,
+    );
     queue
         .send(r#"{"job_id":"s1"}"#, Duration::ZERO)
         .await
@@ -41,18 +94,8 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
     // promise is for a runner that is not root (the systemd unit and the
     // container image run it as a user of its own), so a root test runs the
     // worker as `nobody` (util-linux's setpriv).
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let mut worker = if unsafe { libc::geteuid() } == 0 {
-        let mut command = Command::new("setpriv");
-        command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        command.arg(env!("CARGO_BIN_EXE_spot-worker"));
-        command
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_spot-worker"))
-    };
-    let worker = worker
-        .args([
-            "run",
+    let worker = spot_worker_run(
+        &[
             "--job-key",
             "job_id",
             "--pass-env",
@@ -61,23 +104,14 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
             "sh",
             "-c",
             program,
-        ])
-        .env("AZURE_STORAGE_CONNECTION_STRING", &connection_string)
-        .env("SPOT_WORKER_IMDS_ENDPOINT", emulator.url())
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .env("SPOT_WORKER_QUEUE", "jobs")
-        .env("MY_API_TOKEN", "passed-on-purpose")
-        .env("OTHER_TOKEN", "not-for-programs")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("RUST_LOG")
-        .env_remove("SPOT_WORKER_CONFIG")
-        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+        &connection_string,
+        &emulator.url(),
+    )
+    .env("MY_API_TOKEN", "passed-on-purpose")
+    .env("OTHER_TOKEN", "not-for-programs")
+    .spawn()
+    .unwrap();
 
     let results = storage.result_store("results").unwrap();
     let mut result = None;
@@ -119,4 +153,66 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         !result.contains("read=0"),
         "the runner's environment was readable:\n{result}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_ignoring_sigterm_still_lets_the_worker_exit_0_within_the_drain_budget() {
+    let world = World::start().await;
+    let (connection_string, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.queue,
+        &world.emulator,
+    );
+    queue.send("stubborn", Duration::ZERO).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Readable and writable by the worker when it runs as nobody.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let started = dir.path().join("started");
+    let program = format!(
+        "trap '' TERM; touch '{}'; while :; do sleep 0.1; done",
+        started.display()
+    );
+    let worker = spot_worker_run(
+        &[
+            "--drain-budget",
+            "4s",
+            "--release-margin",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &program,
+        ],
+        &connection_string,
+        &emulator.url(),
+    )
+    .spawn()
+    .unwrap();
+    let waited = std::time::Instant::now();
+    while !started.exists() && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started.exists(), "the program started");
+    let pid = worker.id().unwrap() as i32;
+    let sent = std::time::Instant::now();
+    // SAFETY: signals the worker this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let output = tokio::time::timeout(PATIENCE, worker.wait_with_output())
+        .await
+        .expect("the worker exits after SIGTERM")
+        .unwrap();
+    let took = sent.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        took < Duration::from_secs(4),
+        "exited {took:?} after SIGTERM; budget 4 s"
+    );
+    let again = queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "the message was released");
+    assert_eq!(again[0].body, "stubborn");
 }

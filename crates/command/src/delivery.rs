@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::json;
-use spot_worker_storage::{HandlerError, Job, JobCheckpoint, PutOutcome, StorageError, permanent};
+use spot_worker_storage::{HandlerError, Job, JobCheckpoint, permanent};
 use time::OffsetDateTime;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::Child;
@@ -19,7 +18,7 @@ use crate::files::DeliveryDir;
 use crate::group::{kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
-use crate::progress::{ProgressError, from_progress, read_stable, to_progress};
+use crate::progress::from_progress;
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -91,7 +90,6 @@ impl CommandHandler {
             key: key.clone(),
             dir,
             last_saved: saved,
-            saved_at: Instant::now(),
         };
         let ended = run.run_program(&message_id, &mut checkpoint).await?;
         let Ended {
@@ -142,16 +140,15 @@ struct Ended {
 }
 
 /// One delivery's program run and its checkpoint file.
-struct Run<'a> {
-    handler: &'a CommandHandler,
-    job: &'a Job,
+pub(crate) struct Run<'a> {
+    pub(crate) handler: &'a CommandHandler,
+    pub(crate) job: &'a Job,
     /// Failures recorded before this delivery.
-    failures: u32,
-    key: String,
-    dir: DeliveryDir,
+    pub(crate) failures: u32,
+    pub(crate) key: String,
+    pub(crate) dir: DeliveryDir,
     /// The checkpoint file's bytes as last saved (or restored).
-    last_saved: Option<Vec<u8>>,
-    saved_at: Instant,
+    pub(crate) last_saved: Option<Vec<u8>>,
 }
 
 /// Kills what is left of the program's group if the delivery is dropped
@@ -273,7 +270,7 @@ impl Run<'_> {
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
         ];
         let env = crate::env::child_env(
-            std::env::vars(),
+            std::env::vars_os(),
             &*config.secret,
             &config.pass_env,
             &contract,
@@ -355,114 +352,6 @@ impl Run<'_> {
             "stopping the program for the drain"
         );
         kill_at
-    }
-
-    /// Saves the checkpoint file if it changed since the last save. An
-    /// error is a fault of the program's (a file over the size limit), for
-    /// which it is stopped; store trouble is only logged (the next save, or
-    /// the final one, tries again).
-    async fn save_if_changed(&mut self, checkpoint: &mut JobCheckpoint) -> Result<(), String> {
-        let path = self.dir.checkpoint();
-        let limit = self.handler.config.checkpoint_max_bytes;
-        let read = tokio::task::spawn_blocking(move || read_stable(&path, limit)).await;
-        let bytes = match read {
-            Ok(Ok(Some(bytes))) => bytes,
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
-            Ok(Err(error)) => {
-                tracing::warn!(job_key = %self.key, %error, "the checkpoint file was not saved this time");
-                return Ok(());
-            }
-            Err(error) => {
-                tracing::warn!(job_key = %self.key, %error, "reading the checkpoint file failed");
-                return Ok(());
-            }
-        };
-        if self.last_saved.as_deref() == Some(bytes.as_slice()) {
-            return Ok(());
-        }
-        match checkpoint.save_progress(to_progress(&bytes)).await {
-            Ok(()) => {
-                tracing::debug!(job_key = %self.key, bytes = bytes.len(), "checkpoint file saved");
-                self.last_saved = Some(bytes);
-                self.saved_at = Instant::now();
-                Ok(())
-            }
-            // Released or lost: the next holder resumes from the last save.
-            Err(StorageError::JobCancelled { .. }) => Ok(()),
-            Err(error @ StorageError::Conflict { .. }) => Err(format!(
-                "saving its checkpoint file lost to another holder of the job: {error}"
-            )),
-            Err(error) => {
-                tracing::warn!(job_key = %self.key, %error, "the checkpoint file could not be saved; trying again later");
-                Ok(())
-            }
-        }
-    }
-
-    /// The last save, once the program is gone.
-    async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) {
-        if let Err(error) = self.save_if_changed(checkpoint).await {
-            tracing::error!(job_key = %self.key, %error, "the last checkpoint file was not saved");
-        }
-    }
-
-    /// A clean exit: store the result file create-only, then mark the job
-    /// completed.
-    async fn finish(
-        &mut self,
-        checkpoint: &mut JobCheckpoint,
-        message_id: &str,
-        keyed_by_body: bool,
-    ) -> Result<(), HandlerError> {
-        let key = self.key.clone();
-        let config = &self.handler.config;
-        let path = self.dir.result();
-        let read = tokio::task::spawn_blocking(move || read_stable(&path, u64::MAX))
-            .await
-            .map_err(|e| format!("job {key}: reading the result file: {e}"))?
-            .map_err(|e| format!("job {key}: {e}"))?;
-        let name = match read {
-            Some(bytes) => {
-                let name = config.result_name_for(&key, message_id);
-                self.put_result(&name, &bytes).await?;
-                Some(name)
-            }
-            None => None,
-        };
-        // A job keyed by its body is marked completed so duplicates are
-        // deleted unrun; one keyed by its message id only if it saved
-        // progress (its message is deleted next, nothing else can ask).
-        if keyed_by_body || checkpoint.latest().is_some() {
-            match checkpoint.complete(json!({ "result": name })).await {
-                Ok(()) | Err(StorageError::JobCancelled { .. }) => {}
-                Err(error) => {
-                    return Err(format!("job {key}: marking it completed: {error}").into());
-                }
-            }
-        }
-        tracing::info!(job_key = %key, result = name.as_deref().unwrap_or("(none)"), "job completed");
-        Ok(())
-    }
-
-    /// Stores the result create-only; the same bytes already there are
-    /// success, other bytes a permanent failure.
-    async fn put_result(&self, name: &str, bytes: &[u8]) -> Result<(), HandlerError> {
-        let key = &self.key;
-        let results = &self.handler.results;
-        match results.put_new(name, bytes).await {
-            Ok(PutOutcome::Created) => Ok(()),
-            Ok(PutOutcome::AlreadyExistsIdentical) => {
-                tracing::info!(job_key = %key, result = %name, "the identical result already existed");
-                Ok(())
-            }
-            Err(StorageError::Conflict { .. }) => Err(permanent(format!(
-                "job {key}: a different result is already stored as {name} in {}; \
-                 send the job under a new key",
-                results.name()
-            ))),
-            Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
-        }
     }
 }
 

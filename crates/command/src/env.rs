@@ -1,6 +1,7 @@
 //! The program's environment: the worker's, without its credentials, plus
 //! what the operator passes on purpose (`--pass-env`).
 
+use std::ffi::OsString;
 use std::sync::Arc;
 
 /// Decides whether an environment variable of the worker is a secret the
@@ -67,21 +68,27 @@ pub fn is_secret(name: &str, value: &str) -> bool {
 /// The program's environment: every variable of `worker_env` that `secret`
 /// does not reject, those named in `pass` whatever `secret` says, then
 /// `contract` (the `SPOT_WORKER_*` variables of the delivery) over both.
+///
+/// Names and values need not be UTF-8 (`std::env::vars_os`); the rule sees
+/// them lossily decoded.
 pub fn child_env(
-    worker_env: impl IntoIterator<Item = (String, String)>,
+    worker_env: impl IntoIterator<Item = (OsString, OsString)>,
     secret: &dyn Fn(&str, &str) -> bool,
     pass: &[String],
     contract: &[(&'static str, String)],
-) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = worker_env
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = worker_env
         .into_iter()
-        .filter(|(name, value)| pass.contains(name) || !secret(name, value))
-        .filter(|(name, _)| !contract.iter().any(|(set, _)| set == name))
+        .filter(|(name, value)| {
+            let name = name.to_string_lossy();
+            pass.iter().any(|passed| *passed == name) || !secret(&name, &value.to_string_lossy())
+        })
+        .filter(|(name, _)| !contract.iter().any(|(set, _)| name == set))
         .collect();
     env.extend(
         contract
             .iter()
-            .map(|(name, value)| ((*name).to_owned(), value.clone())),
+            .map(|(name, value)| (OsString::from(name), OsString::from(value))),
     );
     env
 }
@@ -154,14 +161,17 @@ mod tests {
             ("HF_TOKEN", "t"),
             ("SPOT_WORKER_JOB_KEY", "job_id"),
         ]
-        .map(|(n, v)| (n.to_owned(), v.to_owned()));
+        .map(|(n, v)| (OsString::from(n), OsString::from(v)));
         let env = child_env(
             worker,
             &is_secret,
             &["HF_TOKEN".to_owned()],
             &[("SPOT_WORKER_JOB_KEY", "j1".to_owned())],
         );
-        let names: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let names: Vec<(&str, &str)> = env
+            .iter()
+            .map(|(n, v)| (n.to_str().unwrap(), v.to_str().unwrap()))
+            .collect();
         assert_eq!(
             names,
             [

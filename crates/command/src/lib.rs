@@ -9,7 +9,9 @@
 //! into done, retry or poison by ordered rules ([`verdict`]), its output in
 //! the worker's log, and the worker's credentials kept from it.
 //! `spot-worker run -- PROGRAM` wires it into a worker; docs/command.md is
-//! the contract.
+//! the contract. A process running programs this way should also call
+//! [`become_subreaper`], [`spawn_orphan_reaper`] and [`hide_from_programs`]
+//! once, as the CLI does.
 
 mod config;
 mod delivery;
@@ -21,6 +23,7 @@ mod handler;
 mod output;
 mod progress;
 mod reaper;
+mod saving;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,

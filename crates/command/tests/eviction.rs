@@ -115,7 +115,8 @@ async fn a_program_ignoring_sigterm_is_killed_before_the_release_and_its_file_sa
         "trap '' TERM; i=0; while :; do i=$((i+1)); \
          echo $i > \"$SPOT_WORKER_CHECKPOINT.tmp\"; mv \"$SPOT_WORKER_CHECKPOINT.tmp\" \"$SPOT_WORKER_CHECKPOINT\"; \
          echo $i >> {log}; \
-         if [ -f \"$SPOT_WORKER_NOTICE\" ]; then cp \"$SPOT_WORKER_NOTICE\" {notice}; fi; \
+         if [ -f \"$SPOT_WORKER_NOTICE\" ] && [ ! -f {notice} ]; then \
+         cp \"$SPOT_WORKER_NOTICE\" {notice}.tmp && mv {notice}.tmp {notice}; fi; \
          sleep 0.05; done",
         log = quoted(&log),
         notice = quoted(&notice),

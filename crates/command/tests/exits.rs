@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use spot_worker_storage::CancellationToken;
 use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,15 +16,9 @@ async fn exit_65_is_poisoned_at_once_with_the_tail_of_stderr() {
     let script = "i=0; while [ $i -lt 300 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; \
                   echo 'bad input: expected JSON' >&2; exit 65";
     let handler = Observed::new(shell(&env, script));
-    let stop = CancellationToken::new();
-    let consumer = consumer(&env, 5);
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler.clone());
     let record = within("the poison record", poisoned(&env)).await;
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
 
     assert_eq!(stats.retried, 0, "poisoned at once");
     assert_eq!(record.failures, 0, "no retry before it");
@@ -49,15 +42,9 @@ async fn exit_1_is_retried_and_poisoned_after_max_failures() {
         quoted(&log)
     );
     let handler = Observed::new(shell(&env, &script));
-    let stop = CancellationToken::new();
-    let consumer = consumer(&env, 3);
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 3), handler.clone());
     let record = within("the poison record", poisoned(&env)).await;
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
 
     assert_eq!(
         lines(&log),
@@ -88,12 +75,7 @@ async fn a_program_killed_from_outside_counts_as_a_failure() {
         pid = quoted(&pid_file)
     );
     let handler = Observed::new(shell(&env, &script));
-    let stop = CancellationToken::new();
-    let consumer = consumer(&env, 5);
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler.clone());
     let mut pid = None;
     for _ in 0..1200 {
         if let Ok(text) = std::fs::read_to_string(&pid_file) {
@@ -106,8 +88,7 @@ async fn a_program_killed_from_outside_counts_as_a_failure() {
     // An out-of-memory kill, as far as the runner can tell.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     handler.finished(2).await;
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
 
     assert_eq!(lines(&log), ["0", "1"], "the kill was counted");
     assert_eq!((stats.retried, stats.succeeded, stats.poisoned), (1, 1, 0));
@@ -125,12 +106,7 @@ async fn a_result_is_stored_create_only_and_a_different_one_is_permanent() {
         config,
         env.results.clone(),
     ));
-    let stop = CancellationToken::new();
-    let consumer = consumer(&env, 5);
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler.clone());
     handler.finished(1).await;
     let stored = env.results.get("out/r1.txt").await.unwrap();
     assert_eq!(
@@ -150,8 +126,7 @@ async fn a_result_is_stored_create_only_and_a_different_one_is_permanent() {
         .await
         .unwrap();
     let record = within("the poison record", poisoned(&env)).await;
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
 
     assert!(
         record
@@ -179,15 +154,9 @@ async fn a_body_without_the_job_key_field_is_permanent() {
         sh("exit 0").with_job_key("job_id"),
         env.results.clone(),
     );
-    let stop = CancellationToken::new();
-    let consumer = consumer(&env, 5);
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler);
     let record = within("the poison record", poisoned(&env)).await;
-    stop.cancel();
-    within("the consumer", running).await.unwrap();
+    running.stop().await;
     assert!(
         record.last_error.contains("field \"job_id\""),
         "{}",

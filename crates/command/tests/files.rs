@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::*;
 use spot_worker_command::{CommandHandler, from_progress};
 use spot_worker_storage::{
-    CancellationToken, Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint,
-    WritePrecondition, async_trait,
+    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
+    async_trait,
 };
 use spot_worker_testkit::worker::{Env, within};
 
@@ -85,14 +85,9 @@ while time.monotonic() < until:
     )
     .unwrap()
     .with_checkpoints(recording.clone());
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer, handler.clone());
     handler.finished(1).await;
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
     assert_eq!(stats.succeeded, 1);
 
     let written = recording.written.lock().unwrap().clone();
@@ -128,16 +123,10 @@ async fn a_checkpoint_file_over_the_limit_is_a_clear_error() {
     let config = sh("head -c 2048 /dev/zero > \"$SPOT_WORKER_CHECKPOINT\"; exec sleep 60")
         .with_checkpoint_max_bytes(1024);
     let handler = CommandHandler::new(config, env.results.clone());
-    let consumer = consumer(&env, 1);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 1), handler);
     // Well before the program's 60 s: it is stopped at the next save.
     let record = within("the poison record", poisoned(&env)).await;
-    stop.cancel();
-    within("the consumer", running).await.unwrap();
+    running.stop().await;
     assert!(
         record
             .last_error
@@ -163,12 +152,7 @@ async fn what_a_program_leaves_running_is_gone_when_its_delivery_ends() {
         orphan = quoted(&orphan)
     );
     let handler = Observed::new(shell(&env, &script));
-    let consumer = consumer(&env, 5);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler.clone());
     handler.finished(1).await;
     for file in [&child, &orphan] {
         let pid: u32 = std::fs::read_to_string(file)
@@ -182,8 +166,7 @@ async fn what_a_program_leaves_running_is_gone_when_its_delivery_ends() {
             file.display()
         );
     }
-    stop.cancel();
-    let stats = within("the consumer", running).await.unwrap();
+    let stats = running.stop().await;
     assert_eq!(stats.succeeded, 1);
 }
 
@@ -203,12 +186,7 @@ async fn an_orphan_that_left_the_group_is_reaped_when_it_exits() {
         escaped = dir.path().join("escaped").display()
     );
     let handler = Observed::new(shell(&env, &script));
-    let consumer = consumer(&env, 5);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (handler, stop) = (handler.clone(), stop.clone());
-        async move { consumer.run(handler, stop).await }
-    });
+    let running = Running::start(consumer(&env, 5), handler.clone());
     handler.finished(1).await;
     let pid: u32 = std::fs::read_to_string(&escaped)
         .unwrap()
@@ -225,6 +203,5 @@ async fn an_orphan_that_left_the_group_is_reaped_when_it_exits() {
     }
     assert!(!process_exists(pid), "{pid} is left as a zombie");
     assert_eq!(reaped, 1);
-    stop.cancel();
-    within("the consumer", running).await.unwrap();
+    running.stop().await;
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use spot_worker_command::{CommandConfig, CommandHandler};
 use spot_worker_storage::{
-    Consumer, ConsumerConfig, HandlerError, Job, MessageHandler, PoisonRecord,
+    CancellationToken, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+    PoisonRecord,
 };
-use spot_worker_testkit::worker::{Env, PATIENCE};
+use spot_worker_testkit::worker::{Env, PATIENCE, within};
 use tokio::sync::Notify;
 
 /// A handler that counts finished deliveries and wakes waiters after each.
@@ -121,4 +122,28 @@ pub fn lines(path: &Path) -> Vec<String> {
 /// A shell word for a path.
 pub fn quoted(path: &Path) -> String {
     format!("'{}'", path.display())
+}
+
+/// A consumer running a handler until stopped.
+pub struct Running {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<ConsumerStats>,
+}
+
+impl Running {
+    /// Runs `handler` on `consumer`.
+    pub fn start(consumer: Consumer, handler: impl MessageHandler) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { consumer.run(handler, stop).await }
+        });
+        Running { stop, task }
+    }
+
+    /// Stops the consumer and returns its counts (bounded).
+    pub async fn stop(self) -> ConsumerStats {
+        self.stop.cancel();
+        within("the consumer", self.task).await.unwrap()
+    }
 }

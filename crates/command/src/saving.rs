@@ -1,0 +1,121 @@
+//! What a delivery leaves behind: its checkpoint file saved (while the
+//! program runs and once it has ended), and on a clean exit its result
+//! stored create-only and the job marked completed.
+
+use serde_json::json;
+use spot_worker_storage::{HandlerError, JobCheckpoint, PutOutcome, StorageError, permanent};
+
+use crate::delivery::Run;
+use crate::progress::{ProgressError, read_stable, to_progress};
+
+impl Run<'_> {
+    /// Saves the checkpoint file if it changed since the last save. An
+    /// error is a fault of the program's (a file over the size limit), for
+    /// which it is stopped; store trouble is only logged (the next save, or
+    /// the final one, tries again).
+    pub(crate) async fn save_if_changed(
+        &mut self,
+        checkpoint: &mut JobCheckpoint,
+    ) -> Result<(), String> {
+        let path = self.dir.checkpoint();
+        let limit = self.handler.config.checkpoint_max_bytes;
+        let read = tokio::task::spawn_blocking(move || read_stable(&path, limit)).await;
+        let bytes = match read {
+            Ok(Ok(Some(bytes))) => bytes,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
+            Ok(Err(error)) => {
+                tracing::warn!(job_key = %self.key, %error, "the checkpoint file was not saved this time");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::warn!(job_key = %self.key, %error, "reading the checkpoint file failed");
+                return Ok(());
+            }
+        };
+        if self.last_saved.as_deref() == Some(bytes.as_slice()) {
+            return Ok(());
+        }
+        match checkpoint.save_progress(to_progress(&bytes)).await {
+            Ok(()) => {
+                tracing::debug!(job_key = %self.key, bytes = bytes.len(), "checkpoint file saved");
+                self.last_saved = Some(bytes);
+                Ok(())
+            }
+            // Released or lost: the next holder resumes from the last save.
+            Err(StorageError::JobCancelled { .. }) => Ok(()),
+            Err(error @ StorageError::Conflict { .. }) => Err(format!(
+                "saving its checkpoint file lost to another holder of the job: {error}"
+            )),
+            Err(error) => {
+                tracing::warn!(job_key = %self.key, %error, "the checkpoint file could not be saved; trying again later");
+                Ok(())
+            }
+        }
+    }
+
+    /// The last save, once the program is gone.
+    pub(crate) async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) {
+        if let Err(error) = self.save_if_changed(checkpoint).await {
+            tracing::error!(job_key = %self.key, %error, "the last checkpoint file was not saved");
+        }
+    }
+
+    /// A clean exit: store the result file create-only, then mark the job
+    /// completed.
+    pub(crate) async fn finish(
+        &mut self,
+        checkpoint: &mut JobCheckpoint,
+        message_id: &str,
+        keyed_by_body: bool,
+    ) -> Result<(), HandlerError> {
+        let key = self.key.clone();
+        let config = &self.handler.config;
+        let path = self.dir.result();
+        let read = tokio::task::spawn_blocking(move || read_stable(&path, u64::MAX))
+            .await
+            .map_err(|e| format!("job {key}: reading the result file: {e}"))?
+            .map_err(|e| format!("job {key}: {e}"))?;
+        let name = match read {
+            Some(bytes) => {
+                let name = config.result_name_for(&key, message_id);
+                self.put_result(&name, &bytes).await?;
+                Some(name)
+            }
+            None => None,
+        };
+        // A job keyed by its body is marked completed so duplicates are
+        // deleted unrun; one keyed by its message id only if it saved
+        // progress (its message is deleted next, nothing else can ask).
+        if keyed_by_body || checkpoint.latest().is_some() {
+            match checkpoint.complete(json!({ "result": name })).await {
+                Ok(()) | Err(StorageError::JobCancelled { .. }) => {}
+                Err(error) => {
+                    return Err(format!("job {key}: marking it completed: {error}").into());
+                }
+            }
+        }
+        tracing::info!(job_key = %key, result = name.as_deref().unwrap_or("(none)"), "job completed");
+        Ok(())
+    }
+
+    /// Stores the result create-only; the same bytes already there are
+    /// success, other bytes a permanent failure.
+    async fn put_result(&self, name: &str, bytes: &[u8]) -> Result<(), HandlerError> {
+        let key = &self.key;
+        let results = &self.handler.results;
+        match results.put_new(name, bytes).await {
+            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::AlreadyExistsIdentical) => {
+                tracing::info!(job_key = %key, result = %name, "the identical result already existed");
+                Ok(())
+            }
+            Err(StorageError::Conflict { .. }) => Err(permanent(format!(
+                "job {key}: a different result is already stored as {name} in {}; \
+                 send the job under a new key",
+                results.name()
+            ))),
+            Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
+        }
+    }
+}
