@@ -83,6 +83,18 @@ param workerBinaryName string = 'spot-worker-primes'
 @maxLength(64)
 param workerBinarySha256 string
 
+@description('A program to run once per message with `spot-worker run -- <workerCommand>` (docs/command.md), e.g. `python3 primes.py`; the worker binary must then be the spot-worker command. Empty (the default): the worker binary is the worker itself (primes, or your own Rust worker). Written into the unit\'s ExecStart: systemd quoting applies (double quotes group words), `%` and `$` are taken literally.')
+param workerCommand string = ''
+
+@description('Settings of `spot-worker run` as flags, before the `--` (only with workerCommand), e.g. `--job-key job_id --result-name {job_key}.json`; any setting of docs/configuration.md. Same quoting as workerCommand.')
+param workerRunFlags string = ''
+
+@description('Blob name in the artifacts container of an application bundle (a .tar.gz) unpacked into /opt/spot-worker/app, the program\'s working directory, before the worker starts; empty = none.')
+param workerBundleName string = ''
+
+@description('SHA-256 (hex) of the bundle; the VM refuses a bundle that does not match. Required with workerBundleName.')
+param workerBundleSha256 string = ''
+
 @description('Also publish Scheduled Events to Event Grid and Resource Graph. A preview behind a subscription feature flag, so off by default.')
 param publishScheduledEventsToEventGrid bool = false
 
@@ -225,6 +237,11 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
     resultsContainer: resultsContainer
     workerBinaryUrl: '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBinaryName}'
     workerBinarySha256: workerBinarySha256
+    // After the binary in ExecStart: nothing (the binary is the worker), or
+    // `run -- <command>` for the spot-worker command.
+    workerArgs: empty(workerCommand) ? '' : (empty(workerRunFlags) ? 'run -- ${workerCommand}' : 'run ${workerRunFlags} -- ${workerCommand}')
+    workerBundleUrl: empty(workerBundleName) ? '' : '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBundleName}'
+    workerBundleSha256: workerBundleSha256
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
     tags: tags
   }
@@ -252,6 +269,7 @@ output queueName string = queueName
 output artifactsContainer string = artifactsContainer
 output resultsContainer string = resultsContainer
 output workerBinaryName string = workerBinaryName
+output workerBundleName string = workerBundleName
 output vmssName string = deployCompute ? compute.outputs.name : ''
 output appInsightsName string = monitoring.outputs.appInsightsName
 output natPublicIp string = network.outputs.natPublicIp

@@ -11,7 +11,9 @@
 # Settings (environment): IMAGE (required: the worker image, built with
 # scripts/build-image.sh and pushed to a registry the cluster can pull from,
 # e.g. an ACR attached with `az aks update --attach-acr`), WORKER_ARGS (the
-# container's arguments as a YAML flow list, default '["primes"]'),
+# container's command as a YAML flow list, default '["/usr/local/bin/primes"]';
+# any program: '["/usr/local/bin/spot-worker", "run", "--", "python3", "job.py"]'
+# with an image that holds it),
 # RESOURCE_GROUP (spot-worker-rg), LOCATION (westeurope), OPERATOR_IP
 # (default: your public address), PARAMS_FILE (bicep/aks/main.bicepparam),
 # MAX_REPLICAS (20), MESSAGES_PER_POD (20); extra arguments go to
@@ -24,7 +26,7 @@ source scripts/lib-azure.sh
 DEPLOYMENT_NAME="${AKS_DEPLOYMENT_NAME:-spot-worker-aks}"
 PARAMS_FILE="${PARAMS_FILE:-bicep/aks/main.bicepparam}"
 NAMESPACE="${NAMESPACE:-spot-worker}"
-WORKER_ARGS="${WORKER_ARGS:-[\"primes\"]}"
+WORKER_ARGS="${WORKER_ARGS:-[\"/usr/local/bin/primes\"]}"
 MAX_REPLICAS="${MAX_REPLICAS:-20}"
 MESSAGES_PER_POD="${MESSAGES_PER_POD:-20}"
 

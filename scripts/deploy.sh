@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Deploys the example worker to a Spot VM scale set in one command:
-#   1. builds the release binary (cargo build --release --example primes);
+# Deploys a worker to a Spot VM scale set in one command: the example worker
+# (primes, the default), your own Rust worker binary, or a program run once
+# per message by `spot-worker run -- <command>` with its application bundle.
+#   1. builds the release binary (cargo build --release --example primes; the
+#      spot-worker command for WORKER_COMMAND; nothing for WORKER_BINARY) and
+#      packs the bundle;
 #   2. deploys bicep/main.bicep without compute (storage, identity, network,
 #      telemetry), granting you upload/enqueue rights and admitting your
 #      public address through the storage firewall;
-#   3. uploads the binary to the artifacts container (Entra ID, no keys);
+#   3. uploads the binary (and the bundle) to the artifacts container (Entra
+#      ID, no keys);
 #   4. deploys main.bicep in full: the scale set boots, cloud-init downloads
-#      the binary with the managed identity, checks its SHA-256 and starts it.
+#      the binary (and the bundle) with the managed identity, checks their
+#      SHA-256, unpacks the bundle and starts the worker.
 #      A re-deploy keeps the scale set's current instance count (read with
 #      az vmss show just before): resetting sku.capacity to the minimum would
 #      delete running Spot workers, which get no Scheduled Event for it.
@@ -18,13 +24,50 @@
 # behind a subscription feature flag); extra arguments go to
 # `az deployment group create`
 # (e.g. --parameters maxInstances=20).
+#
+# What runs (environment; all optional, primes by default):
+#   WORKER_BINARY   a worker binary built already (your own Rust worker, made
+#                   with spot_worker::Setup like examples/primes.rs; Linux
+#                   x86_64 for Ubuntu 24.04); with WORKER_COMMAND it must be
+#                   the spot-worker command.
+#   WORKER_COMMAND  a program and its arguments: the VMs run
+#                   `spot-worker run -- $WORKER_COMMAND` (docs/command.md),
+#                   in the bundle's directory.
+#   WORKER_RUN_FLAGS settings of `spot-worker run` before its `--`, e.g.
+#                   '--job-key job_id --result-name {job_key}.json'.
+#   WORKER_BUNDLE   a directory (packed here) or a .tar.gz holding the
+#                   program's files, unpacked into /opt/spot-worker/app.
+# e.g. WORKER_RUN_FLAGS='--job-key job_id --result-name {job_key}.json' \
+#      WORKER_COMMAND='python3 primes.py' WORKER_BUNDLE=examples/command scripts/deploy.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-azure.sh
 source scripts/lib-azure.sh
 
 PARAMS_FILE="${PARAMS_FILE:-bicep/main.bicepparam}"
-BINARY=target/release/examples/primes
+WORKER_BINARY="${WORKER_BINARY:-}"
+WORKER_COMMAND="${WORKER_COMMAND:-}"
+WORKER_BUNDLE="${WORKER_BUNDLE:-}"
+WORKER_RUN_FLAGS="${WORKER_RUN_FLAGS:-}"
+[[ -z "$WORKER_RUN_FLAGS" || -n "$WORKER_COMMAND" ]] ||
+  die "WORKER_RUN_FLAGS are settings of spot-worker run: they need WORKER_COMMAND"
+[[ -z "$WORKER_BUNDLE" || -n "$WORKER_COMMAND" ]] ||
+  die "WORKER_BUNDLE needs WORKER_COMMAND: the bundle holds the program the command runs"
+if [[ -n "$WORKER_BINARY" ]]; then
+  [[ -f "$WORKER_BINARY" && -x "$WORKER_BINARY" ]] || die "WORKER_BINARY=$WORKER_BINARY is not an executable file"
+  BINARY="$WORKER_BINARY"
+  BINARY_BLOB="$(basename "$WORKER_BINARY")"
+elif [[ -n "$WORKER_COMMAND" ]]; then
+  BINARY=target/release/spot-worker
+  BINARY_BLOB=spot-worker
+else
+  BINARY=target/release/examples/primes
+  BINARY_BLOB=spot-worker-primes
+fi
+if [[ -n "$WORKER_BUNDLE" ]]; then
+  [[ -d "$WORKER_BUNDLE" || ( -f "$WORKER_BUNDLE" && "$WORKER_BUNDLE" == *.tar.gz ) ]] ||
+    die "WORKER_BUNDLE=$WORKER_BUNDLE is neither a directory nor a .tar.gz file"
+fi
 
 require_az
 
@@ -69,9 +112,35 @@ if [[ "$state" != Registered ]]; then
   log "  az feature register --namespace Microsoft.Compute --name FlexVMScaleSetSkuProfileEnabled && az provider register -n Microsoft.Compute"
 fi
 
-log "building the worker (release)"
-cargo build --release --locked --example primes
+if [[ -n "$WORKER_BINARY" ]]; then
+  log "deploying the worker binary $WORKER_BINARY"
+elif [[ -n "$WORKER_COMMAND" ]]; then
+  log "building the spot-worker command (release)"
+  cargo build --release --locked -p spot-worker-cli --bin spot-worker
+else
+  log "building the example worker (release)"
+  cargo build --release --locked --example primes
+fi
 SHA256="$(sha256sum "$BINARY" | cut -d' ' -f1)"
+
+BUNDLE_FILE=""
+BUNDLE_SHA256=""
+BUNDLE_BLOB=""
+if [[ -n "$WORKER_BUNDLE" ]]; then
+  if [[ -d "$WORKER_BUNDLE" ]]; then
+    bundle_dir="$(mktemp -d)"
+    trap 'rm -rf "$bundle_dir"' EXIT
+    BUNDLE_FILE="$bundle_dir/bundle.tar.gz"
+    log "packing $WORKER_BUNDLE into a bundle"
+    tar -czf "$BUNDLE_FILE" -C "$WORKER_BUNDLE" .
+  else
+    BUNDLE_FILE="$WORKER_BUNDLE"
+  fi
+  BUNDLE_SHA256="$(sha256sum "$BUNDLE_FILE" | cut -d' ' -f1)"
+  # Named by its content: VMs booting while a new bundle is uploaded still
+  # find the one their template names.
+  BUNDLE_BLOB="app-${BUNDLE_SHA256:0:16}.tar.gz"
+fi
 
 log "resource group $RESOURCE_GROUP in $LOCATION"
 az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
@@ -92,7 +161,12 @@ deploy() {
     --parameters "$PARAMS_FILE" \
     --parameters \
     sshPublicKey="$SSH_PUBLIC_KEY" \
+    workerBinaryName="$BINARY_BLOB" \
     workerBinarySha256="$SHA256" \
+    workerCommand="$WORKER_COMMAND" \
+    workerRunFlags="$WORKER_RUN_FLAGS" \
+    workerBundleName="$BUNDLE_BLOB" \
+    workerBundleSha256="$BUNDLE_SHA256" \
     operatorPrincipalId="$OPERATOR_ID" \
     operatorPrincipalType="$OPERATOR_TYPE" \
     operatorIpRanges="[\"$OPERATOR_IP\"]" \
@@ -127,6 +201,12 @@ log "uploading $BINARY (sha256 $SHA256) to $ACCOUNT/$CONTAINER/$BLOB"
 retry 10 30 az storage blob upload --auth-mode login --overwrite \
   --account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" \
   --file "$BINARY" --output none
+if [[ -n "$BUNDLE_FILE" ]]; then
+  log "uploading the bundle (sha256 $BUNDLE_SHA256) to $ACCOUNT/$CONTAINER/$BUNDLE_BLOB"
+  retry 10 30 az storage blob upload --auth-mode login --overwrite \
+    --account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BUNDLE_BLOB" \
+    --file "$BUNDLE_FILE" --output none
+fi
 
 # Read as late as possible: autoscale may still change the count before the
 # deployment applies it. Instances it adds in that minute are still booting

@@ -125,6 +125,19 @@ case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
     ;;
 esac
 
+# tests/container_image.rs builds the container image (scripts/build-image.sh)
+# and runs it with podman (scripts/podman.sh: runc, cgroupfs, vfs, its own
+# containers.conf). Required here (SPOT_WORKER_CONTAINER_TEST=1) so CI cannot
+# skip it silently; SPOT_WORKER_CONTAINER_TEST=0 skips it.
+case "${SPOT_WORKER_CONTAINER_TEST:-1}" in
+  0 | false | disabled) echo "==> container image test disabled" ;;
+  *)
+    echo "==> Debian tools for the container image test (podman, runc)"
+    install_debian_tools podman:podman runc:runc
+    export SPOT_WORKER_CONTAINER_TEST=1
+    ;;
+esac
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -66,6 +66,10 @@ fn deployment_values() -> BTreeMap<&'static str, String> {
             "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes".to_owned(),
         ),
         ("workerBinarySha256", "0".repeat(64)),
+        // The default deployment: the binary is the worker, no bundle.
+        ("workerArgs", String::new()),
+        ("workerBundleUrl", String::new()),
+        ("workerBundleSha256", String::new()),
     ])
 }
 
@@ -126,7 +130,7 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
     let env = &rendered.env;
 
     // The unit as the issue asks for it, and consistent with the environment.
-    assert_eq!(unit["ExecStart"], "/opt/spot-worker/bin/spot-worker-primes");
+    assert_eq!(unit["ExecStart"], "/opt/spot-worker/bin/worker");
     assert_eq!(unit["Restart"], "always");
     assert_eq!(unit["KillSignal"], "SIGTERM");
     let stop_timeout = seconds(&unit["TimeoutStopSec"]);

@@ -17,7 +17,13 @@
 //!   templates render: account URL, `AZURE_CLIENT_ID`, queue, containers,
 //!   health address, drain settings. Its token comes from IMDS, its requests
 //!   are authorised by bearer token, its jobs are done, and a Preempt at the
-//!   real IMDS address is drained and approved, exit 0.
+//!   real IMDS address is drained and approved, exit 0;
+//! - the command path too: rendered with `workerCommand` (`python3
+//!   primes.py`) and an application bundle (`examples/command`), installed
+//!   by the same script, the unit's `ExecStart` (`spot-worker run ... --
+//!   python3 primes.py`) runs in its working directory with the same
+//!   environment file, unmodified: a Python job's result equals `primes`',
+//!   and a Preempt drains a running one (exit 0, approved, released).
 //!
 //! The only value not as Azure would render it is
 //! `APPLICATIONINSIGHTS_CONNECTION_STRING`, rendered empty: the box has no
@@ -59,8 +65,10 @@ fn the_deployed_worker_runs_in_a_vm_in_a_box() {
         eprintln!("SKIPPED: the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)");
         return;
     }
-    // Built by `cargo test` (examples are), checked before entering the box.
+    // Built by `cargo test` (examples are), checked before entering the box;
+    // the spot-worker command (another package's binary) built if stale.
     worker_binary();
+    spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
     let run = run_inside("inside_the_box", BOX_LIMIT);
     println!("{}", run.stdout);
     assert!(
@@ -120,6 +128,7 @@ impl TheBox {
         self.dead_proxy(&installed, &env, &queue).await;
         self.the_deployment_works(&installed, &env, &queue, &sentinel)
             .await;
+        self.the_command_path_works(&queue).await;
         self.short_lived_tokens_are_refreshed(&installed, &env)
             .await;
         let _ = std::fs::remove_dir_all(&self.dir);

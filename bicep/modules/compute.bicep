@@ -48,6 +48,15 @@ param workerBinaryUrl string
 @description('SHA-256 of the worker binary (hex); the VM refuses a binary that does not match.')
 param workerBinarySha256 string
 
+@description('What ExecStart runs after the worker binary: empty (the binary is the worker), or `run [flags] -- <command>` (the spot-worker command runs the program per message). `%` and `$` are escaped here, so systemd takes them literally.')
+param workerArgs string
+
+@description('URL of the application bundle (.tar.gz) unpacked into /opt/spot-worker/app before the worker starts; empty = none.')
+param workerBundleUrl string
+
+@description('SHA-256 (hex) of the bundle; the VM refuses a bundle that does not match.')
+param workerBundleSha256 string
+
 param appInsightsConnectionString string
 param tags object
 
@@ -60,11 +69,18 @@ var env3 = replace(env2, '{{queueName}}', queueName)
 var env4 = replace(env3, '{{checkpointContainer}}', checkpointContainer)
 var env5 = replace(env4, '{{resultsContainer}}', resultsContainer)
 var workerEnv = replace(env5, '{{appInsightsConnectionString}}', appInsightsConnectionString)
-var workerUnit = loadTextContent('../cloud-init/spot-worker.service')
+var unitTemplate = loadTextContent('../cloud-init/spot-worker.service')
+// systemd expands `%x` specifiers and `$VAR` in ExecStart: doubled, both are
+// literal, so the command runs as written.
+var workerArgs1 = replace(workerArgs, '%', '%%')
+var workerArgsEscaped = replace(workerArgs1, '$', '$$')
+var workerUnit = replace(unitTemplate, '{{workerArgs}}', workerArgsEscaped)
 var installTemplate = loadTextContent('../cloud-init/install-worker.sh')
 var install1 = replace(installTemplate, '{{workerBinaryUrl}}', workerBinaryUrl)
 var install2 = replace(install1, '{{workerBinarySha256}}', workerBinarySha256)
-var installScript = replace(install2, '{{clientId}}', identityClientId)
+var install3 = replace(install2, '{{workerBundleUrl}}', workerBundleUrl)
+var install4 = replace(install3, '{{workerBundleSha256}}', workerBundleSha256)
+var installScript = replace(install4, '{{clientId}}', identityClientId)
 var cloudInitTemplate = loadTextContent('../cloud-init/cloud-init.yaml')
 var cloudInit1 = replace(cloudInitTemplate, '{{workerEnvB64}}', base64(workerEnv))
 var cloudInit2 = replace(cloudInit1, '{{workerUnitB64}}', base64(workerUnit))

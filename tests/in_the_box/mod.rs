@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // Not every helper is used by every case.
 
+mod command;
 mod failures;
 pub mod namespace;
 pub mod network;

@@ -126,16 +126,38 @@ impl TheBox {
     /// Uploads the worker as `scripts/deploy.sh` does, then runs the
     /// rendered install script for real into a scratch root.
     pub async fn install(&self) -> PathBuf {
-        let binary = std::fs::read(worker_binary()).unwrap();
+        let root = self
+            .install_into(
+                &self.rendered,
+                "root",
+                &[("spot-worker-primes", &worker_binary())],
+            )
+            .await;
+        let installed = root.join("opt/spot-worker/bin/worker");
+        assert_eq!(sha256(&installed), self.binary_sha256);
+        installed
+    }
+
+    /// Uploads `artifacts` (blob name, file) to the artifacts container as
+    /// `scripts/deploy.sh` does, then runs `rendered`'s install script for
+    /// real into the scratch root `dir/<root>`, which it returns.
+    pub async fn install_into(
+        &self,
+        rendered: &rendered::Rendered,
+        root: &str,
+        uploads: &[(&str, &Path)],
+    ) -> PathBuf {
         let artifacts = self.operator.result_store("artifacts").unwrap();
         artifacts.prepare().await.unwrap();
-        artifacts
-            .put_new("spot-worker-primes", &binary)
-            .await
-            .unwrap();
-        let script = self.dir.join("install-worker.sh");
-        std::fs::write(&script, &self.rendered.install_script).unwrap();
-        let root = self.dir.join("root");
+        for (name, file) in uploads {
+            artifacts
+                .put_new(name, &std::fs::read(file).unwrap())
+                .await
+                .unwrap();
+        }
+        let script = self.dir.join(format!("install-worker-{root}.sh"));
+        std::fs::write(&script, &rendered.install_script).unwrap();
+        let root = self.dir.join(root);
         let tokens_before = self.emulator.tokens().len();
         let output = tokio::time::timeout(
             PATIENCE,
@@ -156,14 +178,12 @@ impl TheBox {
             output.status.success(),
             "install-worker.sh failed: {stderr}"
         );
-        let installed = root.join("opt/spot-worker/bin/spot-worker-primes");
-        assert_eq!(sha256(&installed), self.binary_sha256);
         assert!(
             self.emulator.tokens().len() > tokens_before,
             "the script took a token from IMDS"
         );
         note(format!("install-worker.sh: {}", stderr.trim()));
-        installed
+        root
     }
 
     /// Changes the identity settings through the emulator's control API.
@@ -211,7 +231,7 @@ fn account_name() -> String {
 }
 
 /// What `main.bicep` passes to `modules/compute.bicep` for this account.
-fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, String> {
+pub fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, String> {
     let blob = format!("https://{account}.blob.core.windows.net/");
     BTreeMap::from([
         ("storageBlobEndpoint", blob.clone()),
@@ -226,6 +246,9 @@ fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, Stri
             format!("{blob}artifacts/spot-worker-primes"),
         ),
         ("workerBinarySha256", sha256.to_owned()),
+        ("workerArgs", String::new()),
+        ("workerBundleUrl", String::new()),
+        ("workerBundleSha256", String::new()),
     ])
 }
 
@@ -259,7 +282,7 @@ async fn start_imds(account: &str) -> spot_worker_imds_emulator::RunningEmulator
     emulator
 }
 
-fn sha256(file: &Path) -> String {
+pub fn sha256(file: &Path) -> String {
     let out = run("sha256sum", &[file.to_str().unwrap()]);
     out.split_whitespace().next().unwrap().to_owned()
 }

@@ -29,7 +29,23 @@ pub struct Vm {
 impl Vm {
     /// Starts `binary` with exactly `env` (and systemd's `PATH`).
     pub fn start(binary: &Path, env: &BTreeMap<String, String>) -> Vm {
-        let mut child = Command::new(binary)
+        Vm::exec(binary, &[], None, env)
+    }
+
+    /// Starts `binary args` in `dir` (the unit's `WorkingDirectory`, if it
+    /// has one) with exactly `env` (and systemd's `PATH`).
+    pub fn exec(
+        binary: &Path,
+        args: &[String],
+        dir: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Vm {
+        let mut command = Command::new(binary);
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let mut child = command
+            .args(args)
             .env_clear()
             .envs(env)
             .env("PATH", SYSTEMD_PATH)

@@ -39,7 +39,8 @@ pub fn worker_binary() -> PathBuf {
 }
 
 /// Evaluates compute.bicep's `var` chain: `loadTextContent('…')`,
-/// `replace(var, '{{token}}', expr)`, `base64(var)`, vars and parameters.
+/// `replace(var, '{{token}}', expr)`, `base64(var)`, `'literals'`, vars and
+/// parameters.
 pub fn render_compute_vars(params: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
     let compute = repo().join("bicep/modules/compute.bicep");
     let text = std::fs::read_to_string(&compute).unwrap();
@@ -81,6 +82,13 @@ fn evaluate(
         let (token, with) = rest.split_once("', ").expect("replace(var, 'token', expr)");
         return evaluate(source, vars, params, dir)
             .replace(token, &evaluate(with, vars, params, dir));
+    }
+    if let Some(literal) = expr
+        .strip_prefix('\'')
+        .and_then(|e| e.strip_suffix('\''))
+        .filter(|e| !e.contains('\''))
+    {
+        return literal.to_owned();
     }
     if let Some(value) = vars.get(expr) {
         return value.clone();
@@ -127,6 +135,69 @@ pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
             (k.trim().to_owned(), v.to_owned())
         })
         .collect()
+}
+
+/// An `ExecStart=` value split into words as systemd splits it: whitespace
+/// separates, double or single quotes group (a backslash escapes inside
+/// them), `%%` is `%` and `$$` is `$`. A lone `%` or `$` (a specifier or a
+/// variable systemd would expand) is refused: the templates must escape
+/// them, so what the VM runs is what the deployment wrote.
+pub fn exec_start_words(value: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = value.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), '\\') => {
+                let escaped = chars.next().expect("a backslash escapes a character");
+                word.get_or_insert_with(String::new).push(escaped);
+            }
+            (_, '%' | '$') => {
+                assert_eq!(
+                    chars.next(),
+                    Some(c),
+                    "ExecStart has an unescaped {c:?} systemd would expand: {value}"
+                );
+                word.get_or_insert_with(String::new).push(c);
+            }
+            (_, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    assert!(quote.is_none(), "ExecStart has an unclosed quote: {value}");
+    words.extend(word);
+    words
+}
+
+#[test]
+fn exec_start_is_split_as_systemd_splits_it() {
+    for (value, words) in [
+        ("/bin/worker", vec!["/bin/worker"]),
+        (
+            "/bin/worker  run -- a",
+            vec!["/bin/worker", "run", "--", "a"],
+        ),
+        (
+            r#"w --label "100%% of $$HOME" 'x y'"#,
+            vec!["w", "--label", "100% of $HOME", "x y"],
+        ),
+        (r#"w "a \"b\"" ''"#, vec!["w", r#"a "b""#, ""]),
+        ("w {job_key}.json", vec!["w", "{job_key}.json"]),
+    ] {
+        assert_eq!(exec_start_words(value), words, "{value}");
+    }
+    for refused in ["w 100%", "w $HOME", "w \"open"] {
+        assert!(
+            std::panic::catch_unwind(|| exec_start_words(refused)).is_err(),
+            "{refused} is refused"
+        );
+    }
 }
 
 /// `Key=value` settings of a unit file (last one wins, as in systemd).

@@ -16,11 +16,14 @@
    (autoscale_model.py).
 4. The cloud-init document is rendered the way modules/compute.bicep renders
    it (its `var x = replace(...)` chain is evaluated literally, with sample
-   values for the deployment's outputs) and nothing is left unfilled.
-5. `cloud-init schema --config-file` accepts the rendered document.
+   values for the deployment's outputs) and nothing is left unfilled: twice,
+   for the default worker binary and for the command path (`spot-worker run
+   -- <command>` with an application bundle), whose ExecStart must carry the
+   command with systemd's `%` and `$` escaped.
+5. `cloud-init schema --config-file` accepts each rendered document.
 6. The systemd unit cloud-init writes passes `systemd-analyze verify`, with
    ExecStart pointed at a real binary (--worker-binary) and EnvironmentFile at
-   the rendered env file.
+   the rendered env file; the rendered install script passes ShellCheck.
 7. The checkpoint container has a lifecycle rule deleting its blobs
    checkpointRetentionDays after their last write, and that parameter can
    never be below the queue messages' time-to-live.
@@ -67,7 +70,25 @@ SAMPLE_PARAMS = {
     "IngestionEndpoint=https://westeurope-5.in.applicationinsights.azure.com/",
     "workerBinaryUrl": "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes",
     "workerBinarySha256": "0" * 64,
+    # The default: the binary is the worker, no bundle.
+    "workerArgs": "",
+    "workerBundleUrl": "",
+    "workerBundleSha256": "",
 }
+
+# The command path: what main.bicep passes for workerCommand and a bundle.
+# The command has a `%` and a `$`, which systemd must not expand.
+COMMAND = 'python3 primes.py --label "100% of $HOME"'
+COMMAND_PARAMS = {
+    **SAMPLE_PARAMS,
+    "workerArgs": f"run --job-key job_id --result-name {{job_key}}.json -- {COMMAND}",
+    "workerBundleUrl": "https://spotworkerabc123.blob.core.windows.net/artifacts/app.tar.gz",
+    "workerBundleSha256": "1" * 64,
+}
+COMMAND_EXEC_START = (
+    "/opt/spot-worker/bin/worker run --job-key job_id --result-name {job_key}.json -- "
+    'python3 primes.py --label "100%% of $$HOME"'
+)
 
 failures: list[str] = []
 
@@ -234,12 +255,12 @@ def check_checkpoint_retention() -> None:
     done(started, f"{len(matching)} rule(s); floor {QUEUE_MESSAGE_TTL_DAYS} days; main.bicepparam: {value}")
 
 
-def render_cloud_init() -> dict[str, str]:
+def render_cloud_init(params: dict[str, str], variant: str) -> dict[str, str]:
     """Evaluates compute.bicep's template variables; returns them by name."""
-    started = step("render cloud-init as modules/compute.bicep does")
+    started = step(f"render cloud-init as modules/compute.bicep does ({variant})")
     values: dict[str, str] = {}
     for name, expr in re.findall(r"^var (\w+) = (.+)$", COMPUTE.read_text(), flags=re.M):
-        values[name] = evaluate(expr.strip(), values)
+        values[name] = evaluate(expr.strip(), values, params)
     for name in ("workerEnv", "workerUnit", "installScript", "cloudInit"):
         if name not in values:
             fail(f"compute.bicep defines no var {name}")
@@ -253,17 +274,21 @@ def render_cloud_init() -> dict[str, str]:
     return values
 
 
-def evaluate(expr: str, values: dict[str, str]) -> str:
+def evaluate(expr: str, values: dict[str, str], params: dict[str, str]) -> str:
     if m := re.fullmatch(r"loadTextContent\('([^']+)'\)", expr):
         return (COMPUTE.parent / m.group(1)).read_text()
     if m := re.fullmatch(r"base64\((\w+)\)", expr):
-        return base64.b64encode(evaluate(m.group(1), values).encode()).decode()
+        return base64.b64encode(evaluate(m.group(1), values, params).encode()).decode()
     if m := re.fullmatch(r"replace\((\w+), '([^']*)', (.+)\)", expr):
-        return evaluate(m.group(1), values).replace(m.group(2), evaluate(m.group(3), values))
+        return evaluate(m.group(1), values, params).replace(
+            m.group(2), evaluate(m.group(3), values, params)
+        )
+    if m := re.fullmatch(r"'([^']*)'", expr):
+        return m.group(1)
     if expr in values:
         return values[expr]
-    if expr in SAMPLE_PARAMS:
-        return SAMPLE_PARAMS[expr]
+    if expr in params:
+        return params[expr]
     raise SystemExit(f"check_infra.py cannot evaluate compute.bicep expression {expr!r}: extend evaluate()")
 
 
@@ -294,7 +319,9 @@ def validate_cloud_init(document: str, workdir: pathlib.Path) -> dict[str, str]:
     return files
 
 
-def verify_unit(files: dict[str, str], worker_binary: pathlib.Path, workdir: pathlib.Path) -> None:
+def verify_unit(
+    files: dict[str, str], worker_binary: pathlib.Path, workdir: pathlib.Path, exec_start_wanted: str
+) -> None:
     started = step("systemd-analyze verify (the unit cloud-init writes)")
     unit = files.get("/etc/systemd/system/spot-worker.service", "")
     env_path = workdir / "worker.env"
@@ -306,6 +333,9 @@ def verify_unit(files: dict[str, str], worker_binary: pathlib.Path, workdir: pat
     if not exec_start:
         fail("the unit has no ExecStart")
         return
+    whole = re.search(r"^ExecStart=(.*)$", unit, flags=re.M).group(1).strip()
+    if whole != exec_start_wanted:
+        fail(f"the unit's ExecStart is {whole!r}, not {exec_start_wanted!r}")
     rendered = unit.replace(exec_start.group(1), str(worker_binary))
     rendered = rendered.replace("EnvironmentFile=/etc/spot-worker/worker.env", f"EnvironmentFile={env_path}")
     unit_path = workdir / "spot-worker.service"
@@ -373,18 +403,22 @@ def main() -> int:
     check_instance_mix()
     check_autoscale()
     check_checkpoint_retention()
-    values = render_cloud_init()
-    with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
-        workdir = pathlib.Path(tmp)
-        files = validate_cloud_init(values["cloudInit"], workdir)
-        verify_unit(files, args.worker_binary.resolve(), workdir)
-        script = workdir / "install-worker.sh"
-        script.write_text(files.get("/usr/local/lib/spot-worker/install-worker.sh", ""))
-        started = step("shellcheck (the rendered install script)")
-        result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
-        if result.returncode != 0:
-            fail(f"shellcheck on the rendered install script:\n{result.stdout}")
-        done(started)
+    for variant, params, exec_start in (
+        ("the worker binary", SAMPLE_PARAMS, "/opt/spot-worker/bin/worker"),
+        ("the command path with a bundle", COMMAND_PARAMS, COMMAND_EXEC_START),
+    ):
+        values = render_cloud_init(params, variant)
+        with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:
+            workdir = pathlib.Path(tmp)
+            files = validate_cloud_init(values["cloudInit"], workdir)
+            verify_unit(files, args.worker_binary.resolve(), workdir, exec_start)
+            script = workdir / "install-worker.sh"
+            script.write_text(files.get("/usr/local/lib/spot-worker/install-worker.sh", ""))
+            started = step("shellcheck (the rendered install script)")
+            result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+            if result.returncode != 0:
+                fail(f"shellcheck on the rendered install script:\n{result.stdout}")
+            done(started)
     check_workbook()
     check_skips()
     if failures:

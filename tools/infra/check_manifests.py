@@ -49,7 +49,7 @@ SAMPLE_VALUES = {
     "SCALER_CLIENT_ID": "00000000-0000-0000-0000-000000000002",
     "TENANT_ID": "00000000-0000-0000-0000-000000000003",
     "IMAGE": "spotworkerabc123.azurecr.io/spot-worker:0.1.0",
-    "WORKER_ARGS": '["primes"]',
+    "WORKER_ARGS": '["/usr/local/bin/primes"]',
     "STORAGE_ACCOUNT": "spotworkerabc123",
     "STORAGE_ACCOUNT_URL": "https://spotworkerabc123.blob.core.windows.net/",
     "QUEUE": "jobs",

@@ -16,6 +16,7 @@
 
 mod board;
 mod check;
+mod command;
 mod format;
 mod scenario;
 mod storage;
@@ -79,6 +80,13 @@ pub struct DemoArgs {
     /// in-memory ones (install it with `npm ci --prefix tools/azurite`).
     #[arg(long)]
     azurite: bool,
+
+    /// The job is a Python program (`examples/command/primes.py`) run by
+    /// `spot-worker run`'s handler: evicted mid-way, resumed on worker B
+    /// from its checkpoint file, its result checked. Needs `python3`. One
+    /// job of --size numbers [default: 1_000_000_000].
+    #[arg(long, conflicts_with_all = ["jobs", "chunk_size", "concurrency"])]
+    command: bool,
 }
 
 /// A positive count such as `8000000` or `8_000_000`.
@@ -103,9 +111,13 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             interrupted.cancel();
         }
     });
-    let result = match Demo::set_up(args, interrupted).await {
-        Ok(demo) => demo.run(started).await,
-        Err(error) => Err(error),
+    let result = if args.command {
+        command::run(args.size.map(NonZeroU64::get), args.azurite, interrupted).await
+    } else {
+        match Demo::set_up(args, interrupted).await {
+            Ok(demo) => demo.run(started).await,
+            Err(error) => Err(error),
+        }
     };
     on_signal.abort();
     result

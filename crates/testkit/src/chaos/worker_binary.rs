@@ -1,5 +1,6 @@
-//! Finding the worker the run starts: the `examples/primes` binary of the
-//! profile this program was built with, rebuilt when a source is newer.
+//! Finding the binaries a run starts: the `examples/primes` worker and the
+//! `spot-worker` command of the profile this program was built with, rebuilt
+//! when a source is newer.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -19,13 +20,32 @@ pub fn worker_binary() -> Result<PathBuf> {
 /// The facade's example `examples/<name>` of the profile this program was
 /// built with, built first if it is missing or older than a source file.
 pub fn example_binary(name: &str) -> Result<PathBuf> {
+    fresh_binary(&["examples", name], &["--example", name])
+}
+
+/// The `spot-worker` command (crates/cli) of the profile this program was
+/// built with, built first if it is missing or stale: the facade's tests
+/// that run it (the container image, the VM in a box's command path) do not
+/// make cargo build another package's binaries.
+pub fn cli_binary() -> Result<PathBuf> {
+    fresh_binary(
+        &["spot-worker"],
+        &["-p", "spot-worker-cli", "--bin", "spot-worker"],
+    )
+}
+
+/// `target/<profile>/<path>`, built with `cargo build <args>` when missing or
+/// older than a source file.
+fn fresh_binary(path: &[&str], args: &[&str]) -> Result<PathBuf> {
     // This program is target/<profile>/deps/<name>-<hash>.
     let exe = std::env::current_exe().context("locating this program")?;
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .context("this program is not in target/<profile>/deps")?;
-    let binary = profile_dir.join("examples").join(name);
+    let binary = path
+        .iter()
+        .fold(profile_dir.to_path_buf(), |p, s| p.join(s));
     let root = crate::workspace_root();
     let workspace = root.as_path();
     if is_fresh(&binary, workspace) {
@@ -36,16 +56,14 @@ pub fn example_binary(name: &str) -> Result<PathBuf> {
         .is_some_and(|name| name == "release");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = std::process::Command::new(cargo);
-    build
-        .current_dir(workspace)
-        .args(["build", "--example", name]);
+    build.current_dir(workspace).arg("build").args(args);
     if release {
         build.arg("--release");
     }
-    eprintln!("chaos: building the worker: {build:?}");
+    eprintln!("building {}: {build:?}", binary.display());
     let status = build.status().context("running cargo build")?;
     if !status.success() || !binary.exists() {
-        bail!("building examples/{name} failed ({status})");
+        bail!("building {} failed ({status})", binary.display());
     }
     Ok(binary)
 }

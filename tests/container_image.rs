@@ -1,0 +1,214 @@
+//! The container image (`scripts/build-image.sh`, `container/Containerfile`),
+//! built and run with podman against Azurite and the IMDS emulator on
+//! loopback (`--network host`): the `primes` worker runs as PID 1 and as a
+//! non-root user, takes a job, and `podman stop -t 30` (SIGTERM, then
+//! SIGKILL after 30 s) ends it with exit 0 before the 30 s, its progress
+//! saved and its message visible again at once.
+//!
+//! Needs podman and runc (scripts/test.sh installs them and sets
+//! `SPOT_WORKER_CONTAINER_TEST=1`, so CI cannot skip it). Without podman the
+//! test is skipped with a message; `SPOT_WORKER_CONTAINER_TEST=0` skips it
+//! always, `=1` makes a missing podman a failure.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::chaos::{cli_binary, worker_binary};
+use spot_worker_testkit::worker::{Env, VM_A, within};
+
+/// What `podman stop -t` is given: a Kubernetes grace period or systemd's
+/// stop timeout would be the same kind of bound.
+const STOP_TIMEOUT_S: u64 = 30;
+/// What the worker logs once it takes work (`crates/runtime`).
+const START_LINE: &str = "warmup gate open; taking work";
+
+/// Whether to run, from `SPOT_WORKER_CONTAINER_TEST` and podman's presence.
+fn wanted() -> bool {
+    let switch = std::env::var("SPOT_WORKER_CONTAINER_TEST").unwrap_or_default();
+    if matches!(switch.as_str(), "0" | "false" | "disabled") {
+        eprintln!("skipped: SPOT_WORKER_CONTAINER_TEST={switch}");
+        return false;
+    }
+    let present = Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        assert!(
+            !matches!(switch.as_str(), "1" | "true" | "required"),
+            "SPOT_WORKER_CONTAINER_TEST={switch} but podman is not installed \
+             (Debian: apt-get install podman runc)"
+        );
+        eprintln!(
+            "skipped: podman is not installed (apt-get install podman runc; \
+             SPOT_WORKER_CONTAINER_TEST=1 makes this a failure, =0 silences it)"
+        );
+    }
+    present
+}
+
+/// `scripts/podman.sh ARGS` (the proven runtime, cgroup and storage settings).
+fn podman(args: &[&str]) -> Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/podman.sh");
+    Command::new(script)
+        .args(args)
+        .output()
+        .expect("scripts/podman.sh runs")
+}
+
+/// `podman ARGS`, which must succeed; its stdout, trimmed.
+fn podman_ok(args: &[&str]) -> String {
+    let output = podman(args);
+    assert!(
+        output.status.success(),
+        "podman {args:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Removes the test's container and image whatever happens.
+struct Cleanup {
+    container: String,
+    image: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "--force", "--ignore", &self.container]);
+        let _ = podman(&["rmi", "--force", &self.image]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_drains_on_podman_stop_as_pid_1() {
+    if !wanted() {
+        return;
+    }
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..10];
+    let cleanup = Cleanup {
+        container: format!("spot-worker-test-{suffix}"),
+        image: format!("localhost/spot-worker:test-{suffix}"),
+    };
+    let (cli, primes) = tokio::task::spawn_blocking(|| (cli_binary(), worker_binary()))
+        .await
+        .unwrap();
+    let build = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+        .env("IMAGE", &cleanup.image)
+        .env("SPOT_WORKER_BINARY", cli.expect("the spot-worker binary"))
+        .env("PRIMES_BINARY", primes.expect("the primes binary"))
+        .output()
+        .expect("scripts/build-image.sh runs");
+    assert!(
+        build.status.success(),
+        "building the image failed: {}{}",
+        String::from_utf8_lossy(&build.stdout),
+        String::from_utf8_lossy(&build.stderr)
+    );
+
+    let env = Env::start().await;
+    let job = PrimesJob::new("long", 0, 200_000_000_000).unwrap();
+    env.enqueue(&job).await;
+    let config = env.config(VM_A);
+    let settings = [
+        (
+            "AZURE_STORAGE_CONNECTION_STRING",
+            env.azurite.connection_string(),
+        ),
+        ("SPOT_WORKER_QUEUE", env.queue_name.clone()),
+        (
+            "SPOT_WORKER_CHECKPOINT_CONTAINER",
+            config.checkpoint_container.clone(),
+        ),
+        ("SPOT_WORKER_RESULTS_CONTAINER", format!("results-{suffix}")),
+        ("SPOT_WORKER_IMDS_ENDPOINT", env.emulator.url()),
+        ("SPOT_WORKER_VM_NAME", VM_A.to_owned()),
+        // Host networking: any free port, not the image's 0.0.0.0:8080.
+        ("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0".to_owned()),
+        ("RUST_LOG", "info".to_owned()),
+    ];
+    let mut run = vec![
+        "run",
+        "--detach",
+        "--name",
+        &cleanup.container,
+        "--network",
+        "host",
+    ];
+    let pairs: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for pair in &pairs {
+        run.extend(["--env", pair]);
+    }
+    run.push(&cleanup.image);
+    podman_ok(&run);
+    let logs = || {
+        let output = podman(&["logs", &cleanup.container]);
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+
+    // Started, as PID 1 and not root; then running the job (it checkpointed).
+    within("the worker to take work", async {
+        while !logs().contains(START_LINE) {
+            let state = podman_ok(&[
+                "inspect",
+                "--format",
+                "{{.State.Status}}",
+                &cleanup.container,
+            ]);
+            assert_eq!(state, "running", "the worker stopped early:\n{}", logs());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let top = podman_ok(&["top", &cleanup.container, "pid", "user", "args"]);
+    let worker_line = top
+        .lines()
+        .find(|l| l.contains("/usr/local/bin/primes"))
+        .unwrap_or_else(|| panic!("the worker in `podman top`:\n{top}"));
+    let columns: Vec<&str> = worker_line.split_whitespace().collect();
+    assert_eq!(columns[0], "1", "the worker is PID 1:\n{top}");
+    assert_eq!(columns[1], "spot-worker", "the worker is not root:\n{top}");
+    within("the job's first checkpoint", async {
+        while env.checkpoint_cursor("long").await.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+
+    let stopping = Instant::now();
+    let timeout = STOP_TIMEOUT_S.to_string();
+    podman_ok(&["stop", "--time", &timeout, &cleanup.container]);
+    let stopped_in = stopping.elapsed();
+    let exit = podman_ok(&[
+        "inspect",
+        "--format",
+        "{{.State.ExitCode}}",
+        &cleanup.container,
+    ]);
+    let log = logs();
+    eprintln!("podman stop took {stopped_in:?}");
+    assert_eq!(exit, "0", "exit code after podman stop:\n{log}");
+    assert!(
+        stopped_in < Duration::from_secs(STOP_TIMEOUT_S),
+        "drained before podman's SIGKILL ({stopped_in:?}):\n{log}"
+    );
+    assert!(
+        log.contains("released on shutdown"),
+        "the job was released:\n{log}"
+    );
+    assert!(env.checkpoint_cursor("long").await.is_some());
+    let back = env.queue.receive(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(back.len(), 1, "the message is visible again at once");
+    assert_eq!(
+        PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
+        "long"
+    );
+    drop(cleanup);
+}
