@@ -192,3 +192,6 @@ mod tests {
         assert_eq!(attempts.unexplained(5), 0);
     }
 }
+
+#[cfg(test)]
+mod bad_input;
