@@ -277,12 +277,18 @@ fn check_account_name(name: &str) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     if valid {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not a storage account name (3 to 24 lowercase letters and digits); {EXPECTED}"
-        ))
+        return Ok(());
     }
+    // Text with URL or SAS punctuation may hold a signature or a password
+    // (a URL pasted without its scheme): it is not repeated.
+    let shown = if name.contains(['/', '?', '#', '@', ':', '&', '=', ';']) {
+        "the value".to_owned()
+    } else {
+        format!("{name:?}")
+    };
+    Err(format!(
+        "{shown} is not a storage account name (3 to 24 lowercase letters and digits); {EXPECTED}"
+    ))
 }
 
 #[cfg(test)]

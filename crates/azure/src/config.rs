@@ -87,7 +87,7 @@ impl fmt::Debug for AccountEndpoints {
 
 fn parse_url(text: &str) -> Result<Url, StorageConfigError> {
     let url = Url::parse(text).map_err(|e| StorageConfigError::InvalidUrl {
-        url: redact(text),
+        url: without_user_info(&redact(text)),
         reason: e.to_string(),
     })?;
     check_service_url(&url).map_err(|reason| StorageConfigError::InvalidUrl {
@@ -95,6 +95,20 @@ fn parse_url(text: &str) -> Result<Url, StorageConfigError> {
         reason: reason.to_owned(),
     })?;
     Ok(url)
+}
+
+/// Text that did not parse as a URL, with any `user:password@` before its
+/// host replaced by [`REDACTED`](crate::REDACTED): a password there is a
+/// secret that [`redact`] does not know.
+fn without_user_info(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority = rest.find(['/', '?', '#']).map_or(rest, |end| &rest[..end]);
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://{}@{}", crate::REDACTED, &rest[at + 1..]),
+        None => text.to_owned(),
+    }
 }
 
 /// `url` without the parts that may hold secrets (user info, query,

@@ -210,20 +210,11 @@ impl ImdsClient {
     /// This VM's name as listed in events' `Resources`, from instance
     /// metadata (`compute.name`; `{scale-set}_{instance-id}` in scale sets).
     pub async fn vm_name(&self) -> Result<String, ImdsError> {
-        #[derive(Deserialize)]
-        struct Instance {
-            compute: Compute,
-        }
-        #[derive(Deserialize)]
-        struct Compute {
-            name: String,
-        }
         let url = self.instance_url.clone();
         let body = self
             .send(Method::GET, url, None, self.config.request_timeout)
             .await?;
-        let instance: Instance = parse_json("instance metadata", &body)?;
-        Ok(instance.compute.name)
+        crate::instance::vm_name(&body)
     }
 
     /// Approves an event so Azure may start it before `NotBefore`.
@@ -447,7 +438,7 @@ fn error_message(body: &[u8]) -> String {
         .unwrap_or_else(|_| excerpt(body))
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
     what: &'static str,
     body: &[u8],
 ) -> Result<T, ImdsError> {

@@ -17,6 +17,7 @@
 
 mod client;
 mod error;
+mod instance;
 pub mod model;
 mod policy;
 mod retry;

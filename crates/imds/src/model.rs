@@ -350,20 +350,33 @@ impl Serialize for NotBefore {
 }
 
 /// `DocumentIncarnation` is an integer; early documentation shows it as a
-/// string, so a numeric string is accepted too.
+/// string, so a numeric string is accepted too. Anything else is refused as
+/// "expected a non-negative integer", whatever its type (an untagged enum
+/// would say only that no variant matched, naming a private type).
 fn incarnation<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum NumberOrString {
-        Number(u64),
-        String(String),
+    struct Incarnation;
+    impl de::Visitor<'_> for Incarnation {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a non-negative integer (DocumentIncarnation)")
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<u64, E> {
+            u64::try_from(n).map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
+            s.trim()
+                .parse()
+                .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
+        }
     }
-    match NumberOrString::deserialize(deserializer)? {
-        NumberOrString::Number(n) => Ok(n),
-        NumberOrString::String(s) => s.trim().parse().map_err(|_| {
-            de::Error::invalid_value(de::Unexpected::Str(&s), &"a non-negative integer")
-        }),
-    }
+    deserializer.deserialize_any(Incarnation)
 }
 
 #[cfg(test)]

@@ -108,20 +108,63 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map_or((text, "s"), |at| text.split_at(at));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 1s, 250ms or 2m"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "s" | "" => value,
-        "m" | "min" => value * 60.0,
+    let unit_nanos: u128 = match unit.trim() {
+        "ms" => 1_000_000,
+        "s" | "" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
         other => {
             return Err(format!(
                 "unknown unit {other:?} in {text:?} (use ms, s or m)"
             ));
         }
     };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+    let too_long = || format!("{text:?} is too long for a duration");
+    let nanos = match decimal_times(number, unit_nanos) {
+        Ok(nanos) => nanos,
+        Err(Decimal::NotANumber) => {
+            return Err(format!("{text:?} is not a duration like 1s, 250ms or 2m"));
+        }
+        Err(Decimal::Overflow) => return Err(too_long()),
+    };
+    let seconds = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
+    // The remainder is below 10^9, so it fits.
+    let subsec = (nanos % 1_000_000_000) as u32;
+    Ok(Duration::new(seconds, subsec))
+}
+
+/// Why [`decimal_times`] has no answer.
+enum Decimal {
+    NotANumber,
+    Overflow,
+}
+
+/// `number` (digits with at most one `.`) times `unit`, in whole units,
+/// computed in decimal so that `0.3s` or `9007256742ms` is exact (through
+/// `f64` it was not); digits below one unit are dropped.
+fn decimal_times(number: &str, unit: u128) -> Result<u128, Decimal> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+        return Err(Decimal::NotANumber);
+    }
+    let mut total: u128 = 0;
+    for digit in whole.bytes() {
+        total = total
+            .checked_mul(10)
+            .and_then(|t| t.checked_add(u128::from(digit - b'0')))
+            .ok_or(Decimal::Overflow)?;
+    }
+    total = total.checked_mul(unit).ok_or(Decimal::Overflow)?;
+    let mut place = unit;
+    for digit in fraction.bytes() {
+        place /= 10;
+        // At most `unit` in all, added to a total that did not overflow
+        // with the whole part; checked all the same.
+        total = total
+            .checked_add(place * u128::from(digit - b'0'))
+            .ok_or(Decimal::Overflow)?;
+    }
+    Ok(total)
 }
 
 /// A duration as [`parse_duration`] reads it: `25s`, `250ms`, `1.5s`.
@@ -160,6 +203,28 @@ mod tests {
             assert_eq!(show_duration(duration), text);
             assert_eq!(parse_duration(text), Ok(duration));
         }
+    }
+
+    /// Through `f64`, `9007256742ms` read as 9007256.742000001 s (found by
+    /// the property test `durations_read_exactly` in tests/bad_input.rs).
+    #[test]
+    fn durations_read_exactly_in_decimal() {
+        for (text, duration) in [
+            ("9007256742ms", Duration::from_millis(9_007_256_742)),
+            ("9007256.742s", Duration::from_millis(9_007_256_742)),
+            ("0.3s", Duration::from_millis(300)),
+            ("1.1m", Duration::from_secs(66)),
+            (".5", Duration::from_millis(500)),
+            ("1.", Duration::from_secs(1)),
+            ("0.0000000019s", Duration::from_nanos(1)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(duration), "{text}");
+        }
+        for bad in [".", "1.5.5s", "", "s", "-1s", "1e3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        let huge = format!("{}s", "9".repeat(30));
+        assert!(parse_duration(&huge).unwrap_err().contains("too long"));
     }
 
     #[test]

@@ -384,3 +384,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod bad_input;

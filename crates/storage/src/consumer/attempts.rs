@@ -255,3 +255,6 @@ mod tests {
         assert_eq!(old.released().failures, 2);
     }
 }
+
+#[cfg(test)]
+mod bad_input;

@@ -157,3 +157,6 @@ mod tests {
         assert_eq!(short_reason("héllo wörld", 5), "héllo…");
     }
 }
+
+#[cfg(test)]
+mod bad_input;
