@@ -22,6 +22,7 @@ use axum::response::Response;
 use axum::routing::get;
 
 use crate::emulator::Emulator;
+use crate::entra::FederatedCredential;
 use crate::response;
 use crate::token::issue;
 
@@ -51,6 +52,9 @@ pub struct IdentityConfig {
     pub issuer: Option<String>,
     /// Overrides the audience (`aud`), default the resource asked for.
     pub audience: Option<String>,
+    /// Federated credentials: which service-account tokens Entra ID's
+    /// endpoint ([`crate::entra`]) exchanges for which identity's tokens.
+    pub federated: Vec<FederatedCredential>,
 }
 
 impl Default for IdentityConfig {
@@ -61,6 +65,7 @@ impl Default for IdentityConfig {
             token_lifetime: DEFAULT_TOKEN_LIFETIME,
             issuer: None,
             audience: None,
+            federated: Vec::new(),
         }
     }
 }
@@ -166,7 +171,7 @@ fn is_api_version(version: &str) -> bool {
 }
 
 /// Decoded `key=value` pairs of a query string (`%XX` and `+`).
-fn url_pairs(query: &str) -> impl Iterator<Item = (&str, String)> {
+pub(crate) fn url_pairs(query: &str) -> impl Iterator<Item = (&str, String)> {
     query
         .split('&')
         .filter_map(|pair| pair.split_once('='))

@@ -44,6 +44,10 @@
 //! `GET /metadata/identity/oauth2/token` (managed-identity tokens for the
 //! identities in [`IdentityConfig`]).
 //!
+//! Microsoft Entra ID (workload identity, for `AZURE_AUTHORITY_HOST`):
+//! `POST /{tenant}/oauth2/v2.0/token` exchanges a service-account token that
+//! a [`FederatedCredential`] trusts for that identity's tokens.
+//!
 //! Control (JSON, no header): `POST /emulator/events`,
 //! `POST /emulator/events/{id}/start`, `POST /emulator/events/{id}/complete`,
 //! `DELETE /emulator/events/{id}`, `POST|DELETE /emulator/faults`,
@@ -54,6 +58,7 @@
 mod config;
 mod control;
 mod emulator;
+mod entra;
 mod error;
 mod event;
 mod fault;
@@ -69,6 +74,7 @@ mod token;
 pub use axum::http::StatusCode;
 pub use config::EmulatorConfig;
 pub use emulator::{CURRENT_API_VERSION, Emulator, PostedEvent};
+pub use entra::{FederatedCredential, TOKEN_EXCHANGE_AUDIENCE};
 pub use error::EmulatorError;
 pub use event::{EmulatedSource, EmulatedStatus, EventSpec};
 pub use fault::Fault;

@@ -22,13 +22,14 @@ use tokio::task::JoinHandle;
 
 use crate::config::EmulatorConfig;
 use crate::emulator::Emulator;
-use crate::{control, identity, identity_control, imds, response};
+use crate::{control, entra, identity, identity_control, imds, response};
 
 /// The whole HTTP API of `emulator`.
 fn router(emulator: Emulator) -> Router {
     Router::new()
         .merge(imds::routes())
         .merge(identity::routes())
+        .merge(entra::routes())
         .merge(identity_control::routes())
         .merge(control::routes())
         .fallback(not_found)

@@ -50,6 +50,7 @@ pub mod counting;
 pub mod faulty;
 pub mod otlp;
 pub mod procfs;
+pub mod tls_front;
 pub mod worker;
 
 pub use azurite::topology;
