@@ -7,7 +7,8 @@ Reads {"job_id":"j1","start":0,"end":50000000} on stdin, counts the primes in
 {"job_id":"j1","start":0,"end":50000000,"primes":3001134}
 
 Progress {"cursor":N,"primes":M} goes to $SPOT_WORKER_CHECKPOINT (written to a
-temporary file, then renamed) every few seconds and when SIGTERM comes; a
+temporary file, then renamed) every few seconds (`--save-every SECONDS`, or
+$PRIMES_SAVE_EVERY; 3 by default) and when SIGTERM comes; a
 later delivery finds it there and resumes. Exit 65 for a body that is not a
 job (poisoned at once), 143 when stopped by SIGTERM (the runner hands the job
 back, uncounted).
@@ -16,6 +17,7 @@ back, uncounted).
         -- python3 examples/command/primes.py
 """
 
+import argparse
 import json
 import math
 import os
@@ -92,6 +94,11 @@ def write_whole(path, text):
 
 
 def main():
+    global SAVE_EVERY
+    parser = argparse.ArgumentParser(description="the primes job for spot-worker run")
+    parser.add_argument("--save-every", type=float, default=SAVE_EVERY, metavar="SECONDS",
+                        help="seconds between two progress saves (default %(default)s)")
+    SAVE_EVERY = parser.parse_args().save_every
     signal.signal(signal.SIGTERM, on_sigterm)
     job_id, start, end = read_job()
     checkpoint = os.environ["SPOT_WORKER_CHECKPOINT"]

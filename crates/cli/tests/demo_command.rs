@@ -16,11 +16,7 @@ async fn the_command_demo_evicts_a_python_job_and_resumes_it_elsewhere() {
     let output = tokio::time::timeout(
         PATIENCE,
         Command::new(env!("CARGO_BIN_EXE_spot-worker"))
-            .args(["demo", "--command", "--size", "200_000_000"])
-            // The program saves every 0.3 s (it reads this variable, which
-            // the runner passes on: it is no credential), so the eviction
-            // lands mid-way in a small job.
-            .env("PRIMES_SAVE_EVERY", "0.3")
+            .args(["demo", "--command", "--size", "1_000_000_000"])
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -47,7 +43,7 @@ async fn the_command_demo_evicts_a_python_job_and_resumes_it_elsewhere() {
         .and_then(|n| n.parse().ok())
         .expect("the cursor B resumed from");
     assert!(
-        resumed_at > 0 && resumed_at < 200_000_000,
+        resumed_at > 0 && resumed_at < 1_000_000_000,
         "resumed mid-way: {resumed_at}"
     );
 }

@@ -30,9 +30,13 @@ use super::{IMDS_POLL, QUEUE, Who};
 
 /// The Python job, as shipped in `examples/command/`.
 const PRIMES_PY: &str = include_str!("../../../../examples/command/primes.py");
-/// Numbers in the job unless `--size` says otherwise: about ten seconds of
-/// one core in Python (it saves every 3 s), so the eviction lands mid-way.
+/// Numbers in the job unless `--size` says otherwise: a few seconds of one
+/// core in Python, so the eviction lands mid-way.
 const DEFAULT_SIZE: u64 = 1_000_000_000;
+/// How often the demo's program saves its progress: often, so the eviction
+/// comes right after the first save, early in the job, however fast the
+/// machine counts (the example's own default is 3 s).
+const SAVE_EVERY: &str = "0.1";
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 const PATIENCE: Duration = Duration::from_secs(300);
 
@@ -114,7 +118,7 @@ async fn rehearse(
             if let Some(cursor) = saved_cursor(&storage, &job.job_id).await? {
                 return Ok::<_, anyhow::Error>(cursor);
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await??;
@@ -169,7 +173,7 @@ async fn rehearse(
             if let Some(bytes) = storage.results.get(&name).await? {
                 return Ok::<_, anyhow::Error>(bytes);
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await??;
@@ -228,11 +232,18 @@ fn start(
         Arc::clone(&storage.poison),
     )
     .with_checkpoints(Arc::clone(&storage.checkpoints));
-    let program = CommandConfig::new(python, [script.display().to_string()])
-        .with_job_key("job_id")
-        .with_result_name("{job_key}.json")
-        // The demo shows progress as the program saves it.
-        .with_checkpoint_every(Duration::from_secs(1));
+    let program = CommandConfig::new(
+        python,
+        [
+            script.display().to_string(),
+            "--save-every".to_owned(),
+            SAVE_EVERY.to_owned(),
+        ],
+    )
+    .with_job_key("job_id")
+    .with_result_name("{job_key}.json")
+    // The demo shows progress as the program saves it.
+    .with_checkpoint_every(Duration::from_secs(1));
     let handler = CommandHandler::new(program, Arc::clone(&storage.results));
     println!("worker {who} starts as VM {}", who.vm());
     let stop = worker.shutdown_token();
