@@ -32,12 +32,14 @@ async fn the_python_job_evicted_mid_way_resumes_elsewhere_and_equals_primes() {
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
-    let job = PrimesJob::new("p1", 0, 100_000_000).unwrap();
+    // Big enough that the Python sieve (about 10^9 numbers a second on an
+    // idle machine) is still counting when the eviction comes.
+    let job = PrimesJob::new("p1", 0, 1_000_000_000).unwrap();
     env.enqueue(&job).await;
     // Records what each run starts from, then is the example itself.
     let script = format!(
         "echo \"$SPOT_WORKER_FAILURES $(cat \"$SPOT_WORKER_CHECKPOINT\" 2>/dev/null || echo none)\" >> {starts}; \
-         PRIMES_SAVE_EVERY=0.2 exec python3 {program}",
+         exec python3 {program} --save-every 0.02",
         starts = quoted(&starts),
         program = quoted(&workspace_root().join("examples/command/primes.py")),
     );
@@ -51,12 +53,12 @@ async fn the_python_job_evicted_mid_way_resumes_elsewhere_and_equals_primes() {
     let a = env.worker(env.config(VM_A));
     let running = tokio::spawn(a.run(handler.clone()));
     let mut progressed = false;
-    for _ in 0..1200 {
+    for _ in 0..6000 {
         if saved_file(&env, "p1").await.is_some() {
             progressed = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(progressed, "the job saved progress");
     env.emulator
@@ -90,7 +92,7 @@ async fn the_python_job_evicted_mid_way_resumes_elsewhere_and_equals_primes() {
     assert_eq!(result, spot_worker_primes::expected_result(&job));
     let bytes = env.results.get("p1.json").await.unwrap().unwrap();
     let expected = format!(
-        r#"{{"job_id":"p1","start":0,"end":100000000,"primes":{}}}"#,
+        r#"{{"job_id":"p1","start":0,"end":1000000000,"primes":{}}}"#,
         result["primes"]
     );
     assert_eq!(String::from_utf8(bytes).unwrap(), expected, "primes' bytes");

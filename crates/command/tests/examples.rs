@@ -23,7 +23,7 @@ async fn the_shell_example_counts_words() {
     let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
     let running = Running::start(consumer(&env, 1), handler.clone());
     handler.finished(1).await;
-    let stats = running.stop().await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
     assert_eq!(stats.succeeded, 1);
     let count = env.results.get("count").await.unwrap().unwrap();
     assert_eq!(String::from_utf8(count).unwrap().trim(), "6");

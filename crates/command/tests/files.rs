@@ -87,7 +87,7 @@ while time.monotonic() < until:
     .with_checkpoints(recording.clone());
     let running = Running::start(consumer, handler.clone());
     handler.finished(1).await;
-    let stats = running.stop().await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
     assert_eq!(stats.succeeded, 1);
 
     let written = recording.written.lock().unwrap().clone();
@@ -166,7 +166,7 @@ async fn what_a_program_leaves_running_is_gone_when_its_delivery_ends() {
             file.display()
         );
     }
-    let stats = running.stop().await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
     assert_eq!(stats.succeeded, 1);
 }
 

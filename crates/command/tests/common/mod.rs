@@ -126,6 +126,7 @@ pub fn quoted(path: &Path) -> String {
 
 /// A consumer running a handler until stopped.
 pub struct Running {
+    consumer: Consumer,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<ConsumerStats>,
 }
@@ -136,9 +137,29 @@ impl Running {
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
+            let consumer = consumer.clone();
             async move { consumer.run(handler, stop).await }
         });
-        Running { stop, task }
+        Running {
+            consumer,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops the consumer once its counts satisfy `settled` (bounded): a
+    /// handler that returned has not settled its message yet, and stopping
+    /// in between would hand the message back instead of deleting it.
+    pub async fn stop_when(self, settled: impl Fn(&ConsumerStats) -> bool) -> ConsumerStats {
+        let waiting = async {
+            while !settled(&self.consumer.stats()) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("not settled: {:?}", self.consumer.stats()));
+        self.stop().await
     }
 
     /// Stops the consumer and returns its counts (bounded).
