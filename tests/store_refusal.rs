@@ -480,7 +480,9 @@ async fn a_deleted_checkpoint_container_is_created_again_and_work_goes_on() {
         .await
         .expect("the checkpoint container exists again");
     assert!(
-        listed.iter().all(|blob| blob.name.starts_with(".spot-worker/")),
+        listed
+            .iter()
+            .all(|blob| blob.name.starts_with(".spot-worker/")),
         "{listed:?}"
     );
     env.assert_queues_empty().await;
