@@ -26,8 +26,30 @@ pub(crate) enum Operation<'a> {
     Other(&'a str),
 }
 
-/// The error's full text (all sources), redacted.
+/// Longest error text kept, in characters: enough for the service's code,
+/// message and request id; a whole response body is never wanted in a log
+/// line, a readiness reason or a poison record.
+const MAX_DESCRIPTION_CHARS: usize = 1000;
+
+/// The error's full text (all sources), redacted, on one bounded line: the
+/// service's XML error bodies span lines, and every line of a log is one
+/// event.
 pub(crate) fn describe(error: &azure_core::Error) -> String {
+    one_line(&full_text(error), MAX_DESCRIPTION_CHARS)
+}
+
+/// `text` with every run of whitespace (newlines too) made one space, cut
+/// to `max` characters with `…`.
+fn one_line(text: &str, max: usize) -> String {
+    let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Some((cut, _)) = line.char_indices().nth(max) {
+        line.truncate(cut);
+        line.push('…');
+    }
+    line
+}
+
+fn full_text(error: &azure_core::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -145,6 +167,23 @@ pub(crate) async fn bounded<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_body_is_one_bounded_line() {
+        let body = "404: <?xml version=\"1.0\"?>\n<Error>\n  <Code>ContainerNotFound</Code>\n  \
+                    <Message>The specified container does not exist.\nRequestId:1</Message>\n</Error>";
+        let error = azure_core::Error::with_message(ErrorKind::Other, body.to_owned());
+        let text = describe(&error);
+        assert_eq!(
+            text,
+            "404: <?xml version=\"1.0\"?> <Error> <Code>ContainerNotFound</Code> \
+             <Message>The specified container does not exist. RequestId:1</Message> </Error>"
+        );
+        let long = azure_core::Error::with_message(ErrorKind::Other, "é".repeat(5000));
+        let text = describe(&long);
+        assert_eq!(text.chars().count(), MAX_DESCRIPTION_CHARS + 1);
+        assert!(text.ends_with('…') && !text.contains('\n'));
+    }
 
     fn http(status: StatusCode, code: &str) -> azure_core::Error {
         azure_core::Error::with_message(
