@@ -10,6 +10,8 @@ mod failures;
 pub mod namespace;
 pub mod network;
 pub mod pki;
+pub mod pod;
+pub mod pod_cases;
 mod success;
 pub mod the_box;
 pub mod vm;
