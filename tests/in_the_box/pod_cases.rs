@@ -148,6 +148,13 @@ impl Node {
             "Preempt {}: both messages visible again {released:?} after the notice",
             preempt.id
         ));
+        for (name, pod) in &pods {
+            assert!(
+                !pod.is_ready().await,
+                "{name} is not ready while it waits for the event:\n{}",
+                pod.log()
+            );
+        }
         // Not approved, the event starts at its NotBefore (the node goes
         // down then); parked until then, each pod exits 0 when it starts.
         let exits = futures_util::future::join_all(pods.iter_mut().map(|(_, pod)| async move {

@@ -111,6 +111,11 @@ impl Vm {
         Some((status, response.json().await.ok()?))
     }
 
+    /// Whether `/readyz` answers 200 now.
+    pub async fn is_ready(&self) -> bool {
+        matches!(self.readiness().await, Some((200, _)))
+    }
+
     /// Waits until `/readyz` answers 200; fails at once if the worker exits.
     pub async fn until_ready(&mut self) {
         let deadline = Instant::now() + PATIENCE;
