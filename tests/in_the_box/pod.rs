@@ -286,12 +286,15 @@ impl Node {
 }
 
 impl Drop for Node {
+    /// Removes the pods, then the box's directory with podman's storage
+    /// (over 100 MB), also when a case failed.
     fn drop(&mut self) {
         for name in self.started.lock().unwrap().iter() {
             let _ = std::process::Command::new(repo().join("scripts/podman.sh"))
                 .args(["rm", "--force", "--ignore", name])
                 .output();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

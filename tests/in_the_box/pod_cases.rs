@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use spot_worker::azure::AzureQueue;
-use spot_worker::storage::{CheckpointStore, MessageQueue};
+use spot_worker::storage::{Checkpoint, CheckpointStore, MessageQueue};
 use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::PrimesJob;
 
@@ -245,6 +245,18 @@ impl Node {
             PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
             "scaled-in-job"
         );
+        // Not counted: the message's attempt record (beside the
+        // checkpoints) holds the release, and no failure.
+        let record = checkpoints
+            .read(&format!(".spot-worker/attempts/{}", back[0].id))
+            .await
+            .unwrap()
+            .expect("the release is recorded");
+        let Checkpoint::InProgress { progress } = record.checkpoint else {
+            panic!("an attempt record is in progress: {:?}", record.checkpoint);
+        };
+        assert_eq!(progress["releases"], 1, "{progress}");
+        assert_eq!(progress["failures"], 0, "{progress}");
         queue
             .delete(&back[0].id, &back[0].pop_receipt)
             .await
