@@ -10,8 +10,8 @@ use spot_worker::storage::{Checkpoint, CheckpointStore, MessageQueue};
 use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::PrimesJob;
 
-use super::pod::{NODE_VM, Node, TOKEN_FILE, note};
-use super::the_box::{assert_untouched, wait_for};
+use super::pod::{NODE_VM, Node, TOKEN_FILE, WORKER_CLIENT_ID, note};
+use super::the_box::{assert_untouched, bearer_validations, wait_for};
 use super::vm::{PATIENCE, Vm};
 
 /// `terminationGracePeriodSeconds` in deploy/kubernetes/deployment.yaml.
@@ -126,6 +126,27 @@ impl Node {
             .await;
             pods.push((name, pod));
         }
+        // Storage reached with tokens from the exchange, by bearer token.
+        for (name, pod) in &pods {
+            assert!(
+                pod.log().contains("storage credentials chosen")
+                    && pod.log().contains("\"workload identity\""),
+                "{name} names its credential:\n{}",
+                pod.log()
+            );
+        }
+        let exchanged = self
+            .emulator
+            .tokens()
+            .iter()
+            .filter(|t| t.client_id == WORKER_CLIENT_ID)
+            .count();
+        let bearer = bearer_validations(&self.azurite);
+        assert!(exchanged >= 2 && bearer > 0, "{exchanged} tokens, {bearer}");
+        note(format!(
+            "Entra ID's exchange issued {exchanged} storage token(s) to {WORKER_CLIENT_ID}; \
+             Azurite authorised {bearer} request(s) by bearer token"
+        ));
         let preempt = self
             .emulator
             .schedule(EventSpec::preempt().resources([NODE_VM]))
