@@ -125,10 +125,10 @@ case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
     ;;
 esac
 
-# tests/container_image.rs builds the container image (scripts/build-image.sh)
-# and runs it with podman (scripts/podman.sh: runc, cgroupfs, vfs, its own
-# containers.conf). Required here (SPOT_WORKER_CONTAINER_TEST=1) so CI cannot
-# skip it silently; SPOT_WORKER_CONTAINER_TEST=0 skips it.
+# tests/container_image.rs and tests/pod_in_a_box.rs build the container
+# image (scripts/build-image.sh) and run it with podman (scripts/podman.sh:
+# runc, cgroupfs, vfs, its own containers.conf). Required here (SPOT_WORKER_CONTAINER_TEST=1) so CI cannot
+# skip them silently; SPOT_WORKER_CONTAINER_TEST=0 skips them.
 case "${SPOT_WORKER_CONTAINER_TEST:-1}" in
   0 | false | disabled) echo "==> container image test disabled" ;;
   *)

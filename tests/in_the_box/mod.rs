@@ -1,7 +1,9 @@
 //! The pieces of `tests/vm_in_a_box.rs`: entering fresh network, mount and
 //! PID namespaces ([`namespace`]), the VM's network, name resolution and
 //! trust store inside them ([`network`]), throwaway certificate authorities
-//! ([`pki`]) and the worker process as systemd would run it ([`vm`]).
+//! ([`pki`]) and the worker process as systemd would run it ([`vm`]); and
+//! of `tests/pod_in_a_box.rs`: an AKS Spot node with worker pods run by
+//! podman ([`pod`]) and its cases ([`pod_cases`]).
 
 #![allow(dead_code)] // Not every helper is used by every case.
 
@@ -10,6 +12,8 @@ mod failures;
 pub mod namespace;
 pub mod network;
 pub mod pki;
+pub mod pod;
+pub mod pod_cases;
 mod success;
 pub mod the_box;
 pub mod vm;

@@ -214,7 +214,7 @@ impl TheBox {
 /// The storage account `main.bicep` names: the first 11 characters of
 /// `namePrefix` (from `main.bicepparam`), lower-cased without hyphens, and
 /// `uniqueString(resourceGroup().id)`.
-fn account_name() -> String {
+pub fn account_name() -> String {
     let params = std::fs::read_to_string(repo().join("bicep/main.bicepparam")).unwrap();
     let prefix = params
         .lines()

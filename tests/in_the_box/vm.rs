@@ -44,11 +44,18 @@ impl Vm {
         if let Some(dir) = dir {
             command.current_dir(dir);
         }
-        let mut child = command
+        command
             .args(args)
             .env_clear()
             .envs(env)
-            .env("PATH", SYSTEMD_PATH)
+            .env("PATH", SYSTEMD_PATH);
+        Vm::spawn(command, &env["SPOT_WORKER_HEALTH_ADDR"])
+    }
+
+    /// Starts `command` (its output kept as the log), whose worker serves
+    /// `/readyz` at `health_addr`; the pod in a box starts `podman run` so.
+    pub fn spawn(mut command: Command, health_addr: &str) -> Vm {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -71,7 +78,7 @@ impl Vm {
         Vm {
             child,
             lines,
-            readyz: format!("http://{}/readyz", env["SPOT_WORKER_HEALTH_ADDR"]),
+            readyz: format!("http://{health_addr}/readyz"),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(5))
@@ -102,6 +109,11 @@ impl Vm {
         let response = self.http.get(&self.readyz).send().await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.json().await.ok()?))
+    }
+
+    /// Whether `/readyz` answers 200 now.
+    pub async fn is_ready(&self) -> bool {
+        matches!(self.readiness().await, Some((200, _)))
     }
 
     /// Waits until `/readyz` answers 200; fails at once if the worker exits.

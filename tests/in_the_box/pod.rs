@@ -1,0 +1,386 @@
+//! The pod in a box: an AKS Spot node's world inside the box's namespaces,
+//! and worker pods on it run by podman from the project's image.
+//!
+//! - 169.254.169.254:80 is the IMDS emulator as the node answers its pods:
+//!   instance metadata and Scheduled Events of the node's VM
+//!   ([`NODE_VM`]), and Microsoft Entra ID's token endpoint, which exchanges
+//!   a projected service-account token for a storage token of the worker's
+//!   identity (a federated credential for `spot-worker/spot-worker`);
+//! - `https://login.microsoftonline.com` (`AZURE_AUTHORITY_HOST`) is a TLS
+//!   front on 127.0.0.4:443 passing on to that endpoint, with a
+//!   certificate from the box's CA;
+//! - Azurite serves the storage account over HTTPS with bearer tokens at the
+//!   production host names, as in the VM box;
+//! - each pod is `podman run --network host` started from inside the box,
+//!   so the container shares the node's (the box's) network namespace: its
+//!   lo with IMDS's address, the production names (`--add-host`), the box's
+//!   CA bundle mounted read-only over the image's; the token file mounted
+//!   read-only where the webhook projects it; the environment is exactly
+//!   `deploy/kubernetes/deployment.yaml`'s plus what the webhook injects.
+//!
+//! Podman runs with a storage root, run root and lock directory under the
+//! box's temporary directory, and the box mounts its own `/proc` (podman's
+//! runtime reads its children there, which the host's `/proc` does not
+//! show from a new PID namespace) and `/dev/shm` (podman's locks): nothing
+//! is shared with podman runs outside the box.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use spot_worker::azure::{AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
+use spot_worker_imds_emulator::{
+    Emulator, EmulatorConfig, FederatedCredential, IdentityConfig, RunningEmulator,
+};
+use spot_worker_testkit::tls_front::TlsFront;
+
+use super::network::{self, Hosts, IMDS_IP};
+use super::the_box::{account_name, start_azurite};
+use super::vm::Vm;
+use super::{pki, run};
+use crate::rendered::repo;
+
+/// The node's VM: instance 0 of an AKS Spot pool's scale set.
+pub const NODE_VM: &str = "aks-spot-27384956-vmss_0";
+/// The worker's user-assigned identity (the webhook's `AZURE_CLIENT_ID`).
+pub const WORKER_CLIENT_ID: &str = "8d3c2b1a-6f5e-4d7c-9b8a-1e2f3a4b5c6d";
+/// The cluster's OIDC issuer (the projected token's `iss`).
+pub const OIDC_ISSUER: &str =
+    "https://eastus.oic.prod-aks.azure.com/72f988bf-86f1-41af-91ab-2d7cd011db47/0d1e2f3a/";
+/// `scripts/deploy-aks.sh`'s namespace, and the service account's name.
+pub const NAMESPACE: &str = "spot-worker";
+/// Where the webhook projects the service-account token in the pod.
+pub const TOKEN_DIR: &str = "/var/run/secrets/azure/tokens";
+pub const TOKEN_FILE: &str = "/var/run/secrets/azure/tokens/azure-identity-token";
+/// Entra ID's public-cloud authority, as the webhook injects it.
+pub const AUTHORITY_HOST: &str = "https://login.microsoftonline.com/";
+const LOGIN_HOST: &str = "login.microsoftonline.com";
+const LOGIN_IP: &str = "127.0.0.4";
+/// The image, built once per run into the box's own podman storage.
+const IMAGE: &str = "localhost/spot-worker:pod-in-a-box";
+
+/// Prints a line of the transcript.
+pub fn note(text: impl AsRef<str>) {
+    println!("[pod-in-a-box] {}", text.as_ref());
+}
+
+/// The node and everything around it.
+pub struct Node {
+    pub dir: PathBuf,
+    pub account: String,
+    pub azurite: spot_worker_testkit::Azurite,
+    pub emulator: RunningEmulator,
+    _entra: TlsFront,
+    _hosts: Hosts,
+    /// The operator's view of the account (key-signed SAS over HTTPS).
+    pub operator: AzureStorage,
+    ca_bundle: PathBuf,
+    /// The pods started, removed at the end whatever happens.
+    started: std::sync::Mutex<Vec<String>>,
+}
+
+impl Node {
+    pub async fn set_up() -> Node {
+        network::bring_up();
+        // Short: podman refuses a run root longer than 50 characters.
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("pod-box-{}", &id[..8]));
+        std::fs::create_dir_all(&dir).unwrap();
+        own_proc_and_shm();
+        podman_in(&dir);
+
+        let account = account_name();
+        let blob_host = format!("{account}.blob.core.windows.net");
+        let queue_host = format!("{account}.queue.core.windows.net");
+        let ca = pki::new_ca(&dir, "pod-in-a-box-ca");
+        let storage_cert = ca.issue(
+            &dir,
+            "storage",
+            &["*.blob.core.windows.net", "*.queue.core.windows.net"],
+        );
+        let login_cert = ca.issue(&dir, "login", &[LOGIN_HOST]);
+        network::trust(&dir, &ca.cert);
+        let hosts = Hosts::mount(
+            &dir,
+            &[
+                ("127.0.0.2", &blob_host),
+                ("127.0.0.3", &queue_host),
+                (LOGIN_IP, LOGIN_HOST),
+            ],
+        );
+        let azurite = start_azurite(&account, &storage_cert, ["127.0.0.2", "127.0.0.3"]);
+        let emulator = start_node_imds().await;
+        let entra = TlsFront::start(
+            SocketAddr::new(LOGIN_IP.parse().unwrap(), 443),
+            &login_cert.cert,
+            &login_cert.key,
+            SocketAddr::new(IMDS_IP.parse().unwrap(), 80),
+        )
+        .await
+        .expect("the TLS front of the token endpoint starts");
+        note(format!(
+            "node {NODE_VM}: IMDS + Entra ID token endpoint on {IMDS_IP}:80, \
+             {AUTHORITY_HOST} -> TLS front {LOGIN_IP}:443; {blob_host} -> 127.0.0.2:443, \
+             {queue_host} -> 127.0.0.3:443; box CA in {}",
+            network::CA_BUNDLE
+        ));
+        let operator = AzureStorage::new(
+            StorageConfig::from_connection_string(&format!(
+                "DefaultEndpointsProtocol=https;AccountName={account};AccountKey={DEVELOPMENT_ACCOUNT_KEY};EndpointSuffix=core.windows.net"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        Node {
+            ca_bundle: dir.join("ca-certificates.crt"),
+            dir,
+            account,
+            azurite,
+            emulator,
+            _entra: entra,
+            _hosts: hosts,
+            operator,
+            started: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Builds the image (the spot-worker command and the primes example as
+    /// `cargo test` built them) with `scripts/build-image.sh`.
+    pub fn build_image(&self, cli: &Path, primes: &Path) {
+        let output = std::process::Command::new(repo().join("scripts/build-image.sh"))
+            .env("IMAGE", IMAGE)
+            .env("SPOT_WORKER_BINARY", cli)
+            .env("PRIMES_BINARY", primes)
+            .output()
+            .expect("scripts/build-image.sh runs");
+        assert!(
+            output.status.success(),
+            "building the image failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        note(format!("image {IMAGE} built (scripts/build-image.sh)"));
+    }
+
+    /// The environment of a worker pod: `deployment.yaml`'s, rendered as
+    /// `scripts/deploy-aks.sh` renders it, plus the webhook's variables.
+    pub fn pod_env(&self) -> BTreeMap<String, String> {
+        let values = BTreeMap::from([
+            (
+                "STORAGE_ACCOUNT_URL",
+                format!("https://{}.blob.core.windows.net/", self.account),
+            ),
+            ("QUEUE", "jobs".to_owned()),
+        ]);
+        let mut env = deployment_env(&values);
+        for (key, value) in [
+            ("AZURE_CLIENT_ID", WORKER_CLIENT_ID.to_owned()),
+            ("AZURE_TENANT_ID", IdentityConfig::default().tenant_id),
+            ("AZURE_AUTHORITY_HOST", AUTHORITY_HOST.to_owned()),
+            ("AZURE_FEDERATED_TOKEN_FILE", TOKEN_FILE.to_owned()),
+        ] {
+            env.insert(key.to_owned(), value);
+        }
+        env
+    }
+
+    /// A directory holding a projected service-account token for the
+    /// worker's service account, valid for `valid_for` from now (negative:
+    /// expired), or none at all; mounted at [`TOKEN_DIR`].
+    pub fn token_dir(&self, name: &str, valid_for: Option<i64>) -> PathBuf {
+        let dir = self.dir.join("tokens").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(valid_for) = valid_for {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            let claims = serde_json::json!({
+                "iss": OIDC_ISSUER,
+                "sub": format!("system:serviceaccount:{NAMESPACE}:{NAMESPACE}"),
+                "aud": ["api://AzureADTokenExchange"],
+                "iat": now.min(now + valid_for) - 60,
+                "nbf": now.min(now + valid_for) - 60,
+                "exp": now + valid_for,
+            });
+            let token = format!(
+                "{}.{}.c2lnbmF0dXJl",
+                URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256","kid":"box"}"#),
+                URL_SAFE_NO_PAD.encode(claims.to_string())
+            );
+            std::fs::write(dir.join("azure-identity-token"), token).unwrap();
+        }
+        // The worker is uid 65532, as the kubelet's projection would allow.
+        run("chmod", &["-R", "a+rX", dir.to_str().unwrap()]);
+        dir
+    }
+
+    /// Starts the pod `name` with `env` (its health port set to `port`),
+    /// `tokens` mounted at [`TOKEN_DIR`], pinned to `cpu`.
+    pub fn start_pod(
+        &self,
+        name: &str,
+        env: &BTreeMap<String, String>,
+        port: u16,
+        tokens: &Path,
+        cpu: usize,
+    ) -> Vm {
+        let mut env = env.clone();
+        // Pods share the node's network namespace here (not in Kubernetes,
+        // where each pod has its own): one port per pod.
+        env.insert("SPOT_WORKER_HEALTH_ADDR".into(), format!("0.0.0.0:{port}"));
+        let mut command = tokio::process::Command::new(repo().join("scripts/podman.sh"));
+        command.args(["run", "--rm", "--name", name, "--network", "host"]);
+        for host in [
+            format!("{}.blob.core.windows.net:127.0.0.2", self.account),
+            format!("{}.queue.core.windows.net:127.0.0.3", self.account),
+            format!("{LOGIN_HOST}:{LOGIN_IP}"),
+        ] {
+            command.args(["--add-host", &host]);
+        }
+        // The Deployment's security context: read-only root with /tmp
+        // writable, no capabilities, no privilege escalation.
+        command.args(["--read-only", "--tmpfs", "/tmp", "--cap-drop", "all"]);
+        command.args(["--security-opt", "no-new-privileges"]);
+        // One CPU each: the worker's default concurrency (CPUs) is then 1,
+        // so each pod holds one job.
+        command.args(["--cpuset-cpus", &cpu.to_string()]);
+        command.args([
+            "--volume",
+            &format!("{}:{}:ro", self.ca_bundle.display(), network::CA_BUNDLE),
+        ]);
+        command.args(["--volume", &format!("{}:{TOKEN_DIR}:ro", tokens.display())]);
+        for (key, value) in &env {
+            command.args(["--env", &format!("{key}={value}")]);
+        }
+        // `WORKER_ARGS`' default in scripts/deploy-aks.sh.
+        command.args([IMAGE, "/usr/local/bin/primes"]);
+        self.started.lock().unwrap().push(name.to_owned());
+        Vm::spawn(command, &format!("127.0.0.1:{port}"))
+    }
+
+    /// `podman stop -t <grace>` of a pod, as the kubelet stops one KEDA
+    /// scales in; how long it took.
+    pub async fn stop_pod(&self, name: &str, grace: Duration) -> Duration {
+        let started = std::time::Instant::now();
+        let output = tokio::time::timeout(
+            grace + Duration::from_secs(30),
+            tokio::process::Command::new(repo().join("scripts/podman.sh"))
+                .args(["stop", "--time", &grace.as_secs().to_string(), name])
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("podman stop returns")
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "podman stop {name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        started.elapsed()
+    }
+}
+
+impl Drop for Node {
+    /// Removes the pods, then the box's directory with podman's storage
+    /// (over 100 MB), also when a case failed.
+    fn drop(&mut self) {
+        for name in self.started.lock().unwrap().iter() {
+            let _ = std::process::Command::new(repo().join("scripts/podman.sh"))
+                .args(["rm", "--force", "--ignore", name])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `/proc` of the box's PID namespace and a `/dev/shm` of its own, in
+/// its private mount namespace (see the module docs).
+fn own_proc_and_shm() {
+    run("mount", &["-t", "proc", "proc", "/proc"]);
+    run("mount", &["-t", "tmpfs", "tmpfs", "/dev/shm"]);
+}
+
+/// Points `scripts/podman.sh` (and so `scripts/build-image.sh`) at storage,
+/// run and lock directories under `dir`.
+fn podman_in(dir: &Path) {
+    let conf = dir.join("containers.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = \"runc\"\n\
+             cgroup_manager = \"cgroupfs\"\ntmp_dir = \"{}\"\n",
+            dir.join("podman/tmp").display()
+        ),
+    )
+    .unwrap();
+    // SAFETY: called by the only test of the inner process before it starts
+    // any child process or thread that reads the environment.
+    unsafe {
+        std::env::set_var("CONTAINERS_CONF", &conf);
+        std::env::set_var("SPOT_WORKER_PODMAN_ROOT", dir.join("podman"));
+    }
+}
+
+/// IMDS as the node answers its pods, with Entra ID's exchange trusting the
+/// worker's service account.
+async fn start_node_imds() -> RunningEmulator {
+    let listener = tokio::net::TcpListener::bind((IMDS_IP, 80))
+        .await
+        .expect("binding IMDS's address in the box");
+    let config = EmulatorConfig {
+        identity: IdentityConfig {
+            federated: vec![FederatedCredential::for_service_account(
+                WORKER_CLIENT_ID,
+                OIDC_ISSUER,
+                NAMESPACE,
+                NAMESPACE,
+            )],
+            ..IdentityConfig::default()
+        },
+        ..EmulatorConfig::for_vm(NODE_VM)
+    };
+    Emulator::new(config).spawn(listener)
+}
+
+/// The container's `env` in `deploy/kubernetes/deployment.yaml`, with
+/// `${NAME}` replaced from `values`. Entries from a secret (`valueFrom`,
+/// all optional) are left out: the box has no such secret, and Kubernetes
+/// leaves an optional reference to a missing secret unset.
+pub fn deployment_env(values: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
+    let yaml = std::fs::read_to_string(repo().join("deploy/kubernetes/deployment.yaml")).unwrap();
+    let mut env = BTreeMap::new();
+    let mut indent = None;
+    let mut name: Option<String> = None;
+    for line in yaml.lines() {
+        let trimmed = line.trim_start();
+        let depth = line.len() - trimmed.len();
+        if trimmed == "env:" {
+            indent = Some(depth);
+            continue;
+        }
+        let Some(env_indent) = indent else { continue };
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if depth <= env_indent && !trimmed.starts_with("- ") {
+            break;
+        }
+        if let Some(entry) = trimmed.strip_prefix("- name: ") {
+            name = Some(entry.trim().to_owned());
+        } else if let (Some(value), Some(key)) = (trimmed.strip_prefix("value: "), name.take()) {
+            let mut value = value.trim().trim_matches('"').to_owned();
+            for (var, replacement) in values {
+                value = value.replace(&format!("${{{var}}}"), replacement);
+            }
+            assert!(!value.contains("${"), "{key}: {value} is not rendered");
+            env.insert(key, value);
+        }
+    }
+    assert!(!env.is_empty(), "deployment.yaml's env list was read");
+    env
+}

@@ -1,0 +1,156 @@
+//! A pod in a box: the worker's container image on an AKS Spot node as the
+//! pod sees it, inside network, mount and PID namespaces made by this test
+//! (see `in_the_box::pod` for the node's world). Worker pods are
+//! `podman run --network host` from inside the box, with exactly the
+//! environment `deploy/kubernetes/deployment.yaml` gives a pod plus what
+//! the workload identity webhook injects, and the projected service-account
+//! token mounted read-only where the webhook puts it:
+//!
+//! - two pods on one node both take a long job; the node's Preempt drains
+//!   and releases both, neither approves it (approval is off in the
+//!   Deployment), both exit 0 within the drain budget;
+//! - `podman stop -t 35` (a KEDA scale-in, the pod's grace period) drains a
+//!   busy pod the same way: exit 0, its message visible again at once, not
+//!   counted as a failure;
+//! - a wrong client id (AADSTS700016) and an expired token file
+//!   (AADSTS700024) leave the pod not ready with the reason in `/readyz`; a
+//!   missing token file stops the worker at start with an error naming it;
+//!   nothing is taken from the queue.
+//!
+//! Deviations from a cluster, each because the box has one network
+//! namespace for the node: the pods share it, so each gets its own health
+//! port (`SPOT_WORKER_HEALTH_ADDR=0.0.0.0:<port>` instead of `:8080`); each
+//! is pinned to one CPU so its default concurrency (CPUs) is 1 and each pod
+//! holds one job.
+//!
+//! Needs podman and runc, like tests/container_image.rs:
+//! `SPOT_WORKER_CONTAINER_TEST=0` skips it, `=1` (scripts/test.sh) makes a
+//! missing podman a failure, unset skips it with a message when podman is
+//! absent. `SPOT_WORKER_VM_IN_A_BOX=0` skips it too (no namespaces). Run
+//! with `--nocapture` to see the transcript.
+
+mod in_the_box;
+mod rendered;
+
+use std::process::Command;
+use std::time::Duration;
+
+use in_the_box::namespace::{inside, opted_out, run_inside};
+use in_the_box::pod::{Node, note};
+use in_the_box::pod_cases::Measured;
+use spot_worker::storage::MessageQueue;
+use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::chaos::{cli_binary, worker_binary};
+
+/// What a whole inner run may take.
+const BOX_LIMIT: Duration = Duration::from_secs(600);
+
+/// Whether to run, from `SPOT_WORKER_CONTAINER_TEST` and podman's presence.
+fn wanted() -> bool {
+    let switch = std::env::var("SPOT_WORKER_CONTAINER_TEST").unwrap_or_default();
+    if matches!(switch.as_str(), "0" | "false" | "disabled") {
+        eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_CONTAINER_TEST={switch})");
+        return false;
+    }
+    let present = Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        assert!(
+            !matches!(switch.as_str(), "1" | "true" | "required"),
+            "SPOT_WORKER_CONTAINER_TEST={switch} but podman is not installed \
+             (Debian: apt-get install podman runc)"
+        );
+        eprintln!(
+            "SKIPPED: the pod in a box: podman is not installed (apt-get install podman runc; \
+             SPOT_WORKER_CONTAINER_TEST=1 makes this a failure, =0 silences it)"
+        );
+    }
+    present
+}
+
+#[test]
+fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
+    if inside() {
+        return; // The inner run only runs `inside_the_pod_box`.
+    }
+    if opted_out() {
+        eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_VM_IN_A_BOX=0)");
+        return;
+    }
+    if !wanted() {
+        return;
+    }
+    // Built (if stale) before entering the box, where the image is built.
+    cli_binary().expect("the spot-worker command");
+    worker_binary().expect("the primes example");
+    let run = run_inside("inside_the_pod_box", BOX_LIMIT);
+    println!("{}", run.stdout);
+    assert!(
+        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
+        "the pod in a box failed ({}):\n{}\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+}
+
+/// The inner half, run by the outer test inside the namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the inner half of the_worker_image_runs_as_pods_on_a_spot_node_in_a_box"]
+async fn inside_the_pod_box() {
+    assert!(
+        inside(),
+        "run the_worker_image_runs_as_pods_on_a_spot_node_in_a_box: this half needs the box"
+    );
+    // As in the VM box: the machine's proxy settings do not exist on the
+    // node, and no proxy is reachable in the box.
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        // SAFETY: the only test of this (inner) process, before any client
+        // or child process reads the environment.
+        unsafe { std::env::remove_var(name) };
+    }
+    let node = Node::set_up().await;
+    node.build_image(&cli_binary().unwrap(), &worker_binary().unwrap());
+    let env = node.pod_env();
+    note(format!(
+        "pod environment (deployment.yaml + webhook): {}",
+        env.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    let queue = node.operator.queue(&env["SPOT_WORKER_QUEUE"]).unwrap();
+    queue.prepare().await.unwrap();
+    let sentinel = PrimesJob::new("sentinel", 0, 100_000).unwrap();
+    queue
+        .send(&sentinel.to_message(), Duration::ZERO)
+        .await
+        .unwrap();
+
+    node.wrong_client_id(&env, &queue).await;
+    node.expired_token(&env, &queue).await;
+    node.missing_token_file(&env, &queue).await;
+    // The sentinel out of the way: each pod below takes one long job.
+    let peeked = queue.receive(1, Duration::from_secs(60)).await.unwrap();
+    queue
+        .delete(&peeked[0].id, &peeked[0].pop_receipt)
+        .await
+        .unwrap();
+
+    let mut measured = Measured::default();
+    node.preempt_drains_two_pods(&env, &queue, &mut measured)
+        .await;
+    node.scale_in_drains_a_pod(&env, &queue, &mut measured)
+        .await;
+    note(format!("measured: {measured:?}"));
+    drop(node); // Removes the pods and the box's directory.
+}
