@@ -24,31 +24,6 @@ const STOP_TIMEOUT_S: u64 = 30;
 /// What the worker logs once it takes work (`crates/runtime`).
 const START_LINE: &str = "warmup gate open; taking work";
 
-/// Whether to run, from `SPOT_WORKER_CONTAINER_TEST` and podman's presence.
-fn wanted() -> bool {
-    let switch = std::env::var("SPOT_WORKER_CONTAINER_TEST").unwrap_or_default();
-    if matches!(switch.as_str(), "0" | "false" | "disabled") {
-        eprintln!("skipped: SPOT_WORKER_CONTAINER_TEST={switch}");
-        return false;
-    }
-    let present = Command::new("podman")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        assert!(
-            !matches!(switch.as_str(), "1" | "true" | "required"),
-            "SPOT_WORKER_CONTAINER_TEST={switch} but podman is not installed \
-             (Debian: apt-get install podman runc)"
-        );
-        eprintln!(
-            "skipped: podman is not installed (apt-get install podman runc; \
-             SPOT_WORKER_CONTAINER_TEST=1 makes this a failure, =0 silences it)"
-        );
-    }
-    present
-}
-
 /// `scripts/podman.sh ARGS` (the proven runtime, cgroup and storage settings).
 fn podman(args: &[&str]) -> Output {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/podman.sh");
@@ -85,7 +60,7 @@ impl Drop for Cleanup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_drains_on_podman_stop_as_pid_1() {
-    if !wanted() {
+    if !spot_worker_testkit::podman::container_test_wanted("the container image test") {
         return;
     }
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..10];

@@ -32,7 +32,6 @@
 mod in_the_box;
 mod rendered;
 
-use std::process::Command;
 use std::time::Duration;
 
 use in_the_box::namespace::{inside, opted_out, run_inside};
@@ -45,31 +44,6 @@ use spot_worker_testkit::chaos::{cli_binary, worker_binary};
 /// What a whole inner run may take.
 const BOX_LIMIT: Duration = Duration::from_secs(600);
 
-/// Whether to run, from `SPOT_WORKER_CONTAINER_TEST` and podman's presence.
-fn wanted() -> bool {
-    let switch = std::env::var("SPOT_WORKER_CONTAINER_TEST").unwrap_or_default();
-    if matches!(switch.as_str(), "0" | "false" | "disabled") {
-        eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_CONTAINER_TEST={switch})");
-        return false;
-    }
-    let present = Command::new("podman")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        assert!(
-            !matches!(switch.as_str(), "1" | "true" | "required"),
-            "SPOT_WORKER_CONTAINER_TEST={switch} but podman is not installed \
-             (Debian: apt-get install podman runc)"
-        );
-        eprintln!(
-            "SKIPPED: the pod in a box: podman is not installed (apt-get install podman runc; \
-             SPOT_WORKER_CONTAINER_TEST=1 makes this a failure, =0 silences it)"
-        );
-    }
-    present
-}
-
 #[test]
 fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
     if inside() {
@@ -79,7 +53,7 @@ fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
         eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_VM_IN_A_BOX=0)");
         return;
     }
-    if !wanted() {
+    if !spot_worker_testkit::podman::container_test_wanted("the pod in a box") {
         return;
     }
     // Built (if stale) before entering the box, where the image is built.

@@ -36,8 +36,7 @@ const IMDS_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct ManagedIdentityTokens {
     inner: Arc<ManagedIdentityCredential>,
     client_id: Option<String>,
-    /// Expiry of the last token seen, to log each new token once.
-    last_expiry: Mutex<Option<OffsetDateTime>>,
+    seen: TokenSightings,
 }
 
 impl fmt::Debug for ManagedIdentityTokens {
@@ -67,7 +66,7 @@ impl ManagedIdentityTokens {
         Ok(Arc::new(ManagedIdentityTokens {
             inner,
             client_id,
-            last_expiry: Mutex::new(None),
+            seen: TokenSightings::default(),
         }))
     }
 
@@ -79,21 +78,34 @@ impl ManagedIdentityTokens {
         }
     }
 
-    /// Logs a token the first time it is seen (the SDK caches tokens and
-    /// hands the same one out until shortly before it expires).
+    /// Logs a token the first time it is seen.
     fn note(&self, token: &AccessToken) {
-        let mut last = self
-            .last_expiry
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if *last != Some(token.expires_on) {
-            *last = Some(token.expires_on);
+        if self.seen.is_new(token) {
             tracing::info!(
                 client_id = self.client_id.as_deref().unwrap_or("system-assigned"),
                 expires_on = token.expires_on.unix_timestamp(),
                 "managed identity token acquired from IMDS"
             );
         }
+    }
+}
+
+/// The expiry of the last token a credential handed out, so each new token
+/// is logged once: the SDK caches tokens and hands the same one out until
+/// shortly before it expires.
+#[derive(Debug, Default)]
+pub(crate) struct TokenSightings(Mutex<Option<OffsetDateTime>>);
+
+impl TokenSightings {
+    /// True the first time a token with this expiry is seen.
+    pub(crate) fn is_new(&self, token: &AccessToken) -> bool {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let new = *last != Some(token.expires_on);
+        *last = Some(token.expires_on);
+        new
     }
 }
 

@@ -26,9 +26,9 @@ use azure_core::http::{ClientMethodOptions, ClientOptions};
 use azure_identity::{
     ClientAssertion, ClientAssertionCredential, ClientAssertionCredentialOptions,
 };
-use time::OffsetDateTime;
 
 use crate::config::StorageConfigError;
+use crate::identity::TokenSightings;
 use crate::redact::redact;
 
 /// The variables that name a workload identity (what the AKS webhook
@@ -116,8 +116,7 @@ impl ClientAssertion for ProjectedToken {
 pub(crate) struct WorkloadIdentityTokens {
     inner: Arc<ClientAssertionCredential<ProjectedToken>>,
     identity: WorkloadIdentity,
-    /// Expiry of the last token seen, to log each new token once.
-    last_expiry: Mutex<Option<OffsetDateTime>>,
+    seen: TokenSightings,
 }
 
 impl fmt::Debug for WorkloadIdentityTokens {
@@ -156,17 +155,13 @@ impl WorkloadIdentityTokens {
         Ok(Arc::new(WorkloadIdentityTokens {
             inner,
             identity,
-            last_expiry: Mutex::new(None),
+            seen: TokenSightings::default(),
         }))
     }
 
+    /// Logs a token the first time it is seen.
     fn note(&self, token: &AccessToken) {
-        let mut last = self
-            .last_expiry
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if *last != Some(token.expires_on) {
-            *last = Some(token.expires_on);
+        if self.seen.is_new(token) {
             tracing::info!(
                 client_id = %self.identity.client_id,
                 tenant_id = %self.identity.tenant_id,

@@ -6,6 +6,8 @@
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
 //! - [`counting`]: any checkpoint store with a count of requests by kind;
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
+//! - [`podman`]: whether a container test runs here;
+//! - [`tls_front`]: TLS in front of a plain test server;
 //! - [`bench`]: what every benchmark binary does before it measures;
 //! - [`procfs`]: CPU time and memory of processes, from `/proc`;
 //! - [`worker`]: in-process workers on Azurite and the IMDS emulator;
@@ -49,6 +51,7 @@ pub mod contract;
 pub mod counting;
 pub mod faulty;
 pub mod otlp;
+pub mod podman;
 pub mod procfs;
 pub mod tls_front;
 pub mod worker;
