@@ -1,4 +1,5 @@
-//! A handler that panics anywhere (its job key, its completed-job check,
+//! A handler that panics anywhere (its job key, its completion marker, its
+//! completed-job check,
 //! the call that makes its future, or the future) fails like any other: the
 //! failure is recorded, retried, and poisoned after `max_failures`, with a
 //! reason that says it panicked and where. In-memory queue, tokio's paused
@@ -23,6 +24,7 @@ use common::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Part {
     JobKey,
+    CompletionMarker,
     VerifyCompleted,
     HandleStart,
     Handle,
@@ -60,6 +62,15 @@ impl MessageHandler for PanicsIn {
         Some(key)
     }
 
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+        assert!(
+            self.part != Part::CompletionMarker,
+            "cannot name the result of {}",
+            String::from_utf8_lossy(body)
+        );
+        None
+    }
+
     fn verify_completed(
         &self,
         _body: &[u8],
@@ -84,6 +95,11 @@ async fn a_panic_anywhere_in_handler_code_is_a_failure_poisoned_after_max_failur
         (
             Part::JobKey,
             "handler panicked in job_key: cannot key job-1",
+            0,
+        ),
+        (
+            Part::CompletionMarker,
+            "handler panicked in completion_marker: cannot name the result of job-1",
             0,
         ),
         (
