@@ -1,9 +1,8 @@
 //! A handler that panics anywhere (its job key, its completion marker, its
-//! completed-job check,
-//! the call that makes its future, or the future) fails like any other: the
-//! failure is recorded, retried, and poisoned after `max_failures`, with a
-//! reason that says it panicked and where. In-memory queue, tokio's paused
-//! clock.
+//! completed-job check, the call that makes its future, or the future)
+//! fails like any other: the failure is recorded, retried, and poisoned
+//! after `max_failures`, with a reason that says it panicked and where.
+//! In-memory queue, tokio's paused clock.
 
 use std::future::Future;
 use std::sync::Arc;
