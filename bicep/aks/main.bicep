@@ -84,6 +84,12 @@ param operatorPrincipalType string = 'User'
 ])
 param retentionInDays int = 30
 
+// Checked by tools/infra/check_infra.py: the floor is the job queue's message
+// time-to-live (7 days, the service default every sender here uses).
+@description('Days after its last write the storage lifecycle policy deletes a blob of the checkpoint container (completion markers under job ids from the body, attempt records, progress a crash left behind). At least the queue messages\' time-to-live (7 days): a message, or a duplicate of it, must still find its job\'s checkpoint.')
+@minValue(7)
+param checkpointRetentionDays int = 30
+
 param tags object = {
   workload: 'spot-worker'
 }
@@ -122,6 +128,7 @@ module storage '../modules/storage.bicep' = {
     name: storageName
     queueName: queueName
     checkpointContainer: checkpointContainer
+    checkpointRetentionDays: checkpointRetentionDays
     resultsContainer: resultsContainer
     poisonContainer: poisonContainer
     artifactsContainer: artifactsContainer

@@ -13,3 +13,4 @@ param spotMaxCount = 10
 param namespace = 'spot-worker'
 param serviceAccountName = 'spot-worker'
 param retentionInDays = 30
+param checkpointRetentionDays = 30

@@ -217,10 +217,13 @@ QUEUE_MESSAGE_TTL_DAYS = 7
 def check_checkpoint_retention() -> None:
     started = step("checkpoint retention: a lifecycle rule on the checkpoint container, never shorter than the message TTL")
     storage = bicep_model.load(BICEP / "modules" / "storage.bicep")
-    main = bicep_model.load(BICEP / "main.bicep")
-    _, given = bicep_model.load_bicepparam(BICEP / "main.bicepparam")
     name = "checkpointRetentionDays"
-    for where, template in (("main.bicep", main), ("modules/storage.bicep", storage)):
+    templates = [("modules/storage.bicep", storage, None)]
+    for deployment in DEPLOYMENTS:
+        template = deployment.replace(".bicepparam", ".bicep")
+        _, given = bicep_model.load_bicepparam(BICEP / deployment)
+        templates.append((template, bicep_model.load(BICEP / template), (deployment, given)))
+    for where, template, params in templates:
         param = template.params.get(name)
         if param is None:
             fail(f"{where}: no parameter {name}")
@@ -230,11 +233,14 @@ def check_checkpoint_retention() -> None:
             fail(f"{where}: {name} needs @minValue({QUEUE_MESSAGE_TTL_DAYS}) or more (the message TTL), has {floor!r}")
         if param.has_default and int(param.default) < QUEUE_MESSAGE_TTL_DAYS:
             fail(f"{where}: {name} defaults to {param.default}, below the message TTL")
-    value = given.get(name)
-    if value is not None and int(value) < QUEUE_MESSAGE_TTL_DAYS:
-        fail(f"main.bicepparam: {name} = {value}, below the message TTL")
-    if main.modules.get("storage") and main.modules["storage"].params.get(name) != name:
-        fail(f"main.bicep: the storage module is not given {name}")
+        if params is None:
+            continue
+        deployment, given = params
+        value = given.get(name)
+        if value is not None and int(value) < QUEUE_MESSAGE_TTL_DAYS:
+            fail(f"{deployment}: {name} = {value}, below the message TTL")
+        if template.modules.get("storage") and template.modules["storage"].params.get(name) != name:
+            fail(f"{where}: the storage module is not given {name}")
     rules = [
         rule
         for resource in storage.resources.values()
@@ -252,7 +258,7 @@ def check_checkpoint_retention() -> None:
     if not matching:
         fail("modules/storage.bicep: no enabled lifecycle rule deletes the checkpoint container's blobs "
              f"daysAfterModificationGreaterThan: {name}")
-    done(started, f"{len(matching)} rule(s); floor {QUEUE_MESSAGE_TTL_DAYS} days; main.bicepparam: {value}")
+    done(started, f"{len(matching)} rule(s); floor {QUEUE_MESSAGE_TTL_DAYS} days; {len(DEPLOYMENTS)} deployments pass it on")
 
 
 def render_cloud_init(params: dict[str, str], variant: str) -> dict[str, str]:
