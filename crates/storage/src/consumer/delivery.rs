@@ -1,8 +1,10 @@
 //! One delivery, from receive to settle: decode the body, check the job's
 //! checkpoint (the one read of it, handed on to the handler; none where
-//! [`pre_read`](super::pre_read) says nothing read could matter), admit or
-//! refuse it, run the handler under a renewed lease,
-//! and carry out what [`settlement`](super::settlement) decides.
+//! [`pre_read`](super::pre_read) says nothing read could matter;
+//! [`pre_check`](super::pre_check) reads it), admit or refuse it, run the
+//! handler under a renewed lease, and hand the ending to
+//! [`finish`](super::finish), which carries out what
+//! [`settlement`](super::settlement) decides.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -13,44 +15,20 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::checkpoint::{Checkpoint, CheckpointNotes, StoredCheckpoint, store_unreachable};
-use crate::error::StorageError;
+use crate::checkpoint::CheckpointNotes;
 use crate::queue::QueueMessage;
 
 use super::Consumer;
 use super::attempts::ReadAttempts;
-use super::backoff::retry_delay;
-use super::handler::{CheckpointRead, EarlierRead, HandlerError, Job, MessageHandler, Permanent};
+use super::handler::{EarlierRead, HandlerError, Job, MessageHandler, Permanent};
 use super::lease::{Lease, Renewal};
 use super::leftover::Leftover;
-use super::outcome::DeliveryOutcome;
 use super::panics::{HandlerPart, catching, panic_error};
+use super::pre_check::PreCheck;
 use super::pre_read::{PreRead, pre_read};
 use super::release_note::ReleaseNote;
-use super::settlement::{
-    Admission, Arrival, Completion, Departure, Ending, Limits, PoisonCause, Settlement, admit,
-    settle,
-};
+use super::settlement::{Admission, Arrival, Completion, Ending, Limits, PoisonCause, admit};
 use super::signals::DrainSignals;
-
-/// What the completed-checkpoint check found.
-pub(super) enum PreCheck {
-    /// No completed checkpoint (or no store): what the store returned (an
-    /// in-progress checkpoint and its ETag, or none), for the handler.
-    NotCompleted(CheckpointRead),
-    /// Completed, with the result the checkpoint holds.
-    Completed(serde_json::Value),
-    /// The lease was lost or the worker is shutting down.
-    Interrupted,
-    /// The store failed in a way that waiting will not fix.
-    Failed(StorageError),
-    /// The store could not be read, and the consumer paused its intake for
-    /// it (a refusal or a missing container that persists): hand the
-    /// message back uncounted rather than hold its slot.
-    StoreDown(StorageError),
-    /// The result store could not be reached: waited out, uncounted.
-    Unreachable(String),
-}
 
 /// Everything one delivery holds while it is processed.
 pub(super) struct Delivery {
@@ -395,186 +373,6 @@ impl Consumer {
         let notes = CheckpointNotes::default();
         self.finish(delivery, signals, ending, &notes, ReadAttempts::default())
             .await;
-    }
-
-    /// Decides and carries out the settlement of a delivery whose handler
-    /// has stopped (or never started).
-    async fn finish(
-        &self,
-        mut delivery: Delivery,
-        signals: &DrainSignals,
-        ending: Ending<'_>,
-        notes: &CheckpointNotes,
-        earlier: ReadAttempts,
-    ) {
-        // Claimed before the stage is looked at: a note not started now
-        // never starts, so nothing below races it for the record.
-        let noting = delivery.note.close();
-        let shutting_down = signals.wind_down.is_cancelled();
-        let lease_lost = delivery.lease.is_lost();
-        let store_unreachable = notes.unreachable.get();
-        // The record is read when it decides something: after a failure that
-        // is not shutdown's doing, while its store can be reached.
-        let record = if matches!(ending, Ending::Failed { .. })
-            && !shutting_down
-            && !lease_lost
-            && store_unreachable.is_none()
-        {
-            self.read_attempts(&delivery).await
-        } else {
-            earlier
-        };
-        let departure = Departure {
-            ending,
-            lease_lost,
-            shutting_down,
-            fenced_by_peer: notes.fenced_on_own_key(),
-            store_unreachable: store_unreachable.is_some(),
-            attempts: &record.attempts,
-        };
-        match settle(&departure, self.limits()) {
-            Settlement::Poison(cause) => {
-                let failures = match &cause {
-                    PoisonCause::Failed { failures, .. } => *failures,
-                    _ => record.attempts.failures,
-                };
-                self.poison(delivery, cause, failures).await;
-            }
-            Settlement::Retry { attempts } => {
-                self.record_attempts(&delivery, &record, &attempts).await;
-                let delay = self.backoff(attempts.failures);
-                tracing::warn!(error = attempts.last_error.as_deref().unwrap_or_default(), failures = attempts.failures, retry_in = ?delay, "handler failed; will retry");
-                delivery.stop_renewing().await;
-                if self.settled_lease(&delivery)
-                    && self.make_visible_after(&delivery.lease, delay).await
-                {
-                    self.settled(DeliveryOutcome::Retried);
-                }
-            }
-            Settlement::WaitForPeer { attempts } => {
-                self.record_attempts(&delivery, &record, &attempts).await;
-                let delay = self.backoff(attempts.waits);
-                tracing::info!(retry_in = ?delay, waits = attempts.waits, "another holder of this job wrote newer progress; checking again later (not a failure)");
-                delivery.stop_renewing().await;
-                if self.settled_lease(&delivery)
-                    && self.make_visible_after(&delivery.lease, delay).await
-                {
-                    self.settled(DeliveryOutcome::WaitedForPeer);
-                }
-            }
-            Settlement::WaitForStore => {
-                let delay = self.backoff(delivery.message.dequeue_count);
-                tracing::warn!(error = store_unreachable.map(String::as_str).unwrap_or_default(), retry_in = ?delay, "the checkpoint store could not be reached; trying the message again later (not a failure)");
-                delivery.stop_renewing().await;
-                if self.settled_lease(&delivery)
-                    && self.make_visible_after(&delivery.lease, delay).await
-                {
-                    self.settled(DeliveryOutcome::WaitedForStore);
-                }
-            }
-            Settlement::Delete => {
-                delivery.stop_renewing().await;
-                if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
-                    self.settled(DeliveryOutcome::Succeeded);
-                    tracing::debug!("handled and deleted");
-                    self.forget_attempts(&mut delivery).await;
-                    self.remove_leftover(&delivery).await;
-                }
-            }
-            Settlement::Release => {
-                delivery.stop_renewing().await;
-                if self.settled_lease(&delivery) {
-                    self.release_noted(&mut delivery, noting, signals).await;
-                }
-            }
-            Settlement::Leave(why) => {
-                delivery.stop_renewing().await;
-                if delivery.lease.is_lost() {
-                    self.settled(DeliveryOutcome::LeaseLost);
-                    tracing::warn!("{why}; nothing written");
-                } else {
-                    tracing::error!("{why}; leaving the message to its visibility timeout");
-                }
-            }
-        }
-    }
-
-    /// Whether the lease survived until settling; counts it if not.
-    fn settled_lease(&self, delivery: &Delivery) -> bool {
-        if delivery.lease.is_lost() {
-            self.settled(DeliveryOutcome::LeaseLost);
-            tracing::warn!(
-                "lease lost before settling; the message belongs to another consumer now"
-            );
-            return false;
-        }
-        true
-    }
-
-    /// The retry delay after the `n`th recorded failure or wait.
-    fn backoff(&self, n: u32) -> std::time::Duration {
-        retry_delay(
-            self.config.retry_backoff_base,
-            self.config.retry_backoff_max,
-            n,
-        )
-    }
-
-    /// Deletes a message whose job is completed, without running it.
-    async fn delete_completed(&self, mut delivery: Delivery) {
-        delivery.stop_renewing().await;
-        if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
-            self.settled(DeliveryOutcome::SkippedCompleted);
-            tracing::info!("the job is completed already; deleted without running it");
-            self.forget_attempts(&mut delivery).await;
-            self.remove_leftover(&delivery).await;
-        }
-    }
-
-    /// Whether the job's checkpoint is completed.
-    ///
-    /// A checkpoint store that is unavailable (a transient error, a
-    /// refusal, its container missing) never pushes a message towards the
-    /// poison queue: the read is retried with the retry backoff while the
-    /// message stays leased, and the slot stays taken, so the consumer
-    /// stops receiving work it could not start. Once the consumer pauses
-    /// for a refusal or a missing container that persists, the message is
-    /// handed back uncounted instead. Other errors (the checkpoint does
-    /// not parse) will not go away by waiting and count as a failure.
-    async fn check_completed(&self, key: &str, delivery: &Delivery) -> PreCheck {
-        let Some(store) = &self.checkpoints else {
-            return PreCheck::NotCompleted(None);
-        };
-        let mut attempt = 0u32;
-        loop {
-            let read = tokio::select! {
-                biased;
-                () = delivery.lease.lost() => return PreCheck::Interrupted,
-                () = delivery.job_token.cancelled() => return PreCheck::Interrupted,
-                read = store.read(key) => read,
-            };
-            let error = match read {
-                Ok(Some(StoredCheckpoint {
-                    checkpoint: Checkpoint::Completed { result },
-                    ..
-                })) => {
-                    return PreCheck::Completed(result);
-                }
-                Ok(latest) => return PreCheck::NotCompleted(latest),
-                Err(error) if store_unreachable(&error) => error,
-                Err(error) => return PreCheck::Failed(error),
-            };
-            attempt = attempt.saturating_add(1);
-            let delay = self.backoff(attempt);
-            tracing::warn!(%error, retry_in = ?delay, "reading the checkpoint failed; keeping the message leased and retrying (this does not count as a failure)");
-            tokio::select! {
-                biased;
-                () = delivery.lease.lost() => return PreCheck::Interrupted,
-                () = delivery.job_token.cancelled() => return PreCheck::Interrupted,
-                () = self.monitor.paused() => return PreCheck::StoreDown(error),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
     }
 }
 

@@ -10,8 +10,9 @@ use crate::checkpoint::store_unreachable;
 use crate::result::ResultStore;
 
 use super::Consumer;
-use super::delivery::{Delivery, PreCheck};
+use super::delivery::Delivery;
 use super::handler::CheckpointRead;
+use super::pre_check::PreCheck;
 
 /// Where a handler writes a job's result, create-only, once the job is
 /// done: the result's existence means the job is completed, and its bytes

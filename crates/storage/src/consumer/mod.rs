@@ -11,9 +11,11 @@
 //! - [`attempts`]: the durable record of failures that decides poisoning.
 //! - [`release_note`]: evictions recorded there, so they are not crashes.
 //! - [`intake`]: when to receive, and how many messages.
-//! - [`delivery`] and [`settling`]: one message from receive to settle.
-//! - [`pre_read`], [`marker`] and [`leftover`]: what a delivery reads before
-//!   the handler runs, and the checkpoint it removes after a success.
+//! - [`delivery`], [`finish`] and [`settling`]: one message from receive to
+//!   settle.
+//! - [`pre_read`], [`pre_check`], [`marker`] and [`leftover`]: what a
+//!   delivery reads before the handler runs, and the checkpoint it removes
+//!   after a success.
 //! - [`poison`]: the lossless poison record.
 //! - [`outcome`]: what became of each delivery, for statistics and telemetry.
 
@@ -21,6 +23,7 @@ mod attempts;
 mod backoff;
 mod config;
 mod delivery;
+mod finish;
 mod handler;
 mod intake;
 mod lease;
@@ -29,6 +32,7 @@ mod marker;
 mod outcome;
 mod panics;
 mod poison;
+mod pre_check;
 mod pre_read;
 mod release_note;
 mod settlement;
