@@ -260,7 +260,7 @@ def check_operator_range(box: Sandbox) -> tuple[Run, list[str]]:
 
 def aks_steps(first: bool, checks: int) -> list[str]:
     steps = ["az account show", "az group create", "az ad signed-in-user show", "az deployment group create",
-             "az deployment group show", "az aks get-credentials", "kubelogin convert-kubeconfig"]
+             "az deployment group show", "az aks update", "az aks get-credentials", "kubelogin convert-kubeconfig"]
     steps += ["az deployment group show"] * 7
     steps += ["kubectl get"]  # the keda-operator service account's annotation
     if first:
@@ -275,7 +275,7 @@ def aks_steps(first: bool, checks: int) -> list[str]:
     return steps
 
 
-AKS_ENV = {"IMAGE": "spotworkerabc123.azurecr.io/spot-worker:1"}
+AKS_ENV = {"IMAGE": "myregistry.azurecr.io/spot-worker:1", "ACR_NAME": "myregistry"}
 
 
 def applied(run: Run, kind: str) -> dict[str, Any] | None:
@@ -293,7 +293,19 @@ def check_aks_first(box: Sandbox) -> tuple[Run, list[str]]:
     problems = succeeded(run) + common_problems(run) + expect_sequence(run, aks_steps(True, 7))
     if problems:
         return run, problems
-    annotate = next(c for c in run.calls if c.get("command") == "kubectl annotate" or c.get("command") == "annotate")
+    (deployment,) = creates(run)
+    wanted = {"namespace": "spot-worker", "operatorIpRanges": '["203.0.113.7"]',
+              "operatorPrincipalId": box.world["signed_in_user"]["id"]}
+    problems += [f"AKS deployment: {k}={param(deployment, k)!r}, want {v!r}"
+                 for k, v in wanted.items() if param(deployment, k) != v]
+    if "--template-file" not in opts(deployment) or "bicep/aks/main.bicep" not in opts(deployment):
+        problems.append("the AKS deployment does not deploy bicep/aks/main.bicep")
+    if run.world["cluster"]["attached_registries"] != ["myregistry"]:
+        problems.append(f"registries attached: {run.world['cluster']['attached_registries']}, want ACR_NAME")
+    image = (applied(run, "Deployment") or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0].get("image")
+    if image != AKS_ENV["IMAGE"]:
+        problems.append(f"the Deployment applied runs {image!r}, want IMAGE")
+    annotate = next(c for c in run.calls if c.get("command") == "annotate")
     if f"azure.workload.identity/client-id={SCALER}" not in annotate["argv"]:
         problems.append(f"keda-operator annotated with {annotate['argv']}, want the scaler's client id")
     if run.world["cluster"]["telemetry_secret"] != CONNECTION:
@@ -461,6 +473,15 @@ def docs_problems() -> list[str]:
     return problems
 
 
+def step_table_problems(measured: dict[str, int]) -> list[str]:
+    """docs/deploying.md's table of steps per scenario is the one measured."""
+    table = dict(re.findall(r"^  \| ([^|`]+?) \| (\d+) \|$", DOCS.read_text(), re.M))
+    documented = {name: int(count) for name, count in table.items()}
+    if documented != measured:
+        return [f"docs/deploying.md's steps per scenario {documented} differ from the rehearsal's {measured}"]
+    return []
+
+
 def run_group(group: str, base: pathlib.Path, mutate: Callable[[pathlib.Path], None] | None) -> tuple[list[str], list[tuple[str, int]]]:
     scenarios = dict(SCENARIOS)[group]
     box = Sandbox(base, mutate)
@@ -487,12 +508,14 @@ def main() -> int:
             else:
                 problems.append(f"self-test: planted '{what}' was not caught with '{text}'; the rehearsal said: {found}")
         print("--> rehearsal of scripts/ and docs/deploying.md's manual path against the stand-ins", flush=True)
+        measured: dict[str, int] = {}
         for i, (group, _) in enumerate(SCENARIOS):
             found, counts = run_group(group, base / f"real-{i}", None)
             problems += found
             for name, count in counts:
                 print(f"    {name}: {count} steps")
-    problems += docs_problems()
+                measured[name] = count
+    problems += docs_problems() + step_table_problems(measured)
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     if problems:

@@ -271,6 +271,8 @@ def az(world: dict, command: str, options: dict[str, list[str]]) -> Any:
     if command == "aks get-credentials":
         if not world["cluster"]["exists"]:
             raise Failed(3, "(ResourceNotFound) the managed cluster was not found")
+        if "--admin" in options:
+            raise Failed(1, "(BadRequest) Getting static credential is not allowed because this cluster is set to disable local accounts.")
         world["cluster"]["kubeconfig"] = "devicecode"
         return None
     if command == "aks update":
