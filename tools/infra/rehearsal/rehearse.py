@@ -15,7 +15,10 @@ First a self-test: planted mistakes (PLANTED below: a rule of the platform or
 of this project broken in a copy of the scripts) must each make a scenario
 fail with the expected text. Then the scenarios on the real files. Prints
 the number of steps (tool calls) of each scenario, as docs/deploying.md
-quotes them.
+quotes them (and fails if the table there says otherwise).
+
+Runs with tools/infra/.venv's Python: the stand-ins use its jmespath (az's
+--query) and PyYAML, both pinned in tools/infra/requirements.txt.
 """
 
 from __future__ import annotations
@@ -308,8 +311,14 @@ def check_aks_first(box: Sandbox) -> tuple[Run, list[str]]:
     annotate = next(c for c in run.calls if c.get("command") == "annotate")
     if f"azure.workload.identity/client-id={SCALER}" not in annotate["argv"]:
         problems.append(f"keda-operator annotated with {annotate['argv']}, want the scaler's client id")
-    if run.world["cluster"]["telemetry_secret"] != CONNECTION:
-        problems.append("the Secret spot-worker-telemetry does not hold Application Insights' connection string")
+    containers = (applied(run, "Deployment") or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])
+    ref = next((e["valueFrom"]["secretKeyRef"] for e in containers[0].get("env", [])
+                if e.get("name") == "APPLICATIONINSIGHTS_CONNECTION_STRING" and "valueFrom" in e), {})
+    secret = applied(run, "Secret") or {}
+    if (secret.get("metadata", {}).get("name") != ref.get("name")
+            or secret.get("stringData", {}).get(ref.get("key")) != CONNECTION):
+        problems.append(f"the Deployment reads the telemetry Secret {ref}, which the script did not create "
+                        "with Application Insights' connection string")
     trigger = (applied(run, "ScaledObject") or {}).get("spec", {}).get("triggers", [{}])[0].get("metadata", {})
     if trigger.get("queueLengthStrategy") != "all":
         problems.append("the ScaledObject applied does not count leased messages")
