@@ -58,12 +58,12 @@ STARTED="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 log "resource group $RESOURCE_GROUP in $LOCATION"
 az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
 
-operator_id="$(az ad signed-in-user show --query id --output tsv 2>/dev/null || true)"
+operator_identity
 log "deploying bicep/aks/main.bicep (a new cluster takes about ten minutes)"
 az deployment group create --resource-group "$RESOURCE_GROUP" --name "$DEPLOYMENT_NAME" \
   --template-file bicep/aks/main.bicep --parameters "$PARAMS_FILE" \
   --parameters namespace="$NAMESPACE" operatorIpRanges="[\"$OPERATOR_IP\"]" \
-  operatorPrincipalId="$operator_id" "$@" --output none
+  operatorPrincipalId="$OPERATOR_ID" operatorPrincipalType="$OPERATOR_TYPE" "$@" --output none
 
 cluster="$(deployment_output clusterName)"
 if [[ -n "${ACR_NAME:-}" ]]; then

@@ -141,13 +141,7 @@ fi
 log "resource group $RESOURCE_GROUP in $LOCATION"
 az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
 
-OPERATOR_ID="$(az ad signed-in-user show --query id --output tsv 2>/dev/null || true)"
-OPERATOR_TYPE=User
-if [[ -z "$OPERATOR_ID" ]]; then
-  # Logged in as a service principal (CI).
-  OPERATOR_ID="$(az ad sp show --id "$(az account show --query user.name --output tsv)" --query id --output tsv)"
-  OPERATOR_TYPE=ServicePrincipal
-fi
+operator_identity
 
 deploy() {
   az deployment group create \

@@ -37,6 +37,19 @@ operator_ip() {
   printf '%s\n' "$ip"
 }
 
+# The signed-in operator, whom the templates grant upload, enqueue and
+# read-results rights: sets OPERATOR_ID (object id) and OPERATOR_TYPE (User,
+# or ServicePrincipal when az is logged in as one, as in CI).
+operator_identity() {
+  OPERATOR_ID="$(az ad signed-in-user show --query id --output tsv 2>/dev/null || true)"
+  OPERATOR_TYPE=User
+  if [[ -z "$OPERATOR_ID" ]]; then
+    OPERATOR_ID="$(az ad sp show --id "$(az account show --query user.name --output tsv)" --query id --output tsv)"
+    OPERATOR_TYPE=ServicePrincipal
+  fi
+  export OPERATOR_ID OPERATOR_TYPE
+}
+
 # One output of the last deployment of main.bicep.
 deployment_output() {
   az deployment group show --resource-group "$RESOURCE_GROUP" --name "$DEPLOYMENT_NAME" \

@@ -151,7 +151,7 @@ def check_aks_first(box: Sandbox) -> tuple[Run, list[str]]:
         return run, problems
     (deployment,) = creates(run)
     wanted = {"namespace": "spot-worker", "operatorIpRanges": '["203.0.113.7"]',
-              "operatorPrincipalId": box.world["signed_in_user"]["id"]}
+              "operatorPrincipalId": box.world["signed_in_user"]["id"], "operatorPrincipalType": "User"}
     problems += [f"AKS deployment: {k}={param(deployment, k)!r}, want {v!r}"
                  for k, v in wanted.items() if param(deployment, k) != v]
     if "--template-file" not in opts(deployment) or "bicep/aks/main.bicep" not in opts(deployment):
@@ -177,6 +177,21 @@ def check_aks_first(box: Sandbox) -> tuple[Run, list[str]]:
         problems.append("the ScaledObject applied does not count leased messages")
     if "READY=True ACTIVE=False" not in run.stderr:
         problems.append("the ScaledObject's READY/ACTIVE conditions were not reported")
+    return run, problems
+
+
+def check_aks_service_principal(box: Sandbox) -> tuple[Run, list[str]]:
+    box.world["signed_in_user"] = None  # az logged in as a service principal, as in CI
+    run = box.run(["bash", "scripts/deploy-aks.sh"], AKS_ENV)
+    steps = aks_steps(True, 7)
+    at = steps.index("az ad signed-in-user show") + 1
+    expected = steps[:at] + ["az account show", "az ad sp show"] + steps[at:]
+    problems = succeeded(run) + common_problems(run) + expect_sequence(run, expected)
+    if not problems:
+        (deployment,) = creates(run)
+        if (param(deployment, "operatorPrincipalId"), param(deployment, "operatorPrincipalType")) != (
+                box.world["service_principal"]["id"], "ServicePrincipal"):
+            problems.append("signed in as a service principal, the operator was not granted as one")
     return run, problems
 
 
@@ -253,6 +268,7 @@ SCENARIOS: list[tuple[str, list[tuple[str, Callable[[Sandbox], tuple[Run, list[s
                    ("simulate-eviction.sh", check_eviction)]),
     ("operator range", [("deploy.sh, OPERATOR_IP /31", check_operator_range)]),
     ("AKS", [("deploy-aks.sh, first", check_aks_first), ("deploy-aks.sh, again", check_aks_again)]),
+    ("AKS as a service principal", [("deploy-aks.sh, as a service principal", check_aks_service_principal)]),
     ("AKS without workload identity", [("deploy-aks.sh, no token for KEDA", check_aks_no_identity)]),
     ("AKS without the scaler's role", [("deploy-aks.sh, KEDA cannot read the queue", check_aks_no_role)]),
     ("manual path", [("docs/deploying.md manual path, first", check_manual),
