@@ -103,6 +103,23 @@ def docs_problems() -> list[str]:
     return problems
 
 
+def spec_problems() -> list[str]:
+    """cli-spec.json is what generate_spec.py writes for its lists of commands:
+    a command added to the lists (or to the file by hand) without
+    regenerating it from the real tools is an error."""
+    import generate_spec
+
+    problems = []
+    for tool, wanted in (("az", generate_spec.AZ_COMMANDS), ("kubectl", generate_spec.KUBECTL_COMMANDS)):
+        have = set(cli_spec.SPEC[tool]["commands"])
+        if have != set(wanted):
+            problems.append(f"cli-spec.json's {tool} commands {sorted(have ^ set(wanted))} differ from "
+                            "generate_spec.py's list: regenerate it from the real tools")
+    if not all(cli_spec.SPEC["provenance"].get(tool) for tool in ("az", "kubectl", "kubelogin")):
+        problems.append("cli-spec.json does not say where each tool's commands come from")
+    return problems
+
+
 def step_table_problems(measured: dict[str, int]) -> list[str]:
     """docs/deploying.md's table of steps per scenario is the one measured."""
     table = dict(re.findall(r"^  \| ([^|`]+?) \| (\d+) \|$", DOCS.read_text(), re.M))
@@ -145,7 +162,7 @@ def main() -> int:
             for name, count in counts:
                 print(f"    {name}: {count} steps")
                 measured[name] = count
-    problems += docs_problems() + step_table_problems(measured)
+    problems += spec_problems() + docs_problems() + step_table_problems(measured)
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     if problems:
