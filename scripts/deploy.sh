@@ -19,7 +19,8 @@
 #
 # Settings (environment): RESOURCE_GROUP (spot-worker-rg), LOCATION
 # (westeurope), SSH_PUBLIC_KEY (default: ~/.ssh/id_ed25519.pub or id_rsa.pub),
-# OPERATOR_IP (default: your public address as Azure sees it), PARAMS_FILE
+# OPERATOR_IP (default: your public address as Azure sees it; one address:
+# a /32 is taken as its address, a /31 is refused), PARAMS_FILE
 # (bicep/main.bicepparam), SCHEDULED_EVENTS_TO_EVENT_GRID (false; a preview
 # behind a subscription feature flag); extra arguments go to
 # `az deployment group create`
