@@ -39,8 +39,8 @@ param systemNodeCount int = 2
 @description('VM size of the Spot pool (the workers).')
 param spotVmSize string = 'Standard_D2as_v5'
 
-@description('Spot max price in USD per hour; -1 = up to the pay-as-you-go price (evicted for capacity only).')
-param spotMaxPrice int = -1
+@description('Spot max price in USD per hour, as a string (bicep has no float type): "-1" = up to the pay-as-you-go price (evicted for capacity only), e.g. "0.05" to cap it (evicted on price too).')
+param spotMaxPrice string = '-1'
 
 @description('Fewest Spot nodes: 0 lets the pool empty with the queue (KEDA scales the pods to zero, the cluster autoscaler the nodes).')
 @minValue(0)

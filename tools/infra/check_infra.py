@@ -205,7 +205,7 @@ def check_autoscale() -> None:
         autoscale_model.old_scale_in(profile), int(values["backlogPerInstance"]))
     if not old_problems:
         fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
-    done(started, f"{len(rows)} cases, each under both readings of the per-instance queue metric; "
+    done(started, f"{len(rows)} cases, each under the {len(autoscale_model.READINGS)} readings of the per-instance queue metric; "
                   f"the old rule ('< 1') fails it in {len(old_problems)} places")
 
 

@@ -14,6 +14,7 @@ KINDS = (
     "required-missing",  # a required property is not given
     "wrong-type",  # e.g. a string where an integer belongs
     "bad-value",  # outside the allowed set or bounds (enum, flag enum, min/max, pattern)
+    "decimal-as-int",  # an int parameter where Azure takes a decimal (bicep has no float: string + json())
     "module-param-unknown",  # a module is passed a parameter it does not declare
     "module-param-missing",  # a module's required parameter is not passed
     "module-output-unknown",  # <module>.outputs.<name> that the module does not declare
