@@ -7,8 +7,10 @@
    set), aks/main.bicep (AKS with a Spot pool) and the modules they reach (unknown, misplaced, read-only, missing required properties,
    wrong types, values outside enums and bounds), module wiring (params and
    outputs), and each .bicepparam against its template's parameters and their
-   decorators. First a self-test: the planted mistakes of
-   tools/infra/fixtures/planted/ must each be reported, and nothing else.
+   decorators, and every scale set's health extension probes the worker's
+   liveness path /healthz, never /readyz (health_probe.py). First a
+   self-test: the planted mistakes of tools/infra/fixtures/planted/ must
+   each be reported, and nothing else.
 3. The instance mix (vmSizes) has one local-disk configuration, and the
    autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
    of (backlog, in flight, instances) cases: scale-in never removes an
@@ -50,6 +52,7 @@ import autoscale_model
 import bicep_model
 import bicep_types
 import bicep_wiring
+import health_probe
 from findings import KINDS, Report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -147,6 +150,14 @@ def check_templates_self_test(library: bicep_types.TypeLibrary) -> None:
 # The deployments in bicep/, each checked from its parameter file: the
 # scale set (main.bicepparam) and AKS (aks/main.bicepparam).
 DEPLOYMENTS = ["main.bicepparam", "aks/main.bicepparam"]
+
+
+def check_liveness_route() -> None:
+    started = step(f"health probe: the worker still serves the liveness path the scale set probes ({health_probe.LIVENESS_PATH})")
+    if not health_probe.liveness_route_served():
+        fail(f"{health_probe.HEALTH_RS.relative_to(ROOT)} no longer serves {health_probe.LIVENESS_PATH}, "
+             "which every scale set's health extension must probe")
+    done(started)
 
 
 def check_templates(library: bicep_types.TypeLibrary) -> None:
@@ -406,6 +417,7 @@ def main() -> int:
     library = bicep_types.TypeLibrary(TYPES)
     check_templates_self_test(library)
     check_templates(library)
+    check_liveness_route()
     check_instance_mix()
     check_autoscale()
     check_checkpoint_retention()
