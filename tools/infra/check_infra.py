@@ -29,7 +29,10 @@
 7. The checkpoint container has a lifecycle rule deleting its blobs
    checkpointRetentionDays after their last write, and that parameter can
    never be below the queue messages' time-to-live.
-8. The workbook is valid JSON, every spot_worker.* name it queries is a
+8. The role assignments cover every storage operation each identity issues
+   (permissions.py: recorded by tests/storage_permissions.rs), what each
+   grants beyond use is reported, and docs/deploying.md's table is current.
+9. The workbook is valid JSON, every spot_worker.* name it queries is a
    metric the telemetry crate defines, and the queue-depth panel says how
    often its metric is refreshed.
 """
@@ -53,6 +56,7 @@ import bicep_model
 import bicep_types
 import bicep_wiring
 import health_probe
+import permissions
 from findings import KINDS, Report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -157,6 +161,13 @@ def check_liveness_route() -> None:
     if not health_probe.liveness_route_served():
         fail(f"{health_probe.HEALTH_RS.relative_to(ROOT)} no longer serves {health_probe.LIVENESS_PATH}, "
              "which every scale set's health extension must probe")
+    done(started)
+
+
+def check_permissions() -> None:
+    started = step("permissions: the roles bicep assigns cover every storage operation each identity issues")
+    for problem in permissions.verify():
+        fail(problem)
     done(started)
 
 
@@ -418,6 +429,7 @@ def main() -> int:
     check_templates_self_test(library)
     check_templates(library)
     check_liveness_route()
+    check_permissions()
     check_instance_mix()
     check_autoscale()
     check_checkpoint_retention()
