@@ -31,7 +31,9 @@
    never be below the queue messages' time-to-live.
 8. The role assignments cover every storage operation each identity issues
    (permissions.py: recorded by tests/storage_permissions.rs), what each
-   grants beyond use is reported, and docs/deploying.md's table is current.
+   grants beyond use is reported, and docs/deploying.md's table is current;
+   the operator's roles on the AKS cluster allow kubectl apply of
+   deploy/kubernetes/ (kubectl_permissions.py).
 9. The workbook is valid JSON, every spot_worker.* name it queries is a
    metric the telemetry crate defines, and the queue-depth panel says how
    often its metric is refreshed.
@@ -56,6 +58,7 @@ import bicep_model
 import bicep_types
 import bicep_wiring
 import health_probe
+import kubectl_permissions
 import permissions
 from findings import KINDS, Report
 
@@ -167,6 +170,10 @@ def check_liveness_route() -> None:
 def check_permissions() -> None:
     started = step("permissions: the roles bicep assigns cover every storage operation each identity issues")
     for problem in permissions.verify():
+        fail(problem)
+    done(started)
+    started = step("permissions: the operator may kubectl apply deploy/kubernetes/ on the AKS cluster")
+    for problem in kubectl_permissions.verify():
         fail(problem)
     done(started)
 
