@@ -28,7 +28,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use permissions::{Operation, Recorder, by_command};
-use rendered::{render, repo, worker_binary};
+use rendered::{render, repo, sample_deployment_values, swapped_for_azurite, worker_binary};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::storage::PoisonRecord;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
@@ -41,37 +41,9 @@ const OPERATIONS_FILE: &str = "tools/infra/storage-operations-used.json";
 /// Bound on each command and wait: generous for a slow machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// What `main.bicep` passes to `modules/compute.bicep` (the account is
-/// swapped for Azurite).
-fn deployment_values() -> BTreeMap<&'static str, String> {
-    BTreeMap::from([
-        (
-            "storageBlobEndpoint",
-            "https://spotworkerabc123.blob.core.windows.net/".to_owned(),
-        ),
-        (
-            "identityClientId",
-            "00000000-0000-0000-0000-000000000001".to_owned(),
-        ),
-        ("queueName", "jobs".to_owned()),
-        ("checkpointContainer", "checkpoints".to_owned()),
-        ("resultsContainer", "results".to_owned()),
-        ("appInsightsConnectionString", String::new()),
-        (
-            "workerBinaryUrl",
-            "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes"
-                .to_owned(),
-        ),
-        ("workerBinarySha256", "0".repeat(64)),
-        ("workerArgs", String::new()),
-        ("workerBundleUrl", String::new()),
-        ("workerBundleSha256", String::new()),
-    ])
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
-    let env = render(&deployment_values()).env;
+    let env = render(&sample_deployment_values()).env;
     let azurite = tokio::task::spawn_blocking(Azurite::start_recording)
         .await
         .unwrap()
@@ -293,20 +265,12 @@ async fn run_worker(azurite: &Azurite, env: &BTreeMap<String, String>) {
         .local_addr()
         .unwrap()
         .port();
-    let mut child_env = env.clone();
-    child_env.remove("SPOT_WORKER_STORAGE_ACCOUNT_URL");
-    child_env.remove("AZURE_CLIENT_ID");
-    child_env.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
-    child_env.insert(
-        "AZURE_STORAGE_CONNECTION_STRING".into(),
-        azurite.connection_string(),
+    let child_env = swapped_for_azurite(
+        env,
+        &azurite.connection_string(),
+        &emulator.url(),
+        health_port,
     );
-    child_env.insert("SPOT_WORKER_IMDS_ENDPOINT".into(), emulator.url());
-    child_env.insert(
-        "SPOT_WORKER_HEALTH_ADDR".into(),
-        format!("127.0.0.1:{health_port}"),
-    );
-    child_env.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
     let log_path = tempfile::NamedTempFile::new().unwrap();
     let log_file = std::fs::OpenOptions::new()
         .append(true)
