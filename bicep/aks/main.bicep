@@ -60,7 +60,7 @@ param serviceAccountName string = 'spot-worker'
 @description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/.')
 param operatorIpRanges array = []
 
-@description('Object id of the operator, granted enqueue and read-results rights; empty = none.')
+@description('Object id of the operator (deploy-aks.sh: the signed-in user), granted the storage rights of every operator command and, on the cluster, sign-in and kubectl apply of deploy/kubernetes/; empty = none.')
 param operatorPrincipalId string = ''
 
 @allowed([
@@ -203,6 +203,17 @@ module workloadIdentity '../modules/workload-identity.bicep' = {
   dependsOn: [
     identity
   ]
+}
+
+// The operator may sign in to the cluster and kubectl apply deploy/kubernetes/.
+module operatorCluster '../modules/operator-aks.bicep' = if (!empty(operatorPrincipalId)) {
+  name: 'operator-aks'
+  params: {
+    clusterName: cluster.outputs.name
+    namePrefix: namePrefix
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+  }
 }
 
 module workbook '../modules/workbook.bicep' = {

@@ -21,6 +21,7 @@ KINDS = (
     "param-unknown",  # a .bicepparam sets a parameter the template does not declare
     "param-missing",  # a .bicepparam leaves a required parameter unset
     "param-value",  # a parameter value breaks its decorators (@allowed, @minValue, ...)
+    "health-probe",  # a scale set's health extension probes something other than /healthz
 )
 
 
