@@ -24,18 +24,19 @@ mod output;
 mod progress;
 mod reaper;
 mod saving;
+mod spawner;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
     DEFAULT_PERMANENT_EXIT_CODES, DEFAULT_RESULT_NAME,
 };
-pub use delivery::{GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
+pub use delivery::{FIRST_SAVE_LOOK, GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
 pub use env::{SecretRule, child_env, is_secret};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
 pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
-pub use output::{MAX_LINE, STDERR_TAIL};
+pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
