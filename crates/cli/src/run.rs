@@ -93,6 +93,16 @@ pub async fn run(
     if let Err(error) = spot_worker_command::hide_from_programs() {
         tracing::warn!(%error, "programs may read this process's environment from /proc");
     }
+    // What a runner killed outright (SIGKILL) left behind: its programs
+    // died with it, but not what they had started.
+    let swept = spot_worker_command::sweep_leftovers(config.work_root.as_deref());
+    if swept != spot_worker_command::Leftovers::default() {
+        tracing::warn!(
+            directories = swept.directories,
+            processes = swept.processes,
+            "cleaned up after a runner that was killed: its delivery directories and what still ran in them"
+        );
+    }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);

@@ -229,7 +229,7 @@ fn running(pid: i32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_killed_with_sigkill_takes_its_program_with_it() {
+async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cleans_up() {
     let world = World::start().await;
     let (connection_string, queue, emulator) = (
         world.azurite.connection_string(),
@@ -244,10 +244,14 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it() {
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let pid_file = dir.path().join("program");
+    let (pid_file, child_file) = (dir.path().join("program"), dir.path().join("child"));
+    // A child of its own first (it has no parent-death signal), then the
+    // program's long computation.
     let program = format!(
-        "echo $$ > '{pid}.tmp'; mv '{pid}.tmp' '{pid}'; exec sleep 600",
-        pid = pid_file.display()
+        "sleep 600 & echo $! > '{child}.tmp'; mv '{child}.tmp' '{child}'; \
+         echo $$ > '{pid}.tmp'; mv '{pid}.tmp' '{pid}'; exec sleep 600",
+        pid = pid_file.display(),
+        child = child_file.display()
     );
     let mut worker = spot_worker_run(
         &["--", "sh", "-c", &program],
@@ -283,4 +287,31 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it() {
         "the program {program_pid} still runs {:?} after its runner was killed",
         killed.elapsed()
     );
+
+    // What the program started itself is the next runner's to clean up.
+    let child_pid: i32 = std::fs::read_to_string(&child_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        running(child_pid),
+        "a child of the program has no such signal"
+    );
+    let next = spot_worker_run(
+        &["--", "sh", "-c", "exit 0"],
+        &connection_string,
+        &emulator.url(),
+    )
+    .spawn()
+    .unwrap();
+    let started = std::time::Instant::now();
+    while running(child_pid) && started.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !running(child_pid),
+        "the program's child {child_pid} still runs after the next runner started"
+    );
+    drop(next);
 }

@@ -10,8 +10,8 @@
 //! the worker's log, and the worker's credentials kept from it.
 //! `spot-worker run -- PROGRAM` wires it into a worker; docs/command.md is
 //! the contract. A process running programs this way should also call
-//! [`become_subreaper`], [`spawn_orphan_reaper`] and [`hide_from_programs`]
-//! once, as the CLI does.
+//! [`become_subreaper`], [`spawn_orphan_reaper`], [`hide_from_programs`]
+//! and [`sweep_leftovers`] once, as the CLI does.
 
 mod config;
 mod delivery;
@@ -20,6 +20,7 @@ mod exit;
 mod files;
 mod group;
 mod handler;
+mod leftovers;
 mod output;
 mod progress;
 mod reaper;
@@ -37,6 +38,7 @@ pub use exit::{
 };
 pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
+pub use leftovers::{Leftovers, sweep_leftovers};
 pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
