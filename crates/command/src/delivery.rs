@@ -15,10 +15,11 @@ use tokio::time::Instant;
 
 use crate::exit::{ExitStatus, RunnerEnded, Verdict, signal_name, verdict};
 use crate::files::DeliveryDir;
-use crate::group::{kill_and_reap, signal_group};
+use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
 use crate::progress::from_progress;
+use crate::saving::{Save, file_stamp};
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -176,28 +177,6 @@ pub(crate) struct Run<'a> {
     pub(crate) last_saved: Option<Vec<u8>>,
 }
 
-/// Kills what is left of the program's group if the delivery is dropped
-/// (the release time passed), and reaps it in the background.
-struct GroupGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        signal_group(self.pgid, libc::SIGKILL);
-        let pgid = self.pgid;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                kill_and_reap(pgid).await;
-            });
-        }
-    }
-}
-
 impl Run<'_> {
     /// Starts the program and waits for it, saving its checkpoint file as it
     /// changes and stopping it on a notice, a timeout or a fault; returns
@@ -209,6 +188,8 @@ impl Run<'_> {
     ) -> Result<Ended, HandlerError> {
         let config = &self.handler.config;
         let key = self.key.clone();
+        // Before the start, so a file the program writes at once is new.
+        let mut looked_at = file_stamp(&self.dir.checkpoint());
         let mut child = self.spawn(message_id).await?;
         let pgid = child
             .id()
@@ -227,7 +208,6 @@ impl Run<'_> {
         // is kept from the moment it first appears; then at most every
         // `--checkpoint-every`.
         let mut next_save = started + FIRST_SAVE_LOOK;
-        let mut looked_at = file_stamp(&self.dir.checkpoint());
         let mut saved_once = false;
         let cancelled = self.job.cancellation().clone();
         let status = loop {
@@ -252,10 +232,16 @@ impl Run<'_> {
                 }
                 () = tokio::time::sleep_until(next_save) => {
                     let stamp = file_stamp(&self.dir.checkpoint());
+                    // Trouble (the store unreachable) waits a whole period.
+                    let mut later = false;
                     if saved_once || stamp != looked_at {
-                        looked_at = stamp;
                         match self.save_if_changed(checkpoint).await {
-                            Ok(saved) => saved_once |= saved,
+                            Ok(Save::Saved) => {
+                                saved_once = true;
+                                looked_at = stamp;
+                            }
+                            Ok(Save::Unchanged) => looked_at = stamp,
+                            Ok(Save::Later) => later = true,
                             Err(fault) if ended == RunnerEnded::No => {
                                 tracing::error!(job_key = %key, error = %fault, "killing the program");
                                 signal_group(pgid, libc::SIGKILL);
@@ -265,7 +251,7 @@ impl Run<'_> {
                         }
                     }
                     next_save = Instant::now()
-                        + if saved_once { config.checkpoint_every } else { FIRST_SAVE_LOOK };
+                        + if saved_once || later { config.checkpoint_every } else { FIRST_SAVE_LOOK };
                 }
             }
         };
@@ -394,20 +380,6 @@ impl Run<'_> {
         );
         kill_at
     }
-}
-
-/// What identifies a version of the file at `path` without reading it
-/// (device, inode, size, modification time); `None` if there is none.
-fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    Some((
-        meta.dev(),
-        meta.ino(),
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-    ))
 }
 
 /// `wait`'s status as an exit code or a signal.

@@ -149,6 +149,28 @@ fn reap_group(pgid: i32) {
     }
 }
 
+/// Kills what is left of the program's group if the delivery is dropped
+/// (the release time passed), and reaps it in the background.
+pub(crate) struct GroupGuard {
+    pub(crate) pgid: i32,
+    pub(crate) armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        signal_group(self.pgid, libc::SIGKILL);
+        let pgid = self.pgid;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                kill_and_reap(pgid).await;
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
