@@ -250,3 +250,59 @@ async fn a_notice_seen_already_started_still_saves_the_checkpoint_file() {
         "the deadline is the release time, within the 2 s floor of the notice: {notice}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_checkpoint_file_over_the_limit_at_the_final_save_of_a_drain_is_reported() {
+    // One thread: the log of every task of this test is captured.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let env = Env::start().await;
+    env.queue
+        .send(r#"{"job_id":"big"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // A small file first, then on SIGTERM one over the limit.
+    let script = "trap 'head -c 2048 /dev/zero > \"$SPOT_WORKER_CHECKPOINT\"; exit 143' TERM; \
+                  echo 1 > \"$SPOT_WORKER_CHECKPOINT\"; while :; do sleep 0.05; done";
+    let handler = CommandHandler::new(
+        CommandConfig::new("sh", ["-c", script])
+            .with_job_key("job_id")
+            .with_checkpoint_max_bytes(1024),
+        env.results.clone(),
+    );
+    let worker = env.worker(env.config(VM_A));
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    let first_save = async {
+        while saved_file(&env, "big").await.is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within("the first save", first_save).await;
+    stop.cancel();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    assert_eq!(
+        (report.stats.released, report.stats.retried),
+        (1, 0),
+        "a drain is never a counted failure"
+    );
+    assert_eq!(
+        saved_file(&env, "big").await.as_deref(),
+        Some(&b"1\n"[..]),
+        "the last save within the limit is kept"
+    );
+    let lines = captured.lines();
+    assert!(
+        lines.iter().any(
+            |line| line.contains("the last checkpoint file was not saved")
+                && line.contains("the checkpoint file is 2048 bytes, over the limit of 1024 bytes")
+        ),
+        "the over-limit file is reported:\n{lines:#?}"
+    );
+}
