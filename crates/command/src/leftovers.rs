@@ -26,10 +26,13 @@ pub struct Leftovers {
 }
 
 /// This process as a delivery directory names it: `"<pid> <start time>"`.
-pub(crate) fn runner_identity() -> String {
-    let pid = std::process::id();
-    let started = start_time(pid).unwrap_or(0);
-    format!("{pid} {started}")
+pub(crate) fn runner_identity() -> &'static str {
+    static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let pid = std::process::id();
+        let started = start_time(pid).unwrap_or(0);
+        format!("{pid} {started}")
+    })
 }
 
 /// Kills what runners that are gone left running in their delivery
@@ -70,6 +73,10 @@ pub fn sweep_leftovers(root: Option<&Path>) -> Leftovers {
 /// Whether the runner `"<pid> <start time>"` still runs (a pid taken by
 /// another process since has another start time).
 fn runner_alive(named: &str) -> bool {
+    if start_time(std::process::id()).is_none() {
+        // Without /proc nothing can be told apart: touch nothing.
+        return true;
+    }
     let mut parts = named.split_whitespace();
     let (Some(pid), Some(started)) = (parts.next(), parts.next()) else {
         // Unreadable: leave it alone rather than guess.
@@ -138,7 +145,7 @@ mod tests {
         for (stat, expected) in rows {
             assert_eq!(start_time_in(stat), expected, "{stat}");
         }
-        assert!(runner_alive(&runner_identity()), "this process runs");
+        assert!(runner_alive(runner_identity()), "this process runs");
         assert!(!runner_alive("4194304999 1"), "no such pid");
         assert!(runner_alive("not a runner"), "unreadable: left alone");
     }
@@ -155,7 +162,7 @@ mod tests {
             dir
         };
         let gone = make("spot-worker-gone", Some("4194304999 1"));
-        let mine = make("spot-worker-mine", Some(&runner_identity()));
+        let mine = make("spot-worker-mine", Some(runner_identity()));
         let unnamed = make("spot-worker-unnamed", None);
         let other = make("other", Some("4194304999 1"));
         let swept = sweep_leftovers(Some(root.path()));
