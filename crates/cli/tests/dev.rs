@@ -111,6 +111,22 @@ fn wait_for(what: &str, log: &Path, mut done: impl FnMut(&str) -> bool) -> Strin
     }
 }
 
+/// `spot-worker dev`, stopped (SIGTERM, then waited for) also when the
+/// test fails half-way, so no Azurite or worker outlives it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
 fn stop(mut child: Child, log: &Path) {
     // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
     unsafe {
@@ -176,6 +192,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
         .stderr(log_file)
         .spawn()
         .unwrap();
+    let mut dev = Running(Some(dev));
     let exports = String::from_utf8(
         output(&mut bash(
             dir.path(),
@@ -253,7 +270,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
         serde_json::from_slice::<serde_json::Value>(&result).unwrap(),
         serde_json::json!({"job_id": "j1", "steps": 40})
     );
-    stop(dev, &log);
+    stop(dev.0.take().expect("still running"), &log);
 }
 
 #[test]

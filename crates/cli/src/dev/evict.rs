@@ -19,6 +19,11 @@ pub struct EvictArgs {
     /// Preempt is posted.
     #[arg(long, default_value = "2m", value_parser = crate::parse_duration)]
     wait: Duration,
+    /// Wait (up to --wait) until a job has saved progress (a checkpoint in
+    /// progress) before evicting, so the eviction lands mid-job and the
+    /// resume shows.
+    #[arg(long)]
+    after_progress: bool,
 }
 
 /// How often the emulator's state is read while waiting.
@@ -69,6 +74,10 @@ pub async fn run(environment: DevEnvironment, args: EvictArgs) -> Result<()> {
         tokio::time::sleep(POLL).await;
     }
 
+    if args.after_progress {
+        wait_for_progress(&environment, deadline, args.wait).await?;
+    }
+
     let posted: Value = client
         .post(format!("{base}/emulator/events"))
         .json(&json!({"event_type": "Preempt", "complete_after_secs": 0}))
@@ -114,6 +123,36 @@ pub async fn run(environment: DevEnvironment, args: EvictArgs) -> Result<()> {
             bail!(
                 "the Preempt {id} neither approved nor started after {:?}",
                 posted_at.elapsed()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until `spot-worker checkpoints list --in-progress` (this binary,
+/// in the environment) lists a job.
+async fn wait_for_progress(
+    environment: &DevEnvironment,
+    deadline: Instant,
+    wait: Duration,
+) -> Result<()> {
+    let exe = std::env::current_exe().context("locating spot-worker")?;
+    loop {
+        let listed = tokio::process::Command::new(&exe)
+            .args(["checkpoints", "list", "--in-progress", "--json"])
+            .envs(environment.variables())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .context("running spot-worker checkpoints list")?;
+        let jobs: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+        if listed.status.success() && !jobs.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "no job saved progress within {wait:?} (`spot-worker checkpoints list \
+                 --in-progress` lists none): is a job on the queue, and does it checkpoint?"
             );
         }
         tokio::time::sleep(POLL).await;

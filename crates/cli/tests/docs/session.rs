@@ -113,6 +113,7 @@ pub fn run_page(root: &Path, spot_worker: &Path, page: &[Block]) -> PageRun {
     let _ = writeln!(
         script,
         "set -eo pipefail\n\
+         trap 'kill -TERM $(jobs -p) 2>/dev/null; wait' EXIT\n\
          spot-worker dev {addresses} > .doc-env.log 2>&1 &\n\
          eval \"$(spot-worker dev env {addresses})\"\n\
          export SPOT_WORKER_HEALTH_ADDR=127.0.0.1:0"
@@ -121,10 +122,7 @@ pub fn run_page(root: &Path, spot_worker: &Path, page: &[Block]) -> PageRun {
     for (n, block) in runs.iter().enumerate() {
         let _ = writeln!(script, "echo '::doc-block {n}::'\n{}", block.text);
     }
-    let _ = writeln!(
-        script,
-        "echo '::doc-end::'\nkill -TERM $(jobs -p) 2>/dev/null || true\nwait || true"
-    );
+    let _ = writeln!(script, "echo '::doc-end::'");
     let log_path = dir.join(".doc-session.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let path = format!(
@@ -157,6 +155,7 @@ pub fn run_page(root: &Path, spot_worker: &Path, page: &[Block]) -> PageRun {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    end_group(child.id());
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
     let env_log = std::fs::read_to_string(dir.join(".doc-env.log")).unwrap_or_default();
     let last_block = output
@@ -174,10 +173,6 @@ pub fn run_page(root: &Path, spot_worker: &Path, page: &[Block]) -> PageRun {
     };
     match status {
         None => {
-            // SAFETY: kill(2) has no memory-safety preconditions; the group is our child's.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
             let _ = child.wait();
             panic!(
                 "{} did not finish within {PAGE_TIMEOUT:?}; output:\n{output}\nthe environment's log:\n{env_log}",
@@ -208,6 +203,27 @@ pub fn run_page(root: &Path, spot_worker: &Path, page: &[Block]) -> PageRun {
         }
     }
     PageRun { outputs }
+}
+
+/// Ends what is left of the session's process group (bash's jobs stop on
+/// its EXIT trap; this covers a session that timed out or was killed):
+/// SIGTERM, so a `spot-worker dev` stops its Azurite and worker, then
+/// SIGKILL after 40 s (a worker's drain fits in it).
+fn end_group(leader: u32) {
+    let group = -(leader as libc::pid_t);
+    // SAFETY: kill(2) has no memory-safety preconditions; the group is our child's.
+    let alive = |signal| unsafe { libc::kill(group, signal) } == 0;
+    if !alive(libc::SIGTERM) {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < deadline {
+        if !alive(0) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    alive(libc::SIGKILL);
 }
 
 /// Each line of `expected` (a `text` block shown after a command) must
