@@ -107,12 +107,14 @@ pub async fn run_worker(
     Ok(())
 }
 
-/// Asks the worker to drain (one SIGTERM) and waits for it to exit.
+/// Asks the worker to drain (one SIGTERM to its process group: a `cargo
+/// run` in front of it passes nothing on) and waits for it to exit.
 async fn stop(mut child: Child) -> Result<()> {
     if let Some(pid) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()) {
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+        // SAFETY: kill(2) has no memory-safety preconditions; the group is
+        // our child's, which leads it (`process_group(0)`).
         unsafe {
-            libc::kill(pid, libc::SIGTERM);
+            libc::kill(-pid, libc::SIGTERM);
         }
     }
     match tokio::time::timeout(STOP_GRACE, child.wait()).await {
