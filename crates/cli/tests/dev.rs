@@ -9,9 +9,11 @@
 #[path = "docs/blocks.rs"]
 #[allow(dead_code)]
 mod blocks;
+#[path = "docs/session.rs"]
+#[allow(dead_code)]
+mod session;
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,31 +23,6 @@ use spot_worker::storage::ResultStore;
 
 const SPOT_WORKER: &str = env!("CARGO_BIN_EXE_spot-worker");
 const PATIENCE: Duration = Duration::from_secs(120);
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_owned()
-}
-
-/// Four consecutive free loopback ports: Azurite's three, the emulator's.
-fn free_ports() -> u16 {
-    for _ in 0..50 {
-        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if first < 65000
-            && (first..first + 4).all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok())
-        {
-            return first;
-        }
-    }
-    panic!("no four consecutive free loopback ports");
-}
 
 /// The page's command with the address flags after `dev` (or after `dev
 /// env` / `dev evict`, where they must follow the subcommand).
@@ -81,7 +58,7 @@ fn bash(dir: &Path, command: &str) -> Command {
         .env(
             "AZURITE_BIN",
             std::env::var_os("AZURITE_BIN").unwrap_or_else(|| {
-                root()
+                session::workspace_root()
                     .join("tools/azurite/node_modules/.bin/azurite")
                     .into()
             }),
@@ -151,7 +128,7 @@ fn stop(mut child: Child, log: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
-    let root = root();
+    let root = session::workspace_root();
     let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
     let blocks = blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap();
     let job = blocks
@@ -178,7 +155,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.py"), &job.text).unwrap();
-    let first = free_ports();
+    let (first, _) = session::free_ports();
     let flags = format!(
         "--azurite-port {first} --imds-listen 127.0.0.1:{}",
         first + 3
@@ -276,7 +253,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
 #[test]
 fn dev_without_azurite_says_what_to_install() {
     let dir = tempfile::tempdir().unwrap();
-    let first = free_ports();
+    let (first, _) = session::free_ports();
     let output = Command::new(SPOT_WORKER)
         .args(["dev", "--azurite-port", &first.to_string()])
         .args(["--imds-listen", &format!("127.0.0.1:{}", first + 3)])

@@ -59,7 +59,7 @@ pub struct PageRun {
 
 /// Three consecutive free loopback ports (Azurite's blob, queue, table)
 /// and one more (the IMDS emulator).
-fn free_ports() -> (u16, u16) {
+pub fn free_ports() -> (u16, u16) {
     for _ in 0..50 {
         let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .unwrap()

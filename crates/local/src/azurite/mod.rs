@@ -117,20 +117,26 @@ impl Azurite {
     /// this instance. A port already taken is [`HarnessError::PortInUse`]:
     /// ask [`azurite_answers`] first whether an Azurite is already there.
     pub fn start_on(ports: [u16; 3]) -> Result<Self, HarnessError> {
-        let mut azurite = Azurite {
-            binary: find_azurite()?,
+        let mut azurite = Self::local(find_azurite()?, ports, Topology::Shared)?;
+        azurite.start_again()?;
+        Ok(azurite)
+    }
+
+    /// A stopped local (plain HTTP, loopback) instance on `ports` with a
+    /// fresh workspace and a probe account of its own.
+    fn local(binary: PathBuf, ports: [u16; 3], topology: Topology) -> Result<Self, HarnessError> {
+        Ok(Azurite {
+            binary,
             workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
             blob_port: ports[0],
             queue_port: ports[1],
             table_port: ports[2],
             probe_account: format!("probe{:016x}", random_u64()),
             https: None,
-            topology: Topology::Shared,
+            topology,
             children: Vec::new(),
             starts: 0,
-        };
-        azurite.start_again()?;
-        Ok(azurite)
+        })
     }
 
     fn start_with(topology: Topology) -> Result<Self, HarnessError> {
@@ -139,19 +145,7 @@ impl Azurite {
         // it; then Azurite exits and a fresh set of ports is tried.
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
-            let ports = reserve_ports()?;
-            let mut azurite = Azurite {
-                binary: binary.clone(),
-                workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
-                blob_port: ports[0],
-                queue_port: ports[1],
-                table_port: ports[2],
-                probe_account: format!("probe{:016x}", random_u64()),
-                https: None,
-                topology,
-                children: Vec::new(),
-                starts: 0,
-            };
+            let mut azurite = Self::local(binary.clone(), reserve_ports()?, topology)?;
             if let Some(missing) = topology
                 .programs()
                 .iter()
