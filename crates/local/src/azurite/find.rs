@@ -59,7 +59,7 @@ fn choose(
 }
 
 /// What to do about a missing Azurite.
-const HOW_TO_INSTALL: &str = "install Azurite with `npm install -g azurite` (Node.js 20 or \
+const HOW_TO_INSTALL: &str = "install Azurite with `npm install -g azurite` (Node.js 22 or \
     later), or in a clone of spot-worker with `npm ci --prefix tools/azurite`; or run it in a \
     container (`docker run -d -p 10000-10002:10000-10002 mcr.microsoft.com/azure-storage/azurite`) \
     and `spot-worker dev` uses it; or set AZURITE_BIN to its path";
