@@ -615,6 +615,34 @@ async fn a_half_sent_request_does_not_keep_a_drained_worker_up() {
     drop(client);
 }
 
+/// `SPOT_WORKER_VM_NAME` spares the gate the instance metadata lookup: a
+/// server without `/metadata/instance` does not keep the worker idle, and
+/// the name is still checked once instance metadata answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_vm_name_opens_the_gate_without_instance_metadata() {
+    let env = Env::start().await;
+    env.emulator.set_instance_metadata_missing(true);
+    env.queue.send("waiting", Duration::ZERO).await.unwrap();
+    let mut config = env.config(VM_A);
+    config.imds.vm_name = Some("spotvmss_9".to_owned());
+    let handled = Handled::default();
+    let running = tokio::spawn(env.worker(config).run(handled.handler()));
+    within("the message to be handled", handled.wait()).await;
+    assert!(
+        env.emulator.stats().instance_gets > 0,
+        "instance metadata was asked, and did not answer"
+    );
+    // Instance metadata answers, and contradicts the configured name.
+    env.emulator.set_instance_metadata_missing(false);
+    let error = within("the worker to refuse", running)
+        .await
+        .unwrap()
+        .expect_err("a contradicted VM name");
+    let text = error.to_string();
+    assert!(text.contains("SPOT_WORKER_VM_NAME"), "{text}");
+    assert!(text.contains("spotvmss_9") && text.contains(VM_A), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_name_that_instance_metadata_contradicts_is_a_clear_error() {
     let env = Env::start().await;

@@ -29,6 +29,15 @@ pub enum StorageConfigError {
         /// Why.
         reason: String,
     },
+    /// Neither a connection string nor an account is configured.
+    #[error(
+        "no storage configured: set {connection_string} (`UseDevelopmentStorage=true` for a local \
+         Azurite, which `spot-worker dev` starts) or {account_url} (the account, reached with a \
+         managed identity)",
+        connection_string = spot_worker_settings::table::CONNECTION_STRING.key,
+        account_url = spot_worker_settings::table::STORAGE_ACCOUNT_URL.key
+    )]
+    NotConfigured,
     /// A credential could not be created.
     #[error("cannot create the {kind} credential: {reason}")]
     Credential {

@@ -135,10 +135,7 @@ impl Credentials {
         if let Some(parsed) = ConnectionString::from_optional(settings.connection_string)? {
             return Ok(Credentials::ConnectionString(parsed));
         }
-        let endpoints = endpoints.ok_or_else(|| StorageConfigError::InvalidUrl {
-            url: String::new(),
-            reason: "no connection string and no storage account URL configured".to_owned(),
-        })?;
+        let endpoints = endpoints.ok_or(StorageConfigError::NotConfigured)?;
         let client_id = present(settings.client_id);
         if let Some(token_file) = workload_identity::given(settings.federated_token_file) {
             let missing = |name: &str| StorageConfigError::Credential {
@@ -234,7 +231,14 @@ mod tests {
             Credentials::choose(settings, account()).unwrap().kind(),
             "Azure CLI"
         );
-        assert!(Credentials::choose(settings, None).is_err());
+        // Nothing configured: one sentence naming both ways, said once.
+        let text = Credentials::choose(settings, None).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "no storage configured: set AZURE_STORAGE_CONNECTION_STRING \
+             (`UseDevelopmentStorage=true` for a local Azurite, which `spot-worker dev` starts) \
+             or SPOT_WORKER_STORAGE_ACCOUNT_URL (the account, reached with a managed identity)"
+        );
     }
 
     #[test]

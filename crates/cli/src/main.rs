@@ -4,6 +4,7 @@
 //! live here; everything it does is a call into the library crates.
 
 mod demo;
+mod dev;
 mod emulator;
 mod events;
 mod operate;
@@ -54,6 +55,11 @@ enum Command {
     /// jobs, a Preempt mid-job, the drain, a second worker resuming from
     /// the checkpoints, and checks that nothing was lost or done twice.
     Demo(demo::DemoArgs),
+    /// A local development environment: Azurite, the IMDS emulator, the
+    /// environment to export; optionally a worker run in it (`-- COMMAND`);
+    /// until Ctrl-C. `dev env` prints the environment, `dev evict` evicts
+    /// the VM (docs/develop-locally.md).
+    Dev(dev::DevArgs),
     /// Put jobs on the work queue: one message per line of JSON Lines.
     Enqueue(operate::enqueue::EnqueueArgs),
     /// Read, requeue or purge the records of the poison queue.
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
             Command::Events(args) => events::run(&cli.imds_endpoint, args).await,
             Command::ImdsEmulator(args) => emulator::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Dev(args) => dev::run(args).await,
             Command::Enqueue(args) => operate::enqueue::run(args).await,
             Command::Poison(args) => operate::poison::run(args).await,
             Command::Checkpoints(args) => operate::checkpoints::run(args).await,

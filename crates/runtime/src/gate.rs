@@ -61,17 +61,19 @@ pub(crate) async fn open(checks: Checks, readiness: &watch::Sender<Readiness>) {
     }
 }
 
-/// Waits until the watcher knows this VM (instance metadata answered, so a
-/// configured name has been checked against it) and has polled
+/// Waits until the watcher knows this VM's name and has polled
 /// successfully: the first Scheduled Events call can take two minutes, and
-/// until it answers an eviction notice could go unseen.
+/// until it answers an eviction notice could go unseen. A configured name
+/// (`SPOT_WORKER_VM_NAME`) is known from the start, so the gate never waits
+/// for instance metadata then; the watcher still checks it when instance
+/// metadata answers, and the worker stops on a mismatch.
 async fn wait_for_imds(
     mut health: watch::Receiver<WatcherHealth>,
     readiness: &watch::Sender<Readiness>,
 ) {
     loop {
         let current = health.borrow_and_update().clone();
-        if current.metadata_vm_name.is_some() && current.polls > 0 {
+        if current.vm_name.is_some() && current.polls > 0 {
             readiness.send_modify(|r| r.imds = Gate::Passed);
             tracing::info!(
                 vm_name = current.vm_name.as_deref(),

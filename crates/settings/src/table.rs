@@ -36,7 +36,7 @@ pub const STORAGE_ACCOUNT_URL: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_STORAGE_ACCOUNT_URL",
     default: None,
     default_doc: None,
-    doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), with a managed identity; `http://` only to loopback",
+    doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), with a managed identity; `https://` only (a local Azurite is reached with the connection string)",
 };
 
 /// The user-assigned managed identity.
@@ -284,7 +284,7 @@ pub const VM_NAME: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_VM_NAME",
     default: None,
     default_doc: Some("from instance metadata"),
-    doc: "this VM's name in `Resources`; a name instance metadata contradicts is refused at start-up",
+    doc: "this VM's name in `Resources`; the warmup gate does not wait for instance metadata then, and a name it contradicts when it answers is refused (the worker drains and stops with an error)",
 };
 
 // Shutdown.

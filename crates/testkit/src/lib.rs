@@ -14,37 +14,13 @@
 //! - [`chaos`]: the chaos run (real worker processes, emulated Spot VMs,
 //!   a seeded fault schedule, and the checks).
 //!
-//! [`Azurite`] starts a real [Azurite](https://github.com/Azure/Azurite)
-//! storage emulator for integration tests: free loopback ports, a temporary workspace, a
-//! bounded wait until it answers, and a stop (SIGTERM, so it flushes its data)
-//! on drop. It can be stopped and started again on the same ports and data,
-//! to test recovery from a storage outage.
-//!
-//! Readiness is proven over HTTP, not just by a TCP accept: each instance
-//! gets an extra storage account with a random name (`AZURITE_ACCOUNTS`),
-//! and only an Azurite that knows that account answers a request for it
-//! with 403 (any other answers 404). So another test's Azurite, or any other
-//! server that took one of our ports while we were stopped, is never
-//! mistaken for ours. A port taken by someone else makes Azurite exit with
-//! `EADDRINUSE`, reported as [`HarnessError::PortInUse`].
-//!
-//! [`Azurite::start_separate`] serves blob and queue from two processes
-//! (`azurite-blob`, `azurite-queue`) instead of one; see [`topology`].
-//!
-//! [`Azurite::start_https`] starts it as production looks instead: HTTPS
-//! with a given certificate, OAuth (`--oauth basic`: bearer tokens are
-//! checked for issuer, audience and lifetime), a named account, and blob and
-//! queue on port 443 of addresses of the caller's choosing (inside a network
-//! namespace, where `https://<account>.blob.core.windows.net` resolves to
-//! them).
-//!
-//! The binary is `tools/azurite/node_modules/.bin/azurite` in the workspace
-//! (installed by `npm ci --prefix tools/azurite`, which `scripts/test.sh`
-//! runs), or whatever `AZURITE_BIN` names.
+//! [`Azurite`] is `spot-worker-local`'s (what `spot-worker dev` runs too),
+//! re-exported: a real Azurite per test on free loopback ports; the
+//! workspace's pinned one (`npm ci --prefix tools/azurite`, which
+//! `scripts/test.sh` runs), or whatever `AZURITE_BIN` names.
 
 use std::path::{Path, PathBuf};
 
-mod azurite;
 pub mod bench;
 pub mod chaos;
 pub mod contract;
@@ -56,8 +32,8 @@ pub mod procfs;
 pub mod tls_front;
 pub mod worker;
 
-pub use azurite::topology;
-pub use azurite::{
+pub use spot_worker_local::topology;
+pub use spot_worker_local::{
     ACCOUNT_KEY, ACCOUNT_NAME, Azurite, AzuriteProcess, HarnessError, HttpsOptions, Topology,
 };
 

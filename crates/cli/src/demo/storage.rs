@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
 use spot_worker_azure::{AzureQueue, AzureStorage, StorageConfig};
+use spot_worker_local::{Azurite, HarnessError};
 use spot_worker_storage::{
     CheckpointStore, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, MessageQueue,
     ResultStore, poison_queue_name,
 };
-use spot_worker_testkit::{Azurite, HarnessError};
 
 use super::{CHECKPOINTS, QUEUE, RESULTS};
 
@@ -56,11 +56,7 @@ impl Storage {
             .map_err(|error| match error {
                 // Its log is many lines; the reason is enough here.
                 HarnessError::NotReady { reason, .. } => anyhow!("Azurite did not start: {reason}"),
-                HarnessError::NotInstalled(path) => anyhow!(
-                    "Azurite is not installed at {} (install it with \
-                     `npm ci --prefix tools/azurite`, set AZURITE_BIN, or leave out --azurite)",
-                    path.display()
-                ),
+                HarnessError::NotInstalled(how) => anyhow!("{how}; or leave out --azurite"),
                 other => anyhow!(other),
             })?;
         let config = StorageConfig::from_connection_string(&azurite.connection_string())

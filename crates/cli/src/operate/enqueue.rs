@@ -41,7 +41,9 @@ Examples:
 Each line is one JSON document, sent as is. With --skip-existing every line
 needs a string `job_id` field (as the worker's job key), and a line whose job
 already has a completed checkpoint (or, with --results, a result blob) is
-skipped, so re-running after an interruption sends only what is missing. A
+skipped, so re-running after an interruption sends only what is missing.
+A worker whose result marks a job done (primes) deletes its checkpoint as
+it finishes: for it, give --results. A
 job still in progress is sent again: if its message is still queued, the
 worker's per-job checkpoint fencing lets only one of the two run it.")]
 pub struct EnqueueArgs {

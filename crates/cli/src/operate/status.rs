@@ -23,7 +23,12 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 #[command(after_help = "\
 Examples:
   spot-worker status
-  spot-worker status --health http://10.0.0.4:8080 --health http://10.0.0.5:8080
+  spot-worker status --health http://127.0.0.1:8080   # the worker on this machine
+  spot-worker status --health http://127.0.0.1:8080 --health http://127.0.0.1:8081
+
+A worker's health endpoint is where it listens (SPOT_WORKER_HEALTH_ADDR):
+loopback on a scale-set VM (run status there), port 8080 of the pod on AKS
+(`kubectl port-forward` it).
   spot-worker status --watch --interval 10s     # refresh until Ctrl-C
   spot-worker status --json | jq .queue.approximate_depth
 

@@ -352,7 +352,21 @@ impl Worker {
             }
         }
         tracing::info!(queue = self.queue.name(), "warmup gate open; taking work");
-        self.serve(handler, triggers, watcher).await
+        // The gate does not wait for instance metadata when the name is
+        // configured; if it answers later and contradicts the name, events
+        // are being matched against the wrong VM: drain as on a request
+        // (nothing in flight is lost), then refuse as before the gate.
+        let serving = self.serve(handler, triggers, watcher);
+        tokio::pin!(serving);
+        tokio::select! {
+            finished = &mut serving => finished,
+            error = &mut wrong_name => {
+                tracing::error!(%error, "draining: the configured VM name is wrong");
+                self.requested.cancel();
+                let _ = serving.await;
+                Err(error.into())
+            }
+        }
     }
 
     fn stopped_before_start(&self, trigger: DrainTrigger) -> RunReport {

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::topology::Program;
 use super::{
-    Azurite, HarnessError, POLL_INTERVAL, PROBE_TIMEOUT, START_TIMEOUT, Topology, binary_path,
+    Azurite, HarnessError, POLL_INTERVAL, PROBE_TIMEOUT, START_TIMEOUT, Topology, find_azurite,
     reserve_ports, reserved_ports,
 };
 
@@ -41,10 +41,7 @@ impl Azurite {
     /// ([`HarnessError::PortInUse`]). Azurite's debug log (which records
     /// every bearer-token validation) is [`Azurite::debug_log`].
     pub fn start_https(options: HttpsOptions) -> Result<Self, HarnessError> {
-        let binary = binary_path();
-        if !binary.exists() {
-            return Err(HarnessError::NotInstalled(binary));
-        }
+        let binary = find_azurite()?;
         let ports = reserve_ports()?;
         // Only the table service takes a free loopback port.
         if let Some(reserved) = reserved_ports().as_mut() {

@@ -56,7 +56,7 @@ impl Program {
 pub struct AzuriteProcess {
     /// `azurite`, `azurite-blob` or `azurite-queue`.
     pub name: &'static str,
-    /// Its id, to read its CPU time with [`procfs`](crate::procfs).
+    /// Its id, e.g. to read its CPU time from `/proc`.
     pub pid: u32,
 }
 
@@ -135,7 +135,7 @@ impl Azurite {
 mod tests {
     use std::time::Duration;
 
-    use spot_worker::azure::{AzureStorage, StorageConfig};
+    use spot_worker_azure::{AzureStorage, StorageConfig};
     use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue, WritePrecondition};
 
     use super::*;

@@ -2,6 +2,8 @@
 //! temporary workspace, a bounded wait until it answers, and a stop
 //! (SIGTERM, so it flushes its data) on drop; see the crate docs.
 
+mod find;
+
 use std::collections::hash_map::RandomState;
 use std::fs::File;
 use std::hash::{BuildHasher as _, Hasher as _};
@@ -21,13 +23,26 @@ use probe::{Probe, address_in_use, probe};
 use topology::Program;
 pub use topology::{AzuriteProcess, Topology};
 
-use crate::workspace_root;
+pub use find::find_azurite;
 
 /// The emulator's well-known account name.
 pub const ACCOUNT_NAME: &str = "devstoreaccount1";
 /// The emulator's well-known account key (public, documented by Microsoft).
 pub const ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// The ports of Azurite's defaults, which `UseDevelopmentStorage=true`
+/// names: blob, queue, table.
+pub const DEV_PORTS: [u16; 3] = [10000, 10001, 10002];
+
+/// True if an Azurite that serves the well-known account
+/// ([`ACCOUNT_NAME`]) answers on both loopback ports (blob, queue): one
+/// already running, started by hand or in a container.
+pub fn azurite_answers(blob_port: u16, queue_port: u16) -> bool {
+    [blob_port, queue_port]
+        .iter()
+        .all(|port| probe(*port, ACCOUNT_NAME) == Probe::ThisAzurite)
+}
 
 /// Generous, because CI machines can be slow to start node.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,9 +55,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Why Azurite could not be started or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    /// The binary is missing.
-    #[error("azurite not found at {0} (run `npm ci --prefix tools/azurite`, or set AZURITE_BIN)")]
-    NotInstalled(PathBuf),
+    /// The binary is missing: no `azurite` where it was looked for (the
+    /// text says where, and how to install it).
+    #[error("{0}")]
+    NotInstalled(String),
     /// Spawning, port allocation or the workspace failed.
     #[error("Azurite harness I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -107,36 +123,57 @@ impl Azurite {
         Self::start_with(Topology::Shared, true)
     }
 
+    /// Starts Azurite on the given loopback ports (blob, queue, table; e.g.
+    /// [`DEV_PORTS`]) with a fresh workspace, and waits until it answers as
+    /// this instance. A port already taken is [`HarnessError::PortInUse`]:
+    /// ask [`azurite_answers`] first whether an Azurite is already there.
+    pub fn start_on(ports: [u16; 3]) -> Result<Self, HarnessError> {
+        let mut azurite = Self::local(find_azurite()?, ports, Topology::Shared, false)?;
+        azurite.start_again()?;
+        Ok(azurite)
+    }
+
+    /// A stopped local (plain HTTP, loopback) instance on `ports` with a
+    /// fresh workspace and a probe account of its own.
+    fn local(
+        binary: PathBuf,
+        ports: [u16; 3],
+        topology: Topology,
+        debug: bool,
+    ) -> Result<Self, HarnessError> {
+        Ok(Azurite {
+            binary,
+            workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
+            blob_port: ports[0],
+            queue_port: ports[1],
+            table_port: ports[2],
+            probe_account: format!("probe{:016x}", random_u64()),
+            https: None,
+            debug,
+            topology,
+            children: Vec::new(),
+            starts: 0,
+        })
+    }
+
     fn start_with(topology: Topology, debug: bool) -> Result<Self, HarnessError> {
-        let binary = binary_path();
-        if !binary.exists() {
-            return Err(HarnessError::NotInstalled(binary));
-        }
+        let binary = find_azurite()?;
         // A port found free may be taken by someone else before Azurite binds
         // it; then Azurite exits and a fresh set of ports is tried.
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
-            let ports = reserve_ports()?;
-            let mut azurite = Azurite {
-                binary: binary.clone(),
-                workspace: tempfile::Builder::new().prefix("azurite-").tempdir()?,
-                blob_port: ports[0],
-                queue_port: ports[1],
-                table_port: ports[2],
-                probe_account: format!("probe{:016x}", random_u64()),
-                https: None,
-                debug,
-                topology,
-                children: Vec::new(),
-                starts: 0,
-            };
+            let mut azurite = Self::local(binary.clone(), reserve_ports()?, topology, debug)?;
             if let Some(missing) = topology
                 .programs()
                 .iter()
                 .map(|program| azurite.program_path(*program))
                 .find(|path| !path.exists())
             {
-                return Err(HarnessError::NotInstalled(missing));
+                return Err(HarnessError::NotInstalled(format!(
+                    "{} is missing beside {} (an Azurite installed by npm has it)",
+                    missing.display(),
+                    binary.display()
+                )));
             }
             match azurite.start_again() {
                 Ok(()) => return Ok(azurite),
@@ -331,13 +368,6 @@ fn random_u64() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     hasher.finish()
-}
-
-fn binary_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("AZURITE_BIN") {
-        return PathBuf::from(path);
-    }
-    workspace_root().join("tools/azurite/node_modules/.bin/azurite")
 }
 
 #[cfg(test)]

@@ -1,0 +1,276 @@
+//! docs/develop-locally.md, followed step by step: its `job.py` and its
+//! three commands (on free ports, so nothing else on the machine is in the
+//! way), with what the page promises checked between them: the job makes
+//! progress, `dev evict` reports the worker's approval, the worker is
+//! started again and resumes from the checkpoint (`resuming at step N`,
+//! N > 0), and the result is the one the job writes. The doc runner
+//! (tests/docs.rs) runs the page as written, too.
+
+#[path = "docs/blocks.rs"]
+#[allow(dead_code)]
+mod blocks;
+#[path = "docs/session.rs"]
+#[allow(dead_code)]
+mod session;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use blocks::Kind;
+use spot_worker::azure::{AzureStorage, StorageConfig};
+use spot_worker::storage::ResultStore;
+
+const SPOT_WORKER: &str = env!("CARGO_BIN_EXE_spot-worker");
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The page's command with the address flags after `dev` (or after `dev
+/// env` / `dev evict`, where they must follow the subcommand).
+fn on_ports(command: &str, flags: &str) -> String {
+    for sub in ["dev env", "dev evict"] {
+        if let Some(rest) = command.strip_prefix(&format!("spot-worker {sub}")) {
+            return format!("spot-worker {sub} {flags}{rest}");
+        }
+    }
+    match command.strip_prefix("spot-worker dev") {
+        Some(rest) => format!("spot-worker dev {flags}{rest}"),
+        None => command.to_owned(),
+    }
+}
+
+fn bash(dir: &Path, command: &str) -> Command {
+    let bin = Path::new(SPOT_WORKER).parent().unwrap();
+    let mut bash = Command::new("bash");
+    bash.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        // The scratch directory is outside the clone: its pinned Azurite.
+        .env(
+            "AZURITE_BIN",
+            std::env::var_os("AZURITE_BIN").unwrap_or_else(|| {
+                session::workspace_root()
+                    .join("tools/azurite/node_modules/.bin/azurite")
+                    .into()
+            }),
+        )
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("SPOT_WORKER_IMDS_ENDPOINT")
+        .stdin(Stdio::null());
+    bash
+}
+
+fn output(command: &mut Command) -> Output {
+    command.output().expect("bash runs")
+}
+
+fn wait_for(what: &str, log: &Path, mut done: impl FnMut(&str) -> bool) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if done(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `spot-worker dev`, stopped (SIGTERM, then waited for) also when the
+/// test fails half-way, so no Azurite or worker outlives it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+fn stop(mut child: Child, log: &Path) {
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!(
+                "spot-worker dev did not stop; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "spot-worker dev exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
+    let root = session::workspace_root();
+    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
+    let blocks = blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap();
+    let job = blocks
+        .iter()
+        .find(|b| b.kind == Kind::File("job.py".to_owned()))
+        .expect("the page shows job.py");
+    let three = blocks
+        .iter()
+        .find(|b| b.kind == Kind::Run)
+        .expect("the page's three commands");
+    let commands: Vec<&str> = three
+        .text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(commands.len(), 3, "three commands: {commands:?}");
+    assert!(commands[0].starts_with("cargo install"), "{}", commands[0]);
+    let serve = commands[1]
+        .trim()
+        .strip_suffix('&')
+        .expect("dev runs in the background")
+        .trim();
+    let evict = commands[2].trim();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.py"), &job.text).unwrap();
+    let (first, _) = session::free_ports();
+    let flags = format!(
+        "--azurite-port {first} --imds-listen 127.0.0.1:{}",
+        first + 3
+    );
+    let log = dir.path().join("dev.log");
+    let log_file = std::fs::File::create(&log).unwrap();
+
+    // 2. The environment, the job and the worker.
+    let dev = bash(dir.path(), &format!("exec {}", on_ports(serve, &flags)))
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    let mut dev = Running(Some(dev));
+    let exports = String::from_utf8(
+        output(&mut bash(
+            dir.path(),
+            &on_ports("spot-worker dev env --wait 90s", &flags),
+        ))
+        .stdout,
+    )
+    .unwrap();
+    let connection_string = exports
+        .lines()
+        .find_map(|l| l.strip_prefix("export AZURE_STORAGE_CONNECTION_STRING='"))
+        .and_then(|v| v.strip_suffix('\''))
+        .unwrap_or_else(|| {
+            panic!(
+                "dev env prints the connection string; the log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        })
+        .to_owned();
+    // The job makes progress before the eviction (its checkpoint is saved).
+    let show = format!(
+        "eval \"$({})\"; spot-worker checkpoints show j1",
+        on_ports("spot-worker dev env", &flags)
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let shown = output(&mut bash(dir.path(), &show));
+        if String::from_utf8_lossy(&shown.stdout).contains("in_progress") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no progress; the log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // 3. The eviction: drained and approved.
+    let evicted = output(&mut bash(dir.path(), &on_ports(evict, &flags)));
+    let said = String::from_utf8_lossy(&evicted.stdout).into_owned()
+        + &String::from_utf8_lossy(&evicted.stderr);
+    assert!(evicted.status.success(), "{said}");
+    assert!(said.contains("approved by the worker"), "{said}");
+
+    // Started again, it resumes from the checkpoint and finishes.
+    let text = wait_for("the job to resume", &log, |text| {
+        text.contains("resuming at step")
+    });
+    let step: u64 = text
+        .split("resuming at step ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .expect("a step number");
+    assert!(step > 0 && step < 40, "resumed at step {step}");
+    assert!(text.contains("(start 2)"), "started again:\n{text}");
+    let storage =
+        AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
+            .unwrap();
+    let results = storage.result_store("results").unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let result = loop {
+        if let Some(body) = results.get("j1").await.unwrap_or(None) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no result; the log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&result).unwrap(),
+        serde_json::json!({"job_id": "j1", "steps": 40})
+    );
+    stop(dev.0.take().expect("still running"), &log);
+}
+
+#[test]
+fn dev_without_azurite_says_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = session::free_ports();
+    let output = Command::new(SPOT_WORKER)
+        .args(["dev", "--azurite-port", &first.to_string()])
+        .args(["--imds-listen", &format!("127.0.0.1:{}", first + 3)])
+        .current_dir(dir.path())
+        .env("AZURITE_BIN", "")
+        .env("PATH", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    for hint in [
+        "npm install -g azurite",
+        "mcr.microsoft.com/azure-storage/azurite",
+        "npm ci --prefix tools/azurite",
+    ] {
+        assert!(stderr.contains(hint), "{hint}: {stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
