@@ -142,17 +142,18 @@ pub struct Member {
 
 impl Member {
     /// Joins the group of `imds_endpoint` in the first usable candidate
-    /// directory, as a working member described by `about`. The error
-    /// names every directory tried.
+    /// directory, as a working member described by `about`; with it, why
+    /// the candidates before it were passed over. The error names every
+    /// directory tried.
     pub(crate) fn join(
         candidates: &[PathBuf],
         imds_endpoint: &str,
         about: &str,
-    ) -> Result<Member, Vec<RendezvousError>> {
+    ) -> Result<(Member, Vec<RendezvousError>), Vec<RendezvousError>> {
         let mut errors = Vec::new();
         for dir in candidates {
             match Member::join_in(&dir.join(group_name(imds_endpoint)), about) {
-                Ok(member) => return Ok(member),
+                Ok(member) => return Ok((member, errors)),
                 Err(error) => errors.push(error),
             }
         }
@@ -316,7 +317,10 @@ impl Rendezvous {
         let xdg = std::env::var("XDG_RUNTIME_DIR").ok();
         let candidates = candidate_dirs(configured, xdg.as_deref());
         match Member::join(&candidates, imds_endpoint, about) {
-            Ok(member) => {
+            Ok((member, passed_over)) => {
+                for error in &passed_over {
+                    tracing::info!(%error, "not meeting the other workers there");
+                }
                 let peers = member.peers().map(|p| busy_peers(&p).len()).unwrap_or(0);
                 tracing::info!(
                     dir = %member.group().display(),
@@ -440,9 +444,9 @@ mod tests {
     fn members_see_each_other_drain_and_leave() {
         let dir = tempfile::tempdir().unwrap();
         let dirs = [dir.path().to_owned()];
-        let a = Member::join(&dirs, "http://e", "pid 1, queue a").unwrap();
+        let (a, _) = Member::join(&dirs, "http://e", "pid 1, queue a").unwrap();
         assert_eq!(a.view(), Peers::Drained, "alone");
-        let b = Member::join(&dirs, "http://e", "pid 2, queue b").unwrap();
+        let (b, _) = Member::join(&dirs, "http://e", "pid 2, queue b").unwrap();
         assert_eq!(a.view(), Peers::Busy(vec!["pid 2, queue b".into()]));
         assert_eq!(b.view(), Peers::Busy(vec!["pid 1, queue a".into()]));
         b.set_state(MemberState::Drained);
@@ -452,7 +456,7 @@ mod tests {
         drop(b);
         assert_eq!(a.view(), Peers::Drained, "left");
         // Another endpoint is another group.
-        let other = Member::join(&dirs, "http://f", "pid 3").unwrap();
+        let (other, _) = Member::join(&dirs, "http://f", "pid 3").unwrap();
         assert_eq!(a.view(), Peers::Drained);
         assert_ne!(other.group(), a.group());
     }
@@ -461,7 +465,7 @@ mod tests {
     fn an_unlocked_member_file_is_stale_and_removed() {
         let dir = tempfile::tempdir().unwrap();
         let dirs = [dir.path().to_owned()];
-        let a = Member::join(&dirs, "http://e", "pid 1").unwrap();
+        let (a, _) = Member::join(&dirs, "http://e", "pid 1").unwrap();
         // What a crashed worker leaves: its file, no lock on it.
         let stale = a.group().join("99999-0000abcd.working");
         std::fs::write(&stale, "pid 99999, queue gone").unwrap();
