@@ -52,15 +52,7 @@ async fn the_help_states_the_default_log_levels_that_apply() {
         false
     })
     .await;
-    // SAFETY: signals the worker this test started.
-    assert_eq!(
-        unsafe { libc::kill(worker.id().unwrap() as i32, libc::SIGTERM) },
-        0
-    );
-    let status = tokio::time::timeout(PATIENCE, worker.wait())
-        .await
-        .expect("the worker exits after SIGTERM")
-        .unwrap();
+    let status = stop_with_sigterm(&mut worker).await;
     assert_eq!(info, Ok(true), "no info line from `run` by default");
     assert_eq!(status.code(), Some(0));
 }

@@ -61,15 +61,7 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
         (got.code == Some(0)).then_some(got.stdout)
     })
     .await;
-    // SAFETY: signals the worker this test started.
-    assert_eq!(
-        unsafe { libc::kill(worker.id().unwrap() as i32, libc::SIGTERM) },
-        0
-    );
-    let status = tokio::time::timeout(PATIENCE, worker.wait())
-        .await
-        .expect("the worker exits after SIGTERM")
-        .unwrap();
+    let status = stop_with_sigterm(&mut worker).await;
     assert_eq!(status.code(), Some(0));
     assert_eq!(result, TEXT, "the body went through the queue unchanged");
 
