@@ -312,8 +312,15 @@ pub(crate) enum Rendezvous {
 impl Rendezvous {
     /// Joins the group of `imds_endpoint` in `configured`, else in
     /// [`DEFAULT_DIR`] or `$XDG_RUNTIME_DIR/spot-worker`, saying where (or
-    /// why nowhere) in the log.
-    pub(crate) fn join(configured: Option<&Path>, imds_endpoint: &str, about: &str) -> Rendezvous {
+    /// why nowhere) in the log: a warning for a worker that `approves`
+    /// events (it then approves only at their deadline), a note for one
+    /// that does not (its peers cannot wait for it).
+    pub(crate) fn join(
+        configured: Option<&Path>,
+        imds_endpoint: &str,
+        about: &str,
+        approves: bool,
+    ) -> Rendezvous {
         let xdg = std::env::var("XDG_RUNTIME_DIR").ok();
         let candidates = candidate_dirs(configured, xdg.as_deref());
         match Member::join(&candidates, imds_endpoint, about) {
@@ -339,7 +346,13 @@ impl Rendezvous {
                     "no rendezvous directory for the workers on this VM ({why}); set {}",
                     spot_worker_settings::table::RUNTIME_DIR.key
                 );
-                tracing::warn!("{why}; events are approved only at their deadline");
+                if approves {
+                    tracing::warn!("{why}; this worker approves events only at their deadline");
+                } else {
+                    tracing::info!(
+                        "{why}; other workers on this VM that approve events cannot wait for this one"
+                    );
+                }
                 Rendezvous::Unavailable(why)
             }
         }

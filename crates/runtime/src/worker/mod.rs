@@ -291,6 +291,7 @@ impl Worker {
             self.config.drain.runtime_dir.as_deref(),
             &self.config.imds.endpoint,
             &about,
+            self.config.drain.approve_events,
         )
     }
 
