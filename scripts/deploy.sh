@@ -19,7 +19,8 @@
 #
 # Settings (environment): RESOURCE_GROUP (spot-worker-rg), LOCATION
 # (westeurope), SSH_PUBLIC_KEY (default: ~/.ssh/id_ed25519.pub or id_rsa.pub),
-# OPERATOR_IP (default: your public address as Azure sees it), PARAMS_FILE
+# OPERATOR_IP (default: your public address as Azure sees it; one address:
+# a /32 is taken as its address, a /31 is refused), PARAMS_FILE
 # (bicep/main.bicepparam), SCHEDULED_EVENTS_TO_EVENT_GRID (false; a preview
 # behind a subscription feature flag); extra arguments go to
 # `az deployment group create`
@@ -81,11 +82,7 @@ if [[ -z "${SSH_PUBLIC_KEY:-}" ]]; then
 fi
 [[ -n "${SSH_PUBLIC_KEY:-}" ]] || die "no SSH public key: set SSH_PUBLIC_KEY or create ~/.ssh/id_ed25519.pub (ssh-keygen -t ed25519)"
 
-if [[ -z "${OPERATOR_IP:-}" ]]; then
-  OPERATOR_IP="$(curl -fsS --max-time 10 https://api.ipify.org || true)"
-fi
-[[ "${OPERATOR_IP:-}" =~ ^[0-9]+(\.[0-9]+){3}(/[0-9]+)?$ ]] ||
-  die "could not tell your public IPv4 address: set OPERATOR_IP (the storage firewall admits only it and the workers)"
+OPERATOR_IP="$(operator_ip)"
 
 SCHEDULED_EVENTS_TO_EVENT_GRID="${SCHEDULED_EVENTS_TO_EVENT_GRID:-false}"
 [[ "$SCHEDULED_EVENTS_TO_EVENT_GRID" == true || "$SCHEDULED_EVENTS_TO_EVENT_GRID" == false ]] ||
@@ -145,13 +142,7 @@ fi
 log "resource group $RESOURCE_GROUP in $LOCATION"
 az group create --name "$RESOURCE_GROUP" --location "$LOCATION" --output none
 
-OPERATOR_ID="$(az ad signed-in-user show --query id --output tsv 2>/dev/null || true)"
-OPERATOR_TYPE=User
-if [[ -z "$OPERATOR_ID" ]]; then
-  # Logged in as a service principal (CI).
-  OPERATOR_ID="$(az ad sp show --id "$(az account show --query user.name --output tsv)" --query id --output tsv)"
-  OPERATOR_TYPE=ServicePrincipal
-fi
+operator_identity
 
 deploy() {
   az deployment group create \
@@ -226,5 +217,11 @@ log "deploying the scale set and autoscale"
 deploy --parameters deployCompute=true currentInstanceCount="$CURRENT" "$@"
 
 VMSS="$(deployment_output vmssName)"
-log "deployed: scale set $VMSS, storage $ACCOUNT, queue $(deployment_output queueName)"
-log "next: scripts/enqueue.sh 20   then watch: az vmss list-instances -g $RESOURCE_GROUP -n $VMSS -o table"
+QUEUE="$(deployment_output queueName)"
+log "deployed: scale set $VMSS, storage $ACCOUNT, queue $QUEUE"
+# The operator's commands take the workers' own settings (docs/operating.md).
+# A Flexible scale set's instances are VMs of their own: az vm list --vmss
+# lists them (az vmss list-instances is for Uniform scale sets).
+log "next: export SPOT_WORKER_STORAGE_ACCOUNT_URL=$(deployment_output blobEndpoint) SPOT_WORKER_QUEUE=$QUEUE"
+log "  spot-worker enqueue jobs.jsonl; spot-worker status"
+log "  the workers: az vm list -g $RESOURCE_GROUP --vmss $VMSS -o table"

@@ -14,14 +14,16 @@ require_az
 VMSS="$(deployment_output vmssName)"
 [[ -n "$VMSS" ]] || die "no scale set deployed (run scripts/deploy.sh)"
 
+# In a Flexible scale set each instance is a VM of its own: `az vm list
+# --vmss` lists them (az's help for `vmss list-instances` sends Flexible
+# scale sets there), and the VM-level call is the one that applies to it
+# (the instance-id form is for Uniform sets).
 VM="${1:-}"
 if [[ -z "$VM" ]]; then
-  VM="$(az vmss list-instances --resource-group "$RESOURCE_GROUP" --name "$VMSS" --query '[0].name' --output tsv)"
+  VM="$(az vm list --resource-group "$RESOURCE_GROUP" --vmss "$VMSS" --query '[0].name' --output tsv)"
 fi
 [[ -n "$VM" ]] || die "the scale set $VMSS has no VM to evict"
 
-# In a Flexible scale set each instance is a VM of its own; the VM-level call
-# is the one that applies to it (the instance-id form is for Uniform sets).
 log "simulating the eviction of $VM (scale set $VMSS)"
 az vm simulate-eviction --resource-group "$RESOURCE_GROUP" --name "$VM"
 log "watch it drain: the workbook's 'Eviction notices' and 'Notice to drained' panels, or"

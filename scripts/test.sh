@@ -159,6 +159,8 @@ case "$infra_checks" in
     tools/infra/.venv/bin/python tools/infra/check_manifests.py
     echo "==> infra: shellcheck scripts/"
     shellcheck -x scripts/*.sh
+    echo "==> infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
+    tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
     ;;
 esac
 

@@ -18,7 +18,6 @@
 //! (result correct), and on a Preempt drain a running job and exit 0 within
 //! the drain budget.
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,44 +33,13 @@ use tokio::process::{Child, Command};
 
 mod rendered;
 
-use rendered::{render, seconds, worker_binary};
+use rendered::{render, sample_deployment_values, seconds, swapped_for_azurite, worker_binary};
 
 /// The scale set VM the emulator serves (Flexible scale sets name VMs
 /// `{scale set}_{suffix}`).
 const VM: &str = "spotvmss_0";
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-/// What `main.bicep` passes to `modules/compute.bicep` (sample account and
-/// identity: they are swapped for Azurite below, as documented).
-fn deployment_values() -> BTreeMap<&'static str, String> {
-    BTreeMap::from([
-        (
-            "storageBlobEndpoint",
-            "https://spotworkerabc123.blob.core.windows.net/".to_owned(),
-        ),
-        (
-            "identityClientId",
-            "00000000-0000-0000-0000-000000000001".to_owned(),
-        ),
-        ("queueName", "jobs".to_owned()),
-        ("checkpointContainer", "checkpoints".to_owned()),
-        ("resultsContainer", "results".to_owned()),
-        (
-            "appInsightsConnectionString",
-            "InstrumentationKey=00000000-0000-0000-0000-000000000002;IngestionEndpoint=https://westeurope-5.in.applicationinsights.azure.com/".to_owned(),
-        ),
-        (
-            "workerBinaryUrl",
-            "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes".to_owned(),
-        ),
-        ("workerBinarySha256", "0".repeat(64)),
-        // The default deployment: the binary is the worker, no bundle.
-        ("workerArgs", String::new()),
-        ("workerBundleUrl", String::new()),
-        ("workerBundleSha256", String::new()),
-    ])
-}
 
 /// The child's stdout and stderr, kept for the failure message.
 #[derive(Clone, Default)]
@@ -125,7 +93,7 @@ async fn until_ready(child: &mut Child, url: &str, output: &Output) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rendered_vm_environment_runs_the_real_worker() {
-    let rendered = render(&deployment_values());
+    let rendered = render(&sample_deployment_values());
     let unit = &rendered.unit;
     let env = &rendered.env;
 
@@ -176,21 +144,12 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         .port();
 
     // The swap, and nothing else (see the module docs).
-    let mut child_env = env.clone();
-    child_env.remove("SPOT_WORKER_STORAGE_ACCOUNT_URL");
-    child_env.remove("AZURE_CLIENT_ID");
-    child_env.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
-    child_env.insert(
-        "AZURE_STORAGE_CONNECTION_STRING".into(),
-        azurite.connection_string(),
+    let child_env = swapped_for_azurite(
+        env,
+        &azurite.connection_string(),
+        &emulator.url(),
+        health_port,
     );
-    child_env.insert("SPOT_WORKER_IMDS_ENDPOINT".into(), emulator.url());
-    child_env.insert(
-        "SPOT_WORKER_HEALTH_ADDR".into(),
-        format!("127.0.0.1:{health_port}"),
-    );
-    // systemd's default PATH for services; the worker runs nothing else.
-    child_env.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
 
     let output = Output::default();
     let mut child = Command::new(worker_binary())
@@ -310,7 +269,7 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
 /// variable and says why (plain http would carry the bearer token in clear).
 #[tokio::test]
 async fn a_bad_account_url_stops_the_worker_naming_the_variable() {
-    let rendered = render(&deployment_values());
+    let rendered = render(&sample_deployment_values());
     for (url, why) in [
         (
             "http://spotworkerabc123.blob.core.windows.net/",

@@ -36,7 +36,10 @@
 //! refuses (wrong issuer), a certificate the VM does not trust, proxy
 //! variables pointing at a dead proxy (the token is still fetched: IMDS is
 //! never reached through a proxy); and short-lived tokens, refreshed while
-//! the worker keeps working past their expiry.
+//! the worker keeps working past their expiry. And what the scale set's
+//! health extension probes (`/healthz`) stays 200 through shared outages
+//! (storage unreachable, storage refusing the VM, IMDS failing, parked for
+//! a shared event) while `/readyz` reports each, until it clears by itself.
 //!
 //! `SPOT_WORKER_VM_IN_A_BOX=0` skips it explicitly; without namespaces
 //! (not root, no user namespaces) it fails saying so. Run with
@@ -130,6 +133,8 @@ impl TheBox {
             .await;
         self.the_command_path_works(&queue).await;
         self.short_lived_tokens_are_refreshed(&installed, &env)
+            .await;
+        self.shared_outages_never_make_the_vm_unhealthy(&installed, &env)
             .await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -524,6 +524,67 @@ async fn an_already_started_preempt_still_releases_the_message_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_already_started_preempt_still_lets_a_handler_make_its_final_save() {
+    let env = Env::start().await;
+    env.queue.send("late", Duration::ZERO).await.unwrap();
+    let mut config = env.config(VM_A);
+    config.drain.watchdog = true;
+    config.drain.release_floor = Duration::from_secs(3);
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let handler = handler_fn({
+        let started = started.clone();
+        move |job: Job| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                job.cancellation().cancelled().await;
+                // The final save a late notice used to skip: the handler
+                // was dropped before it could write.
+                let mut checkpoint = job.checkpoint().await?;
+                checkpoint
+                    .save_progress(serde_json::json!({ "segment": 7 }))
+                    .await?;
+                Err::<(), HandlerError>("stopped for the notice".into())
+            }
+        }
+    });
+    let worker = env.worker(config);
+    let running = tokio::spawn(worker.run(handler));
+    within("the handler to start", started.notified()).await;
+
+    env.emulator
+        .schedule(EventSpec::preempt().started())
+        .unwrap();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    assert!(report.drain.met_deadline, "{:?}", report.drain);
+    assert!(
+        !report.drain.released_running_handlers,
+        "it saved and returned before the release"
+    );
+    assert_eq!((report.stats.released, report.stats.retried), (1, 0));
+    assert!(
+        report.drain.notice_to_drained < Duration::from_secs(3),
+        "released within the floor: {:?}",
+        report.drain.notice_to_drained
+    );
+    let again = env.queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "the message is back on the queue");
+    let saved = env
+        .checkpoints
+        .read(again[0].id.as_str())
+        .await
+        .unwrap()
+        .expect("the final save was kept");
+    assert_eq!(
+        saved.checkpoint,
+        spot_worker::storage::Checkpoint::InProgress {
+            progress: serde_json::json!({ "segment": 7 })
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_sent_request_does_not_keep_a_drained_worker_up() {
     let env = Env::start().await;
     let (handler, _handled) = reporting_handler();

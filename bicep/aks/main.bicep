@@ -39,8 +39,8 @@ param systemNodeCount int = 2
 @description('VM size of the Spot pool (the workers).')
 param spotVmSize string = 'Standard_D2as_v5'
 
-@description('Spot max price in USD per hour; -1 = up to the pay-as-you-go price (evicted for capacity only).')
-param spotMaxPrice int = -1
+@description('Spot max price in USD per hour, as a string (bicep has no float type): "-1" = up to the pay-as-you-go price (evicted for capacity only), e.g. "0.05" to cap it (evicted on price too).')
+param spotMaxPrice string = '-1'
 
 @description('Fewest Spot nodes: 0 lets the pool empty with the queue (KEDA scales the pods to zero, the cluster autoscaler the nodes).')
 @minValue(0)
@@ -60,7 +60,7 @@ param serviceAccountName string = 'spot-worker'
 @description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/.')
 param operatorIpRanges array = []
 
-@description('Object id of the operator, granted enqueue and read-results rights; empty = none.')
+@description('Object id of the operator (deploy-aks.sh: the signed-in user), granted the storage rights of every operator command and, on the cluster, sign-in and kubectl apply of deploy/kubernetes/; empty = none.')
 param operatorPrincipalId string = ''
 
 @allowed([
@@ -203,6 +203,17 @@ module workloadIdentity '../modules/workload-identity.bicep' = {
   dependsOn: [
     identity
   ]
+}
+
+// The operator may sign in to the cluster and kubectl apply deploy/kubernetes/.
+module operatorCluster '../modules/operator-aks.bicep' = if (!empty(operatorPrincipalId)) {
+  name: 'operator-aks'
+  params: {
+    clusterName: cluster.outputs.name
+    namePrefix: namePrefix
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+  }
 }
 
 module workbook '../modules/workbook.bicep' = {

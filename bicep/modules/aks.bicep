@@ -29,8 +29,10 @@ param systemNodeCount int
 @description('VM size of the Spot user pool (the workers).')
 param spotVmSize string
 
-@description('Spot max price in USD per hour; -1 = up to the pay-as-you-go price (evicted for capacity only).')
-param spotMaxPrice int
+// A string: Azure takes a decimal price (0.05) and bicep has no float type,
+// so json() turns it into the number the API expects.
+@description('Spot max price in USD per hour, as a string: "-1" = up to the pay-as-you-go price (evicted for capacity only), e.g. "0.05" to cap it (evicted on price too).')
+param spotMaxPrice string
 
 @description('Fewest Spot nodes (0: the pool empties when the queue does).')
 @minValue(0)
@@ -155,7 +157,7 @@ resource cluster 'Microsoft.ContainerService/managedClusters@2026-05-01' = {
         // Delete, not Deallocate: a deallocated Spot node still counts against
         // the quota and comes back with stale pods; a new node starts clean.
         scaleSetEvictionPolicy: 'Delete'
-        spotMaxPrice: spotMaxPrice
+        spotMaxPrice: json(spotMaxPrice)
         enableAutoScaling: true
         count: spotMinCount
         minCount: spotMinCount

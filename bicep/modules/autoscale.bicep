@@ -16,7 +16,8 @@
 // - Scale-out: when the backlog per instance exceeds backlogPerInstance.
 //
 // tools/infra/autoscale_model.py renders these rules and checks them on a
-// table of (backlog, in flight, instances) cases under both readings.
+// table of (backlog, in flight, instances) cases under three readings of
+// the per-instance division (once, by dividePerInstance only, or twice).
 
 param location string
 param name string

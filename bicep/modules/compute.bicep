@@ -1,8 +1,8 @@
 // The workers: a Flexible-orchestration scale set of Spot VMs (eviction policy
 // Delete, several VM sizes), Ubuntu with SSH keys only and no public IP, the
-// Application Health extension probing the worker's /readyz with automatic
-// repairs, Scheduled Events published for user reboots and redeploys, and
-// cloud-init installing the worker as a systemd service.
+// Application Health extension probing the worker's liveness (/healthz) with
+// automatic repairs, Scheduled Events published for user reboots and
+// redeploys, and cloud-init installing the worker as a systemd service.
 
 param location string
 param namePrefix string
@@ -86,6 +86,17 @@ var cloudInit1 = replace(cloudInitTemplate, '{{workerEnvB64}}', base64(workerEnv
 var cloudInit2 = replace(cloudInit1, '{{workerUnitB64}}', base64(workerUnit))
 var cloudInit = replace(cloudInit2, '{{installScriptB64}}', base64(installScript))
 
+// Automatic repairs replace a VM whose worker is not alive: the health
+// extension probes the liveness path (/healthz), which answers 200 while the
+// process and its runtime answer. Never the readiness path (/readyz): it
+// answers 503 for reasons every VM shares, such as storage refusing or out of
+// reach, Entra ID or IMDS down, or the worker parked for a shared event. A
+// replacement would fail the same way, and repairs would replace VM after VM
+// into the same outage. The grace period counts from the last state change of
+// a VM, a PUT, PATCH or POST on the scale set such as its creation, a reimage
+// or an update, not from when it became unhealthy (Azure, "Automatic instance
+// repairs for Azure Virtual Machine Scale Sets"): it covers boot, cloud-init
+// and the binary download. tools/infra/health_probe.py checks the probe path.
 resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
   //checkov:skip=CKV_AZURE_95:No automatic OS image upgrades: they reimage running workers without a Scheduled Event. Spot VMs with eviction policy Delete are short-lived and every new one boots imageReference version 'latest'; Ubuntu's unattended-upgrades (patchMode ImageDefault) applies security updates meanwhile.
   name: '${namePrefix}-vmss'
@@ -112,9 +123,9 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
       }]
       allocationStrategy: allocationStrategy
     }
-    // A VM whose worker stays unready (health extension: /readyz not 200)
-    // after the grace period is replaced. The grace period covers boot,
-    // cloud-init, the binary download and the first IMDS call (up to 2 min).
+    // Replaces a VM whose worker is not alive (the liveness probe below);
+    // the grace period counts from a VM's last state change, not from when
+    // it became unhealthy. Why: the comment above this resource.
     automaticRepairsPolicy: {
       enabled: true
       gracePeriod: 'PT30M'
@@ -238,14 +249,15 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
               publisher: 'Microsoft.ManagedServices'
               type: 'ApplicationHealthLinux'
               // 1.0: binary health (HTTP 200 = healthy). 2.0 would expect an
-              // ApplicationHealthState field in the body, which /readyz does
-              // not have.
+              // ApplicationHealthState field in the body, which /healthz
+              // does not have.
               typeHandlerVersion: '1.0'
               autoUpgradeMinorVersion: true
               settings: {
                 protocol: 'http'
                 port: 8080
-                requestPath: '/readyz'
+                // Liveness, never readiness: see automaticRepairsPolicy.
+                requestPath: '/healthz'
               }
             }
           }

@@ -48,6 +48,7 @@ var roles = {
   storageBlobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1'
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   storageQueueDataMessageSender: 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
+  storageQueueDataReader: '19e7f393-937e-4f77-808e-94535e297925'
 }
 
 resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
@@ -158,8 +159,13 @@ resource workerArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   }
 }
 
-// The operator: upload the binary, enqueue jobs, read results. Scoped the
-// same way; nothing here grants access to checkpoints.
+// The operator: every command of docs/operating.md (spot-worker enqueue,
+// status, poison, checkpoints) and the scripts (upload the binary, enqueue,
+// read results), each role on the one queue or container it is for. Which
+// storage operation each command issues, the permission it needs and the
+// role here that grants it: docs/deploying.md, "What each identity may do",
+// checked by tools/infra/permissions.py against what the commands really
+// issue (tests/storage_permissions.rs).
 resource operatorArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
   name: guid(account::blobService::artifacts.id, operatorPrincipalId, roles.storageBlobDataContributor)
   scope: account::blobService::artifacts
@@ -167,10 +173,12 @@ resource operatorArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' 
     principalId: operatorPrincipalId
     principalType: operatorPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
-    description: 'spot-worker operator: upload the worker binary'
+    description: 'spot-worker operator: upload the worker binary and bundle'
   }
 }
 
+// enqueue, poison requeue: Put Message. Nothing more: sending needs no right
+// on the queue itself (enqueue does not create it; the deployment does).
 resource operatorJobQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
   name: guid(account::queueService::jobQueue.id, operatorPrincipalId, roles.storageQueueDataMessageSender)
   scope: account::queueService::jobQueue
@@ -178,10 +186,51 @@ resource operatorJobQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' =
     principalId: operatorPrincipalId
     principalType: operatorPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataMessageSender)
-    description: 'spot-worker operator: enqueue jobs'
+    description: 'spot-worker operator: enqueue jobs, requeue poisoned ones'
   }
 }
 
+// status: the job queue's depth (Get Queue Metadata) and its oldest message
+// (Peek Messages).
+resource operatorJobQueueRead 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::queueService::jobQueue.id, operatorPrincipalId, roles.storageQueueDataReader)
+  scope: account::queueService::jobQueue
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataReader)
+    description: 'spot-worker operator: queue depth and oldest message (status)'
+  }
+}
+
+// poison list --all, show, requeue, purge: records are received (Get
+// Messages), made visible again (Update Message: only Contributor has
+// messages/write) or deleted.
+resource operatorPoisonQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::queueService::poisonQueue.id, operatorPrincipalId, roles.storageQueueDataContributor)
+  scope: account::queueService::poisonQueue
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+    description: 'spot-worker operator: read, requeue and purge poison records'
+  }
+}
+
+// checkpoints list/show/delete, status, enqueue --skip-existing: list, read
+// and delete checkpoints.
+resource operatorCheckpoints 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::blobService::checkpoints.id, operatorPrincipalId, roles.storageBlobDataContributor)
+  scope: account::blobService::checkpoints
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker operator: list, show and delete checkpoints'
+  }
+}
+
+// enqueue --skip-existing --results, and reading results.
 resource operatorResults 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
   name: guid(account::blobService::results.id, operatorPrincipalId, roles.storageBlobDataReader)
   scope: account::blobService::results
@@ -190,6 +239,18 @@ resource operatorResults 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
     principalType: operatorPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataReader)
     description: 'spot-worker operator: read results'
+  }
+}
+
+// poison show (claim-check originals), requeue and purge (delete them).
+resource operatorPoisonBodies 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(account::blobService::poisonBodies.id, operatorPrincipalId, roles.storageBlobDataContributor)
+  scope: account::blobService::poisonBodies
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    description: 'spot-worker operator: read and delete the originals of poison records'
   }
 }
 

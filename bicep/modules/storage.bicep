@@ -3,6 +3,16 @@
 // script uploads. Hardened: HTTPS only, TLS 1.2, no public blob access, no
 // shared keys (every client uses Microsoft Entra ID), network access only from
 // the workers' subnet and the operator's addresses.
+//
+// networkAcls.bypass: Logging and Metrics open read access to the classic
+// Storage Analytics logs and metrics of the account (the logs container and
+// the metrics tables) from any network (Azure Storage network security docs);
+// AzureServices admits trusted Azure services. Whether the autoscale
+// queue-length rule reads ApproximateMessageCount through any of these is NOT
+// documented and not proven: after a deploy, check that the
+// ObservedMetricValue metric of the autoscale setting has values
+// (docs/deploying.md, "Did autoscale read the queue?"). Without values the
+// rules never fire.
 
 @description('Azure region.')
 param location string
@@ -68,8 +78,8 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     publicNetworkAccess: 'Enabled' // filtered by networkAcls below
     networkAcls: {
       defaultAction: 'Deny'
-      // Azure Monitor reads the queue metrics autoscale needs; trusted
-      // services only, never the public.
+      // What each bypass admits, and what is unproven: see the note on
+      // networkAcls.bypass at the top of this file.
       bypass: 'AzureServices,Logging,Metrics'
       virtualNetworkRules: [
         {

@@ -1,7 +1,8 @@
 //! The pieces of `tests/vm_in_a_box.rs`: entering fresh network, mount and
 //! PID namespaces ([`namespace`]), the VM's network, name resolution and
 //! trust store inside them ([`network`]), throwaway certificate authorities
-//! ([`pki`]) and the worker process as systemd would run it ([`vm`]); and
+//! ([`pki`]), the worker process as systemd would run it ([`vm`]) and the
+//! shared outages it must stay alive through (`outages`); and
 //! of `tests/pod_in_a_box.rs`: an AKS Spot node with worker pods run by
 //! podman ([`pod`]) and its cases ([`pod_cases`]).
 
@@ -11,6 +12,7 @@ mod command;
 mod failures;
 pub mod namespace;
 pub mod network;
+mod outages;
 pub mod pki;
 pub mod pod;
 pub mod pod_cases;

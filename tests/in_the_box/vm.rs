@@ -23,6 +23,7 @@ pub struct Vm {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     readyz: String,
+    healthz: String,
     http: reqwest::Client,
 }
 
@@ -79,6 +80,7 @@ impl Vm {
             child,
             lines,
             readyz: format!("http://{health_addr}/readyz"),
+            healthz: format!("http://{health_addr}/healthz"),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(5))
@@ -109,6 +111,18 @@ impl Vm {
         let response = self.http.get(&self.readyz).send().await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.json().await.ok()?))
+    }
+
+    /// `/healthz`'s status now (`None`: no answer), what the scale set's
+    /// health extension probes.
+    pub async fn liveness(&self) -> Option<u16> {
+        let response = self.http.get(&self.healthz).send().await.ok()?;
+        Some(response.status().as_u16())
+    }
+
+    /// `/readyz` as JSON, once it answers (status and body).
+    pub async fn readiness_now(&self) -> Option<(u16, Value)> {
+        self.readiness().await
     }
 
     /// Whether `/readyz` answers 200 now.
@@ -157,7 +171,7 @@ impl Vm {
         }
     }
 
-    fn assert_running(&mut self, doing: &str) {
+    pub fn assert_running(&mut self, doing: &str) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!(
                 "the worker exited ({status}) while {doing}; log:\n{}",

@@ -3,7 +3,10 @@
 //! `replace`, `base64`, vars and parameters), the cloud-init document's
 //! `write_files` are decoded, and the systemd unit, the environment file and
 //! the install script are returned as the VM would have them. Shared by
-//! `tests/deploy.rs` and `tests/vm_in_a_box.rs`.
+//! `tests/deploy.rs`, `tests/storage_permissions.rs` and the boxes; with
+//! the sample values `main.bicep` would pass ([`sample_deployment_values`])
+//! and the one swap that runs the rendered worker against Azurite
+//! ([`swapped_for_azurite`]).
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
@@ -14,6 +17,65 @@ use std::path::{Path, PathBuf};
 pub const ENV_FILE: &str = "/etc/spot-worker/worker.env";
 pub const UNIT_FILE: &str = "/etc/systemd/system/spot-worker.service";
 pub const INSTALL_SCRIPT: &str = "/usr/local/lib/spot-worker/install-worker.sh";
+
+/// What `main.bicep` passes to `modules/compute.bicep`, with a sample
+/// account and identity (swapped for Azurite by [`swapped_for_azurite`]).
+pub fn sample_deployment_values() -> BTreeMap<&'static str, String> {
+    BTreeMap::from([
+        (
+            "storageBlobEndpoint",
+            "https://spotworkerabc123.blob.core.windows.net/".to_owned(),
+        ),
+        (
+            "identityClientId",
+            "00000000-0000-0000-0000-000000000001".to_owned(),
+        ),
+        ("queueName", "jobs".to_owned()),
+        ("checkpointContainer", "checkpoints".to_owned()),
+        ("resultsContainer", "results".to_owned()),
+        (
+            "appInsightsConnectionString",
+            "InstrumentationKey=00000000-0000-0000-0000-000000000002;IngestionEndpoint=https://westeurope-5.in.applicationinsights.azure.com/".to_owned(),
+        ),
+        (
+            "workerBinaryUrl",
+            "https://spotworkerabc123.blob.core.windows.net/artifacts/spot-worker-primes".to_owned(),
+        ),
+        ("workerBinarySha256", "0".repeat(64)),
+        // The default deployment: the binary is the worker, no bundle.
+        ("workerArgs", String::new()),
+        ("workerBundleUrl", String::new()),
+        ("workerBundleSha256", String::new()),
+    ])
+}
+
+/// The VM's environment with only what cannot exist off Azure swapped:
+/// Azurite's connection string for the account URL and managed identity,
+/// the emulator for IMDS, a free health port, no Application Insights
+/// export; plus systemd's default `PATH`.
+pub fn swapped_for_azurite(
+    env: &BTreeMap<String, String>,
+    connection_string: &str,
+    imds_url: &str,
+    health_port: u16,
+) -> BTreeMap<String, String> {
+    let mut swapped = env.clone();
+    swapped.remove("SPOT_WORKER_STORAGE_ACCOUNT_URL");
+    swapped.remove("AZURE_CLIENT_ID");
+    swapped.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
+    swapped.insert(
+        "AZURE_STORAGE_CONNECTION_STRING".into(),
+        connection_string.to_owned(),
+    );
+    swapped.insert("SPOT_WORKER_IMDS_ENDPOINT".into(), imds_url.to_owned());
+    swapped.insert(
+        "SPOT_WORKER_HEALTH_ADDR".into(),
+        format!("127.0.0.1:{health_port}"),
+    );
+    // systemd's default PATH for services; the worker runs nothing else.
+    swapped.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
+    swapped
+}
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

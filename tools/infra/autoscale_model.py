@@ -11,8 +11,16 @@ gives the documentation each step of this model follows:
 - for the storage-queue metric Azure compares a per-instance value (total /
   instances) with the threshold, and `dividePerInstance` asks for the same
   division. The docs do not say what the two together do, so every rule is
-  evaluated under both readings ("total" and "per instance") and the safety
-  property must hold under both;
+  evaluated under three readings: "total" (only `dividePerInstance`
+  divides), "per instance" (the metric is divided once, whatever
+  `dividePerInstance` says) and "divided twice" (Azure divides the queue
+  metric and `dividePerInstance: true` divides it again, by instances²).
+  The safety property (no scale-in while a message is held) must hold under
+  all three; the scale-out property under the first two. Under "divided
+  twice" the table shows what the rule does instead: a backlog scales out
+  only above backlogPerInstance x instances², so the fleet grows slower than
+  intended (docs/deploying.md says how to read the observed value after a
+  deploy and tell which reading Azure applies);
 - scale-out happens if any scale-out rule fires; scale-in only if all
   scale-in rules fire; the result is clamped to [minimum, maximum];
 - when the metric is missing, capacity becomes `default` only if the current
@@ -51,7 +59,9 @@ AGGREGATE = {
     "Count": len,
 }
 
-READINGS = ("total", "per instance")
+READINGS = ("total", "per instance", "divided twice")
+# Readings under which a backlog above the threshold must scale out.
+SCALE_OUT_READINGS = ("total", "per instance")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,10 +128,14 @@ def fires(rule: Rule, case: Case, reading: str) -> bool:
     if rule.metric != "ApproximateMessageCount":
         raise ValueError(f"the model knows only the queue metric, not {rule.metric}")
     value = AGGREGATE[rule.time_aggregation](case.samples(rule.time_window_minutes))
-    if reading == "per instance" or rule.divide_per_instance:
-        if case.instances == 0:
-            raise ValueError("a per-instance queue metric with zero instances is not documented")
-        value = value / case.instances
+    divisions = {
+        "total": int(rule.divide_per_instance),
+        "per instance": 1,
+        "divided twice": 1 + int(rule.divide_per_instance),
+    }[reading]
+    if divisions and case.instances == 0:
+        raise ValueError("a per-instance queue metric with zero instances is not documented")
+    value = value / case.instances ** divisions
     return COMPARE[rule.operator](value, rule.threshold)
 
 
@@ -216,6 +230,7 @@ def cases(profile: Profile, backlog_per_instance: int) -> list[Case]:
         Case("drained a minute ago", 0, 0, low + 3, earlier_total=5),
         Case("small backlog", 3, 2, low + 1),
         Case("backlog above the threshold", busy * (low + 1), low + 1, low + 1),
+        Case("backlog above the threshold, more instances", (backlog_per_instance + 10) * (low + 4), low + 4, low + 4),
         Case("backlog at the maximum", busy * high, high, high),
         Case("metrics missing, above default", 0, 2, low + 3, metric_missing=True),
     ]
@@ -263,15 +278,15 @@ def case_problems(case: Case, reading: str, after: int, profile: Profile, per_in
         problems.append(f"'{case.name}' ({reading}): scaled in although the window saw "
                         f"{case.earlier_total} messages")
     backlog_each = case.backlog / case.instances
-    if (not case.metric_missing and backlog_each > per_instance and case.instances < profile.maximum
-            and after <= case.instances):
+    if (reading in SCALE_OUT_READINGS and not case.metric_missing and backlog_each > per_instance
+            and case.instances < profile.maximum and after <= case.instances):
         problems.append(f"'{case.name}' ({reading}): a backlog of {case.backlog} "
                         f"({backlog_each:.0f} per instance) does not scale out")
     return problems
 
 
 def format_table(rows: list[list[str]]) -> list[str]:
-    header = ["case", "backlog", "in flight", "instances", "metric", "after (total)", "after (per instance)"]
+    header = ["case", "backlog", "in flight", "instances", "metric", *(f"after ({r})" for r in READINGS)]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -33,6 +33,12 @@ FLAG_REQUIRED, FLAG_READ_ONLY = 1, 2
 # values (their descriptions say "any combination of").
 FLAG_ENUM_HINT = re.compile(r"any combination of", re.I)
 
+# Integer properties that Azure really takes as decimals (the type library has
+# no float type, so it says IntegerType; the description says "decimal", e.g.
+# a Spot max price of 0.05). An `int` parameter there cannot carry 0.05: the
+# template must take a string and pass json(it).
+DECIMAL_HINT = re.compile(r"\bdecimal value", re.I)
+
 
 class TypeLibrary:
     def __init__(self, root: pathlib.Path) -> None:
@@ -106,6 +112,11 @@ class BodyChecker:
                     self.check_value(branch, ref, where, description)
             return
         literal, param = self.literal(value)
+        if (literal is UNKNOWN and param is not None and param.type == "int" and kind == "IntegerType"
+                and DECIMAL_HINT.search(description)):
+            self.add("decimal-as-int", where,
+                     f"int param {param.name} where Azure takes a decimal (e.g. 0.05): bicep has no float type, "
+                     "so take a string parameter and pass json(it)")
         if literal is UNKNOWN:
             if param is not None and "allowed" in param.decorators:
                 for allowed in param.decorators["allowed"] or []:

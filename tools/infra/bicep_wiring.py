@@ -6,7 +6,9 @@
 - parameter values against their decorators (@allowed, @minValue/@maxValue,
   @minLength/@maxLength) and declared type: a .bicepparam file's values, and
   every parameter's own default;
-- a .bicepparam sets only declared parameters and every required one.
+- a .bicepparam sets only declared parameters and every required one;
+- every scale set's Application Health extension probes the worker's
+  liveness path (health_probe).
 
 `check_deployment` runs these and the resource-body walk (bicep_types) over an
 entry template and every module it reaches.
@@ -19,6 +21,7 @@ from typing import Any
 
 import bicep_model
 import bicep_types
+import health_probe
 from findings import Report
 
 BICEP_TYPES = {"string": str, "int": int, "bool": bool, "array": list, "object": dict}
@@ -143,6 +146,7 @@ def check_deployment(bicepparam: pathlib.Path, library: bicep_types.TypeLibrary,
         template = pending.pop()
         bicep_types.BodyChecker(library, template, report).check_all()
         check_param_defaults(template, report)
+        health_probe.check(template, report)
         callees = {}
         for module in template.modules.values():
             callee = bicep_model.load(module.path)

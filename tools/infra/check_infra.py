@@ -7,8 +7,10 @@
    set), aks/main.bicep (AKS with a Spot pool) and the modules they reach (unknown, misplaced, read-only, missing required properties,
    wrong types, values outside enums and bounds), module wiring (params and
    outputs), and each .bicepparam against its template's parameters and their
-   decorators. First a self-test: the planted mistakes of
-   tools/infra/fixtures/planted/ must each be reported, and nothing else.
+   decorators, and every scale set's health extension probes the worker's
+   liveness path /healthz, never /readyz (health_probe.py). First a
+   self-test: the planted mistakes of tools/infra/fixtures/planted/ must
+   each be reported, and nothing else.
 3. The instance mix (vmSizes) has one local-disk configuration, and the
    autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
    of (backlog, in flight, instances) cases: scale-in never removes an
@@ -27,7 +29,12 @@
 7. The checkpoint container has a lifecycle rule deleting its blobs
    checkpointRetentionDays after their last write, and that parameter can
    never be below the queue messages' time-to-live.
-8. The workbook is valid JSON, every spot_worker.* name it queries is a
+8. The role assignments cover every storage operation each identity issues
+   (permissions.py: recorded by tests/storage_permissions.rs), what each
+   grants beyond use is reported, and docs/deploying.md's table is current;
+   the operator's roles on the AKS cluster allow kubectl apply of
+   deploy/kubernetes/ (kubectl_permissions.py).
+9. The workbook is valid JSON, every spot_worker.* name it queries is a
    metric the telemetry crate defines, and the queue-depth panel says how
    often its metric is refreshed.
 """
@@ -50,6 +57,9 @@ import autoscale_model
 import bicep_model
 import bicep_types
 import bicep_wiring
+import health_probe
+import kubectl_permissions
+import permissions
 from findings import KINDS, Report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -149,6 +159,25 @@ def check_templates_self_test(library: bicep_types.TypeLibrary) -> None:
 DEPLOYMENTS = ["main.bicepparam", "aks/main.bicepparam"]
 
 
+def check_liveness_route() -> None:
+    started = step(f"health probe: the worker still serves the liveness path the scale set probes ({health_probe.LIVENESS_PATH})")
+    if not health_probe.liveness_route_served():
+        fail(f"{health_probe.HEALTH_RS.relative_to(ROOT)} no longer serves {health_probe.LIVENESS_PATH}, "
+             "which every scale set's health extension must probe")
+    done(started)
+
+
+def check_permissions() -> None:
+    started = step("permissions: the roles bicep assigns cover every storage operation each identity issues")
+    for problem in permissions.verify():
+        fail(problem)
+    done(started)
+    started = step("permissions: the operator may kubectl apply deploy/kubernetes/ on the AKS cluster")
+    for problem in kubectl_permissions.verify():
+        fail(problem)
+    done(started)
+
+
 def check_templates(library: bicep_types.TypeLibrary) -> None:
     for deployment in DEPLOYMENTS:
         started = step(f"type checks: bicep/{deployment} and what it reaches, against Azure's type library, module wiring")
@@ -205,7 +234,7 @@ def check_autoscale() -> None:
         autoscale_model.old_scale_in(profile), int(values["backlogPerInstance"]))
     if not old_problems:
         fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
-    done(started, f"{len(rows)} cases, each under both readings of the per-instance queue metric; "
+    done(started, f"{len(rows)} cases, each under the {len(autoscale_model.READINGS)} readings of the per-instance queue metric; "
                   f"the old rule ('< 1') fails it in {len(old_problems)} places")
 
 
@@ -406,6 +435,8 @@ def main() -> int:
     library = bicep_types.TypeLibrary(TYPES)
     check_templates_self_test(library)
     check_templates(library)
+    check_liveness_route()
+    check_permissions()
     check_instance_mix()
     check_autoscale()
     check_checkpoint_retention()

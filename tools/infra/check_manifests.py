@@ -12,7 +12,11 @@
    Spot nodes, probes /readyz and /healthz on the worker's health port, runs
    non-root, gives the drain its time (terminationGracePeriodSeconds), never
    approves Scheduled Events (a node may hold other workers), gets workload
-   identity, and KEDA scales exactly it with workload identity.
+   identity, and KEDA scales exactly it with workload identity, counting
+   leased messages too (queueLengthStrategy: all). A Deployment that a
+   ScaledObject or an HPA scales has no `replicas`: every `kubectl apply`
+   would set the count to it, stopping running workers (Kubernetes' HPA
+   docs: omit it when an autoscaler owns the count).
 
 First a self-test: the planted mistakes of tools/infra/fixtures/k8s-planted/
 must each be reported, and nothing else.
@@ -169,6 +173,29 @@ def worker_findings(objects: list[tuple[str, dict[str, Any]]], drain_seconds: in
     names = {d["metadata"]["name"] for _, d in deployments}
     for file, obj in scaled:
         findings += scaled_object_findings(where(file, obj), obj, names, auths)
+    findings += autoscaled_replicas_findings(deployments, scaled + by_kind.get("HorizontalPodAutoscaler", []))
+    return findings
+
+
+def autoscaled_replicas_findings(
+    deployments: list[tuple[str, dict[str, Any]]], scalers: list[tuple[str, dict[str, Any]]]
+) -> list[str]:
+    """A Deployment an autoscaler owns must not state `replicas`: `kubectl
+    apply` would reset the running count to it on every deployment."""
+    targets: dict[str, str] = {}
+    for file, scaler in scalers:
+        ref = scaler.get("spec", {}).get("scaleTargetRef", {}) or {}
+        # A ScaledObject's target is a Deployment unless it names another kind.
+        if ref.get("kind", "Deployment") == "Deployment" and ref.get("name"):
+            targets[ref["name"]] = where(file, scaler)
+    findings = []
+    for file, deployment in deployments:
+        name = deployment.get("metadata", {}).get("name")
+        if name in targets and "replicas" in (deployment.get("spec") or {}):
+            findings.append(
+                f"{where(file, deployment)}: sets spec.replicas although {targets[name]} scales it: "
+                "every kubectl apply would reset the running workers to it (omit replicas)"
+            )
     return findings
 
 
@@ -240,6 +267,11 @@ def scaled_object_findings(at: str, obj: dict[str, Any], deployments: set[str], 
     for trigger in spec.get("triggers", []):
         if trigger.get("type") != "azure-queue":
             findings.append(f"{at}: trigger {trigger.get('type')!r} is not azure-queue")
+        elif (trigger.get("metadata") or {}).get("queueLengthStrategy") != "all":
+            findings.append(
+                f"{at}: its azure-queue trigger does not say queueLengthStrategy: all "
+                "(leased messages must count, or busy pods are scaled to zero)"
+            )
         auth = auths.get(trigger.get("authenticationRef", {}).get("name"))
         provider = (auth or {}).get("spec", {}).get("podIdentity", {}).get("provider")
         if provider != "azure-workload":

@@ -14,12 +14,14 @@ KINDS = (
     "required-missing",  # a required property is not given
     "wrong-type",  # e.g. a string where an integer belongs
     "bad-value",  # outside the allowed set or bounds (enum, flag enum, min/max, pattern)
+    "decimal-as-int",  # an int parameter where Azure takes a decimal (bicep has no float: string + json())
     "module-param-unknown",  # a module is passed a parameter it does not declare
     "module-param-missing",  # a module's required parameter is not passed
     "module-output-unknown",  # <module>.outputs.<name> that the module does not declare
     "param-unknown",  # a .bicepparam sets a parameter the template does not declare
     "param-missing",  # a .bicepparam leaves a required parameter unset
     "param-value",  # a parameter value breaks its decorators (@allowed, @minValue, ...)
+    "health-probe",  # a scale set's health extension probes something other than /healthz
 )
 
 

@@ -188,6 +188,24 @@ impl AzureQueue {
         .await
     }
 
+    /// Sends a message to a queue that must exist: a missing queue is
+    /// [`StorageError::NotFound`], never created (unlike
+    /// [`MessageQueue::send`]). For senders that only may send, such as the
+    /// operator's `enqueue`, where a mistyped name must not become a queue
+    /// no worker reads.
+    pub async fn send_to_existing(
+        &self,
+        body: &str,
+        initial_visibility_delay: Duration,
+    ) -> Result<MessageId, StorageError> {
+        self.bounded(async {
+            self.send_once(body, initial_visibility_delay)
+                .await
+                .map_err(|e| map_error(e, Operation::Other(&self.name)))
+        })
+        .await
+    }
+
     /// The service's approximate count of messages in the queue, visible
     /// or not.
     pub async fn approximate_message_count(&self) -> Result<u64, StorageError> {

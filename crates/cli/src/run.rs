@@ -11,14 +11,16 @@ use clap::Args;
 use spot_worker::Setup;
 use spot_worker::settings::{Source, table};
 use spot_worker::storage::ResultStore;
-use spot_worker_command::{CommandConfig, CommandHandler, parse_exit_codes, parse_signal};
+use spot_worker_command::{
+    CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
+};
 
 #[derive(Debug, Args)]
 #[command(
     after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
     --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
     --stop-signal SIGTERM, --checkpoint-every 10s, --checkpoint-max-bytes 1048576, \
-    --pass-env NAME (repeatable), ...), above the environment and the SPOT_WORKER_CONFIG file. \
+    --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
     The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
     statuses, signals): docs/command.md."
 )]
@@ -91,6 +93,16 @@ pub async fn run(
     if let Err(error) = spot_worker_command::hide_from_programs() {
         tracing::warn!(%error, "programs may read this process's environment from /proc");
     }
+    // What a runner killed outright (SIGKILL) left behind: its programs
+    // died with it, but not what they had started.
+    let swept = spot_worker_command::sweep_leftovers(config.work_root.as_deref());
+    if swept != spot_worker_command::Leftovers::default() {
+        tracing::warn!(
+            directories = swept.directories,
+            processes = swept.processes,
+            "cleaned up after a runner that was killed: its delivery directories and what still ran in them"
+        );
+    }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
@@ -136,6 +148,9 @@ fn command_config(
                 .collect()
         })
         .unwrap_or_default();
+    let output = settings.get(&table::PROGRAM_OUTPUT)?;
+    let output = parse_output_level(&output)
+        .map_err(|reason| settings.invalid(&table::PROGRAM_OUTPUT, reason))?;
     let result_name = settings.get(&table::RESULT_NAME)?;
     if result_name.trim().is_empty() {
         return Err(settings.invalid(&table::RESULT_NAME, "empty").into());
@@ -148,6 +163,7 @@ fn command_config(
         .with_checkpoint_every(settings.get(&table::CHECKPOINT_EVERY)?)
         .with_checkpoint_max_bytes(settings.get(&table::CHECKPOINT_MAX_BYTES)?)
         .with_pass_env(pass_env)
+        .with_output_level(output)
         // Whatever the storage redaction would hide is a secret too.
         .with_secret_rule(|_, value| spot_worker_azure::redact(value) != value);
     if let Some(field) = settings.get(&table::JOB_KEY)? {
@@ -239,6 +255,8 @@ mod tests {
             "2m",
             "--pass-env",
             "A,B",
+            "--program-output",
+            "off",
         ]);
         let settings = Source::defaults().with_args(args).unwrap();
         let config = command_config(&settings, "python3", &strings(&["job.py"])).unwrap();
@@ -247,6 +265,7 @@ mod tests {
         assert_eq!(config.stop_signal, libc_sigint());
         assert_eq!(config.timeout, Some(std::time::Duration::from_secs(120)));
         assert_eq!(config.pass_env, ["A", "B"]);
+        assert_eq!(config.output_level, None);
         assert_eq!(config.args, ["job.py"]);
         let bad = Source::defaults()
             .with_args(strings(&["--stop-signal", "SIGNOPE"]))

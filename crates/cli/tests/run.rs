@@ -216,3 +216,102 @@ async fn a_program_ignoring_sigterm_still_lets_the_worker_exit_0_within_the_drai
     assert_eq!(again.len(), 1, "the message was released");
     assert_eq!(again[0].body, "stubborn");
 }
+
+/// Whether `pid` is a process that still runs (a zombie has stopped).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cleans_up() {
+    let world = World::start().await;
+    let (connection_string, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.queue,
+        &world.emulator,
+    );
+    queue.send("long", Duration::ZERO).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Writable by the worker when it runs as nobody.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let (pid_file, child_file) = (dir.path().join("program"), dir.path().join("child"));
+    // A child of its own first (it has no parent-death signal), then the
+    // program's long computation.
+    let program = format!(
+        "sleep 600 & echo $! > '{child}.tmp'; mv '{child}.tmp' '{child}'; \
+         echo $$ > '{pid}.tmp'; mv '{pid}.tmp' '{pid}'; exec sleep 600",
+        pid = pid_file.display(),
+        child = child_file.display()
+    );
+    let mut worker = spot_worker_run(
+        &["--", "sh", "-c", &program],
+        &connection_string,
+        &emulator.url(),
+    )
+    .spawn()
+    .unwrap();
+    let waited = std::time::Instant::now();
+    while !pid_file.exists() && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let program_pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the program started")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(program_pid), "the program runs");
+
+    // The OOM killer, or `kill -9`: the runner has no chance to clean up.
+    worker.start_kill().unwrap();
+    tokio::time::timeout(PATIENCE, worker.wait())
+        .await
+        .expect("SIGKILL ends the runner")
+        .unwrap();
+    let killed = std::time::Instant::now();
+    let bound = Duration::from_secs(10);
+    while running(program_pid) && killed.elapsed() < bound {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !running(program_pid),
+        "the program {program_pid} still runs {:?} after its runner was killed",
+        killed.elapsed()
+    );
+
+    // What the program started itself is the next runner's to clean up.
+    let child_pid: i32 = std::fs::read_to_string(&child_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        running(child_pid),
+        "a child of the program has no such signal"
+    );
+    let next = spot_worker_run(
+        &["--", "sh", "-c", "exit 0"],
+        &connection_string,
+        &emulator.url(),
+    )
+    .spawn()
+    .unwrap();
+    let started = std::time::Instant::now();
+    while running(child_pid) && started.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !running(child_pid),
+        "the program's child {child_pid} still runs after the next runner started"
+    );
+    drop(next);
+}

@@ -51,6 +51,10 @@ pub struct CommandConfig {
     /// Where the per-delivery directories go; `None`: the system's
     /// temporary directory.
     pub work_root: Option<PathBuf>,
+    /// The level of the program's output records in the worker's log
+    /// (`--program-output`); `None`: not logged (stderr's tail still goes
+    /// into failure reasons).
+    pub output_level: Option<tracing::Level>,
 }
 
 impl fmt::Debug for CommandConfig {
@@ -67,6 +71,7 @@ impl fmt::Debug for CommandConfig {
             .field("checkpoint_max_bytes", &self.checkpoint_max_bytes)
             .field("pass_env", &self.pass_env)
             .field("work_root", &self.work_root)
+            .field("output_level", &self.output_level)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +95,7 @@ impl CommandConfig {
             pass_env: Vec::new(),
             secret: Arc::new(is_secret),
             work_root: None,
+            output_level: Some(tracing::Level::INFO),
         }
     }
 
@@ -155,6 +161,12 @@ impl CommandConfig {
     /// Puts the per-delivery directories under `root`.
     pub fn with_work_root(mut self, root: impl Into<PathBuf>) -> Self {
         self.work_root = Some(root.into());
+        self
+    }
+
+    /// Logs the program's output at `level`, or not at all (`None`).
+    pub fn with_output_level(mut self, level: Option<tracing::Level>) -> Self {
+        self.output_level = level;
         self
     }
 

@@ -8,17 +8,18 @@ use std::time::Duration;
 
 use spot_worker_storage::{HandlerError, Job, JobCheckpoint, permanent};
 use time::OffsetDateTime;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::exit::{ExitStatus, RunnerEnded, Verdict, signal_name, verdict};
 use crate::files::DeliveryDir;
-use crate::group::{kill_and_reap, signal_group};
+use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
 use crate::progress::from_progress;
+use crate::saving::{Save, file_stamp};
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -33,6 +34,11 @@ pub const GRACE_WITHOUT_DEADLINE: Duration = Duration::from_secs(10);
 /// read to its end (the pipes close as the group dies; only a process that
 /// left the group can hold them longer).
 const OUTPUT_DRAIN: Duration = Duration::from_millis(250);
+
+/// How often the checkpoint file is looked at (its metadata only) until
+/// its first save in a delivery, so the first save follows the file's
+/// first appearance instead of waiting a whole `--checkpoint-every`.
+pub const FIRST_SAVE_LOOK: Duration = Duration::from_millis(100);
 
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -107,26 +113,46 @@ impl CommandHandler {
                 format!("job {key}: {reason}; stderr ends with:\n{tail}")
             }
         };
+        // A file over the limit at the last save is the program's fault
+        // as at every other save: the reason says so.
+        let unsaved = |reason: String, fault: Option<String>| match fault {
+            Some(fault) => format!("{reason}; its last checkpoint file was not saved: {fault}"),
+            None => reason,
+        };
         match outcome {
-            Verdict::Done => {
-                run.finish(&mut checkpoint, &message_id, keyed_by_body)
-                    .await
-            }
+            Verdict::Done => match run.check_final_size().await {
+                Ok(()) => {
+                    run.finish(&mut checkpoint, &message_id, keyed_by_body)
+                        .await
+                }
+                Err(fault) => Err(with_stderr(format!(
+                    "the program exited 0, but {fault}; no result stored"
+                ))
+                .into()),
+            },
             Verdict::Released => {
-                run.save_final(&mut checkpoint).await;
-                Err(format!(
-                    "job {key}: the program was stopped for a notice or shutdown (it {status}); \
-                     its checkpoint file is saved and the message handed back"
-                )
-                .into())
+                let fault = run.save_final(&mut checkpoint).await;
+                let reason = match fault {
+                    None => format!(
+                        "job {key}: the program was stopped for a notice or shutdown (it {status}); \
+                         its checkpoint file is saved and the message handed back"
+                    ),
+                    // Not counted all the same: nothing a drain ends is.
+                    Some(fault) => format!(
+                        "job {key}: the program was stopped for a notice or shutdown (it {status}); \
+                         its last checkpoint file was not saved ({fault}), so the next delivery \
+                         resumes from the last save"
+                    ),
+                };
+                Err(reason.into())
             }
             Verdict::Permanent(reason) => {
-                run.save_final(&mut checkpoint).await;
-                Err(permanent(with_stderr(reason)))
+                let fault = run.save_final(&mut checkpoint).await;
+                Err(permanent(with_stderr(unsaved(reason, fault))))
             }
             Verdict::Failed(reason) => {
-                run.save_final(&mut checkpoint).await;
-                Err(with_stderr(reason).into())
+                let fault = run.save_final(&mut checkpoint).await;
+                Err(with_stderr(unsaved(reason, fault)).into())
             }
         }
     }
@@ -151,28 +177,6 @@ pub(crate) struct Run<'a> {
     pub(crate) last_saved: Option<Vec<u8>>,
 }
 
-/// Kills what is left of the program's group if the delivery is dropped
-/// (the release time passed), and reaps it in the background.
-struct GroupGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        signal_group(self.pgid, libc::SIGKILL);
-        let pgid = self.pgid;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                kill_and_reap(pgid).await;
-            });
-        }
-    }
-}
-
 impl Run<'_> {
     /// Starts the program and waits for it, saving its checkpoint file as it
     /// changes and stopping it on a notice, a timeout or a fault; returns
@@ -184,7 +188,9 @@ impl Run<'_> {
     ) -> Result<Ended, HandlerError> {
         let config = &self.handler.config;
         let key = self.key.clone();
-        let mut child = self.spawn(message_id)?;
+        // Before the start, so a file the program writes at once is new.
+        let mut looked_at = file_stamp(&self.dir.checkpoint());
+        let mut child = self.spawn(message_id).await?;
         let pgid = child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
@@ -198,7 +204,11 @@ impl Run<'_> {
         let timeout_at = config.timeout.map(|timeout| started + timeout);
         let mut kill_at: Option<Instant> = None;
         let mut ended = RunnerEnded::No;
-        let mut next_save = started + config.checkpoint_every;
+        // Until the first save, the file is looked at often, so progress
+        // is kept from the moment it first appears; then at most every
+        // `--checkpoint-every`.
+        let mut next_save = started + FIRST_SAVE_LOOK;
+        let mut saved_once = false;
         let cancelled = self.job.cancellation().clone();
         let status = loop {
             tokio::select! {
@@ -221,14 +231,27 @@ impl Run<'_> {
                     ended = RunnerEnded::ForTimeout;
                 }
                 () = tokio::time::sleep_until(next_save) => {
-                    next_save = Instant::now() + config.checkpoint_every;
-                    if let Err(fault) = self.save_if_changed(checkpoint).await
-                        && ended == RunnerEnded::No
-                    {
-                        tracing::error!(job_key = %key, error = %fault, "killing the program");
-                        signal_group(pgid, libc::SIGKILL);
-                        ended = RunnerEnded::ForFault(fault);
+                    let stamp = file_stamp(&self.dir.checkpoint());
+                    // Trouble (the store unreachable) waits a whole period.
+                    let mut later = false;
+                    if saved_once || stamp != looked_at {
+                        match self.save_if_changed(checkpoint).await {
+                            Ok(Save::Saved) => {
+                                saved_once = true;
+                                looked_at = stamp;
+                            }
+                            Ok(Save::Unchanged) => looked_at = stamp,
+                            Ok(Save::Later) => later = true,
+                            Err(fault) if ended == RunnerEnded::No => {
+                                tracing::error!(job_key = %key, error = %fault, "killing the program");
+                                signal_group(pgid, libc::SIGKILL);
+                                ended = RunnerEnded::ForFault(fault);
+                            }
+                            Err(_) => {}
+                        }
                     }
+                    next_save = Instant::now()
+                        + if saved_once || later { config.checkpoint_every } else { FIRST_SAVE_LOOK };
                 }
             }
         };
@@ -252,8 +275,8 @@ impl Run<'_> {
     }
 
     /// The program, started in its own process group with the contract's
-    /// environment.
-    fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
+    /// environment, and tied to the runner's life (`spawner.rs`).
+    async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
         let config = &self.handler.config;
         let job = self.job;
         let contract: Vec<(&'static str, String)> = vec![
@@ -285,18 +308,20 @@ impl Run<'_> {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        command.spawn().map_err(|e| {
-            format!(
-                "job {}: starting {}: {e}",
-                self.key,
-                config.program.display()
-            )
-            .into()
-        })
+        crate::spawner::spawn_tied_to_runner(command)
+            .await
+            .map_err(|e| {
+                format!(
+                    "job {}: starting {}: {e}",
+                    self.key,
+                    config.program.display()
+                )
+                .into()
+            })
     }
 
     /// Feeds the body to stdin (then end of file) and forwards stdout and
-    /// stderr to the log.
+    /// stderr to the log (at `--program-output`'s level).
     fn start_io(&self, child: &mut Child, message_id: &str, tail: &Tail) -> Vec<JoinHandle<()>> {
         if let Some(mut stdin) = child.stdin.take() {
             let body = self.job.body().to_vec();
@@ -309,8 +334,9 @@ impl Run<'_> {
         let mut readers = Vec::new();
         if let Some(stdout) = child.stdout.take() {
             readers.push(tokio::spawn(forward(
-                BufReader::new(stdout),
+                stdout,
                 Stream::Stdout,
+                self.handler.config.output_level,
                 self.key.clone(),
                 message_id.to_owned(),
                 None,
@@ -318,8 +344,9 @@ impl Run<'_> {
         }
         if let Some(stderr) = child.stderr.take() {
             readers.push(tokio::spawn(forward(
-                BufReader::new(stderr),
+                stderr,
                 Stream::Stderr,
+                self.handler.config.output_level,
                 self.key.clone(),
                 message_id.to_owned(),
                 Some(tail.clone()),

@@ -27,6 +27,12 @@ impl DeliveryDir {
             Some(root) => builder.tempdir_in(root)?,
             None => builder.tempdir()?,
         };
+        // Names its runner, so that if the runner is killed outright the
+        // next one knows this directory and its processes are leftovers.
+        std::fs::write(
+            dir.path().join(crate::leftovers::RUNNER_FILE),
+            crate::leftovers::runner_identity(),
+        )?;
         let work = dir.path().join("work");
         std::fs::create_dir(&work)?;
         Ok(DeliveryDir { dir, work })

@@ -2,6 +2,16 @@
 //! left in the group when a delivery ends is killed and reaped, and the
 //! runner is a child subreaper so orphaned grandchildren come back to it
 //! (also as PID 1 in a container) instead of to init.
+//!
+//! Why not `process-wrap` (watchexec's crate for groups, sessions and
+//! kill-on-drop): what it would give here is one line each with std and
+//! Tokio alone (`process_group(0)`, `kill_on_drop`). Its group child's wait
+//! reaps the whole group with `waitpid(-pgid)` itself, which cannot tell
+//! the orphan sweep which statuses Tokio still waits for (`reaper.rs`),
+//! and it has no subreaper, no bounded kill-and-reap for the drain's last
+//! second, and no parent-death signal forked from a thread that lives as
+//! long as the runner (`spawner.rs`). So the handful of system calls stay
+//! here, each with its reason.
 
 use std::time::Duration;
 
@@ -135,6 +145,28 @@ fn reap_group(pgid: i32) {
         let reaped = unsafe { libc::waitpid(-pgid, &mut status, libc::WNOHANG) };
         if reaped <= 0 {
             return;
+        }
+    }
+}
+
+/// Kills what is left of the program's group if the delivery is dropped
+/// (the release time passed), and reaps it in the background.
+pub(crate) struct GroupGuard {
+    pub(crate) pgid: i32,
+    pub(crate) armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        signal_group(self.pgid, libc::SIGKILL);
+        let pgid = self.pgid;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                kill_and_reap(pgid).await;
+            });
         }
     }
 }

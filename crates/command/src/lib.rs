@@ -10,8 +10,8 @@
 //! the worker's log, and the worker's credentials kept from it.
 //! `spot-worker run -- PROGRAM` wires it into a worker; docs/command.md is
 //! the contract. A process running programs this way should also call
-//! [`become_subreaper`], [`spawn_orphan_reaper`] and [`hide_from_programs`]
-//! once, as the CLI does.
+//! [`become_subreaper`], [`spawn_orphan_reaper`], [`hide_from_programs`]
+//! and [`sweep_leftovers`] once, as the CLI does.
 
 mod config;
 mod delivery;
@@ -20,22 +20,25 @@ mod exit;
 mod files;
 mod group;
 mod handler;
+mod leftovers;
 mod output;
 mod progress;
 mod reaper;
 mod saving;
+mod spawner;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
     DEFAULT_PERMANENT_EXIT_CODES, DEFAULT_RESULT_NAME,
 };
-pub use delivery::{GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
+pub use delivery::{FIRST_SAVE_LOOK, GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
 pub use env::{SecretRule, child_env, is_secret};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
 pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
-pub use output::{MAX_LINE, STDERR_TAIL};
+pub use leftovers::{Leftovers, sweep_leftovers};
+pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
 pub use progress::{ProgressError, from_progress, read_stable, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};

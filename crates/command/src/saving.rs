@@ -8,56 +8,84 @@ use spot_worker_storage::{HandlerError, JobCheckpoint, PutOutcome, StorageError,
 use crate::delivery::Run;
 use crate::progress::{ProgressError, read_stable, to_progress};
 
+/// What one look at the checkpoint file did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Save {
+    /// Its bytes are saved now.
+    Saved,
+    /// Nothing to save: no file, or the bytes last saved.
+    Unchanged,
+    /// Not saved this time (it kept changing while read, the store was
+    /// not reachable): the next look tries again.
+    Later,
+}
+
 impl Run<'_> {
     /// Saves the checkpoint file if it changed since the last save. An
     /// error is a fault of the program's (a file over the size limit), for
-    /// which it is stopped; store trouble is only logged (the next save, or
-    /// the final one, tries again).
+    /// which it is stopped; other trouble is only logged (the next look, or
+    /// the final save, tries again).
     pub(crate) async fn save_if_changed(
         &mut self,
         checkpoint: &mut JobCheckpoint,
-    ) -> Result<(), String> {
+    ) -> Result<Save, String> {
         let path = self.dir.checkpoint();
         let limit = self.handler.config.checkpoint_max_bytes;
         let read = tokio::task::spawn_blocking(move || read_stable(&path, limit)).await;
         let bytes = match read {
             Ok(Ok(Some(bytes))) => bytes,
-            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(None)) => return Ok(Save::Unchanged),
             Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
             Ok(Err(error)) => {
                 tracing::warn!(job_key = %self.key, %error, "the checkpoint file was not saved this time");
-                return Ok(());
+                return Ok(Save::Later);
             }
             Err(error) => {
                 tracing::warn!(job_key = %self.key, %error, "reading the checkpoint file failed");
-                return Ok(());
+                return Ok(Save::Later);
             }
         };
         if self.last_saved.as_deref() == Some(bytes.as_slice()) {
-            return Ok(());
+            return Ok(Save::Unchanged);
         }
         match checkpoint.save_progress(to_progress(&bytes)).await {
             Ok(()) => {
                 tracing::debug!(job_key = %self.key, bytes = bytes.len(), "checkpoint file saved");
                 self.last_saved = Some(bytes);
-                Ok(())
+                Ok(Save::Saved)
             }
             // Released or lost: the next holder resumes from the last save.
-            Err(StorageError::JobCancelled { .. }) => Ok(()),
+            Err(StorageError::JobCancelled { .. }) => Ok(Save::Unchanged),
             Err(error @ StorageError::Conflict { .. }) => Err(format!(
                 "saving its checkpoint file lost to another holder of the job: {error}"
             )),
             Err(error) => {
                 tracing::warn!(job_key = %self.key, %error, "the checkpoint file could not be saved; trying again later");
-                Ok(())
+                Ok(Save::Later)
             }
         }
     }
 
-    /// The last save, once the program is gone.
-    pub(crate) async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) {
-        if let Err(error) = self.save_if_changed(checkpoint).await {
-            tracing::error!(job_key = %self.key, %error, "the last checkpoint file was not saved");
+    /// The last save, once the program is gone; the program's fault (a
+    /// file over the size limit) if the file could not be saved for it,
+    /// which the delivery's outcome then carries.
+    pub(crate) async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) -> Option<String> {
+        let fault = self.save_if_changed(checkpoint).await.err()?;
+        tracing::error!(job_key = %self.key, error = %fault, "the last checkpoint file was not saved");
+        Some(fault)
+    }
+
+    /// On a clean exit the file is not saved (the job is marked completed
+    /// instead), but the limit holds all the same: a file over it is the
+    /// program's fault, as at every other save.
+    pub(crate) async fn check_final_size(&self) -> Result<(), String> {
+        let path = self.dir.checkpoint();
+        let limit = self.handler.config.checkpoint_max_bytes;
+        let size =
+            tokio::task::spawn_blocking(move || std::fs::metadata(path).map(|m| m.len())).await;
+        match size {
+            Ok(Ok(size)) if size > limit => Err(ProgressError::TooBig { size, limit }.to_string()),
+            _ => Ok(()),
         }
     }
 
@@ -118,4 +146,18 @@ impl Run<'_> {
             Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
         }
     }
+}
+
+/// What identifies a version of the file at `path` without reading it
+/// (device, inode, size, modification time); `None` if there is none.
+pub(crate) fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+    ))
 }

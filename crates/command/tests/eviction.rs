@@ -174,3 +174,135 @@ async fn a_program_ignoring_sigterm_is_killed_before_the_release_and_its_file_sa
     let notice = std::fs::read_to_string(&notice).expect("the program saw the notice file");
     assert!(notice.starts_with("SPOT_WORKER_DEADLINE=20"), "{notice}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_seen_already_started_still_saves_the_checkpoint_file() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (written, notice) = (dir.path().join("written"), dir.path().join("notice"));
+    env.queue.send("segments", Duration::ZERO).await.unwrap();
+    // Like the ffmpeg wrapper: the next segment's index in the file, then
+    // a long encode that ignores SIGTERM.
+    let script = format!(
+        "trap '' TERM; echo 7 > \"$SPOT_WORKER_CHECKPOINT.tmp\"; \
+         mv \"$SPOT_WORKER_CHECKPOINT.tmp\" \"$SPOT_WORKER_CHECKPOINT\"; touch {written}; \
+         while [ ! -f \"$SPOT_WORKER_NOTICE\" ]; do sleep 0.02; done; \
+         cp \"$SPOT_WORKER_NOTICE\" {notice}.tmp && mv {notice}.tmp {notice}; \
+         while :; do sleep 0.05; done",
+        written = quoted(&written),
+        notice = quoted(&notice),
+    );
+    // Never saved while it runs: only the final save can keep the file.
+    let handler = CommandHandler::new(
+        CommandConfig::new("sh", ["-c", script.as_str()])
+            .with_checkpoint_every(Duration::from_secs(600)),
+        env.results.clone(),
+    );
+    let mut config = env.config(VM_A);
+    config.drain.watchdog = true;
+    config.drain.release_floor = Duration::from_secs(2);
+    let worker = env.worker(config);
+    let running = tokio::spawn(worker.run(handler));
+    for _ in 0..1200 {
+        if written.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(written.exists(), "the program wrote its checkpoint file");
+
+    // Seen only once it has started (after an IMDS outage, a host failure).
+    env.emulator
+        .schedule(EventSpec::preempt().started())
+        .unwrap();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    assert!(report.drain.met_deadline, "{:?}", report.drain);
+    assert!(
+        !report.drain.released_running_handlers,
+        "killed and saved before the release"
+    );
+    assert_eq!((report.stats.released, report.stats.retried), (1, 0));
+    assert!(
+        report.drain.notice_to_drained < Duration::from_secs(2),
+        "released within the floor: {:?}",
+        report.drain.notice_to_drained
+    );
+    let again = env.queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "the message is back on the queue");
+    let stored = saved_file(&env, again[0].id.as_str())
+        .await
+        .expect("the checkpoint file was saved");
+    assert_eq!(stored, b"7\n");
+    // The notice file told the real release time, not the 10 s used when
+    // the worker gives none.
+    let notice = std::fs::read_to_string(&notice).expect("the program saw the notice file");
+    let deadline = notice
+        .trim()
+        .strip_prefix("SPOT_WORKER_DEADLINE=")
+        .unwrap_or_else(|| panic!("{notice}"));
+    let deadline =
+        time::OffsetDateTime::parse(deadline, &time::format_description::well_known::Rfc3339)
+            .unwrap();
+    let drained = time::OffsetDateTime::now_utc();
+    assert!(
+        deadline < drained + time::Duration::seconds(2),
+        "the deadline is the release time, within the 2 s floor of the notice: {notice}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_checkpoint_file_over_the_limit_at_the_final_save_of_a_drain_is_reported() {
+    // One thread: the log of every task of this test is captured.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let env = Env::start().await;
+    env.queue
+        .send(r#"{"job_id":"big"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // A small file first, then on SIGTERM one over the limit.
+    let script = "trap 'head -c 2048 /dev/zero > \"$SPOT_WORKER_CHECKPOINT\"; exit 143' TERM; \
+                  echo 1 > \"$SPOT_WORKER_CHECKPOINT\"; while :; do sleep 0.05; done";
+    let handler = CommandHandler::new(
+        CommandConfig::new("sh", ["-c", script])
+            .with_job_key("job_id")
+            .with_checkpoint_max_bytes(1024),
+        env.results.clone(),
+    );
+    let worker = env.worker(env.config(VM_A));
+    let stop = worker.shutdown_token();
+    let running = tokio::spawn(worker.run(handler));
+    let first_save = async {
+        while saved_file(&env, "big").await.is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within("the first save", first_save).await;
+    stop.cancel();
+    let report = within("the drain", running).await.unwrap().unwrap();
+
+    assert_eq!(
+        (report.stats.released, report.stats.retried),
+        (1, 0),
+        "a drain is never a counted failure"
+    );
+    assert_eq!(
+        saved_file(&env, "big").await.as_deref(),
+        Some(&b"1\n"[..]),
+        "the last save within the limit is kept"
+    );
+    let lines = captured.lines();
+    assert!(
+        lines.iter().any(
+            |line| line.contains("the last checkpoint file was not saved")
+                && line.contains("the checkpoint file is 2048 bytes, over the limit of 1024 bytes")
+        ),
+        "the over-limit file is reported:\n{lines:#?}"
+    );
+}

@@ -205,3 +205,75 @@ async fn an_orphan_that_left_the_group_is_reaped_when_it_exits() {
     assert_eq!(reaped, 1);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_save_follows_the_files_first_appearance() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    env.queue
+        .send(r#"{"job_id":"first"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // The file appears a moment after the start, then the program waits
+    // for the test; saves are 10 minutes apart.
+    let script = format!(
+        "sleep 0.2; echo 3 > \"$SPOT_WORKER_CHECKPOINT.tmp\"; \
+         mv \"$SPOT_WORKER_CHECKPOINT.tmp\" \"$SPOT_WORKER_CHECKPOINT\"; \
+         i=0; while [ ! -f {go} ] && [ $i -lt 6000 ]; do sleep 0.02; i=$((i+1)); done; exit 0",
+        go = quoted(&go)
+    );
+    let config = sh(&script)
+        .with_job_key("job_id")
+        .with_checkpoint_every(Duration::from_secs(600));
+    let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
+    let running = Running::start(consumer(&env, 5), handler.clone());
+    let saved = async {
+        loop {
+            if let Some(stored) = env.checkpoints.read("first").await.unwrap() {
+                return stored.checkpoint;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let saved = within("the first save", saved).await;
+    let Checkpoint::InProgress { progress } = saved else {
+        panic!("{saved:?}");
+    };
+    assert_eq!(from_progress(&progress).unwrap(), b"3\n");
+    std::fs::write(&go, b"").unwrap();
+    handler.finished(1).await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
+    assert_eq!(stats.succeeded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_file_over_the_limit_on_exit_0_is_a_counted_failure() {
+    let env = Env::start().await;
+    env.queue.send("job", Duration::ZERO).await.unwrap();
+    // Written just before a clean exit: no periodic save sees it.
+    let config = sh("echo partial > \"$SPOT_WORKER_RESULT\"; \
+         head -c 2048 /dev/zero > \"$SPOT_WORKER_CHECKPOINT\"; exit 0")
+    .with_checkpoint_every(Duration::from_secs(600))
+    .with_checkpoint_max_bytes(1024);
+    let handler = CommandHandler::new(config, env.results.clone());
+    let running = Running::start(consumer(&env, 1), handler);
+    let record = within("the poison record", poisoned(&env)).await;
+    running.stop().await;
+    assert!(
+        record.last_error.contains(
+            "the program exited 0, but the checkpoint file is 2048 bytes, over the limit of 1024 bytes"
+        ),
+        "{}",
+        record.last_error
+    );
+    assert_eq!(record.failures, 1, "a counted failure");
+    assert!(
+        env.results
+            .get(&record.original_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "no result stored"
+    );
+}

@@ -63,7 +63,13 @@ impl DrainPlan {
     ///   the time left minus the release margin, but at least half the time
     ///   left, so a notice 2 to 4 s away still gives them a moment;
     /// - then whatever still runs is released, and the release always gets
-    ///   `release_floor` before the hard deadline, however late the notice.
+    ///   `release_floor` before the hard deadline, however late the notice;
+    /// - a notice with no time left at all (already `Started`, `NotBefore`
+    ///   passed) still lets handlers make their final save: they wind down
+    ///   for the first half of the release floor (a handler that returns
+    ///   sooner has its message released as it returns), and the release
+    ///   has the second half before the hard deadline, which stays the
+    ///   floor after the notice.
     ///
     /// So the drain never takes longer than
     /// [`DrainSettings::longest_drain`].
@@ -75,6 +81,14 @@ impl DrainPlan {
                 .checked_sub(BEFORE_NOT_BEFORE)
                 .unwrap_or(notice.deadline);
             time_left = time_left.min(before_impact.saturating_duration_since(noticed_at));
+        }
+        if time_left.is_zero() {
+            let final_save = settings.release_floor / 2;
+            return DrainPlan {
+                noticed_at,
+                release_at: noticed_at + final_save,
+                hard_deadline: noticed_at + settings.release_floor,
+            };
         }
         let wind_down = time_left
             .saturating_sub(settings.release_margin)
@@ -353,9 +367,10 @@ mod tests {
             ("notice 4 s", notice(now + secs(4.0)), 1.5, 3.5),
             ("notice 3 s", notice(now + secs(3.0)), 1.0, 3.0),
             ("notice 2 s", notice(now + secs(2.0)), 0.5, 2.5),
-            // Started, or NotBefore passed: release at once, floor kept.
-            ("started", notice(now), 0.0, 2.0),
-            ("late", notice(past), 0.0, 2.0),
+            // Started, or NotBefore passed: half the floor for the final
+            // save, half for the release, the hard deadline the floor.
+            ("started", notice(now), 1.0, 2.0),
+            ("late", notice(past), 1.0, 2.0),
         ];
         for (case, trigger, release, hard) in table {
             let plan = DrainPlan::new(&trigger, now, &settings);

@@ -227,6 +227,14 @@ pub const PASS_ENV: Setting<Option<Text>> = Setting {
     doc: "`run`: variables (comma-separated; `--pass-env` may be repeated) the program gets even though they look like credentials",
 };
 
+/// The level of a command's output in the worker's log.
+pub const PROGRAM_OUTPUT: Setting<Text> = Setting {
+    key: "SPOT_WORKER_PROGRAM_OUTPUT",
+    default: text("info"),
+    default_doc: None,
+    doc: "`run`: the level of the program's output records in the worker's log (`error`, `warn`, `info`, `debug`, `trace`), or `off`; `\\r` ends a record like `\\n`, and progress records (ended by a lone `\\r`) are logged at most once a second per stream",
+};
+
 // Health and the warmup gate.
 
 /// Where the health endpoints listen.
@@ -352,7 +360,7 @@ pub const LOG_FORMAT: Setting<Text> = Setting {
     key: "SPOT_WORKER_LOG_FORMAT",
     default: text("text"),
     default_doc: None,
-    doc: "or `json` for structured log lines",
+    doc: "or `json` for structured log lines; text has ANSI colours only when stderr is a terminal and `NO_COLOR` is unset or empty",
 };
 
 /// `service.name`.
@@ -438,6 +446,7 @@ pub const ALL: &[&dyn Describe] = &[
     &CHECKPOINT_EVERY,
     &CHECKPOINT_MAX_BYTES,
     &PASS_ENV,
+    &PROGRAM_OUTPUT,
     &HEALTH_ADDR,
     &GATE_TIMEOUT,
     &IMDS,

@@ -7,17 +7,24 @@
 //! reported by its number and the rest still go out; the command then
 //! exits non-zero. Sends run concurrently, so messages reach the queue in
 //! roughly, not exactly, the file's order.
+//!
+//! It never creates the queue: the deployment does (or a worker, at its
+//! start), and a mistyped `SPOT_WORKER_QUEUE` must not send jobs into a new
+//! queue no worker reads. Sending is also all the operator's role on the
+//! queue allows (Storage Queue Data Message Sender). A missing queue stops
+//! the run at once, saying so.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
 use spot_worker_storage::{
-    CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _,
+    CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _, StorageError,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::sync::Semaphore;
@@ -146,6 +153,8 @@ struct Sender {
     queue: AzureQueue,
     encoding: MessageEncoding,
     existing: Option<Existing>,
+    /// Set once a send found the queue missing: nothing more is read.
+    queue_missing: AtomicBool,
 }
 
 impl Sender {
@@ -159,13 +168,27 @@ impl Sender {
         }
         let sent = async {
             let body = self.encoding.encode(text.as_bytes())?;
-            self.queue.send(&body, std::time::Duration::ZERO).await
+            self.queue
+                .send_to_existing(&body, std::time::Duration::ZERO)
+                .await
         };
         match sent.await {
             Ok(_) => Outcome::Sent,
+            Err(StorageError::NotFound { .. }) => {
+                self.queue_missing.store(true, Ordering::Relaxed);
+                Outcome::Failed(format!("not sent: {}", missing_queue(self.queue.name())))
+            }
             Err(e) => Outcome::Failed(format!("not sent: {e}")),
         }
     }
+}
+
+/// Why nothing more is sent once the queue turned out to be missing.
+fn missing_queue(name: &str) -> String {
+    format!(
+        "queue {name:?} does not exist; enqueue never creates it (the deployment does, \
+         or a worker at its start): check SPOT_WORKER_QUEUE"
+    )
 }
 
 /// The counts printed at the end.
@@ -238,10 +261,6 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         fleet.config.queue.clone_from(name);
     }
     let queue = fleet.queue()?;
-    queue
-        .create_if_missing()
-        .await
-        .with_context(|| format!("creating queue {:?}", fleet.config.queue))?;
     if args.raw {
         return send_raw(&fleet, &queue, args.input.as_deref()).await;
     }
@@ -261,6 +280,7 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         queue,
         encoding: fleet.config.encoding,
         existing,
+        queue_missing: AtomicBool::new(false),
     });
     let (input, total): (Box<dyn AsyncRead + Unpin + Send>, Option<u64>) = match &args.input {
         Some(path) if path.as_os_str() != "-" => {
@@ -327,10 +347,17 @@ async fn send_raw(
     }
     let encoding = fleet.config.encoding;
     let text = raw_message(&body, encoding)?;
-    let id = queue
-        .send(&text, std::time::Duration::ZERO)
+    let id = match queue
+        .send_to_existing(&text, std::time::Duration::ZERO)
         .await
-        .with_context(|| format!("sending to queue {:?}", fleet.config.queue))?;
+    {
+        Ok(id) => id,
+        Err(StorageError::NotFound { .. }) => bail!("{}", missing_queue(queue.name())),
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("sending to queue {:?}", fleet.config.queue));
+        }
+    };
     println!(
         "sent 1 message of {} byte(s) to queue {} ({}) as {}",
         body.len(),
@@ -366,6 +393,10 @@ async fn send_all(
     let mut consumed = 0u64;
     let mut raw = Vec::new();
     for number in 1u64.. {
+        if sender.queue_missing.load(Ordering::Relaxed) {
+            summary.unread = Some(missing_queue(sender.queue.name()));
+            break;
+        }
         raw.clear();
         let read = match reader.read_until(b'\n', &mut raw).await {
             Ok(read) => read,

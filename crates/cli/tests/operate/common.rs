@@ -33,6 +33,21 @@ pub fn storage(azurite: &Azurite) -> AzureStorage {
     AzureStorage::new(config).expect("storage client")
 }
 
+/// The test's client, after creating the work queue and its poison queue
+/// as the deployment does (`enqueue` never creates a queue).
+pub async fn deployed(azurite: &Azurite) -> AzureStorage {
+    let storage = storage(azurite);
+    for queue in [QUEUE.to_owned(), format!("{QUEUE}-poison")] {
+        storage
+            .queue(&queue)
+            .unwrap()
+            .create_if_missing()
+            .await
+            .unwrap();
+    }
+    storage
+}
+
 /// The binary with the worker's environment contract for `azurite`.
 pub fn spot_worker(azurite: &Azurite, encoding: MessageEncoding) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_spot-worker"));

@@ -9,7 +9,7 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_sends_every_good_line_and_names_the_bad_ones() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     let (_dir, path) = input_file(concat!(
         "{\"job_id\":\"a\",\"n\":1}\n",
         "\n",
@@ -47,9 +47,45 @@ async fn enqueue_sends_every_good_line_and_names_the_bad_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_skip_existing_sends_only_unfinished_jobs_base64_encoded() {
+async fn enqueue_never_creates_the_queue_and_stops_when_it_is_missing() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
+    let lines: String = (0..50)
+        .map(|i| format!("{{\"job_id\":\"{i}\"}}\n"))
+        .collect();
+    let (_dir, path) = input_file(&lines);
+
+    let output = run(spot_worker(&azurite, MessageEncoding::Text)
+        .arg("enqueue")
+        .arg(&path))
+    .await;
+
+    assert_eq!(output.code, Some(1), "{}", output.stdout);
+    assert!(
+        output
+            .stderr
+            .contains("queue \"jobs\" does not exist; enqueue never creates it"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("check SPOT_WORKER_QUEUE"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stdout.contains("0 sent"), "{}", output.stdout);
+    // Stopped early: not one failed send per line.
+    let failed = output.stderr.matches("not sent").count();
+    assert!(failed < 50, "{failed} sends tried: {}", output.stderr);
+    // Still missing: nothing created it.
+    let err = storage.queue(QUEUE).unwrap().peek(1).await.unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_skip_existing_sends_only_unfinished_jobs_base64_encoded() {
+    let azurite = start_azurite();
+    let storage = deployed(&azurite).await;
     let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
     checkpoints.prepare().await.unwrap();
     let done = Checkpoint::Completed {

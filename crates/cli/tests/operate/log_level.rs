@@ -12,6 +12,7 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_help_states_the_default_log_levels_that_apply() {
     let azurite = start_azurite();
+    deployed(&azurite).await;
     let cli = || spot_worker(&azurite, MessageEncoding::Text);
     let help = run(cli().arg("--help")).await;
     help.assert_success();

@@ -12,7 +12,7 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     // One small job, and one whose original is too big for its poison
     // record, so it is kept as a claim-check blob.
     let small = "{\"job_id\":\"small\",\"text\":\"h\u{e9}llo <&>\"}".to_owned();
@@ -104,7 +104,7 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_asks_first_and_deletes_only_what_the_filter_selects() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     run_with_stdin(
         spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
         Some(b"{\"job_id\":\"alpha\"}\n{\"job_id\":\"beta\"}\n"),
@@ -210,7 +210,7 @@ async fn python_base64_messages_are_poisoned_and_requeued_as_python_wrote_them()
         return;
     }
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     let texts = ["h\u{e9}llo from python \u{1f980}", "second <job> & more"];
     let ids = python(&azurite, &["send-base64", QUEUE, texts[0], texts[1]]).await;
     let ids: Vec<String> = serde_json::from_value(ids).unwrap();

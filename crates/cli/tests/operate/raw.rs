@@ -16,10 +16,27 @@ const TEXT: &str = "first line\r\n\tindented <b>&amp;</b> \"quoted\" 'single'\n\
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     let (_dir, path) = input_file(TEXT);
     let cli = || spot_worker(&azurite, MessageEncoding::Text);
-    storage.queue(QUEUE).unwrap().prepare().await.unwrap();
+
+    // enqueue never creates a queue, --raw neither.
+    let missing = run(cli()
+        .args(["enqueue", "--queue", "texts", "--raw"])
+        .arg(&path))
+    .await;
+    assert_eq!(missing.code, Some(1));
+    assert!(
+        missing.stderr.contains("queue \"texts\" does not exist"),
+        "{}",
+        missing.stderr
+    );
+    storage
+        .queue("texts")
+        .unwrap()
+        .create_if_missing()
+        .await
+        .unwrap();
 
     // To another queue than SPOT_WORKER_QUEUE (`jobs`).
     let sent = run(cli()
@@ -79,7 +96,7 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_bytes_need_a_base64_queue_and_then_arrive_exactly() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     let bytes: Vec<u8> = (0..=255u8).rev().collect();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("body.bin");

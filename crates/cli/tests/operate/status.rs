@@ -22,7 +22,7 @@ fn closed_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     run_with_stdin(
         spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
         Some(b"{\"job_id\":\"a\"}\n{\"job_id\":\"b\"}\n"),
@@ -181,7 +181,7 @@ async fn status_watch_refreshes_until_ctrl_c() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_worker_leaves_no_job_in_progress_once_its_jobs_are_done() {
     let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let storage = deployed(&azurite).await;
     run_with_stdin(
         spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
         Some(b"{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"),

@@ -4,9 +4,10 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spot_worker_command::{CommandConfig, CommandHandler};
@@ -166,5 +167,29 @@ impl Running {
     pub async fn stop(self) -> ConsumerStats {
         self.stop.cancel();
         within("the consumer", self.task).await.unwrap()
+    }
+}
+
+/// A log written as text, for a subscriber's writer.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 }

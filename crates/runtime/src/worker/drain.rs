@@ -49,7 +49,8 @@ impl Worker {
             .then(|| Watchdog::arm(plan.hard_deadline));
 
         if plan.release_at <= noticed_at {
-            // A late notice: no time to wind down, release at once.
+            // No time at all for a wind-down (a late notice keeps half the
+            // release floor for it, so only a zero floor gets here).
             signals.release();
         } else {
             signals.wind_down(Some(plan.release_at));

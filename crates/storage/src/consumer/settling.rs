@@ -164,7 +164,13 @@ impl Consumer {
             self.settled(DeliveryOutcome::Poisoned {
                 handler_failed: cause.is_handler_failure(),
             });
-            tracing::warn!(poison_queue = self.poison.name(), %last_error, "moved to the poison queue");
+            // Quoted and escaped like the retry's `error`: a program's
+            // stderr spans many lines, and one event must stay one line.
+            tracing::warn!(
+                poison_queue = self.poison.name(),
+                last_error = last_error.as_str(),
+                "moved to the poison queue"
+            );
             self.forget_attempts(&mut delivery).await;
         }
     }

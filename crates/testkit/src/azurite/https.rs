@@ -59,6 +59,7 @@ impl Azurite {
             table_port: ports[2],
             probe_account: String::new(),
             https: Some(Box::new(options)),
+            debug: true,
             topology: Topology::Shared,
             children: Vec::new(),
             starts: 0,
@@ -67,9 +68,14 @@ impl Azurite {
         Ok(azurite)
     }
 
-    /// The debug log of an Azurite started with [`Azurite::start_https`].
+    /// The debug log of an Azurite started with [`Azurite::start_https`]
+    /// or [`Azurite::start_recording`] (empty for the others).
     pub fn debug_log(&self) -> String {
-        std::fs::read_to_string(self.workspace.path().join("debug.log")).unwrap_or_default()
+        std::fs::read_to_string(self.debug_log_path()).unwrap_or_default()
+    }
+
+    pub(crate) fn debug_log_path(&self) -> std::path::PathBuf {
+        self.workspace.path().join("debug.log")
     }
 
     pub(crate) fn start_https_process(
@@ -89,7 +95,7 @@ impl Azurite {
             .arg("--key")
             .arg(&https.key)
             .arg("--debug")
-            .arg(self.workspace.path().join("debug.log"))
+            .arg(self.debug_log_path())
             .arg("--location")
             .arg(self.workspace.path())
             .args(["--blobHost", &https.blob.ip().to_string()])

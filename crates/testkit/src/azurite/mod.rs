@@ -83,6 +83,8 @@ pub struct Azurite {
     /// Production-style HTTPS and OAuth instead of plain local HTTP (boxed:
     /// most instances are local, and users keep `Azurite` in enums).
     https: Option<Box<HttpsOptions>>,
+    /// Whether a local Azurite writes its debug log ([`Azurite::debug_log`]).
+    debug: bool,
     topology: Topology,
     /// The running processes; empty while stopped.
     children: Vec<(Program, Child)>,
@@ -93,10 +95,19 @@ impl Azurite {
     /// Starts Azurite on free loopback ports with a fresh workspace and waits
     /// until its blob and queue services accept connections.
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_with(Topology::Shared)
+        Self::start_with(Topology::Shared, false)
     }
 
-    fn start_with(topology: Topology) -> Result<Self, HarnessError> {
+    /// Like [`Azurite::start`], with Azurite's debug log on: every request
+    /// with the operation Azurite dispatched it to (`Operation=...`), its
+    /// queue or container and its status, read with [`Azurite::debug_log`].
+    /// For tests that need to know which storage operations a program
+    /// really issues (the log is large: not for benchmarks).
+    pub fn start_recording() -> Result<Self, HarnessError> {
+        Self::start_with(Topology::Shared, true)
+    }
+
+    fn start_with(topology: Topology, debug: bool) -> Result<Self, HarnessError> {
         let binary = binary_path();
         if !binary.exists() {
             return Err(HarnessError::NotInstalled(binary));
@@ -114,6 +125,7 @@ impl Azurite {
                 table_port: ports[2],
                 probe_account: format!("probe{:016x}", random_u64()),
                 https: None,
+                debug,
                 topology,
                 children: Vec::new(),
                 starts: 0,

@@ -65,7 +65,7 @@ impl Azurite {
     /// their own (`azurite-blob`, `azurite-queue`) on one data dir, as
     /// Azure's separate front ends are; see the [module docs](self).
     pub fn start_separate() -> Result<Self, HarnessError> {
-        Self::start_with(Topology::Separate)
+        Self::start_with(Topology::Separate, false)
     }
 
     /// The running processes (none while stopped).
@@ -101,6 +101,9 @@ impl Azurite {
             ])
             .arg("--location")
             .arg(self.workspace.path());
+        if self.debug {
+            command.arg("--debug").arg(self.debug_log_path());
+        }
         let blob = ["--blobHost", "127.0.0.1", "--blobPort"];
         let queue = ["--queueHost", "127.0.0.1", "--queuePort"];
         let table = ["--tableHost", "127.0.0.1", "--tablePort"];

@@ -1,0 +1,321 @@
+//! Which storage operations the operator's commands and the deployed worker
+//! really issue, so the role assignments in `bicep/` can be checked against
+//! them (`tools/infra/permissions.py`, docs/deploying.md "What each
+//! identity may do").
+//!
+//! Against one Azurite with its debug log on, the deployment's queues and
+//! containers are created as `bicep/modules/storage.bicep` creates them;
+//! then every operator command of docs/operating.md runs as the unmodified
+//! `spot-worker` binary (`enqueue`, `status`, `poison list/show/requeue/
+//! purge`, `checkpoints list/show/delete`, `enqueue --skip-existing`), and
+//! the deployed worker (`examples/primes`, with the environment file the
+//! templates render, only its credentials and IMDS swapped as in
+//! `tests/deploy.rs`) takes jobs: one succeeds, two are poisoned (one
+//! inline, one kept as a claim-check blob), one is drained by SIGTERM. The
+//! operations Azurite logged for each (by a marker request between them)
+//! are written as `tools/infra/storage-operations-used.json`: this test
+//! fails if they differ from the file committed, so a command that starts
+//! issuing a new operation cannot go unnoticed
+//! (`SPOT_WORKER_UPDATE_OPERATIONS=1` rewrites it; then the permission
+//! check says whether the roles still cover it).
+
+mod permissions;
+mod rendered;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use permissions::{Operation, Recorder, by_command};
+use rendered::{render, repo, sample_deployment_values, swapped_for_azurite, worker_binary};
+use spot_worker::azure::{AzureStorage, StorageConfig};
+use spot_worker::storage::PoisonRecord;
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
+use spot_worker_primes::PrimesJob;
+use spot_worker_testkit::Azurite;
+use tokio::process::Command;
+
+/// Where the recorded operations are kept (read by tools/infra/permissions.py).
+const OPERATIONS_FILE: &str = "tools/infra/storage-operations-used.json";
+/// Bound on each command and wait: generous for a slow machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
+    let env = render(&sample_deployment_values()).env;
+    let azurite = tokio::task::spawn_blocking(Azurite::start_recording)
+        .await
+        .unwrap()
+        .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
+    let storage = AzureStorage::new(
+        StorageConfig::from_connection_string(&azurite.connection_string()).unwrap(),
+    )
+    .unwrap();
+    let queue_name = env["SPOT_WORKER_QUEUE"].clone();
+    let checkpoints = env["SPOT_WORKER_CHECKPOINT_CONTAINER"].clone();
+    let results = env["SPOT_WORKER_RESULTS_CONTAINER"].clone();
+
+    // The deployment (storage.bicep): the queues and containers exist.
+    for queue in [queue_name.clone(), format!("{queue_name}-poison")] {
+        storage
+            .queue(&queue)
+            .unwrap()
+            .create_if_missing()
+            .await
+            .unwrap();
+    }
+    for container in [
+        checkpoints.as_str(),
+        results.as_str(),
+        "poison",
+        "artifacts",
+    ] {
+        storage
+            .checkpoint_store(container)
+            .unwrap()
+            .create_container_if_missing()
+            .await
+            .unwrap();
+    }
+    let mut recorder = Recorder::new(&azurite, storage.clone());
+    let mut operator: BTreeMap<String, Vec<Operation>> = BTreeMap::new();
+    let cli = spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
+    let operator_env = operator_env(&azurite, &env);
+    let dir = tempfile::tempdir().unwrap();
+
+    // enqueue: a long job first (it is still running when the worker is
+    // stopped), a job that succeeds, one the worker refuses (poisoned
+    // inline) and one too big for its poison record (kept as a blob).
+    let long = PrimesJob::new("long", 0, 200_000_000_000).unwrap();
+    let small = PrimesJob::new("small", 0, 100_000).unwrap();
+    let jobs = format!(
+        "{}\n{}\n{}\n{}\n",
+        long.to_message(),
+        small.to_message(),
+        r#"{"job_id":"bad","start":50,"end":10}"#,
+        format_args!(r#"{{"job_id":"big","data":"{}"}}"#, "x".repeat(64_900)),
+    );
+    let file = dir.path().join("jobs.jsonl");
+    std::fs::write(&file, &jobs).unwrap();
+    let file = file.display().to_string();
+    let mut run = Runner {
+        recorder: &mut recorder,
+        operator: &mut operator,
+        cli: &cli,
+        env: &operator_env,
+    };
+    run.record("enqueue", &["enqueue", &file]).await;
+
+    // The deployed worker.
+    run.recorder.discard().await;
+    run_worker(&azurite, &env).await;
+    let worker = run.recorder.operations().await;
+
+    // The operator's view and the poison records.
+    run.record("status", &["status", "--json"]).await;
+    run.record("poison list", &["poison", "list"]).await;
+    run.record("poison list --all", &["poison", "list", "--all"])
+        .await;
+    let records: Vec<(String, PoisonRecord)> = storage
+        .poison_queue(&queue_name)
+        .unwrap()
+        .peek(32)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let record = PoisonRecord::from_message_text(&m.body).unwrap();
+            (m.id.as_str().to_owned(), record)
+        })
+        .collect();
+    assert_eq!(records.len(), 2, "two records: {records:?}");
+    let (inline, _) = records
+        .iter()
+        .find(|(_, r)| r.body_blob.is_none())
+        .expect("an inline record");
+    let (claim_check, _) = records
+        .iter()
+        .find(|(_, r)| r.body_blob.is_some())
+        .expect("a claim-check record");
+    run.record("poison show", &["poison", "show", inline.as_str()])
+        .await;
+    run.record(
+        "poison show (claim-check original)",
+        &["poison", "show", "--raw", claim_check.as_str()],
+    )
+    .await;
+    run.record("poison requeue", &["poison", "requeue", inline.as_str()])
+        .await;
+    run.record(
+        "poison purge (claim-check original)",
+        &["poison", "purge", "--yes", claim_check.as_str()],
+    )
+    .await;
+    run.record("checkpoints list", &["checkpoints", "list"])
+        .await;
+    run.record("checkpoints show", &["checkpoints", "show", "long"])
+        .await;
+    run.record(
+        "checkpoints delete",
+        &["checkpoints", "delete", "--yes", "long"],
+    )
+    .await;
+    run.record(
+        "enqueue --skip-existing --results",
+        &["enqueue", "--skip-existing", "--results", &results, &file],
+    )
+    .await;
+
+    let document = serde_json::json!({
+        "_comment": "Written by tests/storage_permissions.rs (SPOT_WORKER_UPDATE_OPERATIONS=1): the storage operations each operator command and the deployed worker issued against Azurite, by queue or container. Read by tools/infra/permissions.py, which checks them against the role assignments in bicep/.",
+        "principals": {
+            "operator": by_command(&operator),
+            "worker": by_command(&BTreeMap::from([(
+                "the worker (examples/primes, the deployed default)".to_owned(),
+                worker,
+            )])),
+        }
+    });
+    let text = format!("{}\n", serde_json::to_string_pretty(&document).unwrap());
+    let path = repo().join(OPERATIONS_FILE);
+    if std::env::var("SPOT_WORKER_UPDATE_OPERATIONS").as_deref() == Ok("1") {
+        std::fs::write(&path, &text).unwrap();
+        eprintln!("wrote {OPERATIONS_FILE}");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "the storage operations issued differ from {OPERATIONS_FILE}: a command or the worker \
+         now issues other operations. Check them, rewrite the file with \
+         SPOT_WORKER_UPDATE_OPERATIONS=1, then run tools/infra/permissions.py to see whether the \
+         roles in bicep/ still cover them.\nnow:\n{text}"
+    );
+}
+
+/// The operator's environment: the workers' settings, with Azurite's
+/// connection string instead of the account URL and a signed-in identity.
+fn operator_env(azurite: &Azurite, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut vars: BTreeMap<String, String> = env
+        .iter()
+        .filter(|(key, _)| {
+            key.starts_with("SPOT_WORKER_") && *key != "SPOT_WORKER_STORAGE_ACCOUNT_URL"
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    vars.insert(
+        "AZURE_STORAGE_CONNECTION_STRING".into(),
+        azurite.connection_string(),
+    );
+    vars.insert("NO_PROXY".into(), "127.0.0.1,localhost".into());
+    vars.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
+    vars
+}
+
+/// Runs operator commands, keeping what each issued.
+struct Runner<'r, 'a> {
+    recorder: &'r mut Recorder<'a>,
+    operator: &'r mut BTreeMap<String, Vec<Operation>>,
+    cli: &'r Path,
+    env: &'r BTreeMap<String, String>,
+}
+
+impl Runner<'_, '_> {
+    /// Runs `spot-worker args` (it must succeed); its operations are kept
+    /// under `name`.
+    async fn record(&mut self, name: &str, args: &[&str]) {
+        self.recorder.discard().await;
+        let output = tokio::time::timeout(
+            PATIENCE,
+            Command::new(self.cli)
+                .args(args)
+                .env_clear()
+                .envs(self.env)
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the command finishes in time")
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "spot-worker {}: {}\n{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let ops = self.recorder.operations().await;
+        assert!(!ops.is_empty(), "spot-worker {name} issued nothing");
+        self.operator.insert(name.to_owned(), ops);
+    }
+}
+
+/// The deployed worker with the rendered environment (credentials and IMDS
+/// swapped, as in tests/deploy.rs) until the small job succeeded and both
+/// bad ones were poisoned, then stopped by SIGTERM with the long job
+/// running: it drains and exits 0.
+async fn run_worker(azurite: &Azurite, env: &BTreeMap<String, String>) {
+    let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
+        .await
+        .expect("the emulator starts");
+    let health_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child_env = swapped_for_azurite(
+        env,
+        &azurite.connection_string(),
+        &emulator.url(),
+        health_port,
+    );
+    let log_path = tempfile::NamedTempFile::new().unwrap();
+    let log_file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log_path.path())
+        .unwrap();
+    let mut child = Command::new(worker_binary())
+        .env_clear()
+        .envs(&child_env)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the worker starts");
+    let log = || std::fs::read_to_string(log_path.path()).unwrap_or_default();
+    let started = Instant::now();
+    loop {
+        let text = log();
+        if text.matches("\"job completed\"").count() >= 1
+            && text.matches("moved to the poison queue").count() >= 2
+        {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the worker exited ({status}); log:\n{text}");
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the worker did not settle its jobs; log:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("the worker drains and exits")
+        .unwrap();
+    assert!(status.success(), "exit {status}; log:\n{}", log());
+    assert!(
+        log().contains("released on shutdown"),
+        "the long job was running and released; log:\n{}",
+        log()
+    );
+}
