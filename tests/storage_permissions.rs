@@ -7,7 +7,8 @@
 //! containers are created as `bicep/modules/storage.bicep` creates them;
 //! then every operator command of docs/operating.md runs as the unmodified
 //! `spot-worker` binary (`enqueue`, `status`, `poison list/show/requeue/
-//! purge`, `checkpoints list/show/delete`, `enqueue --skip-existing`), and
+//! purge`, `checkpoints list/show/delete`, `enqueue --skip-existing`,
+//! `results get`, `enqueue --raw`), and
 //! the deployed worker (`examples/primes`, with the environment file the
 //! templates render, only its credentials and IMDS swapped as in
 //! `tests/deploy.rs`) takes jobs: one succeeds, two are poisoned (one
@@ -164,6 +165,15 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
     run.record(
         "enqueue --skip-existing --results",
         &["enqueue", "--skip-existing", "--results", &results, &file],
+    )
+    .await;
+    run.record("results get", &["results", "get", "small.json"])
+        .await;
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "a body that is not JSON\n").unwrap();
+    run.record(
+        "enqueue --raw",
+        &["enqueue", "--raw", &text.display().to_string()],
     )
     .await;
 

@@ -1,6 +1,7 @@
 //! The whole worker end to end, on a real Azurite and the IMDS emulator: the
 //! example primes job evicted mid-way and resumed elsewhere, a handler that
-//! ignores cancellation, two workers on one queue, and the warmup gate.
+//! ignores cancellation, two workers on one queue, two workers on one VM
+//! (an approval held until both drained), and the warmup gate.
 
 use std::time::Duration;
 
@@ -656,4 +657,90 @@ async fn a_vm_name_that_instance_metadata_contradicts_is_a_clear_error() {
     assert!(text.contains("SPOT_WORKER_VM_NAME"), "{text}");
     assert!(text.contains("spotvmss_9"), "{text}");
     assert!(text.contains(VM_A), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_holds_its_approval_until_the_other_worker_on_its_vm_has_drained() {
+    let env = Env::start().await;
+    env.queue
+        .send("slow to stop", Duration::ZERO)
+        .await
+        .unwrap();
+    // Two workers of one VM (one emulator), meeting in one directory.
+    let rendezvous = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut config = env.config(VM_A);
+        config.drain.runtime_dir = Some(rendezvous.path().to_owned());
+        config
+    };
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let may_stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    // Busy: its handler winds down only when the test lets it.
+    let busy_handler = handler_fn({
+        let (started, may_stop) = (started.clone(), may_stop.clone());
+        move |job: Job| {
+            let (started, may_stop) = (started.clone(), may_stop.clone());
+            async move {
+                started.notify_one();
+                job.cancellation().cancelled().await;
+                may_stop.notified().await;
+                Err::<(), HandlerError>("stopped by the drain".into())
+            }
+        }
+    });
+    let busy = env.worker(config());
+    let running_busy = tokio::spawn(busy.run(busy_handler));
+    within("the busy handler to start", started.notified()).await;
+    let idle = env.worker(config());
+    let mut idle_readiness = idle.readiness();
+    let running_idle = tokio::spawn(idle.run(Handled::default().handler()));
+    within(
+        "the idle worker to be ready",
+        idle_readiness.wait_for(|r| r.is_ready()),
+    )
+    .await
+    .unwrap();
+
+    let event = env.emulator.schedule(EventSpec::preempt()).unwrap();
+    // The idle worker drains at once, and holds the approval, saying why.
+    let held = within(
+        "the idle worker to hold the approval",
+        idle_readiness.wait_for(|r| {
+            r.shutting_down
+                .as_deref()
+                .is_some_and(|s| s.contains("other worker(s) on this VM not drained yet"))
+        }),
+    )
+    .await
+    .unwrap()
+    .clone();
+    assert!(!held.is_ready());
+    assert!(
+        env.emulator.approvals().is_empty(),
+        "approved while the busy worker was still draining"
+    );
+    assert!(!running_idle.is_finished());
+
+    may_stop.notify_one();
+    let busy_report = within("the busy worker", running_busy)
+        .await
+        .unwrap()
+        .unwrap();
+    let idle_report = within("the idle worker", running_idle)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(busy_report.stats.released, 1, "{busy_report:?}");
+    assert!(busy_report.drain.approved_event || idle_report.drain.approved_event);
+    let approvals = env.emulator.approvals();
+    assert!(!approvals.is_empty());
+    assert!(approvals.iter().all(|a| a.event_id == event.id));
+    // Both left: their member files are gone.
+    let left: Vec<_> = std::fs::read_dir(rendezvous.path())
+        .unwrap()
+        .flatten()
+        .flat_map(|group| std::fs::read_dir(group.path()).unwrap().flatten())
+        .map(|member| member.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -63,6 +63,28 @@ pub fn trust(dir: &Path, ca_cert: &Path) {
     run("mount", &["--bind", path(&file), CA_BUNDLE]);
 }
 
+/// The rendezvous of the workers on one VM (`SPOT_WORKER_RUNTIME_DIR`'s
+/// default); a directory of the box's own is mounted over it, as each VM
+/// has its own `/run`: boxes running at once (the tests of one binary run
+/// in parallel) would otherwise share the host's and, all watching IMDS at
+/// the same address, wait for each other's workers before approving.
+pub const RUNTIME_DIR: &str = "/run/spot-worker";
+
+/// Mounts a fresh directory from `dir` over [`RUNTIME_DIR`] (made on the
+/// host first if missing: an empty mount point). Without the right to make
+/// it (not root), the box goes without, and says so.
+pub fn own_runtime_dir(dir: &Path) {
+    if let Err(e) = std::fs::create_dir_all(RUNTIME_DIR) {
+        super::the_box::note(format!(
+            "box: no {RUNTIME_DIR} of its own ({e}); its workers approve events only at their deadline"
+        ));
+        return;
+    }
+    let own = dir.join("run-spot-worker");
+    std::fs::create_dir_all(&own).unwrap();
+    run("mount", &["--bind", path(&own), RUNTIME_DIR]);
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }

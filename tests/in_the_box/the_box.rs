@@ -60,6 +60,7 @@ impl TheBox {
         let rogue = pki::new_ca(&dir, "untrusted-ca");
         let untrusted = rogue.issue(&dir, "untrusted-storage", &names);
         network::trust(&dir, &ca.cert);
+        network::own_runtime_dir(&dir);
         let hosts = Hosts::mount(
             &dir,
             &[("127.0.0.2", &blob_host), ("127.0.0.3", &queue_host)],

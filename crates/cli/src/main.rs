@@ -36,7 +36,8 @@ struct Cli {
     imds_endpoint: String,
 
     /// Log filter for stderr, e.g. `info` or `spot_worker_imds=debug`
-    /// [default: warn; error for `demo`, whose drain warnings are expected].
+    /// [default: warn; error for `demo`, whose drain warnings are expected;
+    /// info for `run`, as for every worker (RUST_LOG's default)].
     #[arg(long, global = true, env = table::LOG_FILTER.key)]
     log: Option<String>,
 
@@ -66,6 +67,8 @@ enum Command {
     Poison(operate::poison::PoisonArgs),
     /// List, show or delete job checkpoints.
     Checkpoints(operate::checkpoints::CheckpointsArgs),
+    /// Read a job's result from the results container.
+    Results(operate::results::ResultsArgs),
     /// The queue, the poison queue, jobs in progress and workers' readiness.
     Status(operate::status::StatusArgs),
     /// Be a Spot worker that runs PROGRAM once per message:
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
             Command::Enqueue(args) => operate::enqueue::run(args).await,
             Command::Poison(args) => operate::poison::run(args).await,
             Command::Checkpoints(args) => operate::checkpoints::run(args).await,
+            Command::Results(args) => operate::results::run(args).await,
             Command::Status(args) => operate::status::run(args).await,
             Command::Run(args) => {
                 let endpoint = (cli.imds_endpoint != spot_worker_imds::DEFAULT_ENDPOINT)

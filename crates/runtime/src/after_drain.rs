@@ -10,12 +10,22 @@
 //! So a worker that does not approve parks instead: up, not ready, taking
 //! nothing, until the event starts (then it exits as the VM goes down) or
 //! disappears (then it takes work again).
+//!
+//! Several workers on one VM (two queues, two programs) share its events:
+//! one that approves starts the event for all of them. So a worker approves
+//! only once every other worker on the VM has drained (see
+//! [`rendezvous`](crate::rendezvous)); until then it holds the approval,
+//! not ready and taking nothing, at most until the event's deadline.
+
+use std::time::Duration;
 
 use spot_worker_imds::{ApprovalScope, EventStatus, Notice, RunningWatcher, ScheduledEvent};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::config::DrainSettings;
 use crate::health::Readiness;
+use crate::rendezvous::{MemberState, Peers, Rendezvous};
 use crate::shutdown::{DrainTrigger, Triggers, Watchdog};
 
 /// The next step after a drain for an event, from what is known now.
@@ -23,6 +33,9 @@ use crate::shutdown::{DrainTrigger, Triggers, Watchdog};
 pub(crate) enum AfterDrain {
     /// Approve the event under this scope, then exit.
     Approve(ApprovalScope),
+    /// Approve it once the other workers on this VM have drained: the
+    /// text says which are still busy (or why that is not known).
+    Hold(String),
     /// Exit: the impact has begun (or nothing more will be learnt).
     Exit,
     /// Stay up, not ready, taking nothing, until the notice changes; the
@@ -40,12 +53,16 @@ pub(crate) enum AfterDrain {
 /// Decides the step after a drain. `notice` is the current notice, `event`
 /// the triggering event as last listed by IMDS in the document of
 /// `document_incarnation` (`None`: no document yet), `vm_name` this VM's
-/// name if known.
+/// name if known, `peers` what the other workers on this VM say. Past the
+/// notice's deadline (`now`) nobody's notice is left to protect: peers no
+/// longer hold the approval.
 pub(crate) fn after_drain(
     notice: Option<&Notice>,
     event: Option<&ScheduledEvent>,
     document_incarnation: Option<u64>,
     vm_name: Option<&str>,
+    peers: &Peers,
+    now: Instant,
     settings: &DrainSettings,
 ) -> AfterDrain {
     let Some(notice) = notice else {
@@ -78,24 +95,45 @@ pub(crate) fn after_drain(
     } else {
         ApprovalScope::ThisVm(vm_name.to_owned())
     };
-    match scope.check(event) {
-        Ok(()) => AfterDrain::Approve(scope),
-        Err(refused) => AfterDrain::Park(refused.to_string()),
+    if let Err(refused) = scope.check(event) {
+        return AfterDrain::Park(refused.to_string());
+    }
+    if now >= notice.deadline {
+        return AfterDrain::Approve(scope);
+    }
+    match peers {
+        Peers::Drained => AfterDrain::Approve(scope),
+        Peers::Busy(busy) => AfterDrain::Hold(format!(
+            "{} other worker(s) on this VM not drained yet: {}",
+            busy.len(),
+            busy.join("; ")
+        )),
+        Peers::Unknown(why) => AfterDrain::Hold(format!(
+            "cannot tell whether the other workers on this VM have drained ({why})"
+        )),
     }
 }
 
+/// How often a worker holding an approval looks at its peers again.
+const PEER_POLL: Duration = Duration::from_millis(200);
+
 /// After a drain for an event: approve it, or park until it starts or is
-/// withdrawn (see [`after_drain`]), saying why in `readiness`. A signal
-/// or request while parked exits at once. Parking disarms the drain's
-/// `watchdog`: it has no deadline.
+/// withdrawn (see [`after_drain`]), saying why in `readiness`; tells the
+/// other workers on this VM (`rendezvous`) that this one has drained, and
+/// that it works again if the notice is withdrawn. A signal or request
+/// while parked exits at once. Parking, or holding the approval for
+/// peers, disarms the drain's `watchdog`: the wait has no deadline of its
+/// own.
 pub(crate) async fn wait_after_drain(
     trigger: &DrainTrigger,
     triggers: &Triggers,
     watcher: Option<&RunningWatcher>,
     watchdog: &mut Option<Watchdog>,
     readiness: &watch::Sender<Readiness>,
+    rendezvous: &Rendezvous,
     settings: &DrainSettings,
 ) -> Next {
+    rendezvous.set_state(MemberState::Drained);
     let exit = |parked| Next::Exit {
         approve: None,
         parked,
@@ -111,6 +149,7 @@ pub(crate) async fn wait_after_drain(
     let mut notices = signal.clone();
     let mut documents = watcher.document();
     let mut parked = false;
+    let mut said = String::new();
     loop {
         let notice = signal.notice();
         let document = watcher.document().borrow().clone();
@@ -125,8 +164,14 @@ pub(crate) async fn wait_after_drain(
             event.as_ref(),
             document.as_ref().map(|d| d.incarnation),
             vm_name.as_deref(),
+            &rendezvous.view(),
+            Instant::now(),
             settings,
         );
+        let described = notice.as_ref().map_or_else(String::new, |n| {
+            format!("{} event {}", n.event_type, n.event_id)
+        });
+        let mut holding = None;
         match (step, event) {
             (AfterDrain::Approve(scope), Some(event)) => {
                 return Next::Exit {
@@ -134,24 +179,39 @@ pub(crate) async fn wait_after_drain(
                     parked,
                 };
             }
-            (AfterDrain::Resume, _) => return Next::Resume,
+            (AfterDrain::Resume, _) => {
+                rendezvous.set_state(MemberState::Working);
+                return Next::Resume;
+            }
             (AfterDrain::Wait, _) => {}
             (AfterDrain::Park(why), _) => {
-                let described = notice.as_ref().map_or_else(String::new, |n| {
-                    format!("{} event {}", n.event_type, n.event_id)
-                });
                 let reason = format!(
                     "drained for {described}, not approved ({why}); waiting for it to start or be cancelled"
                 );
-                if !parked {
-                    tracing::warn!("{reason}");
-                    *watchdog = None;
-                }
-                readiness.send_modify(|r| r.shutting_down = Some(reason.clone()));
+                park(&reason, &mut said, watchdog, readiness);
                 parked = true;
+            }
+            (AfterDrain::Hold(why), _) => {
+                let reason = format!(
+                    "drained for {described}; approving it once the other workers on this VM have \
+                     drained, or at its deadline ({why})"
+                );
+                park(&reason, &mut said, watchdog, readiness);
+                parked = true;
+                holding = notice.as_ref().map(|n| n.deadline);
             }
             (AfterDrain::Exit | AfterDrain::Approve(_), _) => return exit(parked),
         }
+        let look_again = async {
+            match holding {
+                // Peers are looked at again shortly, and the deadline ends
+                // the wait for them.
+                Some(deadline) => {
+                    tokio::time::sleep_until(deadline.min(Instant::now() + PEER_POLL)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             trigger = triggers.external() => {
                 tracing::warn!(%trigger, "stopping while waiting for the event");
@@ -163,8 +223,29 @@ pub(crate) async fn wait_after_drain(
             changed = documents.changed() => if changed.is_err() {
                 return exit(parked);
             },
+            () = look_again => {}
         }
     }
+}
+
+/// Waits, not ready, saying why: in the log when the reason changes, in
+/// `/readyz` always; the drain's watchdog is disarmed.
+fn park(
+    reason: &str,
+    said: &mut String,
+    watchdog: &mut Option<Watchdog>,
+    readiness: &watch::Sender<Readiness>,
+) {
+    if said != reason {
+        tracing::warn!("{reason}");
+        reason.clone_into(said);
+    }
+    *watchdog = None;
+    readiness.send_if_modified(|r| {
+        let changed = r.shutting_down.as_deref() != Some(reason);
+        r.shutting_down = Some(reason.to_owned());
+        changed
+    });
 }
 
 /// What the worker does once a drain is over.
@@ -200,7 +281,7 @@ mod tests {
             event_type: EventType::Reboot,
             status,
             not_before: None,
-            deadline: Instant::now(),
+            deadline: Instant::now() + Duration::from_secs(30),
             first_seen: SystemTime::now(),
             incarnation: 2,
             withdrawn,
@@ -338,7 +419,15 @@ mod tests {
         ];
         for (case, notice, event, vm_name, settings, expected) in table {
             // The document is as new as the notice (incarnation 2).
-            let got = after_drain(notice.as_ref(), event.as_ref(), Some(2), vm_name, settings);
+            let got = after_drain(
+                notice.as_ref(),
+                event.as_ref(),
+                Some(2),
+                vm_name,
+                &Peers::Drained,
+                Instant::now(),
+                settings,
+            );
             match expected {
                 Some(expected) => assert_eq!(got, expected, "{case}"),
                 None => assert!(parks(&got), "{case}: {got:?}"),
@@ -380,13 +469,125 @@ mod tests {
                 listed.as_ref(),
                 incarnation,
                 Some(VM),
+                &Peers::Drained,
+                Instant::now(),
                 &settings,
             );
             assert_eq!(got, expected, "{case}");
         }
         // A withdrawn notice resumes whatever the document says.
         let withdrawn = notice(Scheduled, true);
-        let got = after_drain(Some(&withdrawn), None, Some(1), Some(VM), &settings);
+        let got = after_drain(
+            Some(&withdrawn),
+            None,
+            Some(1),
+            Some(VM),
+            &Peers::Drained,
+            Instant::now(),
+            &settings,
+        );
         assert_eq!(got, AfterDrain::Resume);
+    }
+
+    #[test]
+    fn an_approval_waits_for_every_worker_on_the_vm_until_the_deadline() {
+        use EventStatus::Scheduled;
+        let defaults = crate::WorkerConfig::default().drain;
+        let shared_ok = DrainSettings {
+            approve_shared_events: true,
+            ..defaults.clone()
+        };
+        let pending = notice(Scheduled, false);
+        let deadline = pending.deadline;
+        let before = deadline - Duration::from_secs(20);
+        let busy = Peers::Busy(vec!["pid 7, queue b".into()]);
+        let unknown = Peers::Unknown("no directory".into());
+        let this = AfterDrain::Approve(ApprovalScope::ThisVm(VM.into()));
+        let holds =
+            |r: &AfterDrain, text: &str| matches!(r, AfterDrain::Hold(why) if why.contains(text));
+        // (case, resources, peers, now, settings, expected: Ok(step) or Err(text of a hold))
+        type Row<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a Peers,
+            Instant,
+            &'a DrainSettings,
+            Result<AfterDrain, &'a str>,
+        );
+        let table: Vec<Row> = vec![
+            (
+                "alone",
+                &[VM],
+                &Peers::Drained,
+                before,
+                &defaults,
+                Ok(this.clone()),
+            ),
+            (
+                "a peer busy",
+                &[VM],
+                &busy,
+                before,
+                &defaults,
+                Err("pid 7, queue b"),
+            ),
+            (
+                "peers unknown",
+                &[VM],
+                &unknown,
+                before,
+                &defaults,
+                Err("no directory"),
+            ),
+            (
+                "a peer busy at the deadline",
+                &[VM],
+                &busy,
+                deadline,
+                &defaults,
+                Ok(this.clone()),
+            ),
+            (
+                "peers unknown past the deadline",
+                &[VM],
+                &unknown,
+                deadline + Duration::from_secs(1),
+                &defaults,
+                Ok(this.clone()),
+            ),
+            // Scope rules come first: a shared event is not held but parked.
+            (
+                "shared, a peer busy",
+                &[VM, "vmss_1"],
+                &busy,
+                before,
+                &defaults,
+                Err(""),
+            ),
+            (
+                "shared, opted in, a peer busy",
+                &[VM, "vmss_1"],
+                &busy,
+                before,
+                &shared_ok,
+                Err("pid 7"),
+            ),
+        ];
+        for (case, resources, peers, now, settings, expected) in table {
+            let got = after_drain(
+                Some(&pending),
+                Some(&event(Scheduled, resources)),
+                Some(2),
+                Some(VM),
+                peers,
+                now,
+                settings,
+            );
+            match expected {
+                Ok(step) => assert_eq!(got, step, "{case}"),
+                Err("") => assert!(matches!(got, AfterDrain::Park(_)), "{case}: {got:?}"),
+                Err(text) => assert!(holds(&got, text), "{case}: {got:?}"),
+            }
+        }
     }
 }

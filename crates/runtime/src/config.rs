@@ -6,6 +6,7 @@
 //! spot-worker, so that one deployment (cloud-init, systemd) fits them all.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use spot_worker_settings::{Source, table};
@@ -128,6 +129,10 @@ pub struct DrainSettings {
     /// the event for every VM it lists, cutting their notice short: turn it
     /// on only when the other VMs need no notice (or do not run workers).
     pub approve_shared_events: bool,
+    /// Where the workers on this VM meet, so that none approves an event
+    /// before all have drained (`SPOT_WORKER_RUNTIME_DIR`; default
+    /// `/run/spot-worker`, else `$XDG_RUNTIME_DIR/spot-worker`).
+    pub runtime_dir: Option<PathBuf>,
     /// End the process if the drain overruns its hard deadline, and, for a
     /// worker [owning its process](crate::Worker::owning_the_process), if the
     /// process is still up [`EXIT_GRACE`](crate::EXIT_GRACE) after `run`
@@ -166,6 +171,7 @@ impl Default for WorkerConfig {
                 drain_budget: table::DRAIN_BUDGET.default,
                 approve_events: table::APPROVE_EVENTS.default,
                 approve_shared_events: table::APPROVE_SHARED_EVENTS.default,
+                runtime_dir: None,
                 watchdog: table::WATCHDOG.default,
                 handle_signals: true,
             },
@@ -221,6 +227,9 @@ impl WorkerConfig {
                 drain_budget: source.get(&table::DRAIN_BUDGET)?,
                 approve_events: source.get(&table::APPROVE_EVENTS)?,
                 approve_shared_events: source.get(&table::APPROVE_SHARED_EVENTS)?,
+                runtime_dir: source
+                    .get(&table::RUNTIME_DIR)?
+                    .map(|dir| PathBuf::from(dir.as_ref())),
                 watchdog: source.get(&table::WATCHDOG)?,
                 handle_signals: true,
             },

@@ -15,6 +15,7 @@
 //! - [`shutdown`]: triggers, the drain plan and the watchdog;
 //! - `metered`: spans and metrics around the storage traits and the handler;
 //! - `store_health`: a refusing checkpoint store as readiness and a metric;
+//! - `rendezvous`: the workers on one VM, so none approves before all drained;
 //! - [`Worker`]: the lifecycle that ties them together.
 
 mod after_drain;
@@ -23,6 +24,7 @@ mod error;
 mod gate;
 pub mod health;
 mod metered;
+mod rendezvous;
 pub mod shutdown;
 mod store_health;
 mod worker;

@@ -329,6 +329,14 @@ pub const APPROVE_SHARED_EVENTS: Setting<bool> = Setting {
     doc: "also approve events listing other VMs (starts them for those VMs too)",
 };
 
+/// Where the workers on one VM meet before approving.
+pub const RUNTIME_DIR: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_RUNTIME_DIR",
+    default: None,
+    default_doc: Some("`/run/spot-worker`, else `$XDG_RUNTIME_DIR/spot-worker`"),
+    doc: "where the workers on one VM meet (a locked file each): an event is approved only once every one has drained; without a usable directory, only at its deadline (see [Several workers on one VM](operating.md#several-workers-on-one-vm))",
+};
+
 /// End the process if the drain overruns.
 pub const WATCHDOG: Setting<bool> = Setting {
     key: "SPOT_WORKER_WATCHDOG",
@@ -450,6 +458,7 @@ pub const ALL: &[&dyn Describe] = &[
     &RELEASE_FLOOR,
     &APPROVE_EVENTS,
     &APPROVE_SHARED_EVENTS,
+    &RUNTIME_DIR,
     &WATCHDOG,
     &LOG_FILTER,
     &LOG_FORMAT,

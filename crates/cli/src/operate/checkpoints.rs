@@ -26,7 +26,9 @@ Examples:
   spot-worker checkpoints show job-42
   spot-worker checkpoints delete job-42 --yes
 
-The container is SPOT_WORKER_CHECKPOINT_CONTAINER (default `checkpoints`).")]
+The container is SPOT_WORKER_CHECKPOINT_CONTAINER (default `checkpoints`).
+`show` prints a checkpoint file saved by `spot-worker run` as its text (or,
+if it is not UTF-8, its size and first bytes in hex), not as base64.")]
 pub struct CheckpointsArgs {
     #[command(subcommand)]
     command: CheckpointsCommand,
@@ -261,9 +263,47 @@ async fn show(fleet: &Fleet, store: &BlobCheckpointStore, job: &str) -> Result<(
     if let Some(stamp) = stamp {
         println!("written by:  {stamp}");
     }
-    println!("{label}:");
-    println!("{}", serde_json::to_string_pretty(value)?);
+    match spot_worker_command::from_progress(value) {
+        // A checkpoint file `spot-worker run` saved: its bytes, not their
+        // base64.
+        Ok(bytes) => println!("{label}:\n{}", describe_file(&bytes)),
+        Err(_) => {
+            println!("{label}:");
+            println!("{}", serde_json::to_string_pretty(value)?);
+        }
+    }
     Ok(())
+}
+
+/// How many bytes of a binary checkpoint file `show` prints, in hex.
+const HEX_SHOWN: usize = 64;
+
+/// A checkpoint file saved by `spot-worker run`, for a person: its text if
+/// it is UTF-8, else its size and its first bytes in hex.
+fn describe_file(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => format!(
+            "checkpoint file of {} byte(s) saved by `spot-worker run`, as text:\n{text}",
+            bytes.len()
+        ),
+        Err(_) => {
+            let shown = &bytes[..bytes.len().min(HEX_SHOWN)];
+            let mut out = format!(
+                "checkpoint file of {} byte(s) saved by `spot-worker run`, not UTF-8 text; {}:",
+                bytes.len(),
+                if shown.len() < bytes.len() {
+                    format!("its first {} in hex", shown.len())
+                } else {
+                    "in hex".to_owned()
+                }
+            );
+            for (row, chunk) in shown.chunks(16).enumerate() {
+                let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+                out.push_str(&format!("\n{:08x}  {}", row * 16, hex.join(" ")));
+            }
+            out
+        }
+    }
 }
 
 async fn delete(
@@ -356,6 +396,20 @@ mod tests {
                 "{max}"
             );
         }
+    }
+
+    #[test]
+    fn a_saved_checkpoint_file_is_shown_as_text_or_hex() {
+        let text = describe_file(b"cursor=10\n");
+        assert!(text.ends_with("as text:\ncursor=10\n"), "{text}");
+        assert!(text.contains("10 byte(s)"), "{text}");
+        let binary = describe_file(&[0xff, 0x00, 0x41]);
+        assert!(binary.contains("3 byte(s)"), "{binary}");
+        assert!(binary.contains("not UTF-8 text; in hex:"), "{binary}");
+        assert!(binary.ends_with("00000000  ff 00 41"), "{binary}");
+        let long = describe_file(&[0x80; 100]);
+        assert!(long.contains("its first 64 in hex"), "{long}");
+        assert_eq!(long.lines().count(), 5, "{long}");
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `spot-worker enqueue`: JSON Lines in, one queue message per line.
+//! `spot-worker enqueue`: JSON Lines in, one queue message per line; or,
+//! with `--raw`, the whole input as one message (a body that is not JSON,
+//! for a program that reads text on its stdin).
 //!
 //! Each line is sent exactly as written (without its line break), encoded
 //! as the worker expects (`SPOT_WORKER_MESSAGE_ENCODING`). A bad line is
@@ -37,6 +39,7 @@ Examples:
   spot-worker enqueue jobs.jsonl
   generate-jobs | spot-worker enqueue -
   spot-worker enqueue --skip-existing --results results jobs.jsonl   # a safe re-run
+  spot-worker enqueue --queue texts --raw chapter-1.txt              # one message, any text
 
 Each line is one JSON document, sent as is. With --skip-existing every line
 needs a string `job_id` field (as the worker's job key), and a line whose job
@@ -45,10 +48,22 @@ skipped, so re-running after an interruption sends only what is missing.
 A worker whose result marks a job done (primes) deletes its checkpoint as
 it finishes: for it, give --results. A
 job still in progress is sent again: if its message is still queued, the
-worker's per-job checkpoint fencing lets only one of the two run it.")]
+worker's per-job checkpoint fencing lets only one of the two run it.
+
+With --raw the whole input, whatever it holds, is one message, byte for byte
+(line breaks included): what `spot-worker run` gives its program on stdin. A
+text queue carries UTF-8 only; SPOT_WORKER_MESSAGE_ENCODING=base64 carries any
+bytes.")]
 pub struct EnqueueArgs {
-    /// JSON Lines file; `-` or nothing reads stdin.
+    /// JSON Lines file (with --raw: any file); `-` or nothing reads stdin.
     input: Option<PathBuf>,
+    /// The queue to send to, instead of SPOT_WORKER_QUEUE.
+    #[arg(long, value_name = "NAME")]
+    queue: Option<String>,
+    /// Send the whole input as one message, exactly as it is, not as JSON
+    /// Lines.
+    #[arg(long, conflicts_with = "skip_existing")]
+    raw: bool,
     /// Sends in flight at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     parallel: u16,
@@ -240,8 +255,17 @@ impl Progress {
 }
 
 pub async fn run(args: EnqueueArgs) -> Result<()> {
-    let fleet = Fleet::from_env()?;
+    let mut fleet = Fleet::from_env()?;
+    if let Some(name) = &args.queue {
+        if name.trim().is_empty() {
+            bail!("--queue needs a queue name");
+        }
+        fleet.config.queue.clone_from(name);
+    }
     let queue = fleet.queue()?;
+    if args.raw {
+        return send_raw(&fleet, &queue, args.input.as_deref()).await;
+    }
     let existing = if args.skip_existing {
         let results = match &args.results {
             Some(container) => Some((fleet.blobs(container)?, args.result_name.clone())),
@@ -300,6 +324,60 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--raw`: the whole input as one message, byte for byte.
+async fn send_raw(
+    fleet: &Fleet,
+    queue: &AzureQueue,
+    input: Option<&std::path::Path>,
+) -> Result<()> {
+    let body = match input {
+        Some(path) if path.as_os_str() != "-" => tokio::fs::read(path)
+            .await
+            .with_context(|| format!("reading {}", path.display()))?,
+        _ => {
+            let mut body = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut body)
+                .await
+                .context("reading stdin")?;
+            body
+        }
+    };
+    if body.is_empty() {
+        bail!("the input is empty: nothing to send");
+    }
+    let encoding = fleet.config.encoding;
+    let text = raw_message(&body, encoding)?;
+    let id = match queue
+        .send_to_existing(&text, std::time::Duration::ZERO)
+        .await
+    {
+        Ok(id) => id,
+        Err(StorageError::NotFound { .. }) => bail!("{}", missing_queue(queue.name())),
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("sending to queue {:?}", fleet.config.queue));
+        }
+    };
+    println!(
+        "sent 1 message of {} byte(s) to queue {} ({}) as {}",
+        body.len(),
+        fleet.config.queue,
+        encoding_name(encoding),
+        id.as_str()
+    );
+    Ok(())
+}
+
+/// The message text that carries `body` exactly on a queue of `encoding`.
+fn raw_message(body: &[u8], encoding: MessageEncoding) -> Result<String> {
+    encoding.encode(body).map_err(|error| {
+        anyhow::anyhow!(
+            "{error}: a text queue carries UTF-8 text only; send it to a queue whose workers \
+             read base64 (SPOT_WORKER_MESSAGE_ENCODING=base64 for both)"
+        )
+    })
 }
 
 /// Reads every line, sending jobs with at most `parallel` in flight.
@@ -372,6 +450,24 @@ fn settle((number, outcome): (u64, Outcome), summary: &mut Summary, progress: &P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_body_is_carried_as_is_or_refused_with_the_way_out() {
+        let text = "line 1\r\n\tline 2 <&> ü\n\nno newline at the end";
+        assert_eq!(
+            raw_message(text.as_bytes(), MessageEncoding::Text).unwrap(),
+            text
+        );
+        let bytes = [0xff, 0x00, b'a'];
+        assert_eq!(
+            MessageEncoding::Base64
+                .decode(&raw_message(&bytes, MessageEncoding::Base64).unwrap())
+                .unwrap(),
+            bytes
+        );
+        let refused = raw_message(&bytes, MessageEncoding::Text).unwrap_err();
+        assert!(refused.to_string().contains("base64"), "{refused}");
+    }
 
     #[test]
     fn lines_are_sent_as_written_or_say_why_not() {

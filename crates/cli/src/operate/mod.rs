@@ -1,11 +1,12 @@
 //! The operator's commands on a fleet's storage (`enqueue`, `poison`,
-//! `checkpoints`, `status`): they read the same environment contract as
+//! `checkpoints`, `results`, `status`): they read the same environment contract as
 //! the worker ([`AzureSetup`]), so they reach the same queue, poison queue
 //! and containers with the same credentials.
 
 pub mod checkpoints;
 pub mod enqueue;
 pub mod poison;
+pub mod results;
 mod scan;
 pub mod status;
 
@@ -15,11 +16,14 @@ use anyhow::{Context as _, Result, bail};
 use spot_worker::setup::AzureSetup;
 use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
 use spot_worker_runtime::WorkerConfig;
+use spot_worker_runtime::settings::{Source, table};
 use spot_worker_storage::MessageEncoding;
 
 /// The worker's settings and storage, as an operator reaches them.
 pub struct Fleet {
     pub config: WorkerConfig,
+    /// Where the workers store results (`SPOT_WORKER_RESULTS_CONTAINER`).
+    pub results_container: String,
     setup: AzureSetup,
 }
 
@@ -31,8 +35,12 @@ impl Fleet {
             "reading the worker's environment (AZURE_STORAGE_CONNECTION_STRING or \
              SPOT_WORKER_STORAGE_ACCOUNT_URL, SPOT_WORKER_QUEUE, ...)",
         )?;
+        let results_container = Source::from_env()?
+            .get(&table::RESULTS_CONTAINER)?
+            .into_owned();
         Ok(Fleet {
             config: setup.config.clone(),
+            results_container,
             setup,
         })
     }

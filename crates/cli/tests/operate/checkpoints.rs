@@ -103,3 +103,49 @@ async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records(
             .is_some()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_decodes_a_checkpoint_file_saved_by_the_runner() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let store = storage.checkpoint_store("checkpoints").unwrap();
+    store.prepare().await.unwrap();
+    // As `spot-worker run` saves a program's checkpoint file.
+    let binary: Vec<u8> = vec![0xff, 0xfe, 0x00, 0x41];
+    for (job, bytes) in [
+        ("text-job", &b"cursor=42\nphase=sieve\n"[..]),
+        ("binary-job", &binary),
+    ] {
+        let checkpoint = Checkpoint::InProgress {
+            progress: spot_worker_command::to_progress(bytes),
+        };
+        store
+            .write(job, &checkpoint, WritePrecondition::Create, None)
+            .await
+            .unwrap();
+    }
+    let cli = || spot_worker(&azurite, MessageEncoding::Text);
+
+    let text = run(cli().args(["checkpoints", "show", "text-job"])).await;
+    text.assert_success();
+    assert!(
+        text.stdout.ends_with(
+            "progress:\ncheckpoint file of 22 byte(s) saved by `spot-worker run`, as text:\n\
+             cursor=42\nphase=sieve\n\n"
+        ),
+        "{}",
+        text.stdout
+    );
+    assert!(!text.stdout.contains("file_base64"), "{}", text.stdout);
+
+    let bytes = run(cli().args(["checkpoints", "show", "binary-job"])).await;
+    bytes.assert_success();
+    assert!(
+        bytes.stdout.contains(
+            "checkpoint file of 4 byte(s) saved by `spot-worker run`, not UTF-8 text; in hex:\n\
+             00000000  ff fe 00 41\n"
+        ),
+        "{}",
+        bytes.stdout
+    );
+}

@@ -115,6 +115,18 @@ pub async fn run_with_stdin(command: &mut Command, stdin: Option<&[u8]>) -> Outp
     }
 }
 
+/// Sends SIGTERM to a worker the test started and waits (bounded) for its
+/// exit status: a drained worker exits 0.
+pub async fn stop_with_sigterm(worker: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = worker.id().expect("the worker is running") as i32;
+    // SAFETY: signals the worker this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    tokio::time::timeout(PATIENCE, worker.wait())
+        .await
+        .expect("the worker exits after SIGTERM")
+        .expect("waiting for the worker")
+}
+
 /// Every message text in `queue`, without receiving any (at most 32).
 pub async fn peek_texts(storage: &AzureStorage, queue: &str) -> Vec<String> {
     let mut texts: Vec<String> = storage

@@ -1,4 +1,5 @@
-//! The operator's commands (`enqueue`, `poison`, `checkpoints`, `status`)
+//! The operator's commands (`enqueue`, `poison`, `checkpoints`, `results`,
+//! `status`)
 //! as the unmodified binary runs them, against a real Azurite per test,
 //! configured only through the worker's environment contract.
 //! One test binary, a module per command.
@@ -6,5 +7,7 @@
 mod checkpoints;
 mod common;
 mod enqueue;
+mod log_level;
 mod poison;
+mod raw;
 mod status;

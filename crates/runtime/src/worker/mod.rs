@@ -6,8 +6,8 @@
 //! 3. consume until the first trigger (eviction notice, SIGTERM, request);
 //! 4. drain: stop receiving, wind handlers down so they checkpoint, release
 //!    what is left before the deadline;
-//! 5. after a drain for an event: approve it if it concerns this VM alone and
-//!    exit, or park (not ready, taking nothing) until it starts (exit) or is
+//! 5. after a drain for an event: approve it if it concerns this VM alone
+//!    (once every other worker on the VM has drained) and exit, or park (not ready, taking nothing) until it starts (exit) or is
 //!    cancelled (take work again, from step 3);
 //! 6. stop the watcher, flush telemetry, close the health server: all under
 //!    the watchdog, which stays armed until `run` returns;
@@ -41,6 +41,7 @@ use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue, settlement_observer};
+use crate::rendezvous::Rendezvous;
 use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
@@ -207,9 +208,12 @@ impl Worker {
         if self.config.drain.handle_signals {
             triggers.listen_for_signals();
         }
+        // Left (the file removed) when `run` returns; a crash leaves it
+        // unlocked, which the other workers treat the same.
+        let rendezvous = self.join_peers();
 
         let mut result = self
-            .gate_then_serve(handler, &triggers, watcher.as_ref())
+            .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
         // Stop polling before approving: IMDS allows 5 requests a second,
         // and the approval must not queue behind (or be throttled by) polls.
@@ -276,6 +280,21 @@ impl Worker {
         Ok((Some(watcher.spawn()), Some(signal)))
     }
 
+    /// Joins the other workers on this VM (those watching the same IMDS),
+    /// unless Scheduled Events are not watched at all.
+    fn join_peers(&self) -> Rendezvous {
+        if !self.config.imds.enabled {
+            return Rendezvous::Unavailable("Scheduled Events are not watched".into());
+        }
+        let about = format!("pid {}, queue {}", std::process::id(), self.queue.name());
+        Rendezvous::join(
+            self.config.drain.runtime_dir.as_deref(),
+            &self.config.imds.endpoint,
+            &about,
+            self.config.drain.approve_events,
+        )
+    }
+
     fn imds_config(&self) -> ImdsConfig {
         ImdsConfig::default().with_endpoint(self.config.imds.endpoint.clone())
     }
@@ -285,6 +304,7 @@ impl Worker {
         handler: H,
         triggers: &Triggers,
         watcher: Option<&RunningWatcher>,
+        rendezvous: &Rendezvous,
     ) -> Result<Finished, WorkerError> {
         let checks = Checks {
             imds: watcher.map(RunningWatcher::health),
@@ -323,6 +343,7 @@ impl Worker {
                         watcher,
                         &mut None,
                         &self.readiness,
+                        rendezvous,
                         &self.config.drain,
                     )
                     .await;
@@ -356,7 +377,7 @@ impl Worker {
         // configured; if it answers later and contradicts the name, events
         // are being matched against the wrong VM: drain as on a request
         // (nothing in flight is lost), then refuse as before the gate.
-        let serving = self.serve(handler, triggers, watcher);
+        let serving = self.serve(handler, triggers, watcher, rendezvous);
         tokio::pin!(serving);
         tokio::select! {
             finished = &mut serving => finished,
@@ -392,6 +413,7 @@ impl Worker {
         handler: H,
         triggers: &Triggers,
         watcher: Option<&RunningWatcher>,
+        rendezvous: &Rendezvous,
     ) -> Result<Finished, WorkerError> {
         let consumer = self.consumer()?;
         // Ends by itself with the consumer (its health sender is dropped).
@@ -420,6 +442,7 @@ impl Worker {
                 watcher,
                 &mut drained.watchdog,
                 &self.readiness,
+                rendezvous,
                 &self.config.drain,
             )
             .await;
