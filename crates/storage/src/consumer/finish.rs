@@ -3,6 +3,7 @@
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
 use crate::checkpoint::CheckpointNotes;
+use crate::goodput::tail;
 
 use super::Consumer;
 use super::attempts::ReadAttempts;
@@ -57,6 +58,7 @@ impl Consumer {
                 self.poison(delivery, cause, failures).await;
             }
             Settlement::Retry { attempts } => {
+                let attempts = attempts.with_tail(&delivery_tail(&delivery));
                 self.record_attempts(&delivery, &record, &attempts).await;
                 let delay = self.backoff(attempts.failures);
                 tracing::warn!(error = attempts.last_error.as_deref().unwrap_or_default(), failures = attempts.failures, retry_in = ?delay, "handler failed; will retry");
@@ -68,6 +70,7 @@ impl Consumer {
                 }
             }
             Settlement::WaitForPeer { attempts } => {
+                let attempts = attempts.with_tail(&delivery_tail(&delivery));
                 self.record_attempts(&delivery, &record, &attempts).await;
                 let delay = self.backoff(attempts.waits);
                 tracing::info!(retry_in = ?delay, waits = attempts.waits, "another holder of this job wrote newer progress; checking again later (not a failure)");
@@ -93,6 +96,8 @@ impl Consumer {
                 if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
                     self.settled(DeliveryOutcome::Succeeded);
                     tracing::debug!("handled and deleted");
+                    // Before the record (and the tails in it) is deleted.
+                    self.job_finished(&delivery).await;
                     self.forget_attempts(&mut delivery).await;
                     self.remove_leftover(&delivery).await;
                 }
@@ -146,4 +151,10 @@ impl Consumer {
             self.remove_leftover(&delivery).await;
         }
     }
+}
+
+/// What `delivery` did after its last saved checkpoint, for the attempt
+/// record of a delivery that ends without finishing its job.
+fn delivery_tail(delivery: &Delivery) -> crate::goodput::Ledger {
+    tail(&delivery.clock.now(), delivery.clock.last_saved().as_ref())
 }
