@@ -169,3 +169,63 @@ async fn a_short_job_on_one_delivery_costs_no_completion_record() {
     assert_eq!((ledger.useful_ms, ledger.deliveries), (50, 1));
     assert!(store.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_evicted_delivery_that_saved_nothing_reports_its_work_as_redone() {
+    let (queue, poison) = queues();
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    queue.send("job", Duration::ZERO).await.unwrap();
+    let (consumer, seen) =
+        observed(consumer(&queue, &poison, config()).with_checkpoints(store.clone()));
+    // The first delivery works 700 ms, then ignores the wind-down's
+    // request to save: its work is lost when the message is released.
+    let worked = Arc::new(tokio::sync::Notify::new());
+    let stubborn = handler_fn({
+        let worked = Arc::clone(&worked);
+        move |job: Job| {
+            let worked = Arc::clone(&worked);
+            async move {
+                work(700).await;
+                worked.notify_one();
+                job.cancellation().cancelled().await;
+                Err::<(), HandlerError>("interrupted, nothing saved".into())
+            }
+        }
+    });
+    let signals = spot_worker_storage::DrainSignals::new();
+    let task = tokio::spawn({
+        let (consumer, signals) = (consumer.clone(), signals.clone());
+        async move { consumer.run_until(stubborn, signals).await }
+    });
+    // The eviction comes the moment the work is done (on the paused clock,
+    // no time passes in between).
+    tokio::time::timeout(Duration::from_secs(60), worked.notified())
+        .await
+        .expect("the handler worked");
+    signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
+    wait_until("released", || consumer.stats().released == 1).await;
+    signals.release();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("stops in time")
+        .expect("consumer task");
+
+    let finishing = handler_fn(|_job: Job| async move {
+        work(300).await;
+        Ok::<(), HandlerError>(())
+    });
+    let running = Running::start(consumer, finishing);
+    running.wait_for("done", |s| s.succeeded == 1).await;
+    running.stop().await;
+    let ledger = seen.lock().unwrap()[0];
+    assert_eq!(
+        (
+            ledger.useful_ms,
+            ledger.redone_ms,
+            ledger.deliveries,
+            ledger.unaccounted
+        ),
+        (300, 700, 2, 0),
+        "{ledger:?}"
+    );
+}

@@ -107,12 +107,17 @@ impl Consumer {
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
                 }
+                // After the release, never in front of it.
+                self.record_tail(&delivery).await;
             }
             Settlement::Leave(why) => {
                 delivery.stop_renewing().await;
                 if delivery.lease.is_lost() {
                     self.settled(DeliveryOutcome::LeaseLost);
-                    tracing::warn!("{why}; nothing written");
+                    tracing::warn!("{why}; the message is left to it");
+                    // The message is another delivery's now, but what this
+                    // one lost is still this job's time.
+                    self.record_tail(&delivery).await;
                 } else {
                     tracing::error!("{why}; leaving the message to its visibility timeout");
                 }
@@ -149,6 +154,35 @@ impl Consumer {
             tracing::info!("the job is completed already; deleted without running it");
             self.forget_attempts(&mut delivery).await;
             self.remove_leftover(&delivery).await;
+        }
+    }
+}
+
+impl Consumer {
+    /// Adds `delivery`'s tail to its message's attempt record, on its own
+    /// (a release, a lost lease: no other outcome is written then), within
+    /// the release note's deadline; one that fails or runs out of time is
+    /// logged, and that delivery's redone work goes unreported.
+    async fn record_tail(&self, delivery: &Delivery) {
+        let tail = delivery_tail(delivery);
+        if tail == crate::goodput::Ledger::default() {
+            return;
+        }
+        let id = &delivery.message.id;
+        let write = async {
+            let read = self.attempts.read(id).await?;
+            self.attempts
+                .write(id, &read, &read.attempts.with_tail(&tail))
+                .await
+        };
+        match tokio::time::timeout(self.note_deadline(), write).await {
+            Ok(Ok(())) => tracing::debug!(redone_ms = tail.redone_ms, "tail recorded"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "could not record what this delivery did after its last checkpoint; its redone work goes unreported");
+            }
+            Err(_) => tracing::warn!(
+                "recording what this delivery did after its last checkpoint timed out; its redone work goes unreported"
+            ),
         }
     }
 }

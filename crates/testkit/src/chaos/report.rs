@@ -49,6 +49,8 @@ pub struct Report {
     pub cut_deliveries: u64,
     /// An upper bound of the numbers counted twice.
     pub redone_bound: u64,
+    /// Redone work the workers reported against what their logs show.
+    pub goodput: super::GoodputFigures,
     /// Deliveries that resumed from a checkpoint.
     pub resumed: u64,
     /// Results written again with the same content (harmless).
@@ -155,6 +157,17 @@ impl fmt::Display for Report {
             "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), each at most what it counted since its last checkpoint (every {:?}), bounded by its job's range; drains redo nothing",
             self.redone_bound,
             self.cut_deliveries,
+            spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
+        )?;
+        let goodput = &self.goodput;
+        writeln!(
+            f,
+            "  goodput          {} jobs reported {:.3} s redone; their logs show {:.3} s over {} interrupted deliveries (worst job: {:.3} s more than reported; allowed: one checkpoint interval, {:?}, per interrupted delivery)",
+            goodput.jobs,
+            goodput.reported_redone_s,
+            goodput.observed_redone_s,
+            goodput.interrupted,
+            goodput.worst_gap_s,
             spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
         )?;
         writeln!(
