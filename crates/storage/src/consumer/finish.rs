@@ -107,8 +107,9 @@ impl Consumer {
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
                 }
-                // After the release, never in front of it.
-                self.record_tail(&delivery).await;
+                // After the release, never in front of it, and briefly: the
+                // worker is shutting down.
+                self.record_tail(&delivery, self.note_deadline()).await;
             }
             Settlement::Leave(why) => {
                 delivery.stop_renewing().await;
@@ -116,8 +117,10 @@ impl Consumer {
                     self.settled(DeliveryOutcome::LeaseLost);
                     tracing::warn!("{why}; the message is left to it");
                     // The message is another delivery's now, but what this
-                    // one lost is still this job's time.
-                    self.record_tail(&delivery).await;
+                    // one lost is still this job's time; a lease lost to an
+                    // outage gets a settle call's time for it.
+                    self.record_tail(&delivery, self.config.settle_timeout)
+                        .await;
                 } else {
                     tracing::error!("{why}; leaving the message to its visibility timeout");
                 }
@@ -161,9 +164,9 @@ impl Consumer {
 impl Consumer {
     /// Adds `delivery`'s tail to its message's attempt record, on its own
     /// (a release, a lost lease: no other outcome is written then), within
-    /// the release note's deadline; one that fails or runs out of time is
-    /// logged, and that delivery's redone work goes unreported.
-    async fn record_tail(&self, delivery: &Delivery) {
+    /// `deadline`; one that fails or runs out of time is logged, and that
+    /// delivery's redone work goes unreported.
+    async fn record_tail(&self, delivery: &Delivery, deadline: std::time::Duration) {
         let tail = delivery_tail(delivery);
         if tail == crate::goodput::Ledger::default() {
             return;
@@ -175,7 +178,7 @@ impl Consumer {
                 .write(id, &read, &read.attempts.with_tail(&tail))
                 .await
         };
-        match tokio::time::timeout(self.note_deadline(), write).await {
+        match tokio::time::timeout(deadline, write).await {
             Ok(Ok(())) => tracing::debug!(redone_ms = tail.redone_ms, "tail recorded"),
             Ok(Err(error)) => {
                 tracing::warn!(%error, "could not record what this delivery did after its last checkpoint; its redone work goes unreported");

@@ -162,12 +162,15 @@ impl fmt::Display for Report {
         let goodput = &self.goodput;
         writeln!(
             f,
-            "  goodput          {} jobs reported {:.3} s redone; their logs show {:.3} s over {} interrupted deliveries (worst job: {:.3} s more than reported; allowed: one checkpoint interval, {:?}, per interrupted delivery)",
+            "  goodput          {} jobs reported {:.3} s redone; their {} deliveries that ended alive lost {:.3} s after their last save (to their last chunk; {:.3} s to their ending); {} cut without a word or unrecorded through an outage lost {:.3} s unreported (worst {:.3} s; allowed one checkpoint interval, {:?})",
             goodput.jobs,
             goodput.reported_redone_s,
-            goodput.observed_redone_s,
-            goodput.interrupted,
-            goodput.worst_gap_s,
+            goodput.ended_alive,
+            goodput.observed_alive_s,
+            goodput.held_alive_s,
+            goodput.cut,
+            goodput.observed_cut_s,
+            goodput.worst_cut_s,
             spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
         )?;
         writeln!(
