@@ -161,6 +161,11 @@ impl Consumer {
     }
 }
 
+/// How often, and how far apart, a tail write is tried again while the
+/// store cannot be reached (within its deadline).
+const TAIL_RETRIES: u32 = 40;
+const TAIL_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Consumer {
     /// Adds `delivery`'s tail to its message's attempt record, on its own
     /// (a release, a lost lease: no other outcome is written then), within
@@ -172,11 +177,26 @@ impl Consumer {
             return;
         }
         let id = &delivery.message.id;
-        let write = async {
+        let once = || async {
             let read = self.attempts.read(id).await?;
             self.attempts
                 .write(id, &read, &read.attempts.with_tail(&tail))
                 .await
+        };
+        // An outage (what loses a lease) may outlast the client's own
+        // retries: try again, every half second, until the deadline.
+        let write = async {
+            let mut result = once().await;
+            for _ in 0..TAIL_RETRIES {
+                match &result {
+                    Err(error) if crate::checkpoint::store_unreachable(error) => {
+                        tokio::time::sleep(TAIL_RETRY_PAUSE).await;
+                        result = once().await;
+                    }
+                    _ => break,
+                }
+            }
+            result
         };
         match tokio::time::timeout(deadline, write).await {
             Ok(Ok(())) => tracing::debug!(redone_ms = tail.redone_ms, "tail recorded"),
