@@ -109,12 +109,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
     assert_eq!(runs.load(Ordering::SeqCst), 6, "run on every delivery");
     assert!(queue.is_empty() && poison.is_empty());
     // The record went with its message.
-    // Only completion records stay (see `goodput`).
-    let left: Vec<String> = store
-        .keys()
-        .into_iter()
-        .filter(|key| !key.starts_with(spot_worker_storage::COMPLETION_RECORD_PREFIX))
-        .collect();
+    let left = left_behind(&store);
     assert!(left.is_empty(), "checkpoints left behind: {left:?}");
 }
 
@@ -304,11 +299,16 @@ async fn a_job_finishing_during_the_wind_down_leaves_no_record_behind() {
         .expect("the consumer stops")
         .expect("consumer task");
     assert_eq!((stats.succeeded, stats.released), (1, 0), "{stats:?}");
-    // Only completion records stay (see `goodput`).
-    let left: Vec<String> = store
+    let left = left_behind(&store);
+    assert!(left.is_empty(), "checkpoints left behind: {left:?}");
+}
+
+/// What is left in `store` besides completion records, which stay on
+/// purpose (see `goodput`).
+fn left_behind(store: &InMemoryCheckpointStore) -> Vec<String> {
+    store
         .keys()
         .into_iter()
         .filter(|key| !key.starts_with(spot_worker_storage::COMPLETION_RECORD_PREFIX))
-        .collect();
-    assert!(left.is_empty(), "checkpoints left behind: {left:?}");
+        .collect()
 }
