@@ -323,6 +323,9 @@ impl PrimesHandler {
             let cut_short = counted.reached < chunk_end;
             if counted.reached > chunk_start {
                 (cursor, primes) = (counted.reached, primes + counted.primes);
+                // With `progress saved`, what the chaos run measures redone
+                // work by (the work a delivery did after its last save).
+                tracing::debug!(job_id = %spec.job_id, cursor, "chunk counted");
                 // A chunk cut short by cancellation is saved as far as it
                 // got (while the worker winds down, checkpoint writes are
                 // still allowed); the last chunk is not, the result follows.
@@ -386,7 +389,10 @@ impl PrimesHandler {
             return Ok(saved.cursor);
         }
         match checkpoint.save_progress(progress.to_value()).await {
-            Ok(()) => *saved = Saved::at(progress.cursor),
+            Ok(()) => {
+                tracing::debug!(cursor = progress.cursor, "progress saved");
+                *saved = Saved::at(progress.cursor);
+            }
             Err(StorageError::JobCancelled { .. }) => {}
             Err(source) => {
                 return Err(PrimesError::Storage {

@@ -5,6 +5,7 @@
 //! - [`MeteredQueue`]: lease renewals (on the work queue);
 //! - [`MeteredCheckpoints`]: checkpoint writes and their latency;
 //! - [`MeteredHandler`]: how long successful handlers took;
+//! - [`goodput_observer`]: where each finished job's time went;
 //! - [`settlement_observer`]: what became of each delivery, from the
 //!   consumer's own settlement (the source of its statistics), and the
 //!   `process {queue}` span marked as an error for a counted failure or
@@ -14,13 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use spot_worker_storage::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, DeliveryOutcome, ETag, HandlerError, Job, MessageHandler,
-    MessageId, MessageQueue, PopReceipt, QueueMessage, SettlementObserver, StorageError,
-    StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, DeliveryOutcome, ETag, GoodputObserver, HandlerError, Job,
+    MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage, SettlementObserver,
+    StorageError, StoredCheckpoint, WritePrecondition,
 };
 use spot_worker_telemetry::{
-    CheckpointOutcome, LeaseOutcome, MessageOutcome, Metrics, record_error,
+    CheckpointOutcome, JobTimeKind, LeaseOutcome, MessageOutcome, Metrics, record_error,
 };
 
 /// The work queue, recording its lease renewals (what became of each
@@ -194,6 +196,25 @@ pub(crate) fn settlement_observer(metrics: Metrics, queue: String) -> Settlement
             record_error(&tracing::Span::current(), error_type);
         }
     })
+}
+
+/// Records each finished job's time by kind, its goodput and its
+/// unaccounted deliveries (see `spot_worker_storage::goodput`).
+pub(crate) fn goodput_observer(metrics: Metrics, queue: String) -> GoodputObserver {
+    Arc::new(move |ledger: &Ledger| {
+        let seconds = TimeKind::ALL.map(|kind| (job_time_kind(kind), ledger.seconds(kind)));
+        metrics.job_finished(&queue, &seconds, ledger.unaccounted);
+    })
+}
+
+/// The telemetry attribute for a kind of job time.
+fn job_time_kind(kind: TimeKind) -> JobTimeKind {
+    match kind {
+        TimeKind::Useful => JobTimeKind::Useful,
+        TimeKind::Redone => JobTimeKind::Redone,
+        TimeKind::Checkpointing => JobTimeKind::Checkpointing,
+        TimeKind::Waiting => JobTimeKind::Waiting,
+    }
 }
 
 /// The telemetry attribute for a consumer outcome.

@@ -137,6 +137,14 @@ pub const STORAGE_REFUSAL_GRACE: Setting<Duration> = Setting {
     doc: "how long the checkpoint store may refuse one kind of request (401/403) or miss its container before the worker turns not ready and pauses intake; shorter refusals are waited out uncounted, like outages (see [Delivery semantics](lifecycle.md#delivery-semantics))",
 };
 
+/// What a worker VM costs, for each job's cost in money.
+pub const PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_PRICE_PER_HOUR",
+    default: None,
+    default_doc: None,
+    doc: "`status`: a worker VM's price per hour in US dollars (a number, e.g. `0.0125`), shared by its `SPOT_WORKER_CONCURRENCY` slots; with it each job's time is also shown as money, storage requests included (see [Goodput](goodput.md))",
+};
+
 /// Blob container for checkpoints.
 pub const CHECKPOINT_CONTAINER: Setting<Text> = Setting {
     key: "SPOT_WORKER_CHECKPOINT_CONTAINER",
@@ -435,6 +443,7 @@ pub const ALL: &[&dyn Describe] = &[
     &MAX_DELIVERIES,
     &IDLE_POLL_MAX,
     &STORAGE_REFUSAL_GRACE,
+    &PRICE_PER_HOUR,
     &CHECKPOINT_CONTAINER,
     &POISON_CONTAINER,
     &RESULTS_CONTAINER,

@@ -13,10 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consumer::Leftover;
 use crate::error::StorageError;
+use crate::goodput::{Ledger, split_stamp, stamp_with};
 
 mod notes;
+mod save_clock;
 
 pub(crate) use notes::CheckpointNotes;
+pub(crate) use save_clock::SaveClock;
 
 /// An opaque version tag of a stored checkpoint; it changes on every write.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -229,6 +232,9 @@ pub struct JobCheckpoint {
     /// Where the delivery running the job learns what this handle left in
     /// the store under the job's own key (see [`JobCheckpoint::leaving_in`]).
     leftover: Option<Arc<Leftover>>,
+    /// The delivery's clock, which times this handle's saves and whose
+    /// ledger each of them stamps (see [`crate::goodput`]).
+    clock: Option<Arc<SaveClock>>,
     /// Random per handle: only this handle's writes carry it, so a stored
     /// stamp with it proves the stored checkpoint is this handle's.
     writer: String,
@@ -304,6 +310,7 @@ impl JobCheckpoint {
             cancelled: None,
             notes: None,
             leftover: None,
+            clock: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
         }
@@ -332,6 +339,13 @@ impl JobCheckpoint {
     pub(crate) fn leaving_in(mut self, leftover: Arc<Leftover>) -> Self {
         leftover.saw(self.latest());
         self.leftover = Some(leftover);
+        self
+    }
+
+    /// Times this handle's saves on the delivery's `clock`, and stamps each
+    /// with the job's goodput ledger as of the save.
+    pub(crate) fn timed_by(mut self, clock: Arc<SaveClock>) -> Self {
+        self.clock = Some(clock);
         self
     }
 
@@ -396,7 +410,15 @@ impl JobCheckpoint {
     ///   `checkpoint`: a worker that lost its message must not adopt the new
     ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        let saved = self.save_fenced(checkpoint).await;
+        // The hook that times the save: the job is blocked from here to the
+        // return, retries and conflict reads included.
+        let start = self.clock.as_ref().map(|clock| clock.save_started());
+        let saved = self
+            .save_fenced(checkpoint, start.map(|start| start.ledger))
+            .await;
+        if let (Some(clock), Some(start)) = (&self.clock, start) {
+            clock.save_ended(start, saved.is_ok());
+        }
         if let Some(notes) = &self.notes {
             match &saved {
                 Ok(()) => notes.note_written(&self.key),
@@ -406,7 +428,11 @@ impl JobCheckpoint {
         saved
     }
 
-    async fn save_fenced(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn save_fenced(
+        &mut self,
+        checkpoint: Checkpoint,
+        ledger: Option<Ledger>,
+    ) -> Result<(), StorageError> {
         // One retry at most: after an earlier write of ours is adopted, a
         // second conflict can only be another writer's.
         for _ in 0..2 {
@@ -424,7 +450,10 @@ impl JobCheckpoint {
                 None => WritePrecondition::Create,
             };
             self.writes += 1;
-            let stamp = self.stamp(self.writes);
+            let stamp = match &ledger {
+                Some(ledger) => stamp_with(&self.stamp(self.writes), ledger),
+                None => self.stamp(self.writes),
+            };
             if let Some(leftover) = &self.leftover {
                 leftover.writing();
             }
@@ -478,7 +507,9 @@ impl JobCheckpoint {
     }
 
     fn classify(&self, stored: Option<&str>) -> StampMatch {
-        let Some((writer, sequence)) = stored.and_then(|stamp| stamp.split_once(':')) else {
+        // The ledger a stamp may carry says nothing about who wrote it.
+        let own = stored.map(|stamp| split_stamp(stamp).0);
+        let Some((writer, sequence)) = own.and_then(|stamp| stamp.split_once(':')) else {
             return StampMatch::Other;
         };
         match sequence.parse::<u64>() {

@@ -27,6 +27,7 @@ mod consumer;
 mod encoding;
 mod error;
 mod fenced_results;
+pub mod goodput;
 pub mod memory;
 mod queue;
 mod result;
@@ -35,10 +36,11 @@ pub use checkpoint::{
     Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
-    BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome,
-    DrainSignals, FnHandler, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler,
-    MessageSpan, Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth,
-    handler_fn, permanent, poison_body_blob_name, poison_queue_name,
+    BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
+    ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome, DrainSignals, FnHandler,
+    GoodputObserver, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan,
+    Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth, handler_fn, permanent,
+    poison_body_blob_name, poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;

@@ -60,7 +60,8 @@ pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, Telemet
 pub use error::TelemetryError;
 pub use metrics::{Metrics, attributes, names};
 pub use outcomes::{
-    CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, StorageRefusal, values,
+    CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
+    values,
 };
 pub use span::{
     ERROR_TYPE, MESSAGING_BATCH_MESSAGE_COUNT, MESSAGING_DEQUEUE_COUNT, MESSAGING_DESTINATION_NAME,

@@ -14,7 +14,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
 use crate::outcomes::{
-    CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, StorageRefusal,
+    CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
 };
 use crate::span::MESSAGING_DESTINATION_NAME;
 
@@ -42,9 +42,20 @@ pub mod names {
     /// Gauge: 1 while the checkpoint store refuses the worker or misses its
     /// container and intake is paused, else 0, by `reason` (`1`).
     pub const STORAGE_REFUSED: &str = "spot_worker.storage.refused";
+    /// Counter of finished jobs' time, across all their deliveries, by
+    /// `kind` ([`JobTimeKind`](crate::JobTimeKind)): useful, redone,
+    /// checkpointing, waiting (`s`).
+    pub const JOB_TIME: &str = "spot_worker.job.time";
+    /// Histogram of finished jobs' goodput: useful time over all their
+    /// time (`1`).
+    pub const JOB_GOODPUT: &str = "spot_worker.job.goodput";
+    /// Counter of deliveries of finished jobs that left no accounting (cut
+    /// before their first checkpoint save): their time is missing from
+    /// `spot_worker.job.time` (`{delivery}`).
+    pub const JOB_UNACCOUNTED: &str = "spot_worker.job.unaccounted_deliveries";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 13] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -55,6 +66,9 @@ pub mod names {
         DRAIN_DURATION,
         READY,
         STORAGE_REFUSED,
+        JOB_TIME,
+        JOB_GOODPUT,
+        JOB_UNACCOUNTED,
     ];
 }
 
@@ -71,9 +85,12 @@ pub mod attributes {
     pub const REASON: &str = "reason";
     /// The queue, on every per-queue metric.
     pub const QUEUE: &str = crate::span::MESSAGING_DESTINATION_NAME;
+    /// The kind of a job's time, on `spot_worker.job.time`
+    /// ([`JobTimeKind::as_str`](crate::JobTimeKind::as_str)).
+    pub const KIND: &str = "kind";
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 5] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON];
+    pub const ALL: [&str; 6] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND];
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -84,6 +101,8 @@ const PROCESS_BOUNDARIES: [f64; 18] = [
 const CHECKPOINT_BOUNDARIES: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
+// A share, 0 to 1: finer towards 1, where a healthy fleet is.
+const GOODPUT_BOUNDARIES: [f64; 10] = [0.1, 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0];
 // Azure's Spot notice is 30 s; the interesting part is around it.
 const DRAIN_BOUNDARIES: [f64; 12] = [
     0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 45.0, 60.0, 120.0,
@@ -137,6 +156,9 @@ struct Instruments {
     _ready_gauge: ObservableGauge<i64>,
     storage_refused: Arc<AtomicU8>,
     _storage_refused_gauge: ObservableGauge<i64>,
+    job_time: Counter<f64>,
+    job_goodput: Histogram<f64>,
+    job_unaccounted: Counter<u64>,
 }
 
 impl Metrics {
@@ -234,6 +256,26 @@ impl Metrics {
                     }
                 })
                 .build(),
+            job_time: meter
+                .f64_counter(names::JOB_TIME)
+                .with_unit("s")
+                .with_description(
+                    "Finished jobs' time across all their deliveries, by kind: useful, redone, \
+                     checkpointing, waiting.",
+                )
+                .build(),
+            job_goodput: meter
+                .f64_histogram(names::JOB_GOODPUT)
+                .with_unit("1")
+                .with_description("Finished jobs' useful time over all their time.")
+                .with_boundaries(GOODPUT_BOUNDARIES.to_vec())
+                .build(),
+            job_unaccounted: counter(
+                names::JOB_UNACCOUNTED,
+                "{delivery}",
+                "Deliveries of finished jobs cut before their first checkpoint save, whose \
+                 time is missing from spot_worker.job.time.",
+            ),
         };
         Self {
             inner: Arc::new(inner),
@@ -290,6 +332,37 @@ impl Metrics {
         self.inner
             .checkpoint_duration
             .record(duration.as_secs_f64(), &attributes);
+    }
+
+    /// A job finished: `seconds` of each kind across all its deliveries,
+    /// and `unaccounted` deliveries that left no accounting. Its goodput
+    /// (useful over all) is recorded unless it took no time at all.
+    pub fn job_finished(&self, queue: &str, seconds: &[(JobTimeKind, f64)], unaccounted: u32) {
+        let mut total = 0.0;
+        let mut useful = 0.0;
+        for (kind, value) in seconds {
+            self.inner.job_time.add(
+                *value,
+                &[
+                    KeyValue::new(MESSAGING_DESTINATION_NAME, queue.to_owned()),
+                    KeyValue::new(attributes::KIND, kind.as_str()),
+                ],
+            );
+            total += value;
+            if *kind == JobTimeKind::Useful {
+                useful += value;
+            }
+        }
+        if total > 0.0 {
+            self.inner
+                .job_goodput
+                .record(useful / total, &queue_attributes(queue));
+        }
+        if unaccounted > 0 {
+            self.inner
+                .job_unaccounted
+                .add(u64::from(unaccounted), &queue_attributes(queue));
+        }
     }
 
     /// An IMDS scheduled event was noticed. Types other than the five IMDS
@@ -385,6 +458,7 @@ mod tests {
         metrics.checkpoint_written(CheckpointOutcome::Conflict, Duration::from_millis(3));
         metrics.eviction_notice("Preempt");
         metrics.drained(Duration::from_secs(12));
+        metrics.job_finished("q", &[(JobTimeKind::Useful, 1.5)], 1);
         assert!(!clone.is_ready());
         metrics.set_ready(true);
         assert!(clone.is_ready());

@@ -142,6 +142,40 @@ pub const EVENT_TYPES: [&str; 6] = [
     "other",
 ];
 
+/// The kind of a finished job's time, on `spot_worker.job.time` (what
+/// each means: docs/goodput.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobTimeKind {
+    /// Handler time whose progress survived.
+    Useful,
+    /// Handler time whose progress was lost and computed again.
+    Redone,
+    /// Time blocked on checkpoint saves.
+    Checkpointing,
+    /// Time a delivery held the job before its handler started.
+    Waiting,
+}
+
+impl JobTimeKind {
+    /// Every kind.
+    pub const ALL: [JobTimeKind; 4] = [
+        JobTimeKind::Useful,
+        JobTimeKind::Redone,
+        JobTimeKind::Checkpointing,
+        JobTimeKind::Waiting,
+    ];
+
+    /// The attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobTimeKind::Useful => "useful",
+            JobTimeKind::Redone => "redone",
+            JobTimeKind::Checkpointing => "checkpointing",
+            JobTimeKind::Waiting => "waiting",
+        }
+    }
+}
+
 /// Every value the attribute `key` takes; empty for a free-form one (the
 /// queue name) or a key the worker does not emit.
 ///
@@ -163,6 +197,7 @@ pub fn values(key: &str) -> Vec<&'static str> {
         }
         attributes::EVENT_TYPE => EVENT_TYPES.to_vec(),
         attributes::REASON => StorageRefusal::ALL.map(StorageRefusal::as_str).to_vec(),
+        attributes::KIND => JobTimeKind::ALL.map(JobTimeKind::as_str).to_vec(),
         _ => Vec::new(),
     }
 }

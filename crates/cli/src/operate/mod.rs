@@ -5,6 +5,7 @@
 
 pub mod checkpoints;
 pub mod enqueue;
+pub mod goodput;
 pub mod poison;
 pub mod results;
 mod scan;

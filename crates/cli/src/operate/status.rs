@@ -1,6 +1,7 @@
 //! `spot-worker status`: one screen for a fleet: the work queue and its
-//! poison queue, the jobs in progress per their checkpoints, and, given
-//! their health URLs, whether the workers are ready.
+//! poison queue, the jobs in progress per their checkpoints, the finished
+//! jobs' goodput per their completion records, and, given their health
+//! URLs, whether the workers are ready.
 
 use std::io::IsTerminal as _;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, compact, job_rows};
+use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -89,6 +91,8 @@ struct Status {
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
     checkpoints_not_read: usize,
+    /// Where the finished jobs' time went (docs/goodput.md).
+    goodput: FleetGoodput,
     workers: Vec<WorkerStatus>,
 }
 
@@ -160,6 +164,20 @@ async fn gather(
             job: row.job,
         })
         .collect();
+    let (records, records_not_read) = read_records(&fleet.checkpoints()?, max_reads).await?;
+    let price = spot_worker::settings::Source::from_env()
+        .context("reading the settings")?
+        .get(&spot_worker::settings::table::PRICE_PER_HOUR)
+        .context("reading SPOT_WORKER_PRICE_PER_HOUR")?
+        .map(|text| parse_price(&text))
+        .transpose()?;
+    let (slots, lease) = (fleet.config.concurrency, fleet.config.visibility_timeout);
+    let pricing = price.map(|price| move |ledger: &_| job_cost(ledger, price, slots, lease));
+    let goodput = sum_up(
+        &records,
+        records_not_read,
+        pricing.as_ref().map(|f| f as &dyn Fn(&_) -> _),
+    );
     let mut workers = Vec::with_capacity(health.len());
     for url in health {
         workers.push(worker_status(http, url).await);
@@ -171,6 +189,7 @@ async fn gather(
         jobs_in_progress,
         completed_jobs,
         checkpoints_not_read,
+        goodput,
         workers,
     })
 }
@@ -261,11 +280,68 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
             compact(&job.progress, 40)
         );
     }
+    print_goodput(&status.goodput);
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };
         println!("worker  {:<40} {state} ({})", worker.url, worker.detail);
     }
     Ok(())
+}
+
+/// The goodput lines: seconds by kind and the share of each, and money
+/// when priced.
+fn print_goodput(goodput: &FleetGoodput) {
+    let unread = match (goodput.not_read, goodput.unreadable) {
+        (0, 0) => String::new(),
+        (n, 0) => format!("; {n} older not read, see --max-reads"),
+        (n, bad) => format!("; {n} older not read, {bad} unreadable"),
+    };
+    let Some(share) = goodput.goodput else {
+        println!(
+            "goodput no finished job recorded yet ({} completion record(s){unread})",
+            goodput.jobs
+        );
+        return;
+    };
+    println!(
+        "goodput {:.1} % useful over {} finished job(s) (completion records{unread})",
+        share * 100.0,
+        goodput.jobs
+    );
+    let total = goodput.useful_seconds
+        + goodput.redone_seconds
+        + goodput.checkpointing_seconds
+        + goodput.waiting_seconds;
+    let costs = goodput
+        .cost
+        .map(|c| [c.useful, c.redone, c.checkpointing, c.waiting]);
+    for (i, (kind, seconds)) in [
+        ("useful", goodput.useful_seconds),
+        ("redone", goodput.redone_seconds),
+        ("checkpointing", goodput.checkpointing_seconds),
+        ("waiting", goodput.waiting_seconds),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let money = costs.map_or_else(String::new, |c| format!("  ${:.4}", c[i]));
+        println!(
+            "  {kind:<14} {seconds:>12.1} s {:>6.1} %{money}",
+            seconds * 100.0 / total
+        );
+    }
+    if let Some(cost) = goodput.cost {
+        println!(
+            "  {:<14} {:>12.1} s          ${:.4}",
+            "total", total, cost.total
+        );
+    }
+    if goodput.unaccounted_deliveries > 0 {
+        println!(
+            "  {} delivery(ies) cut before their first checkpoint left no accounting: their time is missing above",
+            goodput.unaccounted_deliveries
+        );
+    }
 }
 
 #[cfg(test)]

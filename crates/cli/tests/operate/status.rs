@@ -260,3 +260,98 @@ async fn the_readme_worker_leaves_no_job_in_progress_once_its_jobs_are_done() {
         screen.stdout
     );
 }
+
+/// A job that failed once after some work and then succeeded: its
+/// completion record (two deliveries) is what `status` sums up, with its
+/// cost when a price is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
+    use std::time::Duration;
+
+    use spot_worker_storage::{CancellationToken, Consumer, ConsumerConfig, MessageQueue as _};
+
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    storage
+        .checkpoint_store("checkpoints")
+        .unwrap()
+        .prepare()
+        .await
+        .unwrap();
+    let queue = storage.queue(QUEUE).unwrap();
+    queue.prepare().await.unwrap();
+    queue.send("one job", Duration::ZERO).await.unwrap();
+    let config = ConsumerConfig {
+        retry_backoff_base: Duration::from_secs(1),
+        idle_backoff_floor: Duration::from_millis(50),
+        idle_backoff_max: Duration::from_millis(300),
+        ..ConsumerConfig::default()
+    };
+    let poison = storage.poison_queue(QUEUE).unwrap();
+    let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
+        .unwrap()
+        .with_checkpoints(Arc::new(storage.checkpoint_store("checkpoints").unwrap()));
+    // The first delivery works 300 ms and fails without saving: redone.
+    let handler = handler_fn(|job: Job| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if job.dequeue_count() == 1 {
+            return Err::<(), HandlerError>("failed after some work".into());
+        }
+        Ok(())
+    });
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+        async move { consumer.run(handler, shutdown).await }
+    });
+    poll_until("the job to succeed on its second delivery", || {
+        let stats = consumer.stats();
+        async move { (stats.succeeded == 1).then_some(()) }
+    })
+    .await;
+    shutdown.cancel();
+    task.await.unwrap();
+
+    let cli = || spot_worker(&azurite, MessageEncoding::Text);
+    let screen = run(cli()
+        .args(["status", "--json"])
+        .env("SPOT_WORKER_PRICE_PER_HOUR", "3.6"))
+    .await;
+    screen.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&screen.stdout).unwrap();
+    let goodput = &status["goodput"];
+    assert_eq!(goodput["jobs"], 1, "{goodput}");
+    let seconds = |kind: &str| goodput[format!("{kind}_seconds")].as_f64().unwrap();
+    assert!(seconds("redone") >= 0.3, "{goodput}");
+    assert!(seconds("useful") >= 0.3, "{goodput}");
+    let share = goodput["goodput"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{goodput}");
+    // The VM's share and the requests: redone time costs money too.
+    let cost = &goodput["cost"];
+    assert!(cost["redone"].as_f64().unwrap() > 0.0, "{goodput}");
+    assert!(
+        cost["total"].as_f64().unwrap() >= cost["useful"].as_f64().unwrap(),
+        "{goodput}"
+    );
+
+    let text = run(cli().args(["status"])).await;
+    text.assert_success();
+    assert!(
+        text.stdout.contains("useful over 1 finished job(s)"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("  redone "), "{}", text.stdout);
+
+    // A price that is not a number is refused, saying which setting.
+    let refused = run(cli()
+        .args(["status"])
+        .env("SPOT_WORKER_PRICE_PER_HOUR", "cheap"))
+    .await;
+    assert!(refused.code != Some(0), "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("SPOT_WORKER_PRICE_PER_HOUR"),
+        "{}",
+        refused.stderr
+    );
+}

@@ -40,7 +40,9 @@ use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
-use crate::metered::{MeteredCheckpoints, MeteredHandler, MeteredQueue, settlement_observer};
+use crate::metered::{
+    MeteredCheckpoints, MeteredHandler, MeteredQueue, goodput_observer, settlement_observer,
+};
 use crate::rendezvous::Rendezvous;
 use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
@@ -493,6 +495,10 @@ impl Worker {
                 message_span(queue, message.id.as_str(), message.dequeue_count)
             }))
             .with_settlement_observer(settlement_observer(
+                metrics.clone(),
+                self.queue.name().to_owned(),
+            ))
+            .with_goodput_observer(goodput_observer(
                 metrics.clone(),
                 self.queue.name().to_owned(),
             ));

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
+use crate::goodput::Ledger;
 use crate::queue::MessageId;
 
 use super::poison::truncate_at_char_boundary;
@@ -45,6 +46,15 @@ pub(crate) struct Attempts {
     /// The latest failure, for the poison record and for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) last_error: Option<String>,
+    /// What earlier deliveries that ended without finishing the job did
+    /// after their last saved checkpoint (their tails, see
+    /// [`crate::goodput`]); the delivery that finishes the job adds it.
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub(crate) goodput: Ledger,
+}
+
+fn is_empty(ledger: &Ledger) -> bool {
+    *ledger == Ledger::default()
 }
 
 impl Attempts {
@@ -73,6 +83,14 @@ impl Attempts {
     pub(crate) fn waited(&self) -> Attempts {
         Attempts {
             waits: self.waits.saturating_add(1),
+            ..self.clone()
+        }
+    }
+
+    /// This record with a delivery's `tail` added.
+    pub(crate) fn with_tail(&self, tail: &Ledger) -> Attempts {
+        Attempts {
+            goodput: self.goodput.plus(tail),
             ..self.clone()
         }
     }
@@ -206,6 +224,7 @@ mod tests {
             waits: u32::MAX,
             releases: u32::MAX,
             last_error: None,
+            goodput: Ledger::default(),
         }
         .failed(&huge)
         .released();
@@ -221,6 +240,7 @@ mod tests {
             waits,
             releases,
             last_error: None,
+            goodput: Ledger::default(),
         };
         // (dequeue count, failures, waits, releases, unexplained)
         let rows = [

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::checkpoint::CheckpointNotes;
+use crate::checkpoint::{CheckpointNotes, SaveClock};
+use crate::goodput::split_stamp;
 use crate::queue::QueueMessage;
 
 use super::Consumer;
@@ -45,6 +46,8 @@ pub(super) struct Delivery {
     hurry: CancellationToken,
     /// Records a release on shutdown in the attempt record.
     pub(super) note: ReleaseNote,
+    /// Where this delivery's time went (see [`crate::goodput`]).
+    pub(super) clock: Arc<SaveClock>,
 }
 
 impl Delivery {
@@ -130,6 +133,7 @@ impl Consumer {
             renewal: Some(renewal),
             hurry: signals.release.clone(),
             note,
+            clock: Arc::new(SaveClock::new(received_at)),
         };
         if let Some(panicked) = panicked {
             return self.panicked(delivery, &signals, &panicked).await;
@@ -189,6 +193,15 @@ impl Consumer {
                 }
             }
             PreCheck::NotCompleted(latest) => {
+                // The job's time so far, as the checkpoint it resumes from
+                // carries it.
+                if let Some(ledger) = latest
+                    .as_ref()
+                    .and_then(|stored| stored.stamp.as_deref())
+                    .and_then(|stamp| split_stamp(stamp).1)
+                {
+                    delivery.clock.carry(ledger);
+                }
                 earlier_read = EarlierRead::new(key.clone(), latest);
                 Completion::NotCompleted
             }
@@ -289,8 +302,10 @@ impl Consumer {
             notes: Arc::clone(&notes),
             earlier_read,
             leftover: Arc::clone(&delivery.leftover),
+            clock: Arc::clone(&delivery.clock),
         };
         let result = self.run_handler(handler, job, &delivery, &signals).await;
+        delivery.clock.handler_ended();
         // The handler returned or was abandoned: whatever it left running
         // (blocking code that ignores cancellation) writes nothing more for
         // this delivery, which is settled from here on.
@@ -328,6 +343,7 @@ impl Consumer {
         // settling, and a crash-looping message would never reach the
         // poison queue.
         let span = tracing::Span::current();
+        delivery.clock.handler_started();
         let task = tokio::spawn(
             async move {
                 let future = catching(HandlerPart::HandleStart, || handler.handle(job))?;

@@ -3,6 +3,7 @@
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
 use crate::checkpoint::CheckpointNotes;
+use crate::goodput::tail;
 
 use super::Consumer;
 use super::attempts::ReadAttempts;
@@ -57,6 +58,7 @@ impl Consumer {
                 self.poison(delivery, cause, failures).await;
             }
             Settlement::Retry { attempts } => {
+                let attempts = attempts.with_tail(&delivery_tail(&delivery));
                 self.record_attempts(&delivery, &record, &attempts).await;
                 let delay = self.backoff(attempts.failures);
                 tracing::warn!(error = attempts.last_error.as_deref().unwrap_or_default(), failures = attempts.failures, retry_in = ?delay, "handler failed; will retry");
@@ -68,6 +70,7 @@ impl Consumer {
                 }
             }
             Settlement::WaitForPeer { attempts } => {
+                let attempts = attempts.with_tail(&delivery_tail(&delivery));
                 self.record_attempts(&delivery, &record, &attempts).await;
                 let delay = self.backoff(attempts.waits);
                 tracing::info!(retry_in = ?delay, waits = attempts.waits, "another holder of this job wrote newer progress; checking again later (not a failure)");
@@ -93,6 +96,8 @@ impl Consumer {
                 if self.settled_lease(&delivery) && self.delete(&delivery.lease).await {
                     self.settled(DeliveryOutcome::Succeeded);
                     tracing::debug!("handled and deleted");
+                    // Before the record (and the tails in it) is deleted.
+                    self.job_finished(&delivery).await;
                     self.forget_attempts(&mut delivery).await;
                     self.remove_leftover(&delivery).await;
                 }
@@ -102,12 +107,20 @@ impl Consumer {
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
                 }
+                // After the release, never in front of it, and briefly: the
+                // worker is shutting down.
+                self.record_tail(&delivery, self.note_deadline()).await;
             }
             Settlement::Leave(why) => {
                 delivery.stop_renewing().await;
                 if delivery.lease.is_lost() {
                     self.settled(DeliveryOutcome::LeaseLost);
-                    tracing::warn!("{why}; nothing written");
+                    tracing::warn!("{why}; the message is left to it");
+                    // The message is another delivery's now, but what this
+                    // one lost is still this job's time; a lease lost to an
+                    // outage gets a settle call's time for it.
+                    self.record_tail(&delivery, self.config.settle_timeout)
+                        .await;
                 } else {
                     tracing::error!("{why}; leaving the message to its visibility timeout");
                 }
@@ -146,4 +159,59 @@ impl Consumer {
             self.remove_leftover(&delivery).await;
         }
     }
+}
+
+/// How often, and how far apart, a tail write is tried again while the
+/// store cannot be reached (within its deadline).
+const TAIL_RETRIES: u32 = 40;
+const TAIL_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Consumer {
+    /// Adds `delivery`'s tail to its message's attempt record, on its own
+    /// (a release, a lost lease: no other outcome is written then), within
+    /// `deadline`; one that fails or runs out of time is logged, and that
+    /// delivery's redone work goes unreported.
+    async fn record_tail(&self, delivery: &Delivery, deadline: std::time::Duration) {
+        let tail = delivery_tail(delivery);
+        if tail == crate::goodput::Ledger::default() {
+            return;
+        }
+        let id = &delivery.message.id;
+        let once = || async {
+            let read = self.attempts.read(id).await?;
+            self.attempts
+                .write(id, &read, &read.attempts.with_tail(&tail))
+                .await
+        };
+        // An outage (what loses a lease) may outlast the client's own
+        // retries: try again, every half second, until the deadline.
+        let write = async {
+            let mut result = once().await;
+            for _ in 0..TAIL_RETRIES {
+                match &result {
+                    Err(error) if crate::checkpoint::store_unreachable(error) => {
+                        tokio::time::sleep(TAIL_RETRY_PAUSE).await;
+                        result = once().await;
+                    }
+                    _ => break,
+                }
+            }
+            result
+        };
+        match tokio::time::timeout(deadline, write).await {
+            Ok(Ok(())) => tracing::debug!(redone_ms = tail.redone_ms, "tail recorded"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "could not record what this delivery did after its last checkpoint; its redone work goes unreported");
+            }
+            Err(_) => tracing::warn!(
+                "recording what this delivery did after its last checkpoint timed out; its redone work goes unreported"
+            ),
+        }
+    }
+}
+
+/// What `delivery` did after its last saved checkpoint, for the attempt
+/// record of a delivery that ends without finishing its job.
+fn delivery_tail(delivery: &Delivery) -> crate::goodput::Ledger {
+    tail(&delivery.clock.now(), delivery.clock.last_saved().as_ref())
 }

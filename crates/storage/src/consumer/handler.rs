@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempts::AttemptLog;
-use crate::checkpoint::{CheckpointNotes, CheckpointStore, JobCheckpoint, StoredCheckpoint};
+use crate::checkpoint::{
+    CheckpointNotes, CheckpointStore, JobCheckpoint, SaveClock, StoredCheckpoint,
+};
 use crate::error::StorageError;
 use crate::fenced_results::FencedResults;
 use crate::queue::MessageId;
@@ -336,6 +338,8 @@ pub struct Job {
     pub(crate) earlier_read: EarlierRead,
     /// What is left under [`Job::key`], for the consumer to clean up.
     pub(crate) leftover: Arc<Leftover>,
+    /// The delivery's clock: saves on [`Job::key`] are timed on it.
+    pub(crate) clock: Arc<SaveClock>,
 }
 
 impl Job {
@@ -443,6 +447,11 @@ impl Job {
         let checkpoint = checkpoint
             .fenced_by(self.fence.clone())
             .noting_in(Arc::clone(&self.notes));
+        let checkpoint = if key == self.key {
+            checkpoint.timed_by(Arc::clone(&self.clock))
+        } else {
+            checkpoint
+        };
         Ok(if key == self.leftover.key() {
             checkpoint.leaving_in(Arc::clone(&self.leftover))
         } else {

@@ -18,6 +18,8 @@
 //!   after a success.
 //! - [`poison`]: the lossless poison record.
 //! - [`outcome`]: what became of each delivery, for statistics and telemetry.
+//! - [`job_goodput`]: where a finished job's time went, across its
+//!   deliveries.
 
 mod attempts;
 mod backoff;
@@ -26,6 +28,7 @@ mod delivery;
 mod finish;
 mod handler;
 mod intake;
+mod job_goodput;
 mod lease;
 mod leftover;
 mod marker;
@@ -60,6 +63,9 @@ use backoff::IdleBackoff;
 pub use config::{ConsumerConfig, DEFAULT_REFUSAL_GRACE};
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
+pub use job_goodput::{
+    COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, GoodputObserver,
+};
 pub(crate) use leftover::Leftover;
 pub use marker::ResultMarker;
 pub use outcome::{DeliveryOutcome, SettlementObserver};
@@ -115,6 +121,7 @@ pub struct Consumer {
     config: Arc<ConsumerConfig>,
     counters: Arc<Counters>,
     observer: Option<SettlementObserver>,
+    goodput_observer: Option<GoodputObserver>,
     monitor: Arc<StoreMonitor>,
 }
 
@@ -166,6 +173,7 @@ impl Consumer {
             config: Arc::new(config),
             counters: Arc::default(),
             observer: None,
+            goodput_observer: None,
             monitor,
         })
     }
@@ -201,6 +209,13 @@ impl Consumer {
     /// runtime records its metrics this way), inside the delivery's span.
     pub fn with_settlement_observer(mut self, observer: SettlementObserver) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Tells `observer` of the goodput ledger of every job this consumer
+    /// finishes (see [`crate::goodput`]), inside the delivery's span.
+    pub fn with_goodput_observer(mut self, observer: GoodputObserver) -> Self {
+        self.goodput_observer = Some(observer);
         self
     }
 

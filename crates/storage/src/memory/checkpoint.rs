@@ -47,6 +47,13 @@ impl InMemoryCheckpointStore {
             .map(|(checkpoint, _, _)| checkpoint.clone())
     }
 
+    /// The stored keys, sorted, for assertions in tests.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.lock().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// How many checkpoints are stored.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -55,6 +55,12 @@ impl Running {
         wait_until(what, || done(self.consumer.stats())).await;
     }
 
+    /// Ends the consumer as a killed process would: its task and every
+    /// delivery in it dropped, nothing settled.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+
     pub async fn stop(self) -> ConsumerStats {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(60), self.task)

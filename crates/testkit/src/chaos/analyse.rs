@@ -1,6 +1,7 @@
 //! The checks from the workers' logs: every drain met its deadline, and
 //! each VM's drains are what its ending requires (see `endings`); plus the
-//! delivery figures (retries, releases, lost leases, work redone).
+//! delivery figures (retries, releases, lost leases, work redone), and the
+//! redone work the workers reported against what their logs show.
 
 use std::collections::{HashMap, HashSet};
 
@@ -34,10 +35,12 @@ pub(super) fn analyse_logs(
     jobs: &[PrimesJob],
 ) -> Result<()> {
     let mut deliveries = Deliveries::default();
+    let mut logs = Vec::with_capacity(vms.len());
     for vm in vms {
         let text = std::fs::read_to_string(&vm.log)
             .with_context(|| format!("reading {}", vm.log.display()))?;
         let drains = read_vm_log(report, vm, &text, job_of_message, &mut deliveries);
+        logs.push((vm.name.clone(), text));
         for failure in freeze_drains(&drains.triggers) {
             report.fail(format!("{}: {failure}", vm.name));
         }
@@ -59,6 +62,12 @@ pub(super) fn analyse_logs(
         // (one every `DEFAULT_CHECKPOINT_EVERY`); the logs do not say how
         // much that was, so the job's whole range bounds it.
         report.redone_bound += cut * (jobs[*job].end - jobs[*job].start);
+    }
+    let (figures, failures) =
+        super::goodput::compare(&logs, spot_worker_primes::DEFAULT_CHECKPOINT_EVERY);
+    report.goodput = figures;
+    for failure in failures {
+        report.fail(format!("goodput: {failure}"));
     }
     Ok(())
 }

@@ -23,6 +23,7 @@
 //! (stop every worker with SIGTERM), analyse (storage, then the logs) and
 //! report. The pieces, one module each: `options`, `workload`, `plan`,
 //! `storage`, `fleet`, `vm`, `supervise`, `faults`, `logs`, `analyse`,
+//! `goodput` (reported against observed redone work),
 //! `endings`, `verdict`, `report`, and the binary in `worker_binary`.
 //!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
@@ -32,6 +33,7 @@ mod analyse;
 mod endings;
 mod faults;
 mod fleet;
+mod goodput;
 mod logs;
 mod long_job;
 mod options;
@@ -45,6 +47,7 @@ mod vm;
 mod worker_binary;
 mod workload;
 
+pub use goodput::GoodputFigures;
 pub use long_job::LongJob;
 pub use options::{FaultMix, Options, parse_args};
 pub use report::Report;

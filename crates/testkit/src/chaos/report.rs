@@ -49,6 +49,8 @@ pub struct Report {
     pub cut_deliveries: u64,
     /// An upper bound of the numbers counted twice.
     pub redone_bound: u64,
+    /// Redone work the workers reported against what their logs show.
+    pub goodput: super::GoodputFigures,
     /// Deliveries that resumed from a checkpoint.
     pub resumed: u64,
     /// Results written again with the same content (harmless).
@@ -155,6 +157,20 @@ impl fmt::Display for Report {
             "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), each at most what it counted since its last checkpoint (every {:?}), bounded by its job's range; drains redo nothing",
             self.redone_bound,
             self.cut_deliveries,
+            spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
+        )?;
+        let goodput = &self.goodput;
+        writeln!(
+            f,
+            "  goodput          {} jobs reported {:.3} s redone; their {} deliveries that ended alive lost {:.3} s after their last save (to their last chunk; {:.3} s to their ending); {} cut without a word or unrecorded through an outage lost {:.3} s unreported (worst {:.3} s; allowed one checkpoint interval, {:?})",
+            goodput.jobs,
+            goodput.reported_redone_s,
+            goodput.ended_alive,
+            goodput.observed_alive_s,
+            goodput.held_alive_s,
+            goodput.cut,
+            goodput.observed_cut_s,
+            goodput.worst_cut_s,
             spot_worker_primes::DEFAULT_CHECKPOINT_EVERY
         )?;
         writeln!(

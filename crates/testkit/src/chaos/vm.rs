@@ -61,8 +61,13 @@ pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
         .env("SPOT_WORKER_MAX_FAILURES", options.max_failures.to_string())
         .env("SPOT_WORKER_LOG_FORMAT", "json")
         // The consumer's debug lines (lease renewals, deletes) name the
-        // message each delivery holds: how the harness finds the long job.
-        .env("RUST_LOG", "info,spot_worker_storage=debug")
+        // message each delivery holds: how the harness finds the long job;
+        // the job's own (chunks counted, progress saved) show what each
+        // delivery redid, for the goodput check.
+        .env(
+            "RUST_LOG",
+            "info,spot_worker_storage=debug,spot_worker_primes=debug",
+        )
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)

@@ -1,0 +1,197 @@
+//! [`SaveClock`]: one delivery's clock, and the hook at the save call that
+//! measures the time its job is blocked on saving a checkpoint. What the
+//! readings mean, and how a job's deliveries add up, is in
+//! [`goodput`](crate::goodput).
+//!
+//! Every reading is an [`Instant`] difference on this machine: the clock
+//! starts at the delivery's receive, the handler's start is marked, and
+//! each save on the job's own key is timed from its call to its return.
+//! Saves in flight at once (two handles) count once, as the time at least
+//! one was in flight: the job is blocked, not twice blocked.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::goodput::{DeliveryTimes, Ledger, at_save};
+
+/// One delivery's clock, shared by the consumer and the checkpoint handles
+/// on the job's own key.
+#[derive(Debug)]
+pub(crate) struct SaveClock {
+    received_at: Instant,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// What the checkpoint this delivery resumed from carried.
+    carried: Ledger,
+    handler_started: Option<Instant>,
+    /// When the handler stopped: readings stop there.
+    handler_ended: Option<Instant>,
+    /// Time with at least one save in flight, saves now in flight excluded.
+    blocked: Duration,
+    in_flight: u32,
+    /// When the saves now in flight began to block.
+    blocked_since: Option<Instant>,
+    /// The reading the latest successful save stamped.
+    last_saved: Option<DeliveryTimes>,
+    /// Saves attempted (each at least one write request).
+    saves: u32,
+}
+
+/// A save under way: the reading at its call, and the ledger it stamps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SaveStart {
+    reading: DeliveryTimes,
+    /// The job's ledger as of this save's call.
+    pub(crate) ledger: Ledger,
+}
+
+impl SaveClock {
+    /// A clock started at the delivery's receive.
+    pub(crate) fn new(received_at: Instant) -> Self {
+        SaveClock {
+            received_at,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets what the job's earlier deliveries left in the checkpoint.
+    pub(crate) fn carry(&self, ledger: Ledger) {
+        self.state().carried = ledger;
+    }
+
+    /// What the job's earlier deliveries left in the checkpoint.
+    pub(crate) fn carried(&self) -> Ledger {
+        self.state().carried
+    }
+
+    /// Marks the handler's start: waiting ends, work begins.
+    pub(crate) fn handler_started(&self) {
+        let mut state = self.state();
+        if state.handler_started.is_none() {
+            state.handler_started = Some(Instant::now());
+        }
+    }
+
+    /// Marks the handler's end (it returned, or was dropped): what follows
+    /// is settling, no time of the job's.
+    pub(crate) fn handler_ended(&self) {
+        let mut state = self.state();
+        if state.handler_started.is_some() && state.handler_ended.is_none() {
+            state.handler_ended = Some(Instant::now());
+        }
+    }
+
+    /// The delivery's times now, or at the handler's end once it ended.
+    pub(crate) fn now(&self) -> DeliveryTimes {
+        let state = self.state();
+        let at = state.handler_ended.unwrap_or_else(Instant::now);
+        self.reading(&state, at)
+    }
+
+    /// The reading the latest successful save stamped, if any.
+    pub(crate) fn last_saved(&self) -> Option<DeliveryTimes> {
+        self.state().last_saved
+    }
+
+    fn reading(&self, state: &State, now: Instant) -> DeliveryTimes {
+        let Some(started) = state.handler_started else {
+            return DeliveryTimes {
+                waiting: now.saturating_duration_since(self.received_at),
+                ..DeliveryTimes::default()
+            };
+        };
+        let checkpointing = state.blocked
+            + state
+                .blocked_since
+                .map(|since| now.saturating_duration_since(since))
+                .unwrap_or_default();
+        DeliveryTimes {
+            waiting: started.saturating_duration_since(self.received_at),
+            work: now
+                .saturating_duration_since(started)
+                .saturating_sub(checkpointing),
+            checkpointing,
+            saves: state.saves,
+        }
+    }
+
+    /// The hook at a save's call: starts blocking, and says what ledger the
+    /// save stamps.
+    pub(crate) fn save_started(&self) -> SaveStart {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.saves = state.saves.saturating_add(1);
+        let reading = self.reading(&state, now);
+        state.in_flight += 1;
+        if state.blocked_since.is_none() {
+            state.blocked_since = Some(now);
+        }
+        SaveStart {
+            reading,
+            ledger: at_save(&state.carried, &reading),
+        }
+    }
+
+    /// The hook at a save's return: stops blocking; a save that succeeded
+    /// becomes the latest one.
+    pub(crate) fn save_ended(&self, start: SaveStart, saved: bool) {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        if state.in_flight == 0
+            && let Some(since) = state.blocked_since.take()
+        {
+            state.blocked += now.saturating_duration_since(since);
+        }
+        if saved {
+            state.last_saved = Some(start.reading);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn saves_block_once_and_the_latest_success_is_kept() {
+        let clock = SaveClock::new(Instant::now());
+        tokio::time::advance(Duration::from_millis(30)).await;
+        assert_eq!(clock.now().waiting, Duration::from_millis(30));
+        clock.handler_started();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let first = clock.save_started();
+        assert_eq!(first.ledger.useful_ms, 100);
+        assert_eq!(first.ledger.waiting_ms, 30);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        // A second save in flight at the same time blocks no more.
+        let second = clock.save_started();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        clock.save_ended(first, true);
+        clock.save_ended(second, false);
+        tokio::time::advance(Duration::from_millis(50)).await;
+        clock.handler_ended();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let now = clock.now();
+        assert_eq!(
+            (now.waiting, now.work, now.checkpointing),
+            (
+                Duration::from_millis(30),
+                Duration::from_millis(150),
+                Duration::from_millis(20)
+            )
+        );
+        // The failed second save is not the latest saved.
+        assert_eq!(clock.last_saved().unwrap().work, Duration::from_millis(100));
+        assert_eq!(now.saves, 2);
+    }
+}

@@ -1,0 +1,220 @@
+//! What a finished job's time went into: its goodput ledger (see
+//! [`crate::goodput`]) summed up by the delivery that finishes it, logged,
+//! told to the [`GoodputObserver`] (the runtime's metrics) and, for jobs
+//! worth the request, kept in a completion record that `spot-worker status`
+//! reads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::checkpoint::{Checkpoint, WritePrecondition};
+use crate::error::StorageError;
+use crate::goodput::{Ledger, TimeKind, finished};
+
+use super::Consumer;
+use super::delivery::Delivery;
+
+/// Hears of every job a consumer finished, with its ledger (the runtime
+/// records its goodput metrics this way).
+pub type GoodputObserver = Arc<dyn Fn(&Ledger) + Send + Sync>;
+
+/// Where completion records live in the checkpoint store.
+pub const COMPLETION_RECORD_PREFIX: &str = ".spot-worker/goodput/";
+
+/// A job is given a completion record if it had more than one delivery or
+/// took at least this long in all: one blob write is then a small part of
+/// its cost. Shorter jobs are in the metrics only, so the request model of
+/// small jobs (docs/benchmarks.md) stays what it was.
+pub const COMPLETION_RECORD_MIN: Duration = Duration::from_secs(60);
+
+/// A finished job's completion record: its ledger, and when and where it
+/// finished (the time is this VM's wall clock, for people; it is never
+/// subtracted from another VM's).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionRecord {
+    /// The job's checkpoint key.
+    pub job: String,
+    /// The message that finished it.
+    pub message_id: String,
+    /// RFC 3339, UTC.
+    pub finished_at: String,
+    /// Where its time went.
+    pub goodput: Ledger,
+}
+
+impl CompletionRecord {
+    /// The checkpoint key of `job`'s record.
+    pub fn key(job: &str) -> String {
+        format!("{COMPLETION_RECORD_PREFIX}{job}")
+    }
+
+    /// Reads a record from the checkpoint it is stored as.
+    pub fn from_checkpoint(checkpoint: &Checkpoint, what: &str) -> Result<Self, StorageError> {
+        let invalid = |reason: String| StorageError::InvalidData {
+            what: what.to_owned(),
+            reason,
+        };
+        let Checkpoint::Completed { result } = checkpoint else {
+            return Err(invalid("in progress, not a completion record".to_owned()));
+        };
+        serde_json::from_value(result.clone()).map_err(|e| invalid(e.to_string()))
+    }
+}
+
+/// Whether a finished job's ledger is worth a completion record.
+pub(crate) fn worth_a_record(ledger: &Ledger) -> bool {
+    ledger.deliveries > 1
+        || ledger.unaccounted > 0
+        || ledger.total_ms() >= u64::try_from(COMPLETION_RECORD_MIN.as_millis()).unwrap_or(0)
+}
+
+impl Consumer {
+    /// Sums up the ledger of the job `delivery` finished (its message is
+    /// deleted), before its attempt record is: logs it, tells the observer,
+    /// and writes the completion record if it is worth one. Nothing here
+    /// can fail the job; a read or write that fails is logged.
+    pub(super) async fn job_finished(&self, delivery: &Delivery) {
+        // Earlier deliveries' tails are in the attempt record; a first
+        // delivery has none, and costs no read.
+        let tails = if delivery.message.dequeue_count == 1 {
+            Ledger::default()
+        } else {
+            let read = tokio::time::timeout(
+                self.config.settle_timeout,
+                self.attempts.read(&delivery.message.id),
+            )
+            .await;
+            match read {
+                Ok(Ok(read)) => read.attempts.goodput,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not read the attempt record; the job's redone work is reported without its earlier deliveries' tails");
+                    Ledger::default()
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "reading the attempt record timed out; the job's redone work is reported without its earlier deliveries' tails"
+                    );
+                    Ledger::default()
+                }
+            }
+        };
+        let ledger = finished(
+            &delivery.clock.carried(),
+            &tails,
+            &delivery.clock.now(),
+            delivery.message.dequeue_count,
+        );
+        let seconds = |kind| ledger.seconds(kind);
+        tracing::info!(
+            useful_s = seconds(TimeKind::Useful),
+            redone_s = seconds(TimeKind::Redone),
+            checkpointing_s = seconds(TimeKind::Checkpointing),
+            waiting_s = seconds(TimeKind::Waiting),
+            goodput = ledger.goodput().unwrap_or(1.0),
+            deliveries = ledger.deliveries,
+            unaccounted = ledger.unaccounted,
+            saves = ledger.saves,
+            job = delivery.leftover.key(),
+            "job finished: where its time went"
+        );
+        if let Some(observer) = &self.goodput_observer {
+            observer(&ledger);
+        }
+        if worth_a_record(&ledger) {
+            self.write_completion_record(delivery, ledger).await;
+        }
+    }
+
+    async fn write_completion_record(&self, delivery: &Delivery, goodput: Ledger) {
+        let Some(store) = &self.checkpoints else {
+            return;
+        };
+        let job = delivery.leftover.key().to_owned();
+        let record = CompletionRecord {
+            job: job.clone(),
+            message_id: delivery.message.id.to_string(),
+            finished_at: OffsetDateTime::now_utc()
+                .format(&Rfc3339)
+                .unwrap_or_default(),
+            goodput,
+        };
+        let result = match serde_json::to_value(&record) {
+            Ok(result) => result,
+            Err(error) => {
+                tracing::warn!(%error, "the completion record does not serialize; not written");
+                return;
+            }
+        };
+        let key = CompletionRecord::key(&job);
+        let checkpoint = Checkpoint::Completed { result };
+        let write = store.write(&key, &checkpoint, WritePrecondition::Create, None);
+        match tokio::time::timeout(self.config.settle_timeout, write).await {
+            Ok(Ok(_)) => tracing::debug!(key, "completion record written"),
+            // A duplicate message of the same job finished it before: its
+            // record stands.
+            Ok(Err(StorageError::Conflict { .. })) => {
+                tracing::debug!(key, "a completion record for this job exists already");
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(key, %error, "could not write the completion record");
+            }
+            Err(_) => tracing::warn!(key, "writing the completion record timed out"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_or_interrupted_jobs_get_a_record() {
+        let ledger = |useful_ms, deliveries, unaccounted| Ledger {
+            useful_ms,
+            deliveries,
+            unaccounted,
+            ..Ledger::default()
+        };
+        // (ledger, recorded)
+        let rows = [
+            (ledger(10, 1, 0), false),
+            (ledger(59_999, 1, 0), false),
+            (ledger(60_000, 1, 0), true),
+            (ledger(10, 2, 0), true),
+            (ledger(10, 1, 1), true),
+        ];
+        for (ledger, recorded) in rows {
+            assert_eq!(worth_a_record(&ledger), recorded, "{ledger:?}");
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_their_checkpoint() {
+        let record = CompletionRecord {
+            job: "j1".to_owned(),
+            message_id: "m1".to_owned(),
+            finished_at: "2026-11-25T00:00:00Z".to_owned(),
+            goodput: Ledger {
+                useful_ms: 5,
+                deliveries: 2,
+                ..Ledger::default()
+            },
+        };
+        let checkpoint = Checkpoint::Completed {
+            result: serde_json::to_value(&record).unwrap(),
+        };
+        assert_eq!(
+            CompletionRecord::from_checkpoint(&checkpoint, "r").unwrap(),
+            record
+        );
+        let progress = Checkpoint::InProgress {
+            progress: serde_json::json!({}),
+        };
+        assert!(CompletionRecord::from_checkpoint(&progress, "r").is_err());
+        assert_eq!(CompletionRecord::key("j1"), ".spot-worker/goodput/j1");
+    }
+}
