@@ -7,7 +7,8 @@
 //!
 //! A message `{"job_id":"j1","start":0,"end":50000000}` counts the primes in
 //! `[start, end)` in chunks, checkpointing the cursor and the partial count
-//! every 10 s and when evicted, then writes the blob `j1.json` = `{"job_id":"j1","primes":N}`
+//! when the worker's checkpoint interval says a save is due
+//! (docs/checkpoint-interval.md) and when evicted, then writes the blob `j1.json` = `{"job_id":"j1","primes":N}`
 //! (create-only) to the container `results`.
 //!
 //! Configuration is the settings table every spot-worker shares (see

@@ -198,7 +198,7 @@ impl Run<'_> {
         let timeout_at = config.timeout.map(|timeout| started + timeout);
         let mut kill_at: Option<Instant> = None;
         let mut ended = RunnerEnded::No;
-        let mut next_save = started + config.checkpoint_every;
+        let mut next_save = started + self.save_interval();
         let cancelled = self.job.cancellation().clone();
         let status = loop {
             tokio::select! {
@@ -221,7 +221,7 @@ impl Run<'_> {
                     ended = RunnerEnded::ForTimeout;
                 }
                 () = tokio::time::sleep_until(next_save) => {
-                    next_save = Instant::now() + config.checkpoint_every;
+                    next_save = Instant::now() + self.save_interval();
                     if let Err(fault) = self.save_if_changed(checkpoint).await
                         && ended == RunnerEnded::No
                     {
@@ -251,6 +251,15 @@ impl Run<'_> {
         })
     }
 
+    /// How long the runner waits between two looks at the checkpoint file:
+    /// the fixed `--checkpoint-every`, or the worker's interval now.
+    fn save_interval(&self) -> Duration {
+        self.handler
+            .config
+            .checkpoint_every
+            .unwrap_or_else(|| self.job.cadence().interval())
+    }
+
     /// The program, started in its own process group with the contract's
     /// environment.
     fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
@@ -268,6 +277,10 @@ impl Run<'_> {
             ("SPOT_WORKER_CHECKPOINT", path_text(self.dir.checkpoint())),
             ("SPOT_WORKER_RESULT", path_text(self.dir.result())),
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
+            (
+                "SPOT_WORKER_CHECKPOINT_INTERVAL",
+                interval_seconds(self.save_interval()),
+            ),
         ];
         let env = crate::env::child_env(
             std::env::vars_os(),
@@ -367,4 +380,12 @@ fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
 
 fn path_text(path: PathBuf) -> String {
     path.to_string_lossy().into_owned()
+}
+
+/// An interval as the contract's whole seconds, rounded up and at least 1,
+/// so a program that saves "every N seconds" never saves more often than
+/// the runner looks.
+fn interval_seconds(interval: Duration) -> String {
+    let seconds = interval.as_secs() + u64::from(interval.subsec_nanos() > 0);
+    seconds.max(1).to_string()
 }

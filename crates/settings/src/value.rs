@@ -83,6 +83,23 @@ impl SettingValue for usize {
     }
 }
 
+/// A rate or another quantity: a finite number, not negative.
+impl SettingValue for f64 {
+    fn parse(text: &str) -> Result<Self, String> {
+        let value: f64 = text
+            .parse()
+            .map_err(|e| format!("{e} (use a number such as 0.05)"))?;
+        if !value.is_finite() || value < 0.0 {
+            return Err("must be a finite number, not negative".to_owned());
+        }
+        Ok(value)
+    }
+
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
 impl SettingValue for SocketAddr {
     fn parse(text: &str) -> Result<Self, String> {
         text.parse().map_err(|e| format!("{e} (use IP:PORT)"))

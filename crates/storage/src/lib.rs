@@ -22,6 +22,7 @@
 //! Every store has a `prepare` method (create what is missing, prove this
 //! worker can write) for a worker's warmup gate to call before it takes work.
 
+pub mod cadence;
 mod checkpoint;
 mod consumer;
 mod encoding;
@@ -31,8 +32,10 @@ pub mod memory;
 mod queue;
 mod result;
 
+pub use cadence::{CheckpointCadence, IntervalSource};
 pub use checkpoint::{
-    Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint, SaveCost,
+    StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
     BodyBlob, Consumer, ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
+use crate::checkpoint_gauges::{CheckpointEstimates, CheckpointGauges, EstimatesSource};
 use crate::outcomes::{
     CheckpointOutcome, EVENT_TYPES, LeaseOutcome, MessageOutcome, StorageRefusal,
 };
@@ -42,9 +43,16 @@ pub mod names {
     /// Gauge: 1 while the checkpoint store refuses the worker or misses its
     /// container and intake is paused, else 0, by `reason` (`1`).
     pub const STORAGE_REFUSED: &str = "spot_worker.storage.refused";
+    /// Gauge: the checkpoint interval handed out now (`s`).
+    pub const CHECKPOINT_INTERVAL: &str = "spot_worker.checkpoint.interval";
+    /// Gauge: the recent time one checkpoint save blocked the job (`s`).
+    pub const CHECKPOINT_COST: &str = "spot_worker.checkpoint.cost";
+    /// Gauge: estimated interruptions per job-hour, by `kind`
+    /// (`{interruption}/h`).
+    pub const INTERRUPTION_RATE: &str = "spot_worker.interruptions.rate";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 13] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -55,6 +63,9 @@ pub mod names {
         DRAIN_DURATION,
         READY,
         STORAGE_REFUSED,
+        CHECKPOINT_INTERVAL,
+        CHECKPOINT_COST,
+        INTERRUPTION_RATE,
     ];
 }
 
@@ -69,11 +80,14 @@ pub mod attributes {
     /// Why the checkpoint store does not serve the worker
     /// ([`StorageRefusal::as_str`](crate::StorageRefusal::as_str)).
     pub const REASON: &str = "reason";
+    /// The kind of interruption, on `spot_worker.interruptions.rate`
+    /// ([`INTERRUPTION_KINDS`](crate::INTERRUPTION_KINDS)).
+    pub const KIND: &str = "kind";
     /// The queue, on every per-queue metric.
     pub const QUEUE: &str = crate::span::MESSAGING_DESTINATION_NAME;
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 5] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON];
+    pub const ALL: [&str; 6] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND];
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -137,6 +151,7 @@ struct Instruments {
     _ready_gauge: ObservableGauge<i64>,
     storage_refused: Arc<AtomicU8>,
     _storage_refused_gauge: ObservableGauge<i64>,
+    checkpoint_gauges: CheckpointGauges,
 }
 
 impl Metrics {
@@ -234,6 +249,7 @@ impl Metrics {
                     }
                 })
                 .build(),
+            checkpoint_gauges: CheckpointGauges::new(meter),
         };
         Self {
             inner: Arc::new(inner),
@@ -331,6 +347,22 @@ impl Metrics {
         StorageRefusal::ALL
             .into_iter()
             .find(|refusal| StorageRefusal::code(Some(*refusal)) == current)
+    }
+
+    /// Reports the checkpoint interval and its estimates from `source`,
+    /// called at every export (`spot_worker.checkpoint.interval`,
+    /// `spot_worker.checkpoint.cost`, `spot_worker.interruptions.rate`).
+    pub fn observe_checkpoint_estimates(
+        &self,
+        source: impl Fn() -> CheckpointEstimates + Send + Sync + 'static,
+    ) {
+        let source: EstimatesSource = Arc::new(source);
+        *self
+            .inner
+            .checkpoint_gauges
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

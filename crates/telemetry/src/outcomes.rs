@@ -163,6 +163,7 @@ pub fn values(key: &str) -> Vec<&'static str> {
         }
         attributes::EVENT_TYPE => EVENT_TYPES.to_vec(),
         attributes::REASON => StorageRefusal::ALL.map(StorageRefusal::as_str).to_vec(),
+        attributes::KIND => crate::INTERRUPTION_KINDS.to_vec(),
         _ => Vec::new(),
     }
 }

@@ -3,6 +3,7 @@
 //! their health URLs, whether the workers are ready.
 
 use std::io::IsTerminal as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -13,6 +14,9 @@ use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, compact, job_rows};
+use interval::{IntervalStatus, interval_status};
+
+mod interval;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -85,6 +89,8 @@ struct Status {
     /// Job checkpoints beyond --max-reads, not read.
     checkpoints_not_read: usize,
     workers: Vec<WorkerStatus>,
+    /// The checkpoint interval and the estimates behind it.
+    checkpoint_interval: IntervalStatus,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -138,7 +144,9 @@ async fn gather(
 ) -> Result<Status> {
     let queue = queue_status(&fleet.queue()?).await?;
     let poison = queue_status(&fleet.poison_queue()?).await?;
-    let (rows, checkpoints_not_read) = job_rows(&fleet.checkpoints()?, Some(max_reads)).await?;
+    let checkpoints = fleet.checkpoints()?;
+    let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
         .iter()
         .filter(|row| matches!(row.checkpoint, Ok(ref c) if c.is_completed()))
@@ -167,6 +175,7 @@ async fn gather(
         completed_jobs,
         checkpoints_not_read,
         workers,
+        checkpoint_interval,
     })
 }
 
@@ -255,6 +264,9 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
             job.job,
             compact(&job.progress, 40)
         );
+    }
+    for line in interval::lines(&status.checkpoint_interval) {
+        println!("{line}");
     }
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempts::AttemptLog;
+use crate::cadence::CheckpointCadence;
 use crate::checkpoint::{CheckpointNotes, CheckpointStore, JobCheckpoint, StoredCheckpoint};
 use crate::error::StorageError;
 use crate::fenced_results::FencedResults;
@@ -336,6 +337,9 @@ pub struct Job {
     pub(crate) earlier_read: EarlierRead,
     /// What is left under [`Job::key`], for the consumer to clean up.
     pub(crate) leftover: Arc<Leftover>,
+    /// The worker's checkpoint interval, which this job's checkpoint
+    /// handles follow.
+    pub(crate) cadence: Arc<CheckpointCadence>,
 }
 
 impl Job {
@@ -409,6 +413,13 @@ impl Job {
         FencedResults::new(store, self.key.clone(), self.fence.clone())
     }
 
+    /// The worker's checkpoint interval, which this job's checkpoint
+    /// handles follow ([`JobCheckpoint::is_due`]); a handler that does not
+    /// save through a [`JobCheckpoint`] can ask it directly.
+    pub fn cadence(&self) -> &Arc<CheckpointCadence> {
+        &self.cadence
+    }
+
     /// This job's checkpoint, under [`Job::key`].
     pub async fn checkpoint(&self) -> Result<JobCheckpoint, StorageError> {
         self.checkpoint_for(&self.key).await
@@ -442,7 +453,8 @@ impl Job {
         };
         let checkpoint = checkpoint
             .fenced_by(self.fence.clone())
-            .noting_in(Arc::clone(&self.notes));
+            .noting_in(Arc::clone(&self.notes))
+            .following(Arc::clone(&self.cadence));
         Ok(if key == self.leftover.key() {
             checkpoint.leaving_in(Arc::clone(&self.leftover))
         } else {

@@ -103,8 +103,9 @@ proptest! {
         waits in any::<u32>(),
         releases in any::<u32>(),
         last_error in prop::option::of(".{0,64}"),
+        no_outcome_counted in any::<u32>(),
     ) {
-        let attempts = Attempts { failures, waits, releases, last_error };
+        let attempts = Attempts { failures, waits, releases, last_error, no_outcome_counted };
         let progress = serde_json::to_value(&attempts).expect("serializes");
         let read = read_back(&Checkpoint::InProgress { progress }).expect("reads");
         prop_assert_eq!(read.attempts, attempts);
