@@ -1,5 +1,5 @@
 //! The checkpoint interval, proven on a simulated fleet:
-//! `cargo bench --bench checkpoint_interval [-- --workers N --hours H --seed S]`.
+//! `cargo bench --bench checkpoint_interval [-- --workers N --hours H --job-hours J --seed S]`.
 //!
 //! For each cell of a grid (eviction rate, the share of evictions whose
 //! notice is usable, crash rate, the cost of one save) it runs a fleet of
@@ -20,7 +20,7 @@ mod trace;
 use sim::{Policy, Sim, Totals};
 use trace::{Cell, traces};
 
-/// The work in one job, in hours.
+/// The work in one job, in hours, unless `--job-hours` says otherwise.
 const JOB_HOURS: f64 = 8.0;
 
 /// Evictions per VM-hour.
@@ -35,6 +35,7 @@ const COSTS: [f64; 4] = [1.0, 10.0, 30.0, 120.0];
 struct Options {
     workers: usize,
     hours: f64,
+    job_hours: f64,
     seed: u64,
 }
 
@@ -49,8 +50,12 @@ fn main() {
     let mut options = Options {
         workers: 20,
         hours: 2000.0,
+        job_hours: JOB_HOURS,
         seed: 24,
     };
+    if let Some(job_hours) = value(&args, "--job-hours").and_then(|v| v.parse().ok()) {
+        options.job_hours = job_hours;
+    }
     if let Some(workers) = value(&args, "--workers").and_then(|v| v.parse().ok()) {
         options.workers = workers;
     }
@@ -72,6 +77,7 @@ fn main() {
             &Options {
                 workers: 4,
                 hours: 200.0,
+                job_hours: JOB_HOURS,
                 seed: 1,
             },
         );
@@ -82,10 +88,11 @@ fn main() {
         return;
     }
     println!(
-        "{} workers × {} h ({} job-hours per policy), jobs of {JOB_HOURS} h, seed {}",
+        "{} workers × {} h ({} job-hours per policy), jobs of {} h, seed {}",
         options.workers,
         options.hours,
         options.workers as f64 * options.hours,
+        options.job_hours,
         options.seed
     );
     println!();
@@ -169,8 +176,16 @@ fn run_cell(cell: &Cell, options: &Options) -> Row {
         .wrapping_add((cell.crashes_per_hour * 1e5) as u64 * 1_299_709)
         .wrapping_add(cell.cost as u64);
     let traces = traces(cell, options.workers, options.hours, cell_seed);
-    let run =
-        |policy| Sim::new(*cell, policy, JOB_HOURS, &traces, cell_seed ^ 0x5eed).run(options.hours);
+    let run = |policy| {
+        Sim::new(
+            *cell,
+            policy,
+            options.job_hours,
+            &traces,
+            cell_seed ^ 0x5eed,
+        )
+        .run(options.hours)
+    };
     let (best_tau, best) = best_fixed(|tau| run(Policy::Fixed(tau)));
     Row {
         best_tau,

@@ -117,7 +117,11 @@ impl<'a> Sim<'a> {
     /// Runs every worker for `hours`.
     pub fn run(mut self, hours: f64) -> Totals {
         let end = hours * 3600.0;
-        let epoch = FLUSH_EVERY.as_secs_f64();
+        // A fixed interval learns nothing: one pass per worker.
+        let epoch = match self.policy {
+            Policy::Fixed(_) => end,
+            Policy::Adaptive { .. } => FLUSH_EVERY.as_secs_f64(),
+        };
         let mut workers: Vec<Worker> = (0..self.traces.len())
             .map(|_| self.fresh_worker(0.0))
             .collect();

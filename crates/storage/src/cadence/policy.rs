@@ -15,8 +15,9 @@ use super::estimate::RateEstimates;
 
 /// The interval for a save measured to cost `cost` (`None`: none measured
 /// yet) and interruptions that lose work at `losing_per_hour`: Daly's,
-/// clamped (see [`clamped_interval`]). Before the first save is measured
-/// the interval is the minimum, so the first save comes early and measures
+/// clamped (see [`clamped_interval`]). Without a cost (no save measured by
+/// the worker or the fleet) the interval is the minimum, so the first save
+/// comes early and measures
 /// the cost.
 pub fn adaptive_interval(cost: Option<Duration>, losing_per_hour: f64) -> Duration {
     match cost {
@@ -45,7 +46,8 @@ pub struct CadenceView {
     pub interval: Duration,
     /// Whether it is the user's explicit one.
     pub explicit: bool,
-    /// The cost of the saves measured.
+    /// The cost of the saves this worker measured (the interval uses the
+    /// fleet's mean save until there is one).
     pub cost: CheckpointCost,
     /// The rate estimates.
     pub estimates: RateEstimates,
@@ -143,10 +145,16 @@ impl CheckpointCadence {
             } => (Duration::ZERO, false, seed_evictions_per_hour),
         };
         let estimates = RateEstimates::from_counts(seed, &counts);
+        // This worker's own measurements, or before it has any (a fresh
+        // VM), the fleet's mean save: a replacement worker needs no early
+        // save of its own to know what saving costs.
+        let save_cost = cost
+            .estimate()
+            .or_else(|| counts.mean_save_seconds().map(Duration::from_secs_f64));
         let interval = if explicit {
             interval
         } else {
-            adaptive_interval(cost.estimate(), estimates.losing_per_hour())
+            adaptive_interval(save_cost, estimates.losing_per_hour())
         };
         CadenceView {
             interval,
@@ -230,6 +238,28 @@ mod tests {
             ..InterruptionCounts::default()
         });
         assert!(cadence.interval() < view.interval);
+    }
+
+    #[test]
+    fn a_fresh_worker_starts_from_the_fleets_mean_save_then_its_own() {
+        let cadence = adaptive(0.2);
+        cadence.set_fleet(InterruptionCounts {
+            saves: 10,
+            save_seconds: 300.0,
+            ..InterruptionCounts::default()
+        });
+        // No save of its own yet: the fleet's mean, 30 s.
+        assert_eq!(
+            cadence.interval(),
+            clamped_interval(Duration::from_secs(30), 0.1)
+        );
+        // Its own measurements take over (the fleet's mean moves by one
+        // save only).
+        cadence.record_save(save(120));
+        assert_eq!(
+            cadence.interval(),
+            clamped_interval(Duration::from_secs(120), 0.1)
+        );
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub(super) struct Delivery {
     hurry: CancellationToken,
     /// Records a release on shutdown in the attempt record.
     pub(super) note: ReleaseNote,
+    /// Whether the handler was started: only then can its release be an
+    /// interruption of work (see `cadence`).
+    pub(super) handler_started: bool,
 }
 
 impl Delivery {
@@ -122,7 +125,7 @@ impl Consumer {
         };
         let keyed_by_message_id = body_key.is_none();
         let key = body_key.unwrap_or_else(|| message.id.to_string());
-        let delivery = Delivery {
+        let mut delivery = Delivery {
             message,
             lease,
             job_token,
@@ -130,6 +133,7 @@ impl Consumer {
             renewal: Some(renewal),
             hurry: signals.release.clone(),
             note,
+            handler_started: false,
         };
         if let Some(panicked) = panicked {
             return self.panicked(delivery, &signals, &panicked).await;
@@ -292,6 +296,7 @@ impl Consumer {
             cadence: Arc::clone(&self.cadence),
         };
         let started = Instant::now();
+        delivery.handler_started = true;
         let result = self.run_handler(handler, job, &delivery, &signals).await;
         // Job time: what the interruption rates are per (see `cadence`).
         self.cadence.add_job_time(started.elapsed());

@@ -101,10 +101,12 @@ impl Consumer {
             Settlement::Release => {
                 // An interruption of a running job: drained in time if the
                 // handler returned (it saved), too late if it was dropped.
-                self.cadence.note(match departure.ending {
-                    Ending::Dropped => Interruption::Late,
-                    _ => Interruption::Drained,
-                });
+                if delivery.handler_started {
+                    self.cadence.note(match departure.ending {
+                        Ending::Dropped => Interruption::Late,
+                        _ => Interruption::Drained,
+                    });
+                }
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
