@@ -210,6 +210,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rates_are_finite_numbers_not_negative() {
+        for (text, expected) in [("0.05", Some(0.05)), ("0", Some(0.0)), ("2", Some(2.0))] {
+            assert_eq!(f64::parse(text).ok(), expected, "{text}");
+        }
+        for text in ["-0.1", "NaN", "inf", "soon", ""] {
+            assert!(f64::parse(text).is_err(), "{text}");
+        }
+        assert_eq!(f64::parse(&0.05_f64.show()), Ok(0.05));
+    }
+
+    #[test]
     fn durations_show_as_they_parse() {
         for (duration, text) in [
             (Duration::from_secs(25), "25s"),
