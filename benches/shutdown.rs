@@ -341,7 +341,7 @@ fn primes(stores: &Stores, in_flight: &InFlight) -> PrimesHandler {
         Arc::clone(&stores.results),
         PrimesConfig {
             chunk_size: CHUNK,
-            checkpoint_every: Duration::ZERO,
+            checkpoint_every: Some(Duration::ZERO),
             on_progress: Some(in_flight.hook()),
         },
     )

@@ -7,10 +7,11 @@
 //!
 //! A message `{"job_id":"j1","start":0,"end":50000000}` counts the primes in
 //! `[start, end)` in chunks, checkpointing the cursor and the partial count
-//! every 10 s and when evicted, then writes the blob `j1.json` =
-//! `{"job_id":"j1","start":0,"end":50000000,"primes":3001134}` (create-only)
-//! to the container `results`. Locally, `spot-worker dev` starts what it
-//! needs and prints its environment (docs/develop-locally.md).
+//! when the worker's checkpoint interval says a save is due
+//! (docs/checkpoint-interval.md) and when evicted, then writes the blob
+//! `j1.json` = `{"job_id":"j1","start":0,"end":50000000,"primes":3001134}`
+//! (create-only) to the container `results`. Locally, `spot-worker dev`
+//! starts what it needs and prints its environment (docs/develop-locally.md).
 //!
 //! Configuration is the settings table every spot-worker shares (see
 //! `spot_worker::settings` and `--help`): flags (`--queue orders`), the

@@ -17,6 +17,7 @@ use spot_worker::storage::{
     ResultStore,
 };
 use spot_worker_primes::{PrimesConfig, PrimesJob, expected_result, handler};
+use spot_worker_storage::cadence::FleetLedger;
 use spot_worker_testkit::counting::{CountingResults, CountingStore};
 use spot_worker_testkit::faulty::FaultyQueue;
 
@@ -122,6 +123,9 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
     );
     eprintln!("{counts}");
     assert!(per_job <= 1.1 * minimum, "{counts}");
+    // Apart from the jobs' requests, the fleet's interruption counts: read
+    // as the gate opens, added to (a read and a write) as the worker stops.
+    assert_eq!(checkpoints.fleet(), 3, "{counts}");
     // What is left per job: one create-only result, the delete; no
     // checkpoint request at all (nothing read before a first delivery, no
     // completed checkpoint written, so none to remove).
@@ -162,7 +166,9 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     counted.run(config(), 1).await;
     assert_eq!(chunks.load(Ordering::SeqCst), 5);
     // Progress was saved after every chunk but the last, then removed.
-    assert_eq!(counted.checkpoints.inner().len(), 0);
+    // Nothing left but the fleet's interruption counts (per worker-hour).
+    assert_eq!(counted.checkpoints.inner().len(), 1);
+    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
     assert_eq!(counted.checkpoints.calls().deletes(), 1);
     let before = counted.results.inner().get("long.json").await.unwrap();
 
@@ -175,5 +181,7 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
         counted.results.inner().get("long.json").await.unwrap(),
         before
     );
-    assert_eq!(counted.checkpoints.inner().len(), 0);
+    // Nothing left but the fleet's interruption counts (per worker-hour).
+    assert_eq!(counted.checkpoints.inner().len(), 1);
+    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
 }

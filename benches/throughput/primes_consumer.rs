@@ -62,7 +62,7 @@ impl PrimesConsumer {
             PrimesConfig {
                 chunk_size: NonZeroU64::new(chunk).context("a chunk of at least 1")?,
                 // Every chunk is a checkpoint interval here.
-                checkpoint_every: Duration::ZERO,
+                checkpoint_every: Some(Duration::ZERO),
                 on_progress: Some(Arc::new(move |progress: &Progress| {
                     hook_reports
                         .lock()

@@ -19,7 +19,7 @@ use spot_worker_command::{
 #[command(
     after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
     --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
-    --stop-signal SIGTERM, --checkpoint-every 10s, --checkpoint-max-bytes 1048576, \
+    --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 1048576, \
     --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
     The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
     statuses, signals): docs/command.md."
@@ -160,12 +160,15 @@ fn command_config(
         .with_permanent_exit_codes(codes)
         .with_timeout(settings.get(&table::TIMEOUT)?)
         .with_stop_signal(signal)
-        .with_checkpoint_every(settings.get(&table::CHECKPOINT_EVERY)?)
         .with_checkpoint_max_bytes(settings.get(&table::CHECKPOINT_MAX_BYTES)?)
         .with_pass_env(pass_env)
         .with_output_level(output)
         // Whatever the storage redaction would hide is a secret too.
         .with_secret_rule(|_, value| spot_worker_azure::redact(value) != value);
+    // Unset: the worker's adaptive interval (docs/checkpoint-interval.md).
+    if let Some(every) = settings.get(&table::CHECKPOINT_EVERY)? {
+        config = config.with_checkpoint_every(every);
+    }
     if let Some(field) = settings.get(&table::JOB_KEY)? {
         config = config.with_job_key(field.into_owned());
     }

@@ -10,7 +10,9 @@ use crate::env::{SecretRule, is_secret};
 /// The default of `--permanent-exit-codes`: `EX_DATAERR` of sysexits.h.
 pub const DEFAULT_PERMANENT_EXIT_CODES: [i32; 1] = [65];
 
-/// The default of `--checkpoint-every`.
+/// The fixed interval `--checkpoint-every` had by default before the
+/// interval adapted (docs/checkpoint-interval.md); also the adaptive
+/// interval's least.
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// The default of `--checkpoint-max-bytes`: 1 MiB.
@@ -41,7 +43,11 @@ pub struct CommandConfig {
     /// The signal the process group gets when the drain starts.
     pub stop_signal: i32,
     /// The least time between two saves of a changed checkpoint file.
-    pub checkpoint_every: Duration,
+    /// `None` (the default): the worker's checkpoint interval, adaptive
+    /// unless the worker was given a fixed one
+    /// ([`Job::cadence`](spot_worker_storage::Job::cadence)); the program
+    /// sees it as `SPOT_WORKER_CHECKPOINT_INTERVAL`.
+    pub checkpoint_every: Option<Duration>,
     /// The largest checkpoint file saved.
     pub checkpoint_max_bytes: u64,
     /// Variables passed to the program even if the secret rule rejects them.
@@ -90,7 +96,7 @@ impl CommandConfig {
             permanent_exit_codes: DEFAULT_PERMANENT_EXIT_CODES.to_vec(),
             timeout: None,
             stop_signal: libc::SIGTERM,
-            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            checkpoint_every: None,
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_BYTES,
             pass_env: Vec::new(),
             secret: Arc::new(is_secret),
@@ -129,9 +135,10 @@ impl CommandConfig {
         self
     }
 
-    /// Sets the least time between two checkpoint saves.
+    /// Fixes the least time between two checkpoint saves, instead of the
+    /// worker's interval.
     pub fn with_checkpoint_every(mut self, every: Duration) -> Self {
-        self.checkpoint_every = every;
+        self.checkpoint_every = Some(every);
         self
     }
 

@@ -206,7 +206,7 @@ impl Run<'_> {
         let mut ended = RunnerEnded::No;
         // Until the first save, the file is looked at often, so progress
         // is kept from the moment it first appears; then at most every
-        // `--checkpoint-every`.
+        // `--checkpoint-every` or the worker's interval (`save_interval`).
         let mut next_save = started + FIRST_SAVE_LOOK;
         let mut saved_once = false;
         let cancelled = self.job.cancellation().clone();
@@ -251,7 +251,7 @@ impl Run<'_> {
                         }
                     }
                     next_save = Instant::now()
-                        + if saved_once || later { config.checkpoint_every } else { FIRST_SAVE_LOOK };
+                        + if saved_once || later { self.save_interval() } else { FIRST_SAVE_LOOK };
                 }
             }
         };
@@ -274,6 +274,15 @@ impl Run<'_> {
         })
     }
 
+    /// How long the runner waits between two looks at the checkpoint file:
+    /// the fixed `--checkpoint-every`, or the worker's interval now.
+    fn save_interval(&self) -> Duration {
+        self.handler
+            .config
+            .checkpoint_every
+            .unwrap_or_else(|| self.job.cadence().interval())
+    }
+
     /// The program, started in its own process group with the contract's
     /// environment, and tied to the runner's life (`spawner.rs`).
     async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
@@ -291,6 +300,10 @@ impl Run<'_> {
             ("SPOT_WORKER_CHECKPOINT", path_text(self.dir.checkpoint())),
             ("SPOT_WORKER_RESULT", path_text(self.dir.result())),
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
+            (
+                "SPOT_WORKER_CHECKPOINT_INTERVAL",
+                interval_seconds(self.save_interval()),
+            ),
         ];
         let env = crate::env::child_env(
             std::env::vars_os(),
@@ -394,4 +407,12 @@ fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
 
 fn path_text(path: PathBuf) -> String {
     path.to_string_lossy().into_owned()
+}
+
+/// An interval as the contract's whole seconds, rounded up and at least 1,
+/// so a program that saves "every N seconds" never saves more often than
+/// the runner looks.
+fn interval_seconds(interval: Duration) -> String {
+    let seconds = interval.as_secs() + u64::from(interval.subsec_nanos() > 0);
+    seconds.max(1).to_string()
 }

@@ -63,11 +63,9 @@ impl Progress {
     }
 }
 
-/// How often a running job saves its progress unless configured otherwise.
-/// A checkpoint write is the dearest storage request a job makes (a blob
-/// write is billed at about 12 times a queue operation), and an eviction
-/// notice saves progress anyway, so this only bounds the work a crash
-/// without notice (a killed process, a lost VM) can cost.
+/// The fixed interval the job saved its progress at before it followed the
+/// worker's checkpoint interval ([`JobCheckpoint::is_due`]), for a caller
+/// that wants it back: `with_checkpoint_every(DEFAULT_CHECKPOINT_EVERY)`.
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// How the job runs.
@@ -76,11 +74,14 @@ pub struct PrimesConfig {
     /// Numbers per chunk: the unit of work between cancellation checks and
     /// progress reports.
     pub chunk_size: NonZeroU64,
-    /// The least time between two progress checkpoints: after a chunk, the
-    /// progress is saved if this long has passed since the last save
+    /// When to save progress after a chunk. `None` (the default): when the
+    /// job's checkpoint says a save is due ([`JobCheckpoint::is_due`]: the
+    /// worker's checkpoint interval, adapted to what a save costs and how
+    /// often interruptions lose work, docs/checkpoint-interval.md).
+    /// `Some(every)`: if this long has passed since the last save
     /// (`Duration::ZERO`: after every chunk). Progress is also saved when
     /// the job is cancelled, and a finished job writes its result instead.
-    pub checkpoint_every: Duration,
+    pub checkpoint_every: Option<Duration>,
     /// Called after every chunk (for progress bars).
     pub on_progress: Option<ProgressHook>,
 }
@@ -89,7 +90,7 @@ impl Default for PrimesConfig {
     fn default() -> Self {
         PrimesConfig {
             chunk_size: DEFAULT_CHUNK_SIZE,
-            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            checkpoint_every: None,
             on_progress: None,
         }
     }
@@ -112,9 +113,9 @@ impl PrimesConfig {
         self
     }
 
-    /// Sets the least time between two progress checkpoints.
+    /// Saves progress at a fixed interval instead of the worker's.
     pub fn with_checkpoint_every(mut self, every: Duration) -> Self {
-        self.checkpoint_every = every;
+        self.checkpoint_every = Some(every);
         self
     }
 
@@ -131,8 +132,8 @@ impl PrimesConfig {
 /// `job_id`) is completed (written by earlier versions), make sure the
 /// result exists and succeed without recomputing; otherwise resume from the
 /// saved cursor and partial count, count the rest chunk by chunk
-/// (checkpointing `{"cursor", "primes"}` at most every
-/// [`PrimesConfig::checkpoint_every`] and when cancelled), and write
+/// (checkpointing `{"cursor", "primes"}` after a chunk when a save is due,
+/// see [`PrimesConfig::checkpoint_every`], and when cancelled), and write
 /// `{job_id}.json` = `{"job_id":…,"start":…,"end":…,"primes":N}`
 /// create-only. That result is the job's completion marker
 /// ([`MessageHandler::completion_marker`]): no completed checkpoint is
@@ -329,7 +330,11 @@ impl PrimesHandler {
                 // A chunk cut short by cancellation is saved as far as it
                 // got (while the worker winds down, checkpoint writes are
                 // still allowed); the last chunk is not, the result follows.
-                if cut_short || (cursor < spec.end && saved.due(self.config.checkpoint_every)) {
+                let due = match self.config.checkpoint_every {
+                    Some(every) => saved.due(every),
+                    None => checkpoint.is_due(),
+                };
+                if cut_short || (cursor < spec.end && due) {
                     let progress = SavedProgress { cursor, primes };
                     self.save_if_new(&mut checkpoint, &mut saved, progress)
                         .await?;

@@ -17,6 +17,7 @@ use spot_worker_storage::{
     InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, Job, MessageHandler, MessageQueue,
     PoisonRecord, ResultStore, WritePrecondition, handler_fn,
 };
+use spot_worker_storage::{CheckpointCadence, IntervalSource};
 
 /// Upper bound of every run: generous for a slow debug build, yet bounded.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -26,6 +27,9 @@ struct Stores {
     poison: InMemoryQueue,
     checkpoints: InMemoryCheckpointStore,
     results: InMemoryResultStore,
+    /// The worker's checkpoint interval, which the handler follows unless
+    /// its config fixes one.
+    cadence: Arc<CheckpointCadence>,
 }
 
 impl Stores {
@@ -35,6 +39,9 @@ impl Stores {
             poison: InMemoryQueue::new("jobs-poison"),
             checkpoints: InMemoryCheckpointStore::new(),
             results: InMemoryResultStore::new("results"),
+            cadence: Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+                seed_evictions_per_hour: 0.05,
+            })),
         }
     }
 
@@ -74,7 +81,8 @@ impl Stores {
             consumer_config,
         )
         .unwrap()
-        .with_checkpoints(Arc::new(self.checkpoints.clone()));
+        .with_checkpoints(Arc::new(self.checkpoints.clone()))
+        .with_cadence(Arc::clone(&self.cadence));
         let inner = Arc::new(handler(Arc::new(self.results.clone()), config));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let returned = Arc::new(AtomicUsize::new(0));
@@ -575,18 +583,33 @@ async fn the_default_config_counts_in_million_number_chunks() {
     assert_eq!(stores.checkpoints.get("plain"), None);
 }
 
+/// Where the job's checkpoint interval comes from in a test.
+#[derive(Clone, Copy)]
+enum Interval {
+    /// `PrimesConfig::with_checkpoint_every`.
+    Fixed(Duration),
+    /// The default config: the worker's interval (`JobCheckpoint::is_due`),
+    /// here fixed on the worker's cadence.
+    Workers(Duration),
+}
+
 /// What the checkpoint held after each chunk of an uninterrupted
-/// 10-chunk job, with progress saved at most every `every`.
-async fn checkpoints_after_each_chunk(every: Duration) -> Vec<Option<Checkpoint>> {
-    let stores = Stores::new();
+/// 10-chunk job, with progress saved at most every `interval`.
+async fn checkpoints_after_each_chunk(interval: Interval) -> Vec<Option<Checkpoint>> {
+    let mut stores = Stores::new();
     let job = PrimesJob::new("j", 0, 100_000).unwrap();
     stores.send(&job).await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (sink, checkpoints) = (Arc::clone(&seen), stores.checkpoints.clone());
-    let config = PrimesConfig::default()
+    let mut config = PrimesConfig::default()
         .with_chunk_size(NonZeroU64::new(10_000).unwrap())
-        .with_checkpoint_every(every)
         .with_progress(move |_: &Progress| sink.lock().unwrap().push(checkpoints.get("j")));
+    match interval {
+        Interval::Fixed(every) => config = config.with_checkpoint_every(every),
+        Interval::Workers(every) => {
+            stores.cadence = Arc::new(CheckpointCadence::new(IntervalSource::Explicit(every)));
+        }
+    }
     let (stats, errors) = stores.run(config, DrainSignals::default(), 1, 5).await;
     assert!(errors.is_empty() && stats.succeeded == 1, "{errors:?}");
     assert_eq!(
@@ -599,7 +622,7 @@ async fn checkpoints_after_each_chunk(every: Duration) -> Vec<Option<Checkpoint>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_is_saved_at_most_every_checkpoint_interval_and_never_for_the_last_chunk() {
     // Every chunk but the last: nine progress writes, then the result.
-    let every_chunk = checkpoints_after_each_chunk(Duration::ZERO).await;
+    let every_chunk = checkpoints_after_each_chunk(Interval::Fixed(Duration::ZERO)).await;
     let expected: Vec<Option<Checkpoint>> = (1..=10_u64)
         .map(|chunk| {
             let cursor = chunk.min(9) * 10_000;
@@ -611,6 +634,20 @@ async fn progress_is_saved_at_most_every_checkpoint_interval_and_never_for_the_l
     assert_eq!(every_chunk, expected);
     // An interval longer than the job: no progress write at all (an
     // eviction notice would still save it; see the interrupted-job tests).
-    let rarely = checkpoints_after_each_chunk(Duration::from_secs(3600)).await;
+    let rarely = checkpoints_after_each_chunk(Interval::Fixed(Duration::from_secs(3600))).await;
+    assert_eq!(rarely, vec![None; 10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_progress_is_saved_when_the_workers_interval_says_it_is_due() {
+    // The same two cases, decided by the worker's interval rather than
+    // the job's config: the handler asks `JobCheckpoint::is_due`.
+    let every_chunk = checkpoints_after_each_chunk(Interval::Workers(Duration::ZERO)).await;
+    assert_eq!(
+        every_chunk,
+        checkpoints_after_each_chunk(Interval::Fixed(Duration::ZERO)).await
+    );
+    assert!(every_chunk.iter().all(Option::is_some));
+    let rarely = checkpoints_after_each_chunk(Interval::Workers(Duration::from_secs(3600))).await;
     assert_eq!(rarely, vec![None; 10]);
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use spot_worker_settings::{Source, table};
-use spot_worker_storage::MessageEncoding;
+use spot_worker_storage::{IntervalSource, MessageEncoding};
 
 use crate::error::ConfigError;
 
@@ -83,6 +83,16 @@ pub struct WorkerConfig {
     /// worker) if the warmup gate has not opened after this long
     /// (`SPOT_WORKER_GATE_TIMEOUT`; default: wait as long as it takes).
     pub gate_timeout: Option<Duration>,
+    /// A fixed checkpoint interval for [`JobCheckpoint::is_due`]
+    /// (`SPOT_WORKER_CHECKPOINT_EVERY`); `None`, the default: the adaptive
+    /// interval (docs/checkpoint-interval.md).
+    ///
+    /// [`JobCheckpoint::is_due`]: spot_worker_storage::JobCheckpoint::is_due
+    pub checkpoint_every: Option<Duration>,
+    /// Evictions per VM-hour the adaptive interval assumes until the
+    /// fleet's own counts outweigh it (`SPOT_WORKER_EVICTION_RATE`,
+    /// default 0.05).
+    pub eviction_rate: f64,
 }
 
 /// Scheduled Events settings.
@@ -176,6 +186,8 @@ impl Default for WorkerConfig {
                 handle_signals: true,
             },
             gate_timeout: table::GATE_TIMEOUT.default,
+            checkpoint_every: table::CHECKPOINT_EVERY.default,
+            eviction_rate: table::EVICTION_RATE.default,
         }
     }
 }
@@ -234,6 +246,8 @@ impl WorkerConfig {
                 handle_signals: true,
             },
             gate_timeout: source.get(&table::GATE_TIMEOUT)?,
+            checkpoint_every: source.get(&table::CHECKPOINT_EVERY)?,
+            eviction_rate: source.get(&table::EVICTION_RATE)?,
         };
         config.validate()?;
         Ok(config)
@@ -286,7 +300,25 @@ impl WorkerConfig {
                 "at least 1; keep it high: evictions count towards this crash-loop guard",
             );
         }
+        if !self.eviction_rate.is_finite() || self.eviction_rate < 0.0 {
+            return invalid(
+                table::EVICTION_RATE.key,
+                self.eviction_rate.to_string(),
+                "evictions per hour: a finite number, not negative",
+            );
+        }
         self.drain.validate()
+    }
+
+    /// Where the checkpoint interval comes from: the fixed one if set,
+    /// otherwise the adaptive one seeded with the eviction rate.
+    pub fn interval_source(&self) -> IntervalSource {
+        match self.checkpoint_every {
+            Some(every) => IntervalSource::Explicit(every),
+            None => IntervalSource::Adaptive {
+                seed_evictions_per_hour: self.eviction_rate,
+            },
+        }
     }
 }
 

@@ -211,12 +211,20 @@ pub const STOP_SIGNAL: Setting<Text> = Setting {
     doc: "`run`: the signal the program's process group gets when the drain starts (SIGKILL follows at the release time)",
 };
 
-/// The least time between two saves of a command's checkpoint file.
-pub const CHECKPOINT_EVERY: Setting<Duration> = Setting {
+/// A fixed checkpoint interval; unset, it adapts.
+pub const CHECKPOINT_EVERY: Setting<Option<Duration>> = Setting {
     key: "SPOT_WORKER_CHECKPOINT_EVERY",
-    default: seconds(10),
+    default: None,
+    default_doc: Some("adaptive"),
+    doc: "a fixed checkpoint interval instead of the adaptive one (Daly's, from the measured cost of a save and the fleet's interruptions that lose work: docs/checkpoint-interval.md); what `JobCheckpoint::is_due` follows, and for `run` the least time between two saves of a changed checkpoint file (it is also saved when the program ends)",
+};
+
+/// The eviction rate assumed before the fleet has history.
+pub const EVICTION_RATE: Setting<f64> = Setting {
+    key: "SPOT_WORKER_EVICTION_RATE",
+    default: 0.05,
     default_doc: None,
-    doc: "`run`: the least time between two saves of a changed checkpoint file (it is also saved when the program ends)",
+    doc: "evictions per VM-hour the adaptive checkpoint interval assumes until the fleet's own counts outweigh it (it counts as 100 job-hours of observation); from the eviction-rate band of the VM size (docs/checkpoint-interval.md)",
 };
 
 /// The largest checkpoint file saved.
@@ -453,6 +461,7 @@ pub const ALL: &[&dyn Describe] = &[
     &TIMEOUT,
     &STOP_SIGNAL,
     &CHECKPOINT_EVERY,
+    &EVICTION_RATE,
     &CHECKPOINT_MAX_BYTES,
     &PASS_ENV,
     &PROGRAM_OUTPUT,

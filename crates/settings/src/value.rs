@@ -83,6 +83,23 @@ impl SettingValue for usize {
     }
 }
 
+/// A rate or another quantity: a finite number, not negative.
+impl SettingValue for f64 {
+    fn parse(text: &str) -> Result<Self, String> {
+        let value: f64 = text
+            .parse()
+            .map_err(|e| format!("{e} (use a number such as 0.05)"))?;
+        if !value.is_finite() || value < 0.0 {
+            return Err("must be a finite number, not negative".to_owned());
+        }
+        Ok(value)
+    }
+
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
 impl SettingValue for SocketAddr {
     fn parse(text: &str) -> Result<Self, String> {
         text.parse().map_err(|e| format!("{e} (use IP:PORT)"))
@@ -191,6 +208,17 @@ pub fn parse_switch(text: &str) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_finite_numbers_not_negative() {
+        for (text, expected) in [("0.05", Some(0.05)), ("0", Some(0.0)), ("2", Some(2.0))] {
+            assert_eq!(f64::parse(text).ok(), expected, "{text}");
+        }
+        for text in ["-0.1", "NaN", "inf", "soon", ""] {
+            assert!(f64::parse(text).is_err(), "{text}");
+        }
+        assert_eq!(f64::parse(&0.05_f64.show()), Ok(0.05));
+    }
 
     #[test]
     fn durations_show_as_they_parse() {

@@ -11,12 +11,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::cadence::{CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource};
 use crate::consumer::Leftover;
 use crate::error::StorageError;
 use crate::goodput::{Ledger, split_stamp, stamp_with};
 
+mod cost;
 mod notes;
 mod save_clock;
+
+pub use cost::{CheckpointCost, CostMeter, SaveCost};
 
 pub(crate) use notes::CheckpointNotes;
 pub(crate) use save_clock::SaveClock;
@@ -241,6 +245,14 @@ pub struct JobCheckpoint {
     /// How many writes this handle attempted; the stamp of the next is one
     /// more.
     writes: u64,
+    /// Requests this handle sent to the store (writes and the reads after
+    /// a conflict), for the cost of a save.
+    requests: u64,
+    /// The interval this handle's saves follow, and where their cost is
+    /// measured (see [`JobCheckpoint::is_due`]).
+    cadence: Arc<CheckpointCadence>,
+    /// When progress was last saved, or the handle made.
+    last_saved: tokio::time::Instant,
 }
 
 impl fmt::Debug for JobCheckpoint {
@@ -250,6 +262,7 @@ impl fmt::Debug for JobCheckpoint {
             .field("latest", &self.latest)
             .field("writer", &self.writer)
             .field("writes", &self.writes)
+            .field("last_saved", &self.last_saved)
             .finish_non_exhaustive()
     }
 }
@@ -313,7 +326,36 @@ impl JobCheckpoint {
             clock: None,
             writer: uuid::Uuid::new_v4().simple().to_string(),
             writes: 0,
+            requests: 0,
+            cadence: Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+                seed_evictions_per_hour: DEFAULT_SEED_EVICTIONS_PER_HOUR,
+            })),
+            last_saved: tokio::time::Instant::now(),
         }
+    }
+
+    /// Follows `cadence` (the worker's, shared by its deliveries; the
+    /// consumer passes it): [`JobCheckpoint::is_due`] asks it, and every
+    /// save's cost is recorded in it. A handle without one measures and
+    /// decides alone, from the default seed rate.
+    pub fn following(mut self, cadence: Arc<CheckpointCadence>) -> Self {
+        self.cadence = cadence;
+        self
+    }
+
+    /// The cadence this handle follows.
+    pub fn cadence(&self) -> &Arc<CheckpointCadence> {
+        &self.cadence
+    }
+
+    /// Whether a checkpoint is due: the checkpoint interval (the user's
+    /// explicit one, or the adaptive one of docs/checkpoint-interval.md)
+    /// has passed since this handle last saved, or since it was made. A
+    /// handler that asks this after each unit of work and saves when it
+    /// says so saves exactly as often as the interruptions that lose work
+    /// make worthwhile; on cancellation it saves regardless.
+    pub fn is_due(&self) -> bool {
+        self.cadence.is_due(self.last_saved.elapsed())
     }
 
     /// Refuses every write once `token` is cancelled (the consumer passes the
@@ -413,11 +455,26 @@ impl JobCheckpoint {
         // The hook that times the save: the job is blocked from here to the
         // return, retries and conflict reads included.
         let start = self.clock.as_ref().map(|clock| clock.save_started());
+        let started = tokio::time::Instant::now();
+        let requests_before = self.requests;
+        let bytes = checkpoint
+            .to_json_bytes()
+            .map_or(0, |bytes| bytes.len() as u64);
         let saved = self
             .save_fenced(checkpoint, start.map(|start| start.ledger))
             .await;
         if let (Some(clock), Some(start)) = (&self.clock, start) {
             clock.save_ended(start, saved.is_ok());
+        }
+        if saved.is_ok() {
+            // The time the job waited for its save: what the interval
+            // trades against the work an interruption loses.
+            self.last_saved = tokio::time::Instant::now();
+            self.cadence.record_save(SaveCost {
+                blocked: self.last_saved.duration_since(started),
+                requests: u32::try_from(self.requests - requests_before).unwrap_or(u32::MAX),
+                bytes,
+            });
         }
         if let Some(notes) = &self.notes {
             match &saved {
@@ -450,6 +507,7 @@ impl JobCheckpoint {
                 None => WritePrecondition::Create,
             };
             self.writes += 1;
+            self.requests += 1;
             let stamp = match &ledger {
                 Some(ledger) => stamp_with(&self.stamp(self.writes), ledger),
                 None => self.stamp(self.writes),
@@ -472,6 +530,7 @@ impl JobCheckpoint {
                 Err(StorageError::Conflict { key }) => key,
                 Err(other) => return Err(other),
             };
+            self.requests += 1;
             let Some(StoredCheckpoint {
                 checkpoint: stored,
                 etag,

@@ -22,6 +22,7 @@
 //! Every store has a `prepare` method (create what is missing, prove this
 //! worker can write) for a worker's warmup gate to call before it takes work.
 
+pub mod cadence;
 mod checkpoint;
 mod consumer;
 mod encoding;
@@ -32,8 +33,10 @@ pub mod memory;
 mod queue;
 mod result;
 
+pub use cadence::{CheckpointCadence, IntervalSource};
 pub use checkpoint::{
-    Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint, SaveCost,
+    StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,

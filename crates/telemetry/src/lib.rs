@@ -41,6 +41,7 @@
 //! ```
 
 mod appinsights;
+mod checkpoint_gauges;
 mod config;
 mod error;
 mod export;
@@ -56,6 +57,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 pub use appinsights::{
     AppInsightsConnectionString, AppInsightsConnectionStringError, DEFAULT_INGESTION_ENDPOINT,
 };
+pub use checkpoint_gauges::{CheckpointEstimates, INTERRUPTION_KINDS};
 pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
 pub use metrics::{Metrics, attributes, names};

@@ -13,6 +13,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
+use crate::checkpoint_gauges::{CheckpointEstimates, CheckpointGauges, EstimatesSource};
 use crate::outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
 };
@@ -53,9 +54,16 @@ pub mod names {
     /// before their first checkpoint save): their time is missing from
     /// `spot_worker.job.time` (`{delivery}`).
     pub const JOB_UNACCOUNTED: &str = "spot_worker.job.unaccounted_deliveries";
+    /// Gauge: the checkpoint interval handed out now (`s`).
+    pub const CHECKPOINT_INTERVAL: &str = "spot_worker.checkpoint.interval";
+    /// Gauge: the recent time one checkpoint save blocked the job (`s`).
+    pub const CHECKPOINT_COST: &str = "spot_worker.checkpoint.cost";
+    /// Gauge: estimated interruptions per job-hour, by `kind`
+    /// (`{interruption}/h`).
+    pub const INTERRUPTION_RATE: &str = "spot_worker.interruptions.rate";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 16] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -69,6 +77,9 @@ pub mod names {
         JOB_TIME,
         JOB_GOODPUT,
         JOB_UNACCOUNTED,
+        CHECKPOINT_INTERVAL,
+        CHECKPOINT_COST,
+        INTERRUPTION_RATE,
     ];
 }
 
@@ -86,7 +97,9 @@ pub mod attributes {
     /// The queue, on every per-queue metric.
     pub const QUEUE: &str = crate::span::MESSAGING_DESTINATION_NAME;
     /// The kind of a job's time, on `spot_worker.job.time`
-    /// ([`JobTimeKind::as_str`](crate::JobTimeKind::as_str)).
+    /// ([`JobTimeKind::as_str`](crate::JobTimeKind::as_str)), and of an
+    /// interruption, on `spot_worker.interruptions.rate`
+    /// ([`INTERRUPTION_KINDS`](crate::INTERRUPTION_KINDS)).
     pub const KIND: &str = "kind";
 
     /// Every attribute key on the worker's metrics.
@@ -159,6 +172,7 @@ struct Instruments {
     job_time: Counter<f64>,
     job_goodput: Histogram<f64>,
     job_unaccounted: Counter<u64>,
+    checkpoint_gauges: CheckpointGauges,
 }
 
 impl Metrics {
@@ -276,6 +290,7 @@ impl Metrics {
                 "Deliveries of finished jobs cut before their first checkpoint save, whose \
                  time is missing from spot_worker.job.time.",
             ),
+            checkpoint_gauges: CheckpointGauges::new(meter),
         };
         Self {
             inner: Arc::new(inner),
@@ -404,6 +419,22 @@ impl Metrics {
         StorageRefusal::ALL
             .into_iter()
             .find(|refusal| StorageRefusal::code(Some(*refusal)) == current)
+    }
+
+    /// Reports the checkpoint interval and its estimates from `source`,
+    /// called at every export (`spot_worker.checkpoint.interval`,
+    /// `spot_worker.checkpoint.cost`, `spot_worker.interruptions.rate`).
+    pub fn observe_checkpoint_estimates(
+        &self,
+        source: impl Fn() -> CheckpointEstimates + Send + Sync + 'static,
+    ) {
+        let source: EstimatesSource = Arc::new(source);
+        *self
+            .inner
+            .checkpoint_gauges
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

@@ -197,7 +197,11 @@ pub fn values(key: &str) -> Vec<&'static str> {
         }
         attributes::EVENT_TYPE => EVENT_TYPES.to_vec(),
         attributes::REASON => StorageRefusal::ALL.map(StorageRefusal::as_str).to_vec(),
-        attributes::KIND => JobTimeKind::ALL.map(JobTimeKind::as_str).to_vec(),
+        attributes::KIND => JobTimeKind::ALL
+            .map(JobTimeKind::as_str)
+            .into_iter()
+            .chain(crate::INTERRUPTION_KINDS.iter().copied())
+            .collect(),
         _ => Vec::new(),
     }
 }

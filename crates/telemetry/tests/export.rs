@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use spot_worker_telemetry::{
-    CheckpointOutcome, LeaseOutcome, MessageOutcome, StorageRefusal, Telemetry, TelemetryConfig,
-    TelemetryError, message_span, names,
+    CheckpointEstimates, CheckpointOutcome, LeaseOutcome, MessageOutcome, StorageRefusal,
+    Telemetry, TelemetryConfig, TelemetryError, message_span, names,
 };
 use spot_worker_testkit::otlp::{Collector, Received, WAIT, int_attribute, string_attribute};
 use tokio::sync::Notify;
@@ -66,6 +66,43 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
     metrics.drained(Duration::from_secs(12));
     metrics.set_ready(true);
     metrics.set_storage_refused(Some(StorageRefusal::Refused));
+    metrics.observe_checkpoint_estimates(|| CheckpointEstimates {
+        interval_seconds: 617.0,
+        save_cost_seconds: Some(60.0),
+        evictions_per_hour: 0.2,
+        late_per_hour: 0.02,
+        no_outcome_per_hour: 0.004,
+        losing_per_hour: 0.024,
+    });
+}
+
+/// The points of the f64 gauge `name`, each with its `kind` attribute
+/// (empty when it has none); `None` until it is exported.
+fn f64_gauge(metrics: &[&Metric], name: &str) -> Option<Vec<(String, f64)>> {
+    let metric = metrics.iter().rev().find(|m| m.name == name)?;
+    let Some(metric::Data::Gauge(gauge)) = &metric.data else {
+        panic!("{name} is not a gauge: {:?}", metric.data);
+    };
+    Some(
+        gauge
+            .data_points
+            .iter()
+            .map(|point| {
+                let kind = point
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "kind")
+                    .and_then(|kv| kv.value.as_ref())
+                    .map(|value| format!("{:?}", value.value))
+                    .unwrap_or_default();
+                let value = match point.value {
+                    Some(number_data_point::Value::AsDouble(value)) => value,
+                    other => panic!("{name}: unexpected value {other:?}"),
+                };
+                (kind, value)
+            })
+            .collect(),
+    )
 }
 
 #[tokio::test]
@@ -235,6 +272,16 @@ async fn otlp_receives_the_message_span_and_metrics() {
                     "{by_reason:?}"
                 );
             }
+
+            // The checkpoint interval and what it rests on, read at export.
+            let interval = f64_gauge(&metrics, names::CHECKPOINT_INTERVAL)?;
+            assert_eq!(interval, [(String::new(), 617.0)]);
+            let cost = f64_gauge(&metrics, names::CHECKPOINT_COST)?;
+            assert_eq!(cost, [(String::new(), 60.0)]);
+            let rates = f64_gauge(&metrics, names::INTERRUPTION_RATE)?;
+            assert_eq!(rates.len(), 4, "{rates:?}");
+            let losing = rates.iter().find(|(kind, _)| kind.contains("\"losing\""));
+            assert_eq!(losing.map(|(_, rate)| *rate), Some(0.024), "{rates:?}");
 
             // Bounded cardinality: message ids never reach metric attributes.
             for metric in &metrics {

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use spot_worker_storage::cadence::{FleetLedger, Interruption, InterruptionCounts};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, JobCheckpoint, PutOutcome, ResultStore, StorageError,
     StoredCheckpoint, WritePrecondition,
@@ -20,7 +21,8 @@ use spot_worker_storage::{
 /// Runs the [`CheckpointStore`] contract against `store`, fresh and empty:
 /// ETag-fenced reads and writes (If-None-Match and If-Match conflicts),
 /// keys with slashes, the write stamp's round trip, completed checkpoints,
-/// delete, and [`JobCheckpoint`] fencing out a stale handle.
+/// delete, [`JobCheckpoint`] fencing out a stale handle, and the fleet's
+/// interruption counts merged from racing additions.
 pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
     // Prepare creates what is missing; a second call is harmless.
     store.prepare().await.expect("prepare");
@@ -29,7 +31,42 @@ pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
     stamps_are_kept_with_the_checkpoint_and_replaced_by_every_write(store.as_ref()).await;
     completed_checkpoints_read_back_as_completed(store.as_ref()).await;
     delete_removes_and_is_idempotent(store.as_ref()).await;
-    a_stale_handle_writing_the_same_progress_is_still_fenced_out(store).await;
+    a_stale_handle_writing_the_same_progress_is_still_fenced_out(Arc::clone(&store)).await;
+    fleet_counts_added_at_once_by_many_workers_all_count(store).await;
+}
+
+/// The fleet's interruption counts ([`FleetLedger`]) on top of the store's
+/// ETag fencing: additions racing from several workers are all kept, none
+/// twice.
+async fn fleet_counts_added_at_once_by_many_workers_all_count(store: Arc<dyn CheckpointStore>) {
+    const WORKERS: u64 = 4;
+    let ledger = FleetLedger::new(store);
+    let mut racing = tokio::task::JoinSet::new();
+    for worker in 0..WORKERS {
+        let ledger = ledger.clone();
+        racing.spawn(async move {
+            let mut delta = InterruptionCounts {
+                job_seconds: 3600.0,
+                ..InterruptionCounts::default()
+            };
+            delta.count(Interruption::Drained);
+            if worker % 2 == 0 {
+                delta.count(Interruption::NoOutcome);
+            }
+            ledger.add(&delta).await
+        });
+    }
+    while let Some(added) = racing.join_next().await {
+        added
+            .expect("an adding task")
+            .expect("an addition that lost a race is retried, not refused");
+    }
+    let total = ledger.read().await.expect("read the fleet's counts");
+    assert_eq!(
+        (total.drained, total.no_outcome, total.job_hours()),
+        (WORKERS, WORKERS / 2, WORKERS as f64),
+        "every racing addition counts once: {total:?}"
+    );
 }
 
 /// Runs the [`ResultStore`] contract against `store`, fresh and empty:

@@ -1,7 +1,8 @@
 //! [`CountingStore`]: any [`CheckpointStore`] with a count of the requests
 //! made to it, by kind (reads, creating and updating writes, deletes): what
 //! a test asserts per job, and what a benchmark sets against the fewest the
-//! protocol allows. [`CountingResults`] does the same for a [`ResultStore`].
+//! protocol allows. Those on the fleet's interruption counts are counted
+//! apart ([`StoreCalls::fleet`]): they are per worker-hour, not per job. [`CountingResults`] does the same for a [`ResultStore`].
 //! The queue's counterpart is the record of
 //! [`FaultyQueue`](crate::faulty::FaultyQueue).
 //!
@@ -21,6 +22,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use spot_worker_storage::cadence::FleetLedger;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, PutOutcome, ResultStore, StorageError, StoredCheckpoint,
     WritePrecondition, async_trait,
@@ -36,6 +38,7 @@ pub struct StoreCalls {
     updates: AtomicU64,
     deletes: AtomicU64,
     keys_read: Mutex<Vec<String>>,
+    fleet: AtomicU64,
 }
 
 impl StoreCalls {
@@ -68,6 +71,13 @@ impl StoreCalls {
     /// Deletes.
     pub fn deletes(&self) -> u64 {
         self.deletes.load(Ordering::SeqCst)
+    }
+
+    /// Requests on the fleet's interruption counts
+    /// ([`FleetLedger::KEY`]), counted apart from all the others: a worker
+    /// makes them per hour it runs, not per job.
+    pub fn fleet(&self) -> u64 {
+        self.fleet.load(Ordering::SeqCst)
     }
 
     /// The keys read, in order.
@@ -119,6 +129,10 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
     }
 
     async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+        if key == FleetLedger::KEY {
+            StoreCalls::count(&self.calls.fleet);
+            return self.inner.read(key).await;
+        }
         StoreCalls::count(&self.calls.reads);
         self.calls
             .keys_read
@@ -135,6 +149,10 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
         precondition: WritePrecondition,
         stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
+        if key == FleetLedger::KEY {
+            StoreCalls::count(&self.calls.fleet);
+            return self.inner.write(key, checkpoint, precondition, stamp).await;
+        }
         StoreCalls::count(match precondition {
             WritePrecondition::Create => &self.calls.creates,
             WritePrecondition::IfMatch(_) => &self.calls.updates,
@@ -143,7 +161,11 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        StoreCalls::count(&self.calls.deletes);
+        StoreCalls::count(if key == FleetLedger::KEY {
+            &self.calls.fleet
+        } else {
+            &self.calls.deletes
+        });
         self.inner.delete(key).await
     }
 }

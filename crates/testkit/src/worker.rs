@@ -167,7 +167,7 @@ impl Env {
         let config = PrimesConfig {
             chunk_size: std::num::NonZeroU64::new(2_000_000).unwrap(),
             // Resuming is checked chunk by chunk.
-            checkpoint_every: Duration::ZERO,
+            checkpoint_every: Some(Duration::ZERO),
             on_progress: Some(progress.hook()),
         };
         PrimesWorker {

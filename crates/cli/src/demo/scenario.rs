@@ -151,7 +151,7 @@ impl Demo {
         let primes = PrimesConfig {
             chunk_size: self.chunk_size,
             // The demo shows every checkpoint.
-            checkpoint_every: Duration::ZERO,
+            checkpoint_every: Some(Duration::ZERO),
             on_progress: Some(Arc::new(move |p: &Progress| tracker.chunk(who, p))),
         };
         let handler = Reporting {

@@ -4,6 +4,7 @@
 //! URLs, whether the workers are ready.
 
 use std::io::IsTerminal as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -15,6 +16,9 @@ use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, compact, job_rows};
 use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
+use interval::{IntervalStatus, interval_status};
+
+mod interval;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -94,6 +98,8 @@ struct Status {
     /// Where the finished jobs' time went (docs/goodput.md).
     goodput: FleetGoodput,
     workers: Vec<WorkerStatus>,
+    /// The checkpoint interval and the estimates behind it.
+    checkpoint_interval: IntervalStatus,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -147,7 +153,9 @@ async fn gather(
 ) -> Result<Status> {
     let queue = queue_status(&fleet.queue()?).await?;
     let poison = queue_status(&fleet.poison_queue()?).await?;
-    let (rows, checkpoints_not_read) = job_rows(&fleet.checkpoints()?, Some(max_reads)).await?;
+    let checkpoints = fleet.checkpoints()?;
+    let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
         .iter()
         .filter(|row| matches!(row.checkpoint, Ok(ref c) if c.is_completed()))
@@ -191,6 +199,7 @@ async fn gather(
         checkpoints_not_read,
         goodput,
         workers,
+        checkpoint_interval,
     })
 }
 
@@ -281,6 +290,9 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         );
     }
     print_goodput(&status.goodput);
+    for line in interval::lines(&status.checkpoint_interval) {
+        println!("{line}");
+    }
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };
         println!("worker  {:<40} {state} ({})", worker.url, worker.detail);

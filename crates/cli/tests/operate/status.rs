@@ -8,6 +8,7 @@ use spot_worker_storage::{
     handler_fn,
 };
 
+use spot_worker_storage::cadence::{FleetLedger, InterruptionCounts};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
@@ -45,6 +46,19 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
         .write("b", &done, WritePrecondition::Create, None)
         .await
         .unwrap();
+    // The fleet's interruption counts, as workers left them.
+    let history = InterruptionCounts {
+        drained: 3,
+        late: 1,
+        no_outcome: 2,
+        job_seconds: 50.0 * 3600.0,
+        saves: 4,
+        save_seconds: 2.0,
+    };
+    FleetLedger::new(Arc::new(store.clone()))
+        .add(&history)
+        .await
+        .unwrap();
     let nobody = format!("http://127.0.0.1:{}", closed_port());
     let cli = || spot_worker(&azurite, MessageEncoding::Text);
 
@@ -65,6 +79,14 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     assert!(text.contains("{\"done\":3,\"of\":10}"), "{text}");
     assert!(text.contains(&format!("{nobody}/readyz")), "{text}");
     assert!(text.contains("NOT READY (unreachable)"), "{text}");
+    assert!(
+        text.contains("fleet: 50.0 job-hours; 3 evictions drained in time, 1 with a notice too late, 2 deliveries with no outcome"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Daly's, for the fleet's mean save of 0.500 s"),
+        "{text}"
+    );
 
     // Each checkpoint read is a request: --max-reads bounds them.
     let bounded = run(cli().args(["status", "--json", "--max-reads", "0"])).await;
@@ -138,6 +160,17 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
         .expect("the worker stops in time")
         .unwrap()
         .unwrap();
+    // The worker added the job time it saw to the fleet's counts as it
+    // stopped, keeping the history.
+    let after = run(cli().args(["status", "--json"])).await;
+    after.assert_success();
+    let after: serde_json::Value = serde_json::from_str(&after.stdout).unwrap();
+    let counts = &after["checkpoint_interval"]["counts"];
+    assert_eq!(counts["drained"], 3, "{after}");
+    assert!(
+        counts["job_seconds"].as_f64().unwrap() > history.job_seconds,
+        "{after}"
+    );
 
     let bad = run(cli().args(["status", "--health", "10.0.0.4:8080"])).await;
     assert_eq!(bad.code, Some(1));

@@ -27,11 +27,12 @@ use std::time::Duration;
 use spot_worker_imds::{
     ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
+use spot_worker_storage::cadence::{CadenceView, FLUSH_EVERY, FleetLedger};
 use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError, MessageHandler,
-    MessageQueue, QueueMessage, ResultStore,
+    CheckpointCadence, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError,
+    MessageHandler, MessageQueue, QueueMessage, ResultStore,
 };
-use spot_worker_telemetry::{Metrics, Telemetry, message_span};
+use spot_worker_telemetry::{CheckpointEstimates, Metrics, Telemetry, message_span};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +49,24 @@ use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
 pub use report::{DrainReport, RunReport};
+
+/// The longest the last addition to the fleet's interruption counts may
+/// take as the worker stops: it runs beside the approval and the telemetry
+/// flush, within the exit's bounds.
+const LEDGER_LAST_ADD: Duration = Duration::from_secs(1);
+
+/// The checkpoint interval's estimates as the metrics report them.
+fn checkpoint_estimates(view: &CadenceView) -> CheckpointEstimates {
+    let estimates = view.estimates;
+    CheckpointEstimates {
+        interval_seconds: view.interval.as_secs_f64(),
+        save_cost_seconds: view.cost.estimate().map(|cost| cost.as_secs_f64()),
+        evictions_per_hour: estimates.evictions_per_hour,
+        late_per_hour: estimates.evictions_per_hour * estimates.late_share,
+        no_outcome_per_hour: estimates.no_outcome_per_hour,
+        losing_per_hour: estimates.losing_per_hour(),
+    }
+}
 
 /// A queue worker for a Spot VM, built in a few lines and run once.
 ///
@@ -97,6 +116,11 @@ pub struct Worker {
     readiness: watch::Sender<Readiness>,
     health_listener: Option<tokio::net::TcpListener>,
     owns_process: bool,
+    /// The checkpoint interval every delivery follows, kept in step with
+    /// the fleet's interruption counts while the worker serves.
+    cadence: Arc<CheckpointCadence>,
+    /// Cancelled when the warmup gate opens: the store is ready then.
+    gate_opened: CancellationToken,
 }
 
 impl Worker {
@@ -106,6 +130,7 @@ impl Worker {
         queue: Arc<dyn MessageQueue>,
         poison: Arc<dyn MessageQueue>,
     ) -> Self {
+        let cadence = Arc::new(CheckpointCadence::new(config.interval_source()));
         Worker {
             config,
             queue,
@@ -119,7 +144,15 @@ impl Worker {
             readiness: watch::channel(Readiness::default()).0,
             health_listener: None,
             owns_process: false,
+            cadence,
+            gate_opened: CancellationToken::new(),
         }
+    }
+
+    /// The checkpoint interval this worker's deliveries follow, and what it
+    /// rests on ([`CheckpointCadence::view`]).
+    pub fn cadence(&self) -> &Arc<CheckpointCadence> {
+        &self.cadence
     }
 
     /// Serves the health endpoints on `listener` instead of binding
@@ -214,9 +247,36 @@ impl Worker {
         // unlocked, which the other workers treat the same.
         let rendezvous = self.join_peers();
 
+        let cadence = Arc::clone(&self.cadence);
+        self.metrics
+            .observe_checkpoint_estimates(move || checkpoint_estimates(&cadence.view()));
+        // The fleet's interruption counts, kept in step while the worker
+        // runs; added to once more as it stops (docs/checkpoint-interval.md).
+        let stop_ledger = CancellationToken::new();
+        let ledger_task = self.checkpoints.as_ref().map(|store| {
+            let ledger = FleetLedger::new(Arc::clone(store));
+            let (cadence, stop) = (Arc::clone(&self.cadence), stop_ledger.clone());
+            let gate_opened = self.gate_opened.clone();
+            tokio::spawn(async move {
+                // Not before the gate has made the store ready; a worker
+                // that stops before has run nothing to count.
+                if stop
+                    .run_until_cancelled(gate_opened.cancelled())
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+                ledger
+                    .keep(cadence, FLUSH_EVERY, stop, LEDGER_LAST_ADD)
+                    .await;
+            })
+        });
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
+        // Its last addition runs beside the approval and the telemetry flush.
+        stop_ledger.cancel();
         // Stop polling before approving: IMDS allows 5 requests a second,
         // and the approval must not queue behind (or be throttled by) polls.
         if let Some(watcher) = watcher {
@@ -237,6 +297,10 @@ impl Worker {
             && let Err(error) = telemetry.shutdown(final_step(exit_by, 2)).await
         {
             tracing::warn!(%error, "flushing telemetry failed");
+        }
+        if let Some(task) = ledger_task {
+            // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
+            let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
         health::stop(health_task, &stop_health).await;
         result
@@ -418,6 +482,7 @@ impl Worker {
         rendezvous: &Rendezvous,
     ) -> Result<Finished, WorkerError> {
         let consumer = self.consumer()?;
+        self.gate_opened.cancel();
         // Ends by itself with the consumer (its health sender is dropped).
         tokio::spawn(crate::store_health::reflect(
             consumer.store_health(),
@@ -501,7 +566,8 @@ impl Worker {
             .with_goodput_observer(goodput_observer(
                 metrics.clone(),
                 self.queue.name().to_owned(),
-            ));
+            ))
+            .with_cadence(Arc::clone(&self.cadence));
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

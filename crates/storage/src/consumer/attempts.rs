@@ -51,10 +51,18 @@ pub(crate) struct Attempts {
     /// [`crate::goodput`]); the delivery that finishes the job adds it.
     #[serde(default, skip_serializing_if = "is_empty")]
     pub(crate) goodput: Ledger,
+    /// Deliveries without an outcome already counted for the checkpoint
+    /// interval (see `no_outcome`), so that each is counted once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) no_outcome_counted: u32,
 }
 
 fn is_empty(ledger: &Ledger) -> bool {
     *ledger == Ledger::default()
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Attempts {
@@ -178,6 +186,35 @@ impl AttemptLog {
             .map(|_| ())
     }
 
+    /// As [`AttemptLog::write`], returning the record as now stored (its
+    /// new ETag), for a delivery that may write it again.
+    pub(crate) async fn rewrite(
+        &self,
+        id: &MessageId,
+        read: &ReadAttempts,
+        attempts: &Attempts,
+    ) -> Result<ReadAttempts, StorageError> {
+        let progress = serde_json::to_value(attempts)
+            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
+        let precondition = match &read.etag {
+            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
+            None => WritePrecondition::Create,
+        };
+        let etag = self
+            .store
+            .write(
+                &Self::key(id),
+                &Checkpoint::InProgress { progress },
+                precondition,
+                None,
+            )
+            .await?;
+        Ok(ReadAttempts {
+            attempts: attempts.clone(),
+            etag: Some(etag),
+        })
+    }
+
     /// Deletes `id`'s record, if any: its message is gone.
     pub(crate) async fn forget(&self, id: &MessageId) -> Result<(), StorageError> {
         self.store.delete(&Self::key(id)).await
@@ -225,6 +262,7 @@ mod tests {
             releases: u32::MAX,
             last_error: None,
             goodput: Ledger::default(),
+            no_outcome_counted: 0,
         }
         .failed(&huge)
         .released();
@@ -239,8 +277,7 @@ mod tests {
             failures,
             waits,
             releases,
-            last_error: None,
-            goodput: Ledger::default(),
+            ..Attempts::default()
         };
         // (dequeue count, failures, waits, releases, unexplained)
         let rows = [

@@ -48,6 +48,9 @@ pub(super) struct Delivery {
     pub(super) note: ReleaseNote,
     /// Where this delivery's time went (see [`crate::goodput`]).
     pub(super) clock: Arc<SaveClock>,
+    /// Whether the handler was started: only then can its release be an
+    /// interruption of work (see `cadence`).
+    pub(super) handler_started: bool,
 }
 
 impl Delivery {
@@ -125,7 +128,7 @@ impl Consumer {
         };
         let keyed_by_message_id = body_key.is_none();
         let key = body_key.unwrap_or_else(|| message.id.to_string());
-        let delivery = Delivery {
+        let mut delivery = Delivery {
             message,
             lease,
             job_token,
@@ -134,23 +137,24 @@ impl Consumer {
             hurry: signals.release.clone(),
             note,
             clock: Arc::new(SaveClock::new(received_at)),
+            handler_started: false,
         };
         if let Some(panicked) = panicked {
             return self.panicked(delivery, &signals, &panicked).await;
         }
-        // The record matters before the handler only if the crash-loop guard
-        // could fire: a first delivery costs no read. One that cannot be
-        // read leaves the guard out of this delivery, rather than counting
-        // every recorded outcome as missing.
-        let (earlier, record_unread) =
-            if delivery.message.dequeue_count > self.config.max_deliveries {
-                match self.try_read_attempts(&delivery).await {
-                    Some(read) => (read, false),
-                    None => (ReadAttempts::default(), true),
-                }
-            } else {
-                (ReadAttempts::default(), false)
-            };
+        // The record matters before the handler on a redelivery: for the
+        // crash-loop guard, and to count earlier deliveries that ended with
+        // no outcome (`no_outcome`). A first delivery costs no read. One
+        // that cannot be read leaves the guard out of this delivery, rather
+        // than counting every recorded outcome as missing.
+        let (earlier, record_unread) = if delivery.message.dequeue_count > 1 {
+            match self.try_read_attempts(&delivery).await {
+                Some(read) => (self.count_no_outcome(&delivery, read).await, false),
+                None => (ReadAttempts::default(), true),
+            }
+        } else {
+            (ReadAttempts::default(), false)
+        };
         let mut earlier_read = EarlierRead::default();
         let reads = pre_read(
             delivery.message.dequeue_count,
@@ -287,9 +291,9 @@ impl Consumer {
             id: delivery.message.id.clone(),
             key,
             dequeue_count: delivery.message.dequeue_count,
-            // Known without a read on a first delivery, or when the
-            // crash-loop guard read the record.
-            failures: (delivery.message.dequeue_count <= 1
+            // Known without a read on a first delivery, or from the read
+            // of a redelivery.
+            failures: (!record_unread
                 || delivery.message.dequeue_count > self.config.max_deliveries)
                 .then_some(failures),
             attempts: self.attempts.clone(),
@@ -303,9 +307,14 @@ impl Consumer {
             earlier_read,
             leftover: Arc::clone(&delivery.leftover),
             clock: Arc::clone(&delivery.clock),
+            cadence: Arc::clone(&self.cadence),
         };
+        let started = Instant::now();
+        delivery.handler_started = true;
         let result = self.run_handler(handler, job, &delivery, &signals).await;
         delivery.clock.handler_ended();
+        // Job time: what the interruption rates are per (see `cadence`).
+        self.cadence.add_job_time(started.elapsed());
         // The handler returned or was abandoned: whatever it left running
         // (blocking code that ignores cancellation) writes nothing more for
         // this delivery, which is settled from here on.

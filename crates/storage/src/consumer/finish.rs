@@ -2,6 +2,7 @@
 //! stopped (or never started), carried out under the lease: delete,
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
+use crate::cadence::Interruption;
 use crate::checkpoint::CheckpointNotes;
 use crate::goodput::tail;
 
@@ -103,6 +104,14 @@ impl Consumer {
                 }
             }
             Settlement::Release => {
+                // An interruption of a running job: drained in time if the
+                // handler returned (it saved), too late if it was dropped.
+                if delivery.handler_started {
+                    self.cadence.note(match departure.ending {
+                        Ending::Dropped => Interruption::Late,
+                        _ => Interruption::Drained,
+                    });
+                }
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempts::AttemptLog;
+use crate::cadence::CheckpointCadence;
 use crate::checkpoint::{
     CheckpointNotes, CheckpointStore, JobCheckpoint, SaveClock, StoredCheckpoint,
 };
@@ -340,6 +341,9 @@ pub struct Job {
     pub(crate) leftover: Arc<Leftover>,
     /// The delivery's clock: saves on [`Job::key`] are timed on it.
     pub(crate) clock: Arc<SaveClock>,
+    /// The worker's checkpoint interval, which this job's checkpoint
+    /// handles follow.
+    pub(crate) cadence: Arc<CheckpointCadence>,
 }
 
 impl Job {
@@ -413,6 +417,13 @@ impl Job {
         FencedResults::new(store, self.key.clone(), self.fence.clone())
     }
 
+    /// The worker's checkpoint interval, which this job's checkpoint
+    /// handles follow ([`JobCheckpoint::is_due`]); a handler that does not
+    /// save through a [`JobCheckpoint`] can ask it directly.
+    pub fn cadence(&self) -> &Arc<CheckpointCadence> {
+        &self.cadence
+    }
+
     /// This job's checkpoint, under [`Job::key`].
     pub async fn checkpoint(&self) -> Result<JobCheckpoint, StorageError> {
         self.checkpoint_for(&self.key).await
@@ -446,7 +457,8 @@ impl Job {
         };
         let checkpoint = checkpoint
             .fenced_by(self.fence.clone())
-            .noting_in(Arc::clone(&self.notes));
+            .noting_in(Arc::clone(&self.notes))
+            .following(Arc::clone(&self.cadence));
         let checkpoint = if key == self.key {
             checkpoint.timed_by(Arc::clone(&self.clock))
         } else {

@@ -20,6 +20,8 @@
 //! - [`outcome`]: what became of each delivery, for statistics and telemetry.
 //! - [`job_goodput`]: where a finished job's time went, across its
 //!   deliveries.
+//! - [`no_outcome`]: earlier deliveries that ended with none, counted once
+//!   for the checkpoint interval.
 
 mod attempts;
 mod backoff;
@@ -32,6 +34,7 @@ mod job_goodput;
 mod lease;
 mod leftover;
 mod marker;
+mod no_outcome;
 mod outcome;
 mod panics;
 mod poison;
@@ -53,6 +56,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::cadence::{CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource};
 use crate::checkpoint::CheckpointStore;
 use crate::memory::InMemoryCheckpointStore;
 use crate::queue::{MessageQueue, QueueMessage};
@@ -123,6 +127,7 @@ pub struct Consumer {
     observer: Option<SettlementObserver>,
     goodput_observer: Option<GoodputObserver>,
     monitor: Arc<StoreMonitor>,
+    cadence: Arc<CheckpointCadence>,
 }
 
 /// Makes the one span a delivery runs in, from its queue and message: the
@@ -174,6 +179,9 @@ impl Consumer {
             counters: Arc::default(),
             observer: None,
             goodput_observer: None,
+            cadence: Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+                seed_evictions_per_hour: DEFAULT_SEED_EVICTIONS_PER_HOUR,
+            })),
             monitor,
         })
     }
@@ -195,6 +203,21 @@ impl Consumer {
         self.attempts = AttemptLog::new(Arc::clone(&store));
         self.checkpoints = Some(store);
         self
+    }
+
+    /// Has every delivery's checkpoint handles follow `cadence` (the
+    /// worker's checkpoint interval, docs/checkpoint-interval.md): they ask
+    /// it whether a save is due and record what each save cost in it.
+    /// Without it, the consumer keeps a cadence of its own from the default
+    /// seed rate.
+    pub fn with_cadence(mut self, cadence: Arc<CheckpointCadence>) -> Self {
+        self.cadence = cadence;
+        self
+    }
+
+    /// The cadence the deliveries' checkpoint handles follow.
+    pub fn cadence(&self) -> &Arc<CheckpointCadence> {
+        &self.cadence
     }
 
     /// Makes each delivery's span with `span` instead of the plain default

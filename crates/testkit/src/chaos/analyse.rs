@@ -59,7 +59,7 @@ pub(super) fn analyse_logs(
         let cut = cut_deliveries(*count, deliveries.saved.get(job).copied().unwrap_or(0));
         report.cut_deliveries += cut;
         // A cut delivery loses what it counted since its last checkpoint
-        // (one every `DEFAULT_CHECKPOINT_EVERY`); the logs do not say how
+        // (at the worker's checkpoint interval); the logs do not say how
         // much that was, so the job's whole range bounds it.
         report.redone_bound += cut * (jobs[*job].end - jobs[*job].start);
     }

@@ -154,7 +154,7 @@ impl fmt::Display for Report {
         };
         writeln!(
             f,
-            "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), each at most what it counted since its last checkpoint (every {:?}), bounded by its job's range; drains redo nothing",
+            "  redone work      at most {} numbers ({share:.2} % of the work): {} deliveries cut without a checkpoint (SIGKILL, lost lease), each at most what it counted since its last checkpoint (at the worker's checkpoint interval, at least {:?}), bounded by its job's range; drains redo nothing",
             self.redone_bound,
             self.cut_deliveries,
             spot_worker_primes::DEFAULT_CHECKPOINT_EVERY

@@ -105,9 +105,10 @@ proptest! {
         last_error in prop::option::of(".{0,64}"),
         redone_ms in any::<u64>(),
         deliveries in any::<u32>(),
+        no_outcome_counted in any::<u32>(),
     ) {
         let goodput = crate::goodput::Ledger { redone_ms, deliveries, ..Default::default() };
-        let attempts = Attempts { failures, waits, releases, last_error, goodput };
+        let attempts = Attempts { failures, waits, releases, last_error, goodput, no_outcome_counted };
         let progress = serde_json::to_value(&attempts).expect("serializes");
         let read = read_back(&Checkpoint::InProgress { progress }).expect("reads");
         prop_assert_eq!(read.attempts, attempts);

@@ -1,0 +1,340 @@
+//! The simulated fleet: workers doing long jobs, checkpointing under a
+//! policy, interrupted by a trace. The adaptive policy is the real one:
+//! each worker holds a [`CheckpointCadence`] (the type handlers ask), feeds
+//! it the saves it measures, the interruptions it sees and its job time,
+//! and adds its counts to the fleet's every [`FLUSH_EVERY`] as the ledger
+//! does (a sum), reading back the fleet's total.
+//!
+//! What each interruption does, as in the worker:
+//!
+//! - drained in time: the progress made since the last save is saved (one
+//!   more save), the worker counts it and adds its counts to the fleet's as
+//!   it stops; a fresh worker (nothing measured yet, the fleet's counts
+//!   read) takes the job over;
+//! - notice too late: the work since the last save is lost; counted and
+//!   added likewise;
+//! - no outcome (a crash): the work is lost, and so is what the crashed
+//!   worker had not added yet; its successor finds the delivery without an
+//!   outcome in the message's attempt record and counts it.
+//!
+//! Restarting (a new VM, the redelivery) takes the same time under every
+//! policy and is left out; so is the time to write a job's final result.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use spot_worker::storage::SaveCost;
+use spot_worker::storage::cadence::{
+    CheckpointCadence, FLUSH_EVERY, Interruption, InterruptionCounts, IntervalSource,
+    adaptive_interval,
+};
+use std::time::Duration;
+
+use super::trace::{Cell, Event, cost_noise};
+
+/// A checkpoint policy under test.
+#[derive(Clone, Copy, Debug)]
+pub enum Policy {
+    /// Save every so many seconds of work.
+    Fixed(f64),
+    /// The adaptive interval, from this seed rate; `ignore_notice` counts
+    /// every eviction as losing work (Daly without the notice).
+    Adaptive { seed: f64, ignore_notice: bool },
+}
+
+/// What a policy cost over the whole run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    /// Work kept, seconds.
+    pub useful: f64,
+    /// Time spent saving, seconds.
+    pub checkpointing: f64,
+    /// Work lost (and saves cut short) by interruptions, seconds.
+    pub lost: f64,
+    /// Checkpoint writes, drain saves included.
+    pub writes: u64,
+    /// Jobs finished.
+    pub jobs: u64,
+}
+
+impl Totals {
+    /// (saving + lost) / useful.
+    pub fn overhead(&self) -> f64 {
+        (self.checkpointing + self.lost) / self.useful
+    }
+
+    /// Checkpoint writes per finished job.
+    pub fn writes_per_job(&self) -> f64 {
+        self.writes as f64 / self.jobs.max(1) as f64
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    Working { done: f64 },
+    Saving { covered: f64, spent: f64 },
+}
+
+struct Worker {
+    now: f64,
+    phase: Phase,
+    /// Work of the current job saved so far.
+    banked: f64,
+    delivery_started: f64,
+    tau: f64,
+    cadence: Option<CheckpointCadence>,
+}
+
+/// One run of `policy` over `traces`, with jobs of `job_hours` of work.
+pub struct Sim<'a> {
+    cell: Cell,
+    policy: Policy,
+    job_work: f64,
+    fleet: InterruptionCounts,
+    totals: Totals,
+    rng: StdRng,
+    traces: &'a [Vec<Event>],
+}
+
+impl<'a> Sim<'a> {
+    pub fn new(
+        cell: Cell,
+        policy: Policy,
+        job_hours: f64,
+        traces: &'a [Vec<Event>],
+        seed: u64,
+    ) -> Self {
+        Sim {
+            cell,
+            policy,
+            job_work: job_hours * 3600.0,
+            fleet: InterruptionCounts::default(),
+            totals: Totals::default(),
+            rng: StdRng::seed_from_u64(seed),
+            traces,
+        }
+    }
+
+    /// Runs every worker for `hours`.
+    pub fn run(mut self, hours: f64) -> Totals {
+        let end = hours * 3600.0;
+        // A fixed interval learns nothing: one pass per worker.
+        let epoch = match self.policy {
+            Policy::Fixed(_) => end,
+            Policy::Adaptive { .. } => FLUSH_EVERY.as_secs_f64(),
+        };
+        let mut workers: Vec<Worker> = (0..self.traces.len())
+            .map(|_| self.fresh_worker(0.0))
+            .collect();
+        let traces = self.traces;
+        let mut next_event = vec![0_usize; traces.len()];
+        let mut from = 0.0;
+        while from < end {
+            let to = (from + epoch).min(end);
+            for (index, worker) in workers.iter_mut().enumerate() {
+                let trace = &traces[index];
+                while let Some(event) = trace.get(next_event[index]).filter(|e| e.at < to) {
+                    self.advance(worker, event.at - worker.now);
+                    self.interrupt(worker, event.kind);
+                    next_event[index] += 1;
+                }
+                self.advance(worker, to - worker.now);
+                if let Some(cadence) = &worker.cadence {
+                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                    cadence.set_fleet(self.fleet);
+                }
+                self.retune(worker);
+            }
+            from = to;
+        }
+        self.totals
+    }
+
+    fn fresh_worker(&mut self, now: f64) -> Worker {
+        let cadence = match self.policy {
+            Policy::Fixed(_) => None,
+            Policy::Adaptive { seed, .. } => {
+                let cadence = CheckpointCadence::new(IntervalSource::Adaptive {
+                    seed_evictions_per_hour: seed,
+                });
+                cadence.set_fleet(self.fleet);
+                Some(cadence)
+            }
+        };
+        let mut worker = Worker {
+            now,
+            phase: Phase::Working { done: 0.0 },
+            banked: 0.0,
+            delivery_started: now,
+            tau: 0.0,
+            cadence,
+        };
+        self.retune(&mut worker);
+        worker
+    }
+
+    /// Asks the policy for the interval now.
+    fn retune(&self, worker: &mut Worker) {
+        worker.tau = match (self.policy, &worker.cadence) {
+            (Policy::Fixed(tau), _) => tau,
+            (
+                Policy::Adaptive {
+                    ignore_notice: true,
+                    ..
+                },
+                Some(cadence),
+            ) => {
+                let view = cadence.view();
+                adaptive_interval(
+                    view.cost.estimate(),
+                    view.estimates.losing_per_hour_ignoring_the_notice(),
+                )
+                .as_secs_f64()
+            }
+            (Policy::Adaptive { .. }, Some(cadence)) => cadence.interval().as_secs_f64(),
+            (Policy::Adaptive { .. }, None) => unreachable!("adaptive workers have a cadence"),
+        };
+    }
+
+    fn record_save(&mut self, worker: &Worker) {
+        if let Some(cadence) = &worker.cadence {
+            let blocked = self.cell.cost * cost_noise(&mut self.rng);
+            cadence.record_save(SaveCost {
+                blocked: Duration::from_secs_f64(blocked),
+                requests: 1,
+                bytes: 100,
+            });
+        }
+    }
+
+    fn end_delivery(&self, worker: &mut Worker) {
+        if let Some(cadence) = &worker.cadence {
+            cadence.add_job_time(Duration::from_secs_f64(
+                worker.now - worker.delivery_started,
+            ));
+        }
+        worker.delivery_started = worker.now;
+    }
+
+    /// Runs `worker` for `d` seconds without interruption.
+    fn advance(&mut self, worker: &mut Worker, mut d: f64) {
+        let cost = self.cell.cost;
+        while d > 0.0 {
+            let tau = worker.tau;
+            match worker.phase {
+                Phase::Saving { covered, spent } => {
+                    let left = cost - spent;
+                    if d < left {
+                        worker.phase = Phase::Saving {
+                            covered,
+                            spent: spent + d,
+                        };
+                        worker.now += d;
+                        return;
+                    }
+                    d -= left;
+                    worker.now += left;
+                    self.totals.useful += covered;
+                    self.totals.checkpointing += cost;
+                    self.totals.writes += 1;
+                    worker.banked += covered;
+                    worker.phase = Phase::Working { done: 0.0 };
+                    self.record_save(worker);
+                    self.retune(worker);
+                }
+                Phase::Working { done } => {
+                    let remaining = self.job_work - worker.banked;
+                    if remaining <= tau.max(done) {
+                        // The job ends before another save.
+                        let to_end = remaining - done;
+                        if d < to_end {
+                            worker.phase = Phase::Working { done: done + d };
+                            worker.now += d;
+                            return;
+                        }
+                        d -= to_end;
+                        worker.now += to_end;
+                        self.totals.useful += remaining;
+                        self.totals.jobs += 1;
+                        worker.banked = 0.0;
+                        worker.phase = Phase::Working { done: 0.0 };
+                        self.end_delivery(worker);
+                        continue;
+                    }
+                    let cycle = tau + cost;
+                    if done == 0.0 && d >= cycle {
+                        // Whole cycles at once: save k ends when remaining − kτ > τ.
+                        let allowed = (remaining / tau).ceil() - 1.0;
+                        let cycles = (d / cycle).floor().min(allowed).max(1.0);
+                        d -= cycles * cycle;
+                        worker.now += cycles * cycle;
+                        self.totals.useful += cycles * tau;
+                        self.totals.checkpointing += cycles * cost;
+                        self.totals.writes += cycles as u64;
+                        worker.banked += cycles * tau;
+                        for _ in 0..(cycles as u64).min(3) {
+                            self.record_save(worker);
+                        }
+                        self.retune(worker);
+                        continue;
+                    }
+                    let to_save = (tau - done).max(0.0);
+                    if d < to_save {
+                        worker.phase = Phase::Working { done: done + d };
+                        worker.now += d;
+                        return;
+                    }
+                    d -= to_save;
+                    worker.now += to_save;
+                    worker.phase = Phase::Saving {
+                        covered: done + to_save,
+                        spent: 0.0,
+                    };
+                }
+            }
+        }
+    }
+
+    /// An interruption of `kind` hits `worker` now.
+    fn interrupt(&mut self, worker: &mut Worker, kind: Interruption) {
+        let at_risk = match worker.phase {
+            Phase::Working { done } => (done, 0.0),
+            Phase::Saving { covered, spent } => (covered, spent),
+        };
+        match kind {
+            Interruption::Drained => {
+                if at_risk.0 > 0.0 {
+                    // The drain's save: what was done is kept.
+                    self.totals.useful += at_risk.0;
+                    self.totals.checkpointing += self.cell.cost;
+                    self.totals.writes += 1;
+                    worker.banked += at_risk.0;
+                    self.record_save(worker);
+                }
+            }
+            Interruption::Late | Interruption::NoOutcome => {
+                self.totals.lost += at_risk.0 + at_risk.1;
+            }
+        }
+        let now = worker.now;
+        let banked = worker.banked;
+        match kind {
+            Interruption::Drained | Interruption::Late => {
+                self.end_delivery(worker);
+                if let Some(cadence) = &worker.cadence {
+                    cadence.note(kind);
+                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                }
+                *worker = self.fresh_worker(now);
+            }
+            Interruption::NoOutcome => {
+                // The crashed worker's uncounted time and counts are gone;
+                // its successor counts the delivery without an outcome.
+                *worker = self.fresh_worker(now);
+                if let Some(cadence) = &worker.cadence {
+                    cadence.note(Interruption::NoOutcome);
+                }
+            }
+        }
+        worker.banked = banked;
+    }
+}

@@ -1,0 +1,31 @@
+//! How often a job checkpoints: exactly as often as the interruptions that
+//! lose work make worthwhile (docs/checkpoint-interval.md).
+//!
+//! - [`daly`]: Daly's optimum interval from the cost of one save and the
+//!   mean time between interruptions that lose work, clamped; pure.
+//! - [`estimate`]: the interruption rates from a fleet's counts and a seed,
+//!   as Gamma–Poisson and Beta posterior means; pure.
+//! - [`counts`]: the counts by kind (drained in time, notice too late, no
+//!   outcome) against the worker time observed.
+//! - [`ledger`]: the fleet's counts in the checkpoint store, merged by
+//!   ETag-fenced additions.
+//! - [`policy`]: one worker's live interval, which handlers and the
+//!   command runner ask whether a checkpoint is due.
+//!
+//! The cost of a save is measured by
+//! [`CheckpointCost`](crate::CheckpointCost).
+
+mod counts;
+mod daly;
+mod estimate;
+mod ledger;
+mod policy;
+
+pub use counts::{Interruption, InterruptionCounts};
+pub use daly::{MAX_INTERVAL, MIN_INTERVAL, clamped_interval, daly_interval_seconds};
+pub use estimate::{
+    DEFAULT_SEED_EVICTIONS_PER_HOUR, RateEstimates, SEED_WEIGHT_HOURS, beta_mean,
+    gamma_poisson_mean,
+};
+pub use ledger::{FLUSH_EVERY, FleetLedger};
+pub use policy::{CadenceView, CheckpointCadence, IntervalSource, adaptive_interval};

@@ -1,0 +1,322 @@
+//! [`CheckpointCadence`]: the live checkpoint interval of one worker. It
+//! holds what the interval depends on (the measured cost of a save, the
+//! fleet's interruption counts and what this worker saw since it last added
+//! to them, the seed rate, a user's explicit interval) and answers "is a
+//! checkpoint due?". [`adaptive_interval`] is the decision itself, pure.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::checkpoint::{CheckpointCost, CostMeter, SaveCost};
+
+use super::counts::{Interruption, InterruptionCounts};
+use super::daly::{MIN_INTERVAL, clamped_interval};
+use super::estimate::RateEstimates;
+
+/// The interval for a save measured to cost `cost` (`None`: none measured
+/// yet) and interruptions that lose work at `losing_per_hour`: Daly's,
+/// clamped (see [`clamped_interval`]). Without a cost (no save measured by
+/// the worker or the fleet) the interval is the minimum, so the first save
+/// comes early and measures
+/// the cost.
+pub fn adaptive_interval(cost: Option<Duration>, losing_per_hour: f64) -> Duration {
+    match cost {
+        Some(cost) => clamped_interval(cost, losing_per_hour),
+        None => MIN_INTERVAL,
+    }
+}
+
+/// Where a worker's interval comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum IntervalSource {
+    /// The user's explicit interval: it wins over any estimate.
+    Explicit(Duration),
+    /// Daly's interval from the estimates, with this seed eviction rate
+    /// (per worker-hour) before the fleet has history.
+    Adaptive {
+        /// The prior eviction rate per worker-hour.
+        seed_evictions_per_hour: f64,
+    },
+}
+
+/// What the interval rests on now, for metrics and `spot-worker status`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CadenceView {
+    /// The interval handed out.
+    pub interval: Duration,
+    /// Whether it is the user's explicit one.
+    pub explicit: bool,
+    /// The cost of the saves this worker measured (the interval uses the
+    /// fleet's mean save until there is one).
+    pub cost: CheckpointCost,
+    /// The rate estimates.
+    pub estimates: RateEstimates,
+    /// The fleet's counts with this worker's not yet added ones.
+    pub counts: InterruptionCounts,
+}
+
+#[derive(Debug, Default)]
+struct Observed {
+    /// The fleet's counts as last read or written.
+    fleet: InterruptionCounts,
+    /// What this worker saw since.
+    pending: InterruptionCounts,
+}
+
+/// One worker's checkpoint interval, shared by its deliveries.
+#[derive(Debug)]
+pub struct CheckpointCadence {
+    source: IntervalSource,
+    cost: CostMeter,
+    observed: Mutex<Observed>,
+}
+
+impl CheckpointCadence {
+    /// A cadence with nothing measured or counted yet.
+    pub fn new(source: IntervalSource) -> Self {
+        CheckpointCadence {
+            source,
+            cost: CostMeter::new(),
+            observed: Mutex::default(),
+        }
+    }
+
+    /// Where the interval comes from.
+    pub fn source(&self) -> IntervalSource {
+        self.source
+    }
+
+    /// Records what one save cost (also counted for the fleet's mean).
+    pub fn record_save(&self, save: SaveCost) {
+        self.cost.record(save);
+        let mut observed = self.lock();
+        observed.pending = observed.pending.plus(&InterruptionCounts {
+            saves: 1,
+            save_seconds: save.blocked.as_secs_f64(),
+            ..InterruptionCounts::default()
+        });
+    }
+
+    /// Counts one interruption this worker saw.
+    pub fn note(&self, kind: Interruption) {
+        self.lock().pending.count(kind);
+    }
+
+    /// Counts `ran` more job time: how long one delivery's handler ran.
+    pub fn add_job_time(&self, ran: Duration) {
+        let mut observed = self.lock();
+        observed.pending = observed.pending.plus(&InterruptionCounts {
+            job_seconds: ran.as_secs_f64(),
+            ..InterruptionCounts::default()
+        });
+    }
+
+    /// Replaces the fleet's counts with `fleet` (as read from, or written
+    /// to, the [`FleetLedger`](super::FleetLedger)).
+    pub fn set_fleet(&self, fleet: InterruptionCounts) {
+        self.lock().fleet = fleet;
+    }
+
+    /// Takes what this worker saw since it last took it, for the ledger;
+    /// give it back with [`CheckpointCadence::give_back`] if it could not
+    /// be added.
+    pub fn take_pending(&self) -> InterruptionCounts {
+        std::mem::take(&mut self.lock().pending)
+    }
+
+    /// Gives back what [`CheckpointCadence::take_pending`] took and could
+    /// not be added to the ledger, to be added next time.
+    pub fn give_back(&self, taken: InterruptionCounts) {
+        let mut observed = self.lock();
+        observed.pending = observed.pending.plus(&taken);
+    }
+
+    /// The interval now and what it rests on.
+    pub fn view(&self) -> CadenceView {
+        let cost = self.cost.snapshot();
+        let counts = {
+            let observed = self.lock();
+            observed.fleet.plus(&observed.pending)
+        };
+        let (interval, explicit, seed) = match self.source {
+            IntervalSource::Explicit(interval) => (interval, true, 0.0),
+            IntervalSource::Adaptive {
+                seed_evictions_per_hour,
+            } => (Duration::ZERO, false, seed_evictions_per_hour),
+        };
+        let estimates = RateEstimates::from_counts(seed, &counts);
+        // This worker's own measurements, or before it has any (a fresh
+        // VM), the fleet's mean save: a replacement worker needs no early
+        // save of its own to know what saving costs.
+        let save_cost = cost
+            .estimate()
+            .or_else(|| counts.mean_save_seconds().map(Duration::from_secs_f64));
+        let interval = if explicit {
+            interval
+        } else {
+            adaptive_interval(save_cost, estimates.losing_per_hour())
+        };
+        CadenceView {
+            interval,
+            explicit,
+            cost,
+            estimates,
+            counts,
+        }
+    }
+
+    /// The interval now.
+    pub fn interval(&self) -> Duration {
+        match self.source {
+            IntervalSource::Explicit(interval) => interval,
+            IntervalSource::Adaptive { .. } => self.view().interval,
+        }
+    }
+
+    /// Whether a job whose progress was last saved `since_last_save` ago
+    /// should save now.
+    pub fn is_due(&self, since_last_save: Duration) -> bool {
+        since_last_save >= self.interval()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
+        // Nothing panics while holding it: the counts stay consistent.
+        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adaptive(seed: f64) -> CheckpointCadence {
+        CheckpointCadence::new(IntervalSource::Adaptive {
+            seed_evictions_per_hour: seed,
+        })
+    }
+
+    fn save(seconds: u64) -> SaveCost {
+        SaveCost {
+            blocked: Duration::from_secs(seconds),
+            requests: 1,
+            bytes: 10,
+        }
+    }
+
+    #[test]
+    fn the_first_save_is_due_early_then_the_interval_follows_cost_and_losses() {
+        let cadence = adaptive(0.2);
+        assert_eq!(cadence.interval(), MIN_INTERVAL);
+        assert!(cadence.is_due(MIN_INTERVAL));
+        assert!(!cadence.is_due(MIN_INTERVAL / 2));
+        cadence.record_save(save(30));
+        // A new fleet: 0.2 evictions/h, half of them losing work: 0.1/h,
+        // M = 36000 s; Daly for δ = 30: √2160000·(1 + ⅓·√(1/2400) + 1/21600) − 30 = 1449.76.
+        let expected = clamped_interval(Duration::from_secs(30), 0.1);
+        assert_eq!(cadence.interval(), expected);
+        assert!(
+            (expected.as_secs_f64() - 1449.76).abs() < 1.0,
+            "{expected:?}"
+        );
+        // The fleet's history: many evictions, all drained in time, and no
+        // crashes: the interval grows (fewer losses than the seed implied).
+        cadence.set_fleet(InterruptionCounts {
+            drained: 2000,
+            late: 0,
+            no_outcome: 1,
+            job_seconds: 10_000.0 * 3600.0,
+            ..InterruptionCounts::default()
+        });
+        let view = cadence.view();
+        assert!(view.interval > expected * 5, "{view:?}");
+        // Crashes seen: it shrinks again.
+        cadence.set_fleet(InterruptionCounts {
+            drained: 2000,
+            late: 0,
+            no_outcome: 500,
+            job_seconds: 10_000.0 * 3600.0,
+            ..InterruptionCounts::default()
+        });
+        assert!(cadence.interval() < view.interval);
+    }
+
+    #[test]
+    fn a_fresh_worker_starts_from_the_fleets_mean_save_then_its_own() {
+        let cadence = adaptive(0.2);
+        cadence.set_fleet(InterruptionCounts {
+            saves: 10,
+            save_seconds: 300.0,
+            ..InterruptionCounts::default()
+        });
+        // No save of its own yet: the fleet's mean, 30 s.
+        assert_eq!(
+            cadence.interval(),
+            clamped_interval(Duration::from_secs(30), 0.1)
+        );
+        // Its own measurements take over (the fleet's mean moves by one
+        // save only).
+        cadence.record_save(save(120));
+        assert_eq!(
+            cadence.interval(),
+            clamped_interval(Duration::from_secs(120), 0.1)
+        );
+    }
+
+    #[test]
+    fn an_explicit_interval_wins() {
+        let cadence = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(7)));
+        cadence.record_save(save(100));
+        cadence.note(Interruption::NoOutcome);
+        assert_eq!(cadence.interval(), Duration::from_secs(7));
+        assert!(cadence.view().explicit);
+        assert!(cadence.is_due(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn pending_counts_are_taken_once_and_given_back_on_failure() {
+        let cadence = adaptive(0.1);
+        cadence.note(Interruption::Drained);
+        cadence.note(Interruption::Late);
+        cadence.add_job_time(Duration::from_secs(90));
+        let taken = cadence.take_pending();
+        assert_eq!((taken.drained, taken.late, taken.job_seconds), (1, 1, 90.0));
+        assert!(cadence.take_pending().is_empty());
+        // Not added to the ledger: given back, and added to what comes next.
+        cadence.give_back(taken);
+        cadence.note(Interruption::NoOutcome);
+        cadence.add_job_time(Duration::from_secs(10));
+        let again = cadence.take_pending();
+        assert_eq!(
+            (
+                again.drained,
+                again.late,
+                again.no_outcome,
+                again.job_seconds
+            ),
+            (1, 1, 1, 100.0)
+        );
+        // What is pending counts in the estimates before it is added.
+        cadence.note(Interruption::Late);
+        assert_eq!(cadence.view().counts.late, 1);
+    }
+
+    #[test]
+    fn the_pure_decision_table() {
+        let secs = Duration::from_secs;
+        // (measured cost, losses per hour, expected interval)
+        let rows = [
+            (None, 0.5, MIN_INTERVAL),
+            (None, 0.0, MIN_INTERVAL),
+            (Some(secs(1)), 0.5, Duration::from_secs_f64(119.334_259)),
+            (Some(secs(60)), 1.0, Duration::from_secs_f64(617.876)),
+            (Some(secs(60)), 0.0, super::super::daly::MAX_INTERVAL),
+        ];
+        for (cost, rate, expected) in rows {
+            let got = adaptive_interval(cost, rate);
+            assert!(
+                (got.as_secs_f64() - expected.as_secs_f64()).abs() < 1e-3,
+                "{cost:?} {rate}: {got:?}"
+            );
+        }
+    }
+}
