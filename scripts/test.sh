@@ -164,6 +164,20 @@ case "$infra_checks" in
     ;;
 esac
 
+# The README's install command, as a user runs it, into a throwaway root;
+# CARGO_TARGET_DIR shares this workspace's release build (the image's,
+# scripts/build-image.sh), so only the final link is repeated. Then the
+# installed command itself: its version, its help, and a short demo (an
+# eviction mid-job and the resumption, checked; about 2 s).
+echo "==> cargo install --locked --path crates/cli (the README's command)"
+install_root="$(mktemp -d)"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+  cargo install --locked --quiet --path crates/cli --root "$install_root"
+PATH="$install_root/bin:$PATH" spot-worker --version
+PATH="$install_root/bin:$PATH" spot-worker --help >/dev/null
+PATH="$install_root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
+rm -rf "$install_root"
+
 echo "==> cargo test"
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked

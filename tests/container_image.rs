@@ -1,4 +1,5 @@
-//! The container image (`scripts/build-image.sh`, `container/Containerfile`),
+//! The container image (`scripts/build-image.sh`, `container/Containerfile`)
+//! of the release binaries, statically linked (no shared library in it),
 //! built and run with podman against Azurite and the IMDS emulator on
 //! loopback (`--network host`): the `primes` worker runs as PID 1 and as a
 //! non-root user, takes a job, and `podman stop -t 30` (SIGTERM, then
@@ -15,7 +16,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use spot_worker_primes::PrimesJob;
-use spot_worker_testkit::chaos::{cli_binary, worker_binary};
+use spot_worker_testkit::chaos::static_binaries;
 use spot_worker_testkit::worker::{Env, VM_A, within};
 
 /// What `podman stop -t` is given: a Kubernetes grace period or systemd's
@@ -58,6 +59,35 @@ impl Drop for Cleanup {
     }
 }
 
+/// The image's files (a container created from it, exported) hold no
+/// shared library and no dynamic loader: the binaries need none.
+fn assert_no_shared_library(cleanup: &Cleanup) {
+    let created = format!("{}-files", cleanup.container);
+    podman_ok(&["create", "--name", &created, &cleanup.image]);
+    let dir = tempfile::tempdir().unwrap();
+    let tar = dir.path().join("rootfs.tar");
+    let exported = podman(&["export", "--output", tar.to_str().unwrap(), &created]);
+    let _ = podman(&["rm", "--force", "--ignore", &created]);
+    assert!(exported.status.success(), "podman export: {exported:?}");
+    let listed = Command::new("tar").arg("-tf").arg(&tar).output().unwrap();
+    assert!(listed.status.success(), "tar -t: {listed:?}");
+    let files = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        files
+            .lines()
+            .any(|f| f.ends_with("usr/local/bin/spot-worker")),
+        "the image's files:\n{files}"
+    );
+    let libraries: Vec<&str> = files
+        .lines()
+        .filter(|f| f.contains(".so") || f.contains("ld-linux") || f.contains("lib/"))
+        .collect();
+    assert!(
+        libraries.is_empty(),
+        "shared libraries in the image: {libraries:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_drains_on_podman_stop_as_pid_1() {
     if !spot_worker_testkit::podman::container_test_wanted("the container image test") {
@@ -68,21 +98,30 @@ async fn the_image_drains_on_podman_stop_as_pid_1() {
         container: format!("spot-worker-test-{suffix}"),
         image: format!("localhost/spot-worker:test-{suffix}"),
     };
-    let (cli, primes) = tokio::task::spawn_blocking(|| (cli_binary(), worker_binary()))
+    // The binaries the image ships: release, statically linked.
+    let (cli, primes) = tokio::task::spawn_blocking(static_binaries)
         .await
-        .unwrap();
+        .unwrap()
+        .expect("the static binaries");
     let build = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
         .env("IMAGE", &cleanup.image)
-        .env("SPOT_WORKER_BINARY", cli.expect("the spot-worker binary"))
-        .env("PRIMES_BINARY", primes.expect("the primes binary"))
+        .env("SPOT_WORKER_BINARY", cli)
+        .env("PRIMES_BINARY", primes)
         .output()
         .expect("scripts/build-image.sh runs");
+    let built = String::from_utf8_lossy(&build.stdout);
     assert!(
         build.status.success(),
-        "building the image failed: {}{}",
-        String::from_utf8_lossy(&build.stdout),
+        "building the image failed: {built}{}",
         String::from_utf8_lossy(&build.stderr)
     );
+    for name in ["spot-worker", "primes"] {
+        assert!(
+            built.contains(&format!("{name}: statically linked")),
+            "{name} is not static:\n{built}"
+        );
+    }
+    assert_no_shared_library(&cleanup);
 
     let env = Env::start().await;
     let job = PrimesJob::new("long", 0, 200_000_000_000).unwrap();

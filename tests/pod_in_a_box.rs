@@ -39,7 +39,7 @@ use in_the_box::pod::{Node, note};
 use in_the_box::pod_cases::Measured;
 use spot_worker::storage::MessageQueue;
 use spot_worker_primes::PrimesJob;
-use spot_worker_testkit::chaos::{cli_binary, worker_binary};
+use spot_worker_testkit::chaos::static_binaries;
 
 /// What a whole inner run may take.
 const BOX_LIMIT: Duration = Duration::from_secs(600);
@@ -57,8 +57,7 @@ fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
         return;
     }
     // Built (if stale) before entering the box, where the image is built.
-    cli_binary().expect("the spot-worker command");
-    worker_binary().expect("the primes example");
+    static_binaries().expect("the static binaries");
     let run = run_inside("inside_the_pod_box", BOX_LIMIT);
     println!("{}", run.stdout);
     assert!(
@@ -93,7 +92,11 @@ async fn inside_the_pod_box() {
         unsafe { std::env::remove_var(name) };
     }
     let node = Node::set_up().await;
-    node.build_image(&cli_binary().unwrap(), &worker_binary().unwrap());
+    // The image as shipped: release binaries, statically linked, so every
+    // name below (storage, Entra ID) is resolved by the binaries themselves
+    // from the pod's /etc/hosts, with no C library in the image.
+    let (cli, primes) = static_binaries().unwrap();
+    node.build_image(&cli, &primes);
     let env = node.pod_env();
     note(format!(
         "pod environment (deployment.yaml + webhook): {}",

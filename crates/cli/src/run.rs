@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use spot_worker::Setup;
-use spot_worker::settings::{Source, table};
+use spot_worker::settings::{CONFIG_FILE, Source, table};
 use spot_worker::storage::ResultStore;
 use spot_worker_command::{
     CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
@@ -71,7 +71,11 @@ pub async fn run(
     let Some((program, program_args)) = command.split_first() else {
         bail!("name the program to run after `--`");
     };
-    let mut settings = Source::from_env()?.with_args(join_repeated(flags, "pass-env"))?;
+    // A credential among the flags would be in this process's command line,
+    // which every program reads in /proc/<ppid>/cmdline: refused.
+    let mut settings = Source::from_env()?
+        .with_args(join_repeated(flags, "pass-env"))?
+        .without_secret_flags()?;
     if let Some(log) = log {
         settings = settings.with_flag(&table::LOG_FILTER, &log);
     }
@@ -163,8 +167,9 @@ fn command_config(
         .with_checkpoint_max_bytes(settings.get(&table::CHECKPOINT_MAX_BYTES)?)
         .with_pass_env(pass_env)
         .with_output_level(output)
-        // Whatever the storage redaction would hide is a secret too.
-        .with_secret_rule(|_, value| spot_worker_azure::redact(value) != value);
+        // The table's credentials, the file that may hold them, and whatever
+        // the storage redaction would hide.
+        .with_secret_rule(withheld_from_programs);
     // Unset: the worker's adaptive interval (docs/checkpoint-interval.md).
     if let Some(every) = settings.get(&table::CHECKPOINT_EVERY)? {
         config = config.with_checkpoint_every(every);
@@ -173,6 +178,19 @@ fn command_config(
         config = config.with_job_key(field.into_owned());
     }
     Ok(config)
+}
+
+/// Whether the variable `name` (with `value`) is kept from programs, beyond
+/// the command crate's rule for names that look like credentials: the
+/// settings the table marks secret, `SPOT_WORKER_CONFIG` (the path of a
+/// file that may hold them), and any value the storage redaction would
+/// hide.
+fn withheld_from_programs(name: &str, value: &str) -> bool {
+    name == CONFIG_FILE
+        || table::ALL
+            .iter()
+            .any(|setting| setting.secret() && setting.key() == name)
+        || spot_worker_azure::redact(value) != value
 }
 
 /// `--NAME a --NAME b` (or `--NAME=a`) as one `--NAME a,b`, so a repeatable
@@ -275,6 +293,33 @@ mod tests {
             .unwrap();
         let err = command_config(&bad, "x", &[]).unwrap_err().to_string();
         assert!(err.contains("SIGNOPE"), "{err}");
+    }
+
+    #[test]
+    fn the_tables_secrets_and_the_config_file_are_withheld() {
+        let rows = [
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "UseDevelopmentStorage=true",
+                true,
+            ),
+            (
+                "APPLICATIONINSIGHTS_CONNECTION_STRING",
+                "InstrumentationKey=x",
+                true,
+            ),
+            ("SPOT_WORKER_CONFIG", "/etc/spot-worker/worker.toml", true),
+            (
+                "BLOB_URL",
+                "https://a.blob.core.windows.net/c/b?sv=1&sig=abc",
+                true,
+            ),
+            ("SPOT_WORKER_QUEUE", "jobs", false),
+            ("HOME", "/home/me", false),
+        ];
+        for (name, value, withheld) in rows {
+            assert_eq!(withheld_from_programs(name, value), withheld, "{name}");
+        }
     }
 
     fn libc_sigint() -> i32 {

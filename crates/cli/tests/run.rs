@@ -87,9 +87,23 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         .send(r#"{"job_id":"s1"}"#, Duration::ZERO)
         .await
         .unwrap();
+    // The worker's settings also in a file, as a deployment may give them.
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("worker.toml");
+    std::fs::write(
+        &config_file,
+        format!("azure_storage_connection_string = {connection_string:?}\n"),
+    )
+    .unwrap();
+    readable_by_all(dir.path(), 0o755);
+    readable_by_all(&config_file, 0o644);
     // Everything the program can see of itself and of its parent, the
-    // runner, becomes its result.
-    let program = r#"{ env; echo ---; tr '\0' '\n' < /proc/$PPID/environ; echo "read=$?"; } > "$SPOT_WORKER_RESULT" 2>&1"#;
+    // runner (its environment, its command line, the settings file it was
+    // given), becomes its result.
+    let program = r#"{ env; echo ---; tr '\0' '\n' < /proc/$PPID/environ; echo "read=$?";
+        echo ---; tr '\0' ' ' < /proc/$PPID/cmdline; echo "cmdline=$?";
+        echo ---; cat "${SPOT_WORKER_CONFIG:-/no-config-variable}"; echo "config=$?";
+        } > "$SPOT_WORKER_RESULT" 2>&1"#;
     // Root reads every process's memory whatever the runner does; the
     // promise is for a runner that is not root (the systemd unit and the
     // container image run it as a user of its own), so a root test runs the
@@ -108,6 +122,7 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         &connection_string,
         &emulator.url(),
     )
+    .env("SPOT_WORKER_CONFIG", &config_file)
     .env("MY_API_TOKEN", "passed-on-purpose")
     .env("OTHER_TOKEN", "not-for-programs")
     .spawn()
@@ -143,7 +158,19 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         .split(';')
         .find_map(|part| part.strip_prefix("AccountKey="))
         .expect("Azurite's connection string has a key");
-    for secret in [key, "AZURE_STORAGE_CONNECTION_STRING", "not-for-programs"] {
+    assert!(
+        result.contains("run --job-key job_id --pass-env MY_API_TOKEN -- sh -c")
+            && result.contains("cmdline=0"),
+        "the runner's command line is readable, and holds no credential:\n{result}"
+    );
+    for secret in [
+        key,
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "azure_storage_connection_string",
+        // (the program's text, in the command line, names the variable)
+        "SPOT_WORKER_CONFIG=",
+        "not-for-programs",
+    ] {
         assert!(
             !result.contains(secret),
             "the program saw {secret}:\n{result}"
@@ -153,6 +180,61 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         !result.contains("read=0"),
         "the runner's environment was readable:\n{result}"
     );
+    assert!(
+        !result.contains("config=0"),
+        "the program found the settings file:\n{result}"
+    );
+}
+
+/// Sets `path`'s mode: the worker may run as `nobody` (see `spot_worker_run`).
+fn readable_by_all(path: &std::path::Path, mode: u32) {
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_given_as_a_flag_is_refused_with_the_way_to_give_it() {
+    let world = World::start().await;
+    let connection_string = world.azurite.connection_string();
+    world
+        .queue
+        .send(r#"{"job_id":"untouched"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    let key = connection_string
+        .split(';')
+        .find_map(|part| part.strip_prefix("AccountKey="))
+        .expect("Azurite's connection string has a key");
+    let output = spot_worker_run(
+        &[
+            "--azure-storage-connection-string",
+            &connection_string,
+            "--",
+            "true",
+        ],
+        &connection_string,
+        &world.emulator.url(),
+    )
+    .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+    .output();
+    let output = tokio::time::timeout(PATIENCE, output)
+        .await
+        .expect("the worker exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--azure-storage-connection-string")
+            && stderr.contains("set AZURE_STORAGE_CONNECTION_STRING in the worker's environment")
+            && stderr.contains("managed identity"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(key), "the error echoes the key: {stderr}");
+    let waiting = world
+        .queue
+        .receive(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "nothing was taken");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

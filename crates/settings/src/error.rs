@@ -32,6 +32,20 @@ pub enum SettingError {
         /// What is wrong.
         reason: String,
     },
+    /// A credential given as a command-line flag where the command line
+    /// is visible to programs ([`Source::without_secret_flags`](crate::Source::without_secret_flags)).
+    #[error(
+        "{flag}: {key} is a credential, and a command line is readable by every process on \
+         the machine (/proc/<pid>/cmdline); set {key} in the worker's environment instead \
+         (programs never see it there), or use a managed identity where there is one \
+         (storage: SPOT_WORKER_STORAGE_ACCOUNT_URL)"
+    )]
+    SecretFlag {
+        /// The flag as it was given, e.g. `--azure-storage-connection-string`.
+        flag: String,
+        /// The setting's variable.
+        key: &'static str,
+    },
     /// A value that does not parse or cannot work.
     #[error("invalid {setting} = {value:?}: {reason}")]
     Invalid {

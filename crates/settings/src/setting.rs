@@ -19,6 +19,11 @@ pub struct Setting<T: 'static> {
     pub default_doc: Option<&'static str>,
     /// One line of Markdown for `--help` and the docs.
     pub doc: &'static str,
+    /// A credential (a key, a connection string): never logged, withheld
+    /// from the programs `spot-worker run` starts, and refused as a
+    /// command-line flag there, since any process on the machine can read
+    /// a command line (`/proc/<pid>/cmdline`).
+    pub secret: bool,
 }
 
 impl<T: SettingValue> Setting<T> {
@@ -52,6 +57,8 @@ pub trait Describe: Sync {
     fn doc(&self) -> &'static str;
     /// Checks a value from the file or a flag before it is used.
     fn check(&self, text: &str) -> Result<(), String>;
+    /// Whether the value is a credential ([`Setting::secret`]).
+    fn secret(&self) -> bool;
 }
 
 impl<T: SettingValue> Describe for Setting<T> {
@@ -73,6 +80,10 @@ impl<T: SettingValue> Describe for Setting<T> {
 
     fn check(&self, text: &str) -> Result<(), String> {
         T::parse(text).map(drop)
+    }
+
+    fn secret(&self) -> bool {
+        self.secret
     }
 }
 

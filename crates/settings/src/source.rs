@@ -153,6 +153,36 @@ impl Source {
         Ok(self)
     }
 
+    /// Refuses a credential ([`Setting::secret`]) given as a flag: a
+    /// command line is readable by every process on the machine, whatever
+    /// the process does to hide its memory, so a program started by the
+    /// worker would see it in `/proc/<ppid>/cmdline`. The error says to use
+    /// the environment or a managed identity.
+    ///
+    /// ```
+    /// use spot_worker_settings::{Source, SettingError};
+    ///
+    /// let args = ["--azure-storage-connection-string", "AccountKey=k"].map(String::from);
+    /// let refused = Source::defaults().with_args(args)?.without_secret_flags();
+    /// assert!(matches!(refused, Err(SettingError::SecretFlag { .. })));
+    /// let args = ["--queue", "orders"].map(String::from);
+    /// assert!(Source::defaults().with_args(args)?.without_secret_flags().is_ok());
+    /// # Ok::<(), SettingError>(())
+    /// ```
+    pub fn without_secret_flags(self) -> Result<Source, SettingError> {
+        let given = table::ALL
+            .iter()
+            .filter(|setting| setting.secret())
+            .find_map(|setting| Some((setting.key(), self.flags.get(setting.key())?)));
+        match given {
+            Some((key, (flag, _))) => Err(SettingError::SecretFlag {
+                flag: format!("--{flag}"),
+                key,
+            }),
+            None => Ok(self),
+        }
+    }
+
     /// The text given for `key`, trimmed, and where it came from; `None`
     /// when no layer gives a value that is not blank.
     pub fn text(&self, key: &'static str) -> Option<(String, Origin)> {
@@ -252,6 +282,45 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_credential_as_a_flag_is_refused_without_echoing_it() {
+        let rows: [(&[&str], Option<&str>); 4] = [
+            (&["--queue", "q"], None),
+            (
+                &["--azure-storage-connection-string", "AccountKey=sekrit"],
+                Some("AZURE_STORAGE_CONNECTION_STRING"),
+            ),
+            (
+                &["--applicationinsights-connection-string=InstrumentationKey=sekrit"],
+                Some("APPLICATIONINSIGHTS_CONNECTION_STRING"),
+            ),
+            (
+                &["--storage-account-url", "https://a.blob.core.windows.net"],
+                None,
+            ),
+        ];
+        for (args, refused) in rows {
+            let given = args.iter().map(|&a| a.to_owned());
+            let checked = Source::defaults()
+                .with_args(given)
+                .unwrap()
+                .without_secret_flags();
+            match (checked, refused) {
+                (Ok(_), None) => {}
+                (Err(e @ SettingError::SecretFlag { .. }), Some(key)) => {
+                    let shown = e.to_string();
+                    assert!(
+                        shown.contains(&format!("set {key} in the worker's environment")),
+                        "{shown}"
+                    );
+                    assert!(shown.contains("managed identity"), "{shown}");
+                    assert!(!shown.contains("sekrit"), "{shown}");
+                }
+                (other, _) => panic!("{args:?}: {:?}", other.map(drop)),
+            }
+        }
+    }
 
     fn source_with_file(toml: &str, env: &'static [(&'static str, &'static str)]) -> Source {
         let dir = std::env::temp_dir().join(format!("settings-test-{}", std::process::id()));

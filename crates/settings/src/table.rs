@@ -29,6 +29,7 @@ pub const CONNECTION_STRING: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "storage by connection string (`UseDevelopmentStorage=true` for Azurite); a secret, never logged",
+    secret: true,
 };
 
 /// The storage account reached with a managed identity.
@@ -37,6 +38,7 @@ pub const STORAGE_ACCOUNT_URL: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), with a managed identity; `https://` only (a local Azurite is reached with the connection string)",
+    secret: false,
 };
 
 /// The user-assigned managed identity.
@@ -45,6 +47,7 @@ pub const CLIENT_ID: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "the user-assigned managed identity's client id (on AKS: the workload identity's, set by its webhook)",
+    secret: false,
 };
 
 /// The workload identity's projected service-account token.
@@ -53,6 +56,7 @@ pub const FEDERATED_TOKEN_FILE: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "a projected service-account token (set by the AKS workload identity webhook): storage with workload identity, as `AZURE_CLIENT_ID` in `AZURE_TENANT_ID`; re-read when it changes",
+    secret: false,
 };
 
 /// The workload identity's tenant.
@@ -61,6 +65,7 @@ pub const TENANT_ID: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "the tenant of the workload identity (set by the webhook)",
+    secret: false,
 };
 
 /// Where workload identity exchanges its token.
@@ -69,6 +74,7 @@ pub const AUTHORITY_HOST: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: Some("`https://login.microsoftonline.com/`"),
     doc: "the Microsoft Entra ID endpoint workload identity asks for tokens (set by the webhook); `https://` only",
+    secret: false,
 };
 
 // The queue and its consumer.
@@ -79,6 +85,7 @@ pub const QUEUE: Setting<Text> = Setting {
     default: text("jobs"),
     default_doc: None,
     doc: "queue to consume; poison queue `<queue>-poison`",
+    secret: false,
 };
 
 /// How message text encodes bodies.
@@ -87,6 +94,7 @@ pub const MESSAGE_ENCODING: Setting<Text> = Setting {
     default: text("text"),
     default_doc: None,
     doc: "or `base64` (Azure Functions / WebJobs)",
+    secret: false,
 };
 
 /// Messages handled at once.
@@ -95,6 +103,7 @@ pub const CONCURRENCY: Setting<Option<usize>> = Setting {
     default: None,
     default_doc: Some("CPUs"),
     doc: "messages handled at once",
+    secret: false,
 };
 
 /// Lease length.
@@ -103,6 +112,7 @@ pub const VISIBILITY_TIMEOUT: Setting<Duration> = Setting {
     default: seconds(30),
     default_doc: None,
     doc: "lease length (5 s to 7 days), renewed every third of it: a job of N minutes costs about 3·N / timeout renewals",
+    secret: false,
 };
 
 /// Handler failures before the poison queue.
@@ -111,6 +121,7 @@ pub const MAX_FAILURES: Setting<u32> = Setting {
     default: 5,
     default_doc: None,
     doc: "handler failures before the poison queue (evictions never count; see [Delivery semantics](lifecycle.md#delivery-semantics))",
+    secret: false,
 };
 
 /// The crash-loop guard.
@@ -119,6 +130,7 @@ pub const MAX_DELIVERIES: Setting<u32> = Setting {
     default: 100,
     default_doc: None,
     doc: "crash-loop guard: deliveries without a recorded outcome before the poison queue",
+    secret: false,
 };
 
 /// Longest pause between receives on an empty queue.
@@ -127,6 +139,7 @@ pub const IDLE_POLL_MAX: Setting<Duration> = Setting {
     default: seconds(1),
     default_doc: None,
     doc: "longest pause between receives on an empty queue (bounds release-to-redelivery)",
+    secret: false,
 };
 
 /// How long a refusing store is waited out before intake pauses.
@@ -135,6 +148,7 @@ pub const STORAGE_REFUSAL_GRACE: Setting<Duration> = Setting {
     default: seconds(30),
     default_doc: None,
     doc: "how long the checkpoint store may refuse one kind of request (401/403) or miss its container before the worker turns not ready and pauses intake; shorter refusals are waited out uncounted, like outages (see [Delivery semantics](lifecycle.md#delivery-semantics))",
+    secret: false,
 };
 
 /// What a worker VM costs, for each job's cost in money.
@@ -143,6 +157,7 @@ pub const PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "`status`: a worker VM's price per hour in US dollars (a number, e.g. `0.0125`), shared by its `SPOT_WORKER_CONCURRENCY` slots; with it each job's time is also shown as money, storage requests included (see [Goodput](goodput.md))",
+    secret: false,
 };
 
 /// Blob container for checkpoints.
@@ -151,6 +166,7 @@ pub const CHECKPOINT_CONTAINER: Setting<Text> = Setting {
     default: text("checkpoints"),
     default_doc: None,
     doc: "blob container for checkpoints",
+    secret: false,
 };
 
 /// Blob container for poisoned originals.
@@ -159,6 +175,7 @@ pub const POISON_CONTAINER: Setting<Text> = Setting {
     default: text("poison"),
     default_doc: None,
     doc: "blob container for poisoned originals too big for their record",
+    secret: false,
 };
 
 /// Blob container for results (the `primes` worker).
@@ -167,6 +184,7 @@ pub const RESULTS_CONTAINER: Setting<Text> = Setting {
     default: text("results"),
     default_doc: None,
     doc: "blob container for results (the `primes` worker and `spot-worker run`)",
+    secret: false,
 };
 
 // A program as the job (`spot-worker run -- PROGRAM`, docs/command.md).
@@ -177,6 +195,7 @@ pub const JOB_KEY: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: Some("the message id"),
     doc: "`run`: the field of a JSON body that keys checkpoints and results (e.g. `job_id`, so duplicates share them); the program sees the key itself under this name",
+    secret: false,
 };
 
 /// The name a command's result is stored under.
@@ -185,6 +204,7 @@ pub const RESULT_NAME: Setting<Text> = Setting {
     default: text("{job_key}"),
     default_doc: None,
     doc: "`run`: the result blob's name; `{job_key}` and `{message_id}` are replaced",
+    secret: false,
 };
 
 /// Exit statuses that poison at once.
@@ -193,6 +213,7 @@ pub const PERMANENT_EXIT_CODES: Setting<Text> = Setting {
     default: text("65"),
     default_doc: None,
     doc: "`run`: exit statuses (comma-separated) that poison the message at once; 65 is `EX_DATAERR`",
+    secret: false,
 };
 
 /// The longest a command may run per delivery.
@@ -201,6 +222,7 @@ pub const TIMEOUT: Setting<Option<Duration>> = Setting {
     default: None,
     default_doc: None,
     doc: "`run`: the longest a program may run per delivery; then it is killed and the delivery counts as a failure",
+    secret: false,
 };
 
 /// The signal a drain starts with.
@@ -209,6 +231,7 @@ pub const STOP_SIGNAL: Setting<Text> = Setting {
     default: text("SIGTERM"),
     default_doc: None,
     doc: "`run`: the signal the program's process group gets when the drain starts (SIGKILL follows at the release time)",
+    secret: false,
 };
 
 /// A fixed checkpoint interval; unset, it adapts.
@@ -217,6 +240,7 @@ pub const CHECKPOINT_EVERY: Setting<Option<Duration>> = Setting {
     default: None,
     default_doc: Some("adaptive"),
     doc: "a fixed checkpoint interval instead of the adaptive one (Daly's, from the measured cost of a save and the fleet's interruptions that lose work: docs/checkpoint-interval.md); what `JobCheckpoint::is_due` follows, and for `run` the least time between two saves of a changed checkpoint file (it is also saved when the program ends)",
+    secret: false,
 };
 
 /// The eviction rate assumed before the fleet has history.
@@ -225,6 +249,7 @@ pub const EVICTION_RATE: Setting<f64> = Setting {
     default: 0.05,
     default_doc: None,
     doc: "evictions per VM-hour the adaptive checkpoint interval assumes until the fleet's own counts outweigh it (it counts as 100 job-hours of observation); from the eviction-rate band of the VM size (docs/checkpoint-interval.md)",
+    secret: false,
 };
 
 /// The largest checkpoint file saved.
@@ -233,6 +258,7 @@ pub const CHECKPOINT_MAX_BYTES: Setting<u64> = Setting {
     default: 1_048_576,
     default_doc: None,
     doc: "`run`: the largest checkpoint file saved; a bigger one stops the program and counts as a failure",
+    secret: false,
 };
 
 /// Variables passed to the program although they look like credentials.
@@ -241,6 +267,7 @@ pub const PASS_ENV: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "`run`: variables (comma-separated; `--pass-env` may be repeated) the program gets even though they look like credentials",
+    secret: false,
 };
 
 /// The level of a command's output in the worker's log.
@@ -249,6 +276,7 @@ pub const PROGRAM_OUTPUT: Setting<Text> = Setting {
     default: text("info"),
     default_doc: None,
     doc: "`run`: the level of the program's output records in the worker's log (`error`, `warn`, `info`, `debug`, `trace`), or `off`; `\\r` ends a record like `\\n`, and progress records (ended by a lone `\\r`) are logged at most once a second per stream",
+    secret: false,
 };
 
 // Health and the warmup gate.
@@ -259,6 +287,7 @@ pub const HEALTH_ADDR: Setting<SocketAddr> = Setting {
     default: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
     default_doc: None,
     doc: "`/healthz` and `/readyz`",
+    secret: false,
 };
 
 /// Give up if the gate stays closed this long.
@@ -267,6 +296,7 @@ pub const GATE_TIMEOUT: Setting<Option<Duration>> = Setting {
     default: None,
     default_doc: None,
     doc: "exit with an error if the gate stays closed this long (unset: wait as long as it takes)",
+    secret: false,
 };
 
 // Scheduled Events.
@@ -277,6 +307,7 @@ pub const IMDS: Setting<bool> = Setting {
     default: true,
     default_doc: None,
     doc: "`off` only on machines that are not Azure VMs",
+    secret: false,
 };
 
 /// The IMDS base URL.
@@ -285,6 +316,7 @@ pub const IMDS_ENDPOINT: Setting<Text> = Setting {
     default: text("http://169.254.169.254"),
     default_doc: None,
     doc: "IMDS (an emulator's URL for rehearsals)",
+    secret: false,
 };
 
 /// The Scheduled Events poll interval.
@@ -293,6 +325,7 @@ pub const IMDS_POLL_INTERVAL: Setting<Duration> = Setting {
     default: seconds(1),
     default_doc: None,
     doc: "how often Scheduled Events are polled; retries after a failure wait at most this long",
+    secret: false,
 };
 
 /// This VM's name in `Resources`.
@@ -301,6 +334,7 @@ pub const VM_NAME: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: Some("from instance metadata"),
     doc: "this VM's name in `Resources`; the warmup gate does not wait for instance metadata then, and a name it contradicts when it answers is refused (the worker drains and stops with an error)",
+    secret: false,
 };
 
 // Shutdown.
@@ -311,6 +345,7 @@ pub const DRAIN_BUDGET: Setting<Duration> = Setting {
     default: seconds(25),
     default_doc: None,
     doc: "longest drain after any notice; the longest drain (this, or margin + floor) plus 2 s to exit must fit the unit's `TimeoutStopSec=28s`, so at most `26s`",
+    secret: false,
 };
 
 /// Release running handlers this long before the hard deadline.
@@ -319,6 +354,7 @@ pub const RELEASE_MARGIN: Setting<Duration> = Setting {
     default: seconds(3),
     default_doc: None,
     doc: "release running handlers this long before the hard deadline",
+    secret: false,
 };
 
 /// The time the release always gets.
@@ -327,6 +363,7 @@ pub const RELEASE_FLOOR: Setting<Duration> = Setting {
     default: seconds(2),
     default_doc: None,
     doc: "time the release always gets, however late the notice (at most the margin)",
+    secret: false,
 };
 
 /// Approve the triggering event once drained.
@@ -335,6 +372,7 @@ pub const APPROVE_EVENTS: Setting<bool> = Setting {
     default: true,
     default_doc: None,
     doc: "approve the triggering event once drained, if it lists this VM alone",
+    secret: false,
 };
 
 /// Also approve events listing other VMs.
@@ -343,6 +381,7 @@ pub const APPROVE_SHARED_EVENTS: Setting<bool> = Setting {
     default: false,
     default_doc: None,
     doc: "also approve events listing other VMs (starts them for those VMs too)",
+    secret: false,
 };
 
 /// Where the workers on one VM meet before approving.
@@ -351,6 +390,7 @@ pub const RUNTIME_DIR: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: Some("`/run/spot-worker`, else `$XDG_RUNTIME_DIR/spot-worker`"),
     doc: "where the workers on one VM meet (a locked file each): an event is approved only once every one has drained; without a usable directory, only at its deadline (see [Several workers on one VM](operating.md#several-workers-on-one-vm))",
+    secret: false,
 };
 
 /// End the process if the drain overruns.
@@ -359,6 +399,7 @@ pub const WATCHDOG: Setting<bool> = Setting {
     default: true,
     default_doc: None,
     doc: "end the process if the drain overruns, or if it is still up 1 s after the worker stopped",
+    secret: false,
 };
 
 // Telemetry (standard OpenTelemetry variables where there is one).
@@ -369,6 +410,7 @@ pub const LOG_FILTER: Setting<Text> = Setting {
     default: text("info"),
     default_doc: None,
     doc: "stderr log filter (`tracing` directives); spans below it are not exported",
+    secret: false,
 };
 
 /// Text or JSON logs.
@@ -377,6 +419,7 @@ pub const LOG_FORMAT: Setting<Text> = Setting {
     default: text("text"),
     default_doc: None,
     doc: "or `json` for structured log lines; text has ANSI colours only when stderr is a terminal and `NO_COLOR` is unset or empty",
+    secret: false,
 };
 
 /// `service.name`.
@@ -385,6 +428,7 @@ pub const SERVICE_NAME: Setting<Text> = Setting {
     default: text("spot-worker"),
     default_doc: None,
     doc: "`service.name` of exported spans and metrics",
+    secret: false,
 };
 
 /// OTLP/HTTP collector.
@@ -393,6 +437,7 @@ pub const OTLP_ENDPOINT: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "OTLP/HTTP collector base URL (`/v1/traces`, `/v1/metrics` appended)",
+    secret: false,
 };
 
 /// OTLP protocol; only one is supported.
@@ -401,6 +446,7 @@ pub const OTLP_PROTOCOL: Setting<Text> = Setting {
     default: text("http/protobuf"),
     default_doc: None,
     doc: "the only protocol supported",
+    secret: false,
 };
 
 /// Upper bound of one export.
@@ -409,6 +455,7 @@ pub const OTLP_TIMEOUT: Setting<u64> = Setting {
     default: 10_000,
     default_doc: None,
     doc: "upper bound of one export request, in ms",
+    secret: false,
 };
 
 /// How often metrics are pushed.
@@ -417,6 +464,7 @@ pub const METRIC_EXPORT_INTERVAL: Setting<u64> = Setting {
     default: 60_000,
     default_doc: None,
     doc: "how often metrics are pushed, in ms",
+    secret: false,
 };
 
 /// Application Insights.
@@ -425,6 +473,7 @@ pub const APP_INSIGHTS: Setting<Option<Text>> = Setting {
     default: None,
     default_doc: None,
     doc: "export to Application Insights (checked at start-up; the key is never logged)",
+    secret: true,
 };
 
 /// No exporter at all.
@@ -433,6 +482,7 @@ pub const SDK_DISABLED: Setting<bool> = Setting {
     default: false,
     default_doc: None,
     doc: "`true`: logs only, no exporter",
+    secret: false,
 };
 
 /// Every setting, in the order of docs/configuration.md.
@@ -513,5 +563,15 @@ mod tests {
                 assert_eq!(setting.check(text), Ok(()), "{}", setting.key());
             }
         }
+    }
+
+    #[test]
+    fn the_credentials_are_marked_secret() {
+        let secrets: Vec<_> = ALL.iter().filter(|s| s.secret()).map(|s| s.key()).collect();
+        assert_eq!(
+            secrets,
+            [CONNECTION_STRING.key, APP_INSIGHTS.key],
+            "a setting that carries a key or token is secret"
+        );
     }
 }

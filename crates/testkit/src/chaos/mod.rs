@@ -52,7 +52,7 @@ pub use long_job::LongJob;
 pub use options::{FaultMix, Options, parse_args};
 pub use report::Report;
 pub use shared_reboot::SharedReboots;
-pub use worker_binary::{cli_binary, example_binary, worker_binary};
+pub use worker_binary::{cli_binary, example_binary, static_binaries, worker_binary};
 pub use workload::MALFORMED;
 
 use std::path::PathBuf;

@@ -34,6 +34,34 @@ pub fn cli_binary() -> Result<PathBuf> {
     )
 }
 
+/// The `spot-worker` command and the `examples/primes` worker as the
+/// container image ships them: release builds, statically linked, by
+/// `scripts/build-static.sh` (which only links them again when `cargo
+/// build --release` or `cargo install` built the rest). Their paths.
+pub fn static_binaries() -> Result<(PathBuf, PathBuf)> {
+    let root = crate::workspace_root();
+    let script = root.join("scripts/build-static.sh");
+    eprintln!("building the static binaries: {}", script.display());
+    let output = std::process::Command::new(&script)
+        .current_dir(&root)
+        .env("PROFILE", "release")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!("{} failed ({})", script.display(), output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let paths: Vec<PathBuf> = stdout.lines().map(|line| root.join(line)).collect();
+    match paths.as_slice() {
+        [cli, primes] if cli.exists() && primes.exists() => Ok((cli.clone(), primes.clone())),
+        _ => bail!(
+            "{} printed {stdout:?}, not the two binaries",
+            script.display()
+        ),
+    }
+}
+
 /// `target/<profile>/<path>`, built with `cargo build <args>` when missing or
 /// older than a source file.
 fn fresh_binary(path: &[&str], args: &[&str]) -> Result<PathBuf> {

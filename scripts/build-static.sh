@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the `spot-worker` command and the `primes` example statically
+# linked (glibc's static libraries, `-C target-feature=+crt-static`), for
+# the container image (scripts/build-image.sh) or any image they are copied
+# into (docs/deploying.md), and prints their two paths, one a line.
+#
+# `cargo rustc` gives crt-static to the final binaries only: the
+# dependencies (and proc macros, which cannot be static) are the same build
+# as `cargo build`/`cargo install` of the profile, so they are shared and
+# only the final link differs. Names are resolved by the binaries
+# themselves (reqwest's hickory-dns reads /etc/hosts and /etc/resolv.conf),
+# so glibc's NSS, which a static binary cannot load, is never needed.
+#
+# Settings (environment): PROFILE (the cargo profile, release);
+# CARGO_TARGET_DIR (target).
+#   scripts/build-static.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROFILE="${PROFILE:-release}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+[[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] ||
+  echo "build-static: no /usr/lib/x86_64-linux-gnu/libc.a (Debian: apt-get install libc6-dev)" >&2
+
+static=(-- -C target-feature=+crt-static)
+echo "==> cargo rustc --profile $PROFILE (spot-worker, examples/primes), statically linked" >&2
+cargo rustc --locked --profile "$PROFILE" -p spot-worker-cli --bin spot-worker "${static[@]}" >&2
+cargo rustc --locked --profile "$PROFILE" -p spot-worker --example primes "${static[@]}" >&2
+case "$PROFILE" in
+  dev | test) out="$target_dir/debug" ;;
+  *) out="$target_dir/$PROFILE" ;;
+esac
+echo "$out/spot-worker"
+echo "$out/examples/primes"
