@@ -108,12 +108,12 @@ async fn inside_the_box() {
         // or child process reads the environment.
         unsafe { std::env::remove_var(name) };
     }
-    let the_box = TheBox::set_up().await;
+    let mut the_box = TheBox::set_up().await;
     the_box.rehearse().await;
 }
 
 impl TheBox {
-    async fn rehearse(&self) {
+    async fn rehearse(&mut self) {
         let env = self.vm_env();
         self.check_the_environment(&env);
         let installed = self.install().await;
