@@ -147,6 +147,7 @@ async fn serve(args: DevArgs) -> Result<()> {
     );
 
     let result = async {
+        create_queue(&environment).await?;
         if !args.jobs.is_empty() {
             supervise::enqueue(&environment, &args.jobs).await?;
         }
@@ -169,6 +170,23 @@ async fn serve(args: DevArgs) -> Result<()> {
         let _ = tokio::task::spawn_blocking(move || drop(azurite)).await;
     }
     result
+}
+
+/// Creates the work queue (`SPOT_WORKER_QUEUE`) as a deployment would:
+/// `enqueue` never creates it, so jobs sent before a worker has started
+/// (`--job`, or a user's `spot-worker enqueue`) have a queue to go to.
+async fn create_queue(environment: &DevEnvironment) -> Result<()> {
+    use spot_worker::storage::MessageQueue as _;
+    let config =
+        spot_worker_azure::StorageConfig::from_connection_string(&environment.connection_string())?;
+    let name = spot_worker::settings::Source::from_env()?
+        .get(&spot_worker::settings::table::QUEUE)?
+        .into_owned();
+    spot_worker_azure::AzureStorage::new(config)?
+        .queue(&name)?
+        .prepare()
+        .await
+        .with_context(|| format!("creating the queue {name} in the local Azurite"))
 }
 
 /// Azurite on `ports`, started unless one already answers there (then
