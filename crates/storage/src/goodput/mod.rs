@@ -240,7 +240,8 @@ mod tests {
         }
     }
 
-    fn ledger(u: u64, r: u64, c: u64, w: u64, d: u32) -> Ledger {
+    /// A ledger of these milliseconds and deliveries (also for `stamp`'s tests).
+    pub(super) fn ledger(u: u64, r: u64, c: u64, w: u64, d: u32) -> Ledger {
         Ledger {
             useful_ms: u,
             redone_ms: r,

@@ -62,18 +62,7 @@ fn parse_ledger(text: &str) -> Option<Ledger> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ledger(u: u64, r: u64, c: u64, w: u64, d: u32) -> Ledger {
-        Ledger {
-            useful_ms: u,
-            redone_ms: r,
-            checkpointing_ms: c,
-            waiting_ms: w,
-            deliveries: d,
-            saves: 0,
-            unaccounted: 0,
-        }
-    }
+    use crate::goodput::tests::ledger;
 
     #[test]
     fn stamps_carry_their_ledger_and_odd_ones_carry_none() {
