@@ -111,6 +111,12 @@ async fn serve(args: DevArgs) -> Result<()> {
     }
     let ports = args.addresses.azurite_ports()?;
     let azurite = start_azurite(ports).await?;
+    // Before the emulator listens: `dev env` answers once it does, so
+    // whatever runs in that environment finds the queue there.
+    if let Err(error) = create_queue(&environment).await {
+        stop_azurite(azurite).await;
+        return Err(error);
+    }
     let listener = TcpListener::bind(args.addresses.imds_listen)
         .await
         .with_context(|| {
@@ -147,7 +153,6 @@ async fn serve(args: DevArgs) -> Result<()> {
     );
 
     let result = async {
-        create_queue(&environment).await?;
         if !args.jobs.is_empty() {
             supervise::enqueue(&environment, &args.jobs).await?;
         }
@@ -165,11 +170,16 @@ async fn serve(args: DevArgs) -> Result<()> {
     if let Some(path) = &args.env_file {
         let _ = std::fs::remove_file(path);
     }
+    stop_azurite(azurite).await;
+    result
+}
+
+/// Stops the Azurite `serve` started, if it started one.
+async fn stop_azurite(azurite: Option<Azurite>) {
     if let Some(azurite) = azurite {
         // Its stop waits for the process to exit.
         let _ = tokio::task::spawn_blocking(move || drop(azurite)).await;
     }
-    result
 }
 
 /// Creates the work queue (`SPOT_WORKER_QUEUE`) as a deployment would:
