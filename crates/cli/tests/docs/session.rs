@@ -60,15 +60,24 @@ pub struct PageRun {
 /// Three consecutive free loopback ports (Azurite's blob, queue, table)
 /// and one more (the IMDS emulator).
 pub fn free_ports() -> (u16, u16) {
-    for _ in 0..50 {
-        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if first > 65000 {
-            continue;
-        }
+    // Below the ephemeral range (Linux: 32768 and up), where the kernel
+    // never hands out a port on its own: a port found free here is not
+    // taken by some process's outgoing connection before `spot-worker dev`
+    // binds it, as ports from `bind(0)` can be on a busy machine (then
+    // `dev` failed and the page waited two minutes for an environment).
+    // The start is spread by the process id so that parallel runs differ.
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    let seed = std::process::id() as u64
+        ^ u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()),
+        );
+    for attempt in 0..200u64 {
+        let offset =
+            (seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 97)) % u64::from(SPAN - 4);
+        let first = LOW + offset as u16;
         let all_free =
             (first..first + 4).all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
         if all_free {
