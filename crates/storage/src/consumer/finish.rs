@@ -208,11 +208,15 @@ impl Consumer {
             Ok::<bool, crate::error::StorageError>(settles)
         };
         // An outage (what loses a lease) may outlast the client's own
-        // retries: try again, every half second, until the deadline.
+        // retries: try again, every half second, until the deadline. A
+        // conflict is the next delivery's write to the same record (it
+        // took the message over, and counted what it found): read it
+        // again at once, and add to what it wrote.
         let write = async {
             let mut result = once().await;
             for _ in 0..TAIL_RETRIES {
                 match &result {
+                    Err(crate::error::StorageError::Conflict { .. }) => result = once().await,
                     Err(error) if crate::checkpoint::store_unreachable(error) => {
                         tokio::time::sleep(TAIL_RETRY_PAUSE).await;
                         result = once().await;
