@@ -108,6 +108,8 @@ impl Run<'_> {
             .program_started
             .map(|started| started.elapsed())
             .unwrap_or_default();
+        // Linux always gives a modification time; without one there would
+        // be nothing to measure from, as without a birth time.
         let written = meta
             .modified()
             .map_err(|_| Unmeasured::NoBirthTime)

@@ -76,6 +76,7 @@ const WRITE_PAUSE: Duration = Duration::from_millis(700);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_programs_slow_checkpoint_write_is_the_cost_of_its_save_and_checkpointing_time() {
+    assert_birth_times_recorded();
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");

@@ -193,3 +193,17 @@ impl Captured {
             .collect()
     }
 }
+
+/// Fails clearly unless the file system of the runner's delivery
+/// directories (the system's temporary directory) records birth times
+/// (statx btime), which measuring a program's checkpoint writes needs.
+pub fn assert_birth_times_recorded() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let meta = std::fs::metadata(file.path()).unwrap();
+    assert!(
+        meta.created().is_ok(),
+        "the file system of {} records no birth times (statx btime): a program's \
+         checkpoint writes cannot be measured there; run this test with TMPDIR on one that does",
+        std::env::temp_dir().display()
+    );
+}
