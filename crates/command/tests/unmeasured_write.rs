@@ -15,13 +15,7 @@ use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_rewritten_in_place_is_not_measured_and_the_runner_says_so_once() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    let captured = Captured::install();
     assert_birth_times_recorded();
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();

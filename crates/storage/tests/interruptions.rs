@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::json;
 use spot_worker_storage::cadence::{FLUSH_EVERY, FleetLedger, Interruption};
 use spot_worker_storage::{
-    CheckpointCadence, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
-    IntervalSource, Job, MessageQueue, handler_fn,
+    CheckpointCadence, CheckpointStore, ConsumerStats, DrainSignals, HandlerError,
+    InMemoryCheckpointStore, InMemoryQueue, IntervalSource, Job, MessageQueue, handler_fn,
 };
 use spot_worker_testkit::counting::CountingStore;
 use tokio::time::Instant;
@@ -49,6 +49,29 @@ fn evictable(
     })
 }
 
+/// One "VM": a consumer of `queue` running [`evictable`] on `store`,
+/// following `cadence` (shared by every VM: what the fleet's counts would
+/// sum), until its drain signals say.
+fn start_vm(
+    queue: &InMemoryQueue,
+    poison: &InMemoryQueue,
+    store: &Arc<InMemoryCheckpointStore>,
+    cadence: &Arc<CheckpointCadence>,
+    runs: &Arc<AtomicU32>,
+    finish: &Arc<AtomicBool>,
+) -> (tokio::task::JoinHandle<ConsumerStats>, DrainSignals) {
+    let consumer = consumer(queue, poison, config())
+        .with_checkpoints(store.clone())
+        .with_cadence(cadence.clone());
+    let signals = DrainSignals::new();
+    let handler = evictable(runs.clone(), finish.clone());
+    let task = tokio::spawn({
+        let signals = signals.clone();
+        async move { consumer.run_until(handler, signals).await }
+    });
+    (task, signals)
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_interruption_is_counted_once_by_its_kind() {
     let (queue, poison) = queues();
@@ -59,15 +82,7 @@ async fn every_interruption_is_counted_once_by_its_kind() {
     let runs = Arc::new(AtomicU32::new(0));
     let finish = Arc::new(AtomicBool::new(false));
     let deliver = |ending: &'static str| {
-        let consumer = consumer(&queue, &poison, config())
-            .with_checkpoints(store.clone())
-            .with_cadence(cadence.clone());
-        let signals = DrainSignals::new();
-        let handler = evictable(runs.clone(), finish.clone());
-        let task = tokio::spawn({
-            let signals = signals.clone();
-            async move { consumer.run_until(handler, signals).await }
-        });
+        let (task, signals) = start_vm(&queue, &poison, &store, &cadence, &runs, &finish);
         (task, signals, ending)
     };
     let endings = ["notice in time", "notice too late", "crash", "crash"];
@@ -160,15 +175,7 @@ async fn a_late_notice_whose_worker_was_killed_is_counted_late_by_the_next_deliv
         if n == 3 {
             finish.store(true, Ordering::SeqCst);
         }
-        let consumer = consumer(&queue, &poison, config())
-            .with_checkpoints(store.clone())
-            .with_cadence(cadence.clone());
-        let signals = DrainSignals::new();
-        let handler = evictable(runs.clone(), finish.clone());
-        let task = tokio::spawn({
-            let signals = signals.clone();
-            async move { consumer.run_until(handler, signals).await }
-        });
+        let (task, signals) = start_vm(&queue, &poison, &store, &cadence, &runs, &finish);
         wait_until("the handler runs", || runs.load(Ordering::SeqCst) == n).await;
         if n == 3 {
             wait_until("deleted", || queue.is_empty()).await;

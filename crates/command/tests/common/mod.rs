@@ -186,6 +186,19 @@ impl Write for Captured {
 }
 
 impl Captured {
+    /// Installs the process's log subscriber (info and up, as text) into a
+    /// new capture: once per test binary.
+    pub fn install() -> Self {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+        captured
+    }
+
     pub fn lines(&self) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
