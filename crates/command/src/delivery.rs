@@ -19,7 +19,7 @@ use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
 use crate::progress::from_progress;
-use crate::saving::{Save, file_stamp};
+use crate::saving::{FileVersion, Save, file_stamp};
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -76,9 +76,13 @@ impl CommandHandler {
             .map_err(|e| permanent(format!("job {key}: {e}")))?;
         let dir = DeliveryDir::create(config.work_root.as_deref())
             .map_err(|e| format!("job {key}: creating the delivery directory: {e}"))?;
+        let mut restored = None;
         if let Some(bytes) = &saved {
             std::fs::write(dir.checkpoint(), bytes)
                 .map_err(|e| format!("job {key}: writing the checkpoint file: {e}"))?;
+            restored = std::fs::metadata(dir.checkpoint())
+                .ok()
+                .map(|meta| FileVersion::of(&meta));
             tracing::info!(job_key = %key, bytes = bytes.len(), "resuming from the saved checkpoint file");
         }
         if job.cancellation().is_cancelled() {
@@ -96,6 +100,8 @@ impl CommandHandler {
             key: key.clone(),
             dir,
             last_saved: saved,
+            saved_file: restored,
+            program_started: None,
         };
         let ended = run.run_program(&message_id, &mut checkpoint).await?;
         let Ended {
@@ -175,6 +181,10 @@ pub(crate) struct Run<'a> {
     pub(crate) dir: DeliveryDir,
     /// The checkpoint file's bytes as last saved (or restored).
     pub(crate) last_saved: Option<Vec<u8>>,
+    /// The version of the file last saved (or restored).
+    pub(crate) saved_file: Option<FileVersion>,
+    /// When the program was started.
+    pub(crate) program_started: Option<std::time::Instant>,
 }
 
 impl Run<'_> {
@@ -190,6 +200,7 @@ impl Run<'_> {
         let key = self.key.clone();
         // Before the start, so a file the program writes at once is new.
         let mut looked_at = file_stamp(&self.dir.checkpoint());
+        self.program_started = Some(std::time::Instant::now());
         let mut child = self.spawn(message_id).await?;
         let pgid = child
             .id()

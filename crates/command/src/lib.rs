@@ -26,6 +26,7 @@ mod progress;
 mod reaper;
 mod saving;
 mod spawner;
+mod write_time;
 
 pub use config::{
     CommandConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_MAX_BYTES,
@@ -40,5 +41,6 @@ pub use group::{become_subreaper, hide_from_programs};
 pub use handler::CommandHandler;
 pub use leftovers::{Leftovers, sweep_leftovers};
 pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
-pub use progress::{ProgressError, from_progress, read_stable, to_progress};
+pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
+pub use write_time::{Unmeasured, write_duration};

@@ -58,6 +58,15 @@ pub enum ProgressError {
 /// makes the read start again on the new file, so a half-written file is
 /// never returned. `None` if there is no file.
 pub fn read_stable(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ProgressError> {
+    read_stable_version(path, limit).map(|read| read.map(|(bytes, _)| bytes))
+}
+
+/// [`read_stable`], with the metadata of the version read (its identity
+/// and times, for how long the program took to write it).
+pub fn read_stable_version(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<(Vec<u8>, fs::Metadata)>, ProgressError> {
     let io = |source| ProgressError::Io {
         path: path.display().to_string(),
         source,
@@ -97,7 +106,7 @@ pub fn read_stable(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ProgressE
             && (before.mtime(), before.mtime_nsec()) == (after.mtime(), after.mtime_nsec())
             && at_path.is_some_and(|now| (now.dev(), now.ino()) == (after.dev(), after.ino()));
         if held_still {
-            return Ok(Some(bytes));
+            return Ok(Some((bytes, after)));
         }
     }
     Err(ProgressError::Unstable)

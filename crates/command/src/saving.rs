@@ -2,11 +2,16 @@
 //! program runs and once it has ended), and on a clean exit its result
 //! stored create-only and the job marked completed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::json;
-use spot_worker_storage::{HandlerError, JobCheckpoint, PutOutcome, StorageError, permanent};
+use spot_worker_storage::{
+    Blocking, Checkpoint, HandlerError, JobCheckpoint, PutOutcome, StorageError, permanent,
+};
 
 use crate::delivery::Run;
-use crate::progress::{ProgressError, read_stable, to_progress};
+use crate::progress::{ProgressError, read_stable, read_stable_version, to_progress};
+use crate::write_time::{Unmeasured, write_duration};
 
 /// What one look at the checkpoint file did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,11 +34,22 @@ impl Run<'_> {
         &mut self,
         checkpoint: &mut JobCheckpoint,
     ) -> Result<Save, String> {
+        // The upload runs beside the program: only its writing blocked it.
+        self.save_changed(checkpoint, false).await
+    }
+
+    /// [`Run::save_if_changed`]; `awaited` if the delivery waits for the
+    /// upload (the program has ended).
+    async fn save_changed(
+        &mut self,
+        checkpoint: &mut JobCheckpoint,
+        awaited: bool,
+    ) -> Result<Save, String> {
         let path = self.dir.checkpoint();
         let limit = self.handler.config.checkpoint_max_bytes;
-        let read = tokio::task::spawn_blocking(move || read_stable(&path, limit)).await;
-        let bytes = match read {
-            Ok(Ok(Some(bytes))) => bytes,
+        let read = tokio::task::spawn_blocking(move || read_stable_version(&path, limit)).await;
+        let (bytes, meta) = match read {
+            Ok(Ok(Some(read))) => read,
             Ok(Ok(None)) => return Ok(Save::Unchanged),
             Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
             Ok(Err(error)) => {
@@ -48,10 +64,16 @@ impl Run<'_> {
         if self.last_saved.as_deref() == Some(bytes.as_slice()) {
             return Ok(Save::Unchanged);
         }
-        match checkpoint.save_progress(to_progress(&bytes)).await {
+        let version = FileVersion::of(&meta);
+        let blocking = self.blocking(&meta, version, awaited);
+        let progress = Checkpoint::InProgress {
+            progress: to_progress(&bytes),
+        };
+        match checkpoint.save_blocking(progress, blocking).await {
             Ok(()) => {
-                tracing::debug!(job_key = %self.key, bytes = bytes.len(), "checkpoint file saved");
+                tracing::debug!(job_key = %self.key, bytes = bytes.len(), written_in = ?blocking.written_before, "checkpoint file saved");
                 self.last_saved = Some(bytes);
+                self.saved_file = Some(version);
                 Ok(Save::Saved)
             }
             // Released or lost: the next holder resumes from the last save.
@@ -70,9 +92,45 @@ impl Run<'_> {
     /// file over the size limit) if the file could not be saved for it,
     /// which the delivery's outcome then carries.
     pub(crate) async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) -> Option<String> {
-        let fault = self.save_if_changed(checkpoint).await.err()?;
+        let fault = self.save_changed(checkpoint, true).await.err()?;
         tracing::error!(job_key = %self.key, error = %fault, "the last checkpoint file was not saved");
         Some(fault)
+    }
+
+    /// What saving the version of the checkpoint file `meta` describes
+    /// blocks: the program's writing of it, measured from the file
+    /// ([`write_duration`]), and the upload if `awaited`. A write that
+    /// cannot be measured makes the upload's own time the cost, as if the
+    /// program had waited for it (what was measured before writes were),
+    /// said once per runner in the log.
+    fn blocking(&self, meta: &std::fs::Metadata, version: FileVersion, awaited: bool) -> Blocking {
+        let ran_for = self
+            .program_started
+            .map(|started| started.elapsed())
+            .unwrap_or_default();
+        // Linux always gives a modification time; without one there would
+        // be nothing to measure from, as without a birth time.
+        let written = meta
+            .modified()
+            .map_err(|_| Unmeasured::NoBirthTime)
+            .and_then(|modified| {
+                write_duration(
+                    meta.created().ok(),
+                    modified,
+                    self.saved_file == Some(version),
+                    ran_for,
+                )
+            });
+        match written {
+            Ok(written_before) => Blocking {
+                written_before,
+                awaited,
+            },
+            Err(why) => {
+                unmeasured_once(why);
+                Blocking::CALL
+            }
+        }
     }
 
     /// On a clean exit the file is not saved (the job is marked completed
@@ -145,6 +203,45 @@ impl Run<'_> {
             ))),
             Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
         }
+    }
+}
+
+/// A version of the checkpoint file: its device, inode and birth time, so
+/// that a new file renamed over the old one (the contract) is told from
+/// the old one written again in place, even when the file system reuses
+/// the inode number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileVersion {
+    dev: u64,
+    ino: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl FileVersion {
+    /// The version `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileVersion {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born: meta.created().ok(),
+        }
+    }
+}
+
+/// Says once per runner and reason why a program's checkpoint writes are
+/// not measured: the cost the interval and the ledger use is then the
+/// upload's time.
+fn unmeasured_once(why: Unmeasured) {
+    static SAID: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+    let slot = match why {
+        Unmeasured::NoBirthTime => 0,
+        Unmeasured::RewrittenInPlace => 1,
+        Unmeasured::TimesOutOfOrder => 2,
+        Unmeasured::LongerThanTheRun => 3,
+    };
+    if !SAID[slot].swap(true, Ordering::Relaxed) {
+        tracing::warn!(reason = %why, "how long the program takes to write its checkpoint file is not measured; the upload's time stands for it (docs/checkpoint-interval.md)");
     }
 }
 

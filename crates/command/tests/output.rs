@@ -12,13 +12,7 @@ use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_with_carriage_returns_and_the_error_after_it_are_kept() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    let captured = Captured::install();
     let env = Env::start().await;
     env.queue.send("encode", Duration::ZERO).await.unwrap();
     // Like ffmpeg: progress overwritten with `\r` (about 40 KiB of it),

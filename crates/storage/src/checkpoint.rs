@@ -17,13 +17,17 @@ use crate::error::StorageError;
 use crate::goodput::{Ledger, split_stamp, stamp_with};
 
 mod cost;
+mod measure;
 mod notes;
 mod save_clock;
 
 pub use cost::{CheckpointCost, CostMeter, SaveCost};
+pub use measure::Blocking;
 
 pub(crate) use notes::CheckpointNotes;
 pub(crate) use save_clock::SaveClock;
+
+use measure::SaveMeasurement;
 
 /// An opaque version tag of a stored checkpoint; it changes on every write.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -452,29 +456,31 @@ impl JobCheckpoint {
     ///   `checkpoint`: a worker that lost its message must not adopt the new
     ///   owner's ETag. The job should stop.
     pub async fn save(&mut self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        // The hook that times the save: the job is blocked from here to the
-        // return, retries and conflict reads included.
-        let start = self.clock.as_ref().map(|clock| clock.save_started());
-        let started = tokio::time::Instant::now();
-        let requests_before = self.requests;
+        self.save_blocking(checkpoint, Blocking::CALL).await
+    }
+
+    /// [`JobCheckpoint::save`], for a save that blocks its job as
+    /// `blocking` says rather than for its whole call: a program's
+    /// checkpoint file, which the program took `written_before` to write
+    /// and whose upload runs beside it (`spot-worker run`). That time is
+    /// the save's cost for the checkpoint interval and its checkpointing
+    /// time in the job's goodput ledger.
+    pub async fn save_blocking(
+        &mut self,
+        checkpoint: Checkpoint,
+        blocking: Blocking,
+    ) -> Result<(), StorageError> {
         let bytes = checkpoint
             .to_json_bytes()
             .map_or(0, |bytes| bytes.len() as u64);
-        let saved = self
-            .save_fenced(checkpoint, start.map(|start| start.ledger))
-            .await;
-        if let (Some(clock), Some(start)) = (&self.clock, start) {
-            clock.save_ended(start, saved.is_ok());
-        }
+        // The one measurement of this save, from here to the return,
+        // retries and conflict reads included.
+        let measurement =
+            SaveMeasurement::start(blocking, self.clock.as_ref(), self.requests, bytes);
+        let saved = self.save_fenced(checkpoint, measurement.ledger()).await;
+        let ended = measurement.finish(self.requests, saved.is_ok(), &self.cadence);
         if saved.is_ok() {
-            // The time the job waited for its save: what the interval
-            // trades against the work an interruption loses.
-            self.last_saved = tokio::time::Instant::now();
-            self.cadence.record_save(SaveCost {
-                blocked: self.last_saved.duration_since(started),
-                requests: u32::try_from(self.requests - requests_before).unwrap_or(u32::MAX),
-                bytes,
-            });
+            self.last_saved = ended;
         }
         if let Some(notes) = &self.notes {
             match &saved {

@@ -35,8 +35,8 @@ mod result;
 
 pub use cadence::{CheckpointCadence, IntervalSource};
 pub use checkpoint::{
-    Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint, SaveCost,
-    StoredCheckpoint, WritePrecondition,
+    Blocking, Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint,
+    SaveCost, StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::json;
 use spot_worker_storage::cadence::{FLUSH_EVERY, FleetLedger, Interruption};
 use spot_worker_storage::{
-    CheckpointCadence, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
-    IntervalSource, Job, MessageQueue, handler_fn,
+    CheckpointCadence, CheckpointStore, ConsumerStats, DrainSignals, HandlerError,
+    InMemoryCheckpointStore, InMemoryQueue, IntervalSource, Job, MessageQueue, handler_fn,
 };
 use spot_worker_testkit::counting::CountingStore;
 use tokio::time::Instant;
@@ -49,6 +49,29 @@ fn evictable(
     })
 }
 
+/// One "VM": a consumer of `queue` running [`evictable`] on `store`,
+/// following `cadence` (shared by every VM: what the fleet's counts would
+/// sum), until its drain signals say.
+fn start_vm(
+    queue: &InMemoryQueue,
+    poison: &InMemoryQueue,
+    store: &Arc<InMemoryCheckpointStore>,
+    cadence: &Arc<CheckpointCadence>,
+    runs: &Arc<AtomicU32>,
+    finish: &Arc<AtomicBool>,
+) -> (tokio::task::JoinHandle<ConsumerStats>, DrainSignals) {
+    let consumer = consumer(queue, poison, config())
+        .with_checkpoints(store.clone())
+        .with_cadence(cadence.clone());
+    let signals = DrainSignals::new();
+    let handler = evictable(runs.clone(), finish.clone());
+    let task = tokio::spawn({
+        let signals = signals.clone();
+        async move { consumer.run_until(handler, signals).await }
+    });
+    (task, signals)
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_interruption_is_counted_once_by_its_kind() {
     let (queue, poison) = queues();
@@ -59,15 +82,7 @@ async fn every_interruption_is_counted_once_by_its_kind() {
     let runs = Arc::new(AtomicU32::new(0));
     let finish = Arc::new(AtomicBool::new(false));
     let deliver = |ending: &'static str| {
-        let consumer = consumer(&queue, &poison, config())
-            .with_checkpoints(store.clone())
-            .with_cadence(cadence.clone());
-        let signals = DrainSignals::new();
-        let handler = evictable(runs.clone(), finish.clone());
-        let task = tokio::spawn({
-            let signals = signals.clone();
-            async move { consumer.run_until(handler, signals).await }
-        });
+        let (task, signals) = start_vm(&queue, &poison, &store, &cadence, &runs, &finish);
         (task, signals, ending)
     };
     let endings = ["notice in time", "notice too late", "crash", "crash"];
@@ -130,6 +145,61 @@ async fn every_interruption_is_counted_once_by_its_kind() {
         .filter(|key| !key.starts_with(spot_worker_storage::COMPLETION_RECORD_PREFIX))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A worker that saw a notice too late and was killed before it could
+/// release the message (the VM gone seconds after a `Started` event)
+/// counts nothing itself; its release note, written as the wind-down
+/// began, is what the next delivery finds: a late notice, not a crash.
+/// One killed before its note leaves nothing to tell it from a crash.
+#[tokio::test(start_paused = true)]
+async fn a_late_notice_whose_worker_was_killed_is_counted_late_by_the_next_delivery() {
+    let (queue, poison) = queues();
+    let id = queue.send("job", Duration::ZERO).await.unwrap();
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let cadence = cadence();
+    let runs = Arc::new(AtomicU32::new(0));
+    let finish = Arc::new(AtomicBool::new(false));
+    let releases_noted = || {
+        store
+            .get(&format!(".spot-worker/attempts/{id}"))
+            .and_then(|record| match record {
+                spot_worker_storage::Checkpoint::InProgress { progress } => {
+                    progress["releases"].as_u64()
+                }
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    for (n, noted) in [(1, true), (2, false), (3, true)] {
+        if n == 3 {
+            finish.store(true, Ordering::SeqCst);
+        }
+        let (task, signals) = start_vm(&queue, &poison, &store, &cadence, &runs, &finish);
+        wait_until("the handler runs", || runs.load(Ordering::SeqCst) == n).await;
+        if n == 3 {
+            wait_until("deleted", || queue.is_empty()).await;
+            signals.release();
+            task.await.unwrap();
+            break;
+        }
+        if noted {
+            // A notice already `Started`: a second to go; the note is
+            // written, then the process dies before the release.
+            let before = releases_noted();
+            signals.wind_down(Some(Instant::now() + Duration::from_secs(1)));
+            wait_until("the release noted", || releases_noted() == before + 1).await;
+        }
+        task.abort();
+        let _ = task.await;
+    }
+    let counts = cadence.view().counts;
+    assert_eq!(
+        (counts.drained, counts.late, counts.no_outcome),
+        (0, 1, 1),
+        "{counts:?}"
+    );
+    assert!(poison.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

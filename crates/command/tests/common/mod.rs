@@ -186,10 +186,37 @@ impl Write for Captured {
 }
 
 impl Captured {
+    /// Installs the process's log subscriber (info and up, as text) into a
+    /// new capture: once per test binary.
+    pub fn install() -> Self {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+        captured
+    }
+
     pub fn lines(&self) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
             .map(str::to_owned)
             .collect()
     }
+}
+
+/// Fails clearly unless the file system of the runner's delivery
+/// directories (the system's temporary directory) records birth times
+/// (statx btime), which measuring a program's checkpoint writes needs.
+pub fn assert_birth_times_recorded() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let meta = std::fs::metadata(file.path()).unwrap();
+    assert!(
+        meta.created().is_ok(),
+        "the file system of {} records no birth times (statx btime): a program's \
+         checkpoint writes cannot be measured there; run this test with TMPDIR on one that does",
+        std::env::temp_dir().display()
+    );
 }

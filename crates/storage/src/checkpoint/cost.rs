@@ -6,9 +6,10 @@
 //! checkpoint interval trades against the work an interruption loses; and
 //! the requests and bytes a save sends to storage, which cost money but no
 //! job time when the upload runs beside the job (the runner's uploads).
-//! [`SaveCost`] carries both for one save; [`CheckpointCost`] keeps the
-//! totals and a recent estimate of the blocking time; [`CostMeter`] shares
-//! one between the tasks that save.
+//! [`SaveCost`] carries both for one save, as its one measurement
+//! (`measure.rs`) found them; [`CheckpointCost`] keeps the totals and a
+//! recent estimate of the blocking time; [`CostMeter`] shares one between
+//! the tasks that save.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;

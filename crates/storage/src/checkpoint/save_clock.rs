@@ -5,9 +5,13 @@
 //!
 //! Every reading is an [`Instant`] difference on this machine: the clock
 //! starts at the delivery's receive, the handler's start is marked, and
-//! each save on the job's own key is timed from its call to its return.
-//! Saves in flight at once (two handles) count once, as the time at least
-//! one was in flight: the job is blocked, not twice blocked.
+//! each save on the job's own key blocks as its [`Blocking`] says, at the
+//! instants its [`SaveMeasurement`](super::measure::SaveMeasurement)
+//! took: an awaited save from its call to its return (saves in flight at
+//! once, two handles, count once, as the time at least one was in flight:
+//! the job is blocked, not twice blocked), and the writing a save stores
+//! for the time it took, once the save succeeded (so a version saved again
+//! after a failed save is not counted twice).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -15,6 +19,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::goodput::{DeliveryTimes, Ledger, at_save};
+
+use super::measure::Blocking;
 
 /// One delivery's clock, shared by the consumer and the checkpoint handles
 /// on the job's own key.
@@ -46,6 +52,7 @@ struct State {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SaveStart {
     reading: DeliveryTimes,
+    blocking: Blocking,
     /// The job's ledger as of this save's call.
     pub(crate) ledger: Ledger,
 }
@@ -94,7 +101,7 @@ impl SaveClock {
     pub(crate) fn now(&self) -> DeliveryTimes {
         let state = self.state();
         let at = state.handler_ended.unwrap_or_else(Instant::now);
-        self.reading(&state, at)
+        self.reading(&state, at, Duration::ZERO)
     }
 
     /// The reading the latest successful save stamped, if any.
@@ -102,7 +109,9 @@ impl SaveClock {
         self.state().last_saved
     }
 
-    fn reading(&self, state: &State, now: Instant) -> DeliveryTimes {
+    /// The reading at `now`, with `written` more blocked time than
+    /// committed (the writing of a save not yet known to succeed).
+    fn reading(&self, state: &State, now: Instant, written: Duration) -> DeliveryTimes {
         let Some(started) = state.handler_started else {
             return DeliveryTimes {
                 waiting: now.saturating_duration_since(self.received_at),
@@ -110,6 +119,7 @@ impl SaveClock {
             };
         };
         let checkpointing = state.blocked
+            + written
             + state
                 .blocked_since
                 .map(|since| now.saturating_duration_since(since))
@@ -124,35 +134,41 @@ impl SaveClock {
         }
     }
 
-    /// The hook at a save's call: starts blocking, and says what ledger the
-    /// save stamps.
-    pub(crate) fn save_started(&self) -> SaveStart {
-        let now = Instant::now();
+    /// The hook at a save's call, `now`: an awaited save starts blocking;
+    /// says what ledger the save stamps (the writing it stores counted as
+    /// checkpointing).
+    pub(crate) fn save_started(&self, now: Instant, blocking: Blocking) -> SaveStart {
         let mut state = self.state();
         state.saves = state.saves.saturating_add(1);
-        let reading = self.reading(&state, now);
-        state.in_flight += 1;
-        if state.blocked_since.is_none() {
-            state.blocked_since = Some(now);
+        let reading = self.reading(&state, now, blocking.written_before);
+        if blocking.awaited {
+            state.in_flight += 1;
+            if state.blocked_since.is_none() {
+                state.blocked_since = Some(now);
+            }
         }
         SaveStart {
             reading,
+            blocking,
             ledger: at_save(&state.carried, &reading),
         }
     }
 
-    /// The hook at a save's return: stops blocking; a save that succeeded
-    /// becomes the latest one.
-    pub(crate) fn save_ended(&self, start: SaveStart, saved: bool) {
-        let now = Instant::now();
+    /// The hook at a save's return, `now`: an awaited save stops blocking;
+    /// a save that succeeded adds the writing it stored, and becomes the
+    /// latest one.
+    pub(crate) fn save_ended(&self, start: SaveStart, now: Instant, saved: bool) {
         let mut state = self.state();
-        state.in_flight = state.in_flight.saturating_sub(1);
-        if state.in_flight == 0
-            && let Some(since) = state.blocked_since.take()
-        {
-            state.blocked += now.saturating_duration_since(since);
+        if start.blocking.awaited {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            if state.in_flight == 0
+                && let Some(since) = state.blocked_since.take()
+            {
+                state.blocked += now.saturating_duration_since(since);
+            }
         }
         if saved {
+            state.blocked += start.blocking.written_before;
             state.last_saved = Some(start.reading);
         }
     }
@@ -169,15 +185,15 @@ mod tests {
         assert_eq!(clock.now().waiting, Duration::from_millis(30));
         clock.handler_started();
         tokio::time::advance(Duration::from_millis(100)).await;
-        let first = clock.save_started();
+        let first = clock.save_started(Instant::now(), Blocking::CALL);
         assert_eq!(first.ledger.useful_ms, 100);
         assert_eq!(first.ledger.waiting_ms, 30);
         tokio::time::advance(Duration::from_millis(10)).await;
         // A second save in flight at the same time blocks no more.
-        let second = clock.save_started();
+        let second = clock.save_started(Instant::now(), Blocking::CALL);
         tokio::time::advance(Duration::from_millis(10)).await;
-        clock.save_ended(first, true);
-        clock.save_ended(second, false);
+        clock.save_ended(first, Instant::now(), true);
+        clock.save_ended(second, Instant::now(), false);
         tokio::time::advance(Duration::from_millis(50)).await;
         clock.handler_ended();
         tokio::time::advance(Duration::from_millis(500)).await;
@@ -193,5 +209,37 @@ mod tests {
         // The failed second save is not the latest saved.
         assert_eq!(clock.last_saved().unwrap().work, Duration::from_millis(100));
         assert_eq!(now.saves, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_saved_beside_the_job_counts_once_it_is_saved() {
+        let clock = SaveClock::new(Instant::now());
+        clock.handler_started();
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        let written = Blocking {
+            written_before: Duration::from_millis(200),
+            awaited: false,
+        };
+        // Its upload fails: the stamp it carried counted the write, the
+        // clock does not keep it.
+        let failed = clock.save_started(Instant::now(), written);
+        assert_eq!(failed.ledger.checkpointing_ms, 200);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        clock.save_ended(failed, Instant::now(), false);
+        assert_eq!(clock.now().checkpointing, Duration::ZERO);
+        // The same version saved again: counted once, and the uploads
+        // themselves (beside the job) are work.
+        let again = clock.save_started(Instant::now(), written);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        clock.save_ended(again, Instant::now(), true);
+        let now = clock.now();
+        assert_eq!(
+            (now.work, now.checkpointing, now.saves),
+            (Duration::from_millis(860), Duration::from_millis(200), 2)
+        );
+        assert_eq!(
+            clock.last_saved().unwrap().checkpointing,
+            Duration::from_millis(200)
+        );
     }
 }

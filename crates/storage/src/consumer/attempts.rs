@@ -55,6 +55,14 @@ pub(crate) struct Attempts {
     /// interval (see `no_outcome`), so that each is counted once.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) no_outcome_counted: u32,
+    /// Releases whose worker settled them (it released the message and
+    /// counted the interruption's kind itself); see `interruption_kind`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) released_settled: u32,
+    /// Releases noted but never settled, counted as late notices by a
+    /// later delivery.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) unsettled_counted: u32,
 }
 
 fn is_empty(ledger: &Ledger) -> bool {
@@ -107,6 +115,14 @@ impl Attempts {
     pub(crate) fn released(&self) -> Attempts {
         Attempts {
             releases: self.releases.saturating_add(1),
+            ..self.clone()
+        }
+    }
+
+    /// This record with one more release settled by its worker.
+    pub(crate) fn settled_release(&self) -> Attempts {
+        Attempts {
+            released_settled: self.released_settled.saturating_add(1),
             ..self.clone()
         }
     }
@@ -263,6 +279,8 @@ mod tests {
             last_error: None,
             goodput: Ledger::default(),
             no_outcome_counted: 0,
+            released_settled: 0,
+            unsettled_counted: 0,
         }
         .failed(&huge)
         .released();

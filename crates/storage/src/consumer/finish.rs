@@ -10,6 +10,7 @@ use super::Consumer;
 use super::attempts::ReadAttempts;
 use super::backoff::retry_delay;
 use super::delivery::Delivery;
+use super::interruption_kind::own_release_uncounted;
 use super::outcome::DeliveryOutcome;
 use super::settlement::{Departure, Ending, PoisonCause, Settlement, settle};
 use super::signals::DrainSignals;
@@ -106,19 +107,19 @@ impl Consumer {
             Settlement::Release => {
                 // An interruption of a running job: drained in time if the
                 // handler returned (it saved), too late if it was dropped.
-                if delivery.handler_started {
-                    self.cadence.note(match departure.ending {
-                        Ending::Dropped => Interruption::Late,
-                        _ => Interruption::Drained,
-                    });
-                }
+                // Counted once its settling is recorded (`record_tail`).
+                let kind = delivery.handler_started.then_some(match departure.ending {
+                    Ending::Dropped => Interruption::Late,
+                    _ => Interruption::Drained,
+                });
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
                 }
                 // After the release, never in front of it, and briefly: the
                 // worker is shutting down.
-                self.record_tail(&delivery, self.note_deadline()).await;
+                self.record_tail(&delivery, self.note_deadline(), Some(kind))
+                    .await;
             }
             Settlement::Leave(why) => {
                 delivery.stop_renewing().await;
@@ -128,7 +129,7 @@ impl Consumer {
                     // The message is another delivery's now, but what this
                     // one lost is still this job's time; a lease lost to an
                     // outage gets a settle call's time for it.
-                    self.record_tail(&delivery, self.config.settle_timeout)
+                    self.record_tail(&delivery, self.config.settle_timeout, None)
                         .await;
                 } else {
                     tracing::error!("{why}; leaving the message to its visibility timeout");
@@ -179,25 +180,43 @@ impl Consumer {
     /// Adds `delivery`'s tail to its message's attempt record, on its own
     /// (a release, a lost lease: no other outcome is written then), within
     /// `deadline`; one that fails or runs out of time is logged, and that
-    /// delivery's redone work goes unreported.
-    async fn record_tail(&self, delivery: &Delivery, deadline: std::time::Duration) {
+    /// delivery's redone work goes unreported. A release (`released`:
+    /// `Some`, with the interruption's kind if its handler ran) is marked
+    /// settled in the same write, and its kind counted once that write
+    /// succeeded, unless the next delivery counted its note already
+    /// ([`own_release_uncounted`]): a release whose settling is not
+    /// recorded is counted by the next delivery, as a late notice.
+    async fn record_tail(
+        &self,
+        delivery: &Delivery,
+        deadline: std::time::Duration,
+        released: Option<Option<Interruption>>,
+    ) {
         let tail = delivery_tail(delivery);
-        if tail == crate::goodput::Ledger::default() {
+        if tail == crate::goodput::Ledger::default() && released.is_none() {
             return;
         }
         let id = &delivery.message.id;
         let once = || async {
             let read = self.attempts.read(id).await?;
-            self.attempts
-                .write(id, &read, &read.attempts.with_tail(&tail))
-                .await
+            let settles = released.is_some() && own_release_uncounted(&read.attempts);
+            let mut attempts = read.attempts.with_tail(&tail);
+            if settles {
+                attempts = attempts.settled_release();
+            }
+            self.attempts.write(id, &read, &attempts).await?;
+            Ok::<bool, crate::error::StorageError>(settles)
         };
         // An outage (what loses a lease) may outlast the client's own
-        // retries: try again, every half second, until the deadline.
+        // retries: try again, every half second, until the deadline. A
+        // conflict is the next delivery's write to the same record (it
+        // took the message over, and counted what it found): read it
+        // again at once, and add to what it wrote.
         let write = async {
             let mut result = once().await;
             for _ in 0..TAIL_RETRIES {
                 match &result {
+                    Err(crate::error::StorageError::Conflict { .. }) => result = once().await,
                     Err(error) if crate::checkpoint::store_unreachable(error) => {
                         tokio::time::sleep(TAIL_RETRY_PAUSE).await;
                         result = once().await;
@@ -208,7 +227,12 @@ impl Consumer {
             result
         };
         match tokio::time::timeout(deadline, write).await {
-            Ok(Ok(())) => tracing::debug!(redone_ms = tail.redone_ms, "tail recorded"),
+            Ok(Ok(settled)) => {
+                if settled && let Some(Some(kind)) = released {
+                    self.cadence.note(kind);
+                }
+                tracing::debug!(redone_ms = tail.redone_ms, settled, "tail recorded");
+            }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "could not record what this delivery did after its last checkpoint; its redone work goes unreported");
             }

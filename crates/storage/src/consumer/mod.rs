@@ -30,6 +30,7 @@ mod delivery;
 mod finish;
 mod handler;
 mod intake;
+mod interruption_kind;
 mod job_goodput;
 mod lease;
 mod leftover;

@@ -106,9 +106,13 @@ proptest! {
         redone_ms in any::<u64>(),
         deliveries in any::<u32>(),
         no_outcome_counted in any::<u32>(),
+        released_settled in any::<u32>(),
+        unsettled_counted in any::<u32>(),
     ) {
         let goodput = crate::goodput::Ledger { redone_ms, deliveries, ..Default::default() };
-        let attempts = Attempts { failures, waits, releases, last_error, goodput, no_outcome_counted };
+        let attempts = Attempts {
+            failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted,
+        };
         let progress = serde_json::to_value(&attempts).expect("serializes");
         let read = read_back(&Checkpoint::InProgress { progress }).expect("reads");
         prop_assert_eq!(read.attempts, attempts);
