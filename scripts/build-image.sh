@@ -6,10 +6,10 @@
 # binaries drop into any image (docs/deploying.md: `COPY --from`).
 #
 # Settings (environment): IMAGE (the tag, spot-worker:latest), PROFILE (the
-# cargo profile, release); DEBUG_DIR: where the binaries' debug info is kept
-# (`<name>.debug`, for symbolising backtraces; default
-# target/<profile>/image-debug when this script builds them, none
-# otherwise); SPOT_WORKER_BINARY and PRIMES_BINARY: binaries built already
+# cargo profile, image: Cargo.toml's profile for the image's size); DEBUG_DIR:
+# where the binaries' debug info is kept (`<name>.debug`, for symbolising
+# backtraces; default target/<profile>/image-debug when this script builds
+# them, none otherwise); SPOT_WORKER_BINARY and PRIMES_BINARY: binaries built already
 # (both, or neither: then cargo builds them; a dynamically linked one gets
 # the shared libraries `ldd` names and the dynamic loader copied beside
 # it). Podman runs through scripts/podman.sh (runc, cgroupfs, vfs;
@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE="${IMAGE:-spot-worker:latest}"
-PROFILE="${PROFILE:-release}"
+PROFILE="${PROFILE:-image}"
 CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 
 die() {

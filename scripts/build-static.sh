@@ -4,20 +4,22 @@
 # the container image (scripts/build-image.sh) or any image they are copied
 # into (docs/deploying.md), and prints their two paths, one a line.
 #
-# `cargo rustc` gives crt-static to the final binaries only: the
-# dependencies (and proc macros, which cannot be static) are the same build
-# as `cargo build`/`cargo install` of the profile, so they are shared and
-# only the final link differs. Names are resolved by the binaries
-# themselves (reqwest's hickory-dns reads /etc/hosts and /etc/resolv.conf),
-# so glibc's NSS, which a static binary cannot load, is never needed.
+# The profile is `image` (Cargo.toml: fat LTO, one codegen unit, `s`), made
+# for the image's size; it has a target/image of its own. `cargo rustc`
+# gives crt-static to the final binaries only: the dependencies (and proc
+# macros, which cannot be static) are the same build as `cargo build` of the
+# profile, so the two binaries share them and only the final links differ.
+# Names are resolved by the binaries themselves (reqwest's hickory-dns
+# reads /etc/hosts and /etc/resolv.conf), so glibc's NSS, which a static
+# binary cannot load, is never needed.
 #
-# Settings (environment): PROFILE (the cargo profile, release);
+# Settings (environment): PROFILE (the cargo profile, image);
 # CARGO_TARGET_DIR (target).
 #   scripts/build-static.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PROFILE="${PROFILE:-release}"
+PROFILE="${PROFILE:-image}"
 target_dir="${CARGO_TARGET_DIR:-target}"
 [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] ||
   echo "build-static: no /usr/lib/x86_64-linux-gnu/libc.a (Debian: apt-get install libc6-dev)" >&2

@@ -165,8 +165,9 @@ case "$infra_checks" in
 esac
 
 # The README's install command, as a user runs it, into a throwaway root;
-# CARGO_TARGET_DIR shares this workspace's release build (the image's,
-# scripts/build-image.sh), so only the final link is repeated. Then the
+# CARGO_TARGET_DIR keeps its release build in this workspace's target/, so a
+# second run only links again (the image's binaries are the `image`
+# profile's, target/image, built by the container tests). Then the
 # installed command itself: its version, its help, and a short demo (an
 # eviction mid-job and the resumption, checked; about 2 s).
 echo "==> cargo install --locked --path crates/cli (the README's command)"

@@ -1,10 +1,11 @@
 //! The container image (`scripts/build-image.sh`, `container/Containerfile`)
-//! of the release binaries, statically linked (no shared library in it),
-//! built and run with podman against Azurite and the IMDS emulator on
-//! loopback (`--network host`): the `primes` worker runs as PID 1 and as a
-//! non-root user, takes a job, and `podman stop -t 30` (SIGTERM, then
-//! SIGKILL after 30 s) ends it with exit 0 before the 30 s, its progress
-//! saved and its message visible again at once.
+//! of the shipped binaries (the `image` profile), statically linked (no
+//! shared library in it) and under 25 MB, built and run with podman
+//! against Azurite and the IMDS emulator on loopback (`--network host`):
+//! the `primes` worker runs as PID 1 and as a non-root user, takes a job,
+//! and `podman stop -t 30` (SIGTERM, then SIGKILL after 30 s) ends it with
+//! exit 0 before the 30 s, its progress saved and its message visible again
+//! at once.
 //!
 //! Needs podman and runc (scripts/test.sh installs them and sets
 //! `SPOT_WORKER_CONTAINER_TEST=1`, so CI cannot skip it). Without podman the
@@ -24,6 +25,11 @@ use spot_worker_testkit::worker::{Env, VM_A, within};
 const STOP_TIMEOUT_S: u64 = 30;
 /// What the worker logs once it takes work (`crates/runtime`).
 const START_LINE: &str = "warmup gate open; taking work";
+/// The bound on the image's size (issue 23): every eviction pulls the image
+/// onto a fresh VM or node, so its size is start-up time on Spot. Podman's
+/// count (`podman image inspect --format {{.Size}}`), in bytes (MB = 10^6,
+/// as `podman images` shows it).
+const MAX_IMAGE_BYTES: u64 = 25_000_000;
 
 /// `scripts/podman.sh ARGS` (the proven runtime, cgroup and storage settings).
 fn podman(args: &[&str]) -> Output {
@@ -98,7 +104,7 @@ async fn the_image_drains_on_podman_stop_as_pid_1() {
         container: format!("spot-worker-test-{suffix}"),
         image: format!("localhost/spot-worker:test-{suffix}"),
     };
-    // The binaries the image ships: release, statically linked.
+    // The binaries the image ships: the `image` profile, statically linked.
     let (cli, primes) = tokio::task::spawn_blocking(static_binaries)
         .await
         .unwrap()
@@ -122,6 +128,14 @@ async fn the_image_drains_on_podman_stop_as_pid_1() {
         );
     }
     assert_no_shared_library(&cleanup);
+    let size: u64 = podman_ok(&["image", "inspect", "--format", "{{.Size}}", &cleanup.image])
+        .parse()
+        .expect("podman prints the image's size in bytes");
+    eprintln!("the image is {size} bytes");
+    assert!(
+        size < MAX_IMAGE_BYTES,
+        "the image is {size} bytes, not under {MAX_IMAGE_BYTES}:\n{built}"
+    );
 
     let env = Env::start().await;
     let job = PrimesJob::new("long", 0, 200_000_000_000).unwrap();

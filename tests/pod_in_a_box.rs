@@ -92,7 +92,7 @@ async fn inside_the_pod_box() {
         unsafe { std::env::remove_var(name) };
     }
     let node = Node::set_up().await;
-    // The image as shipped: release binaries, statically linked, so every
+    // The image as shipped: `image` profile binaries, statically linked, so every
     // name below (storage, Entra ID) is resolved by the binaries themselves
     // from the pod's /etc/hosts, with no C library in the image.
     let (cli, primes) = static_binaries().unwrap();

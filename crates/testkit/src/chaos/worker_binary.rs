@@ -35,16 +35,17 @@ pub fn cli_binary() -> Result<PathBuf> {
 }
 
 /// The `spot-worker` command and the `examples/primes` worker as the
-/// container image ships them: release builds, statically linked, by
-/// `scripts/build-static.sh` (which only links them again when `cargo
-/// build --release` or `cargo install` built the rest). Their paths.
+/// container image ships them: builds of the `image` profile (Cargo.toml:
+/// fat LTO, for the image's size), statically linked, by
+/// `scripts/build-static.sh` (cargo rebuilds only what changed). Their
+/// paths.
 pub fn static_binaries() -> Result<(PathBuf, PathBuf)> {
     let root = crate::workspace_root();
     let script = root.join("scripts/build-static.sh");
     eprintln!("building the static binaries: {}", script.display());
     let output = std::process::Command::new(&script)
         .current_dir(&root)
-        .env("PROFILE", "release")
+        .env("PROFILE", "image")
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
