@@ -1,9 +1,10 @@
 //! The simulated fleet: workers doing long jobs, checkpointing under a
 //! policy, interrupted by a trace. The adaptive policy is the real one:
 //! each worker holds a [`CheckpointCadence`] (the type handlers ask), feeds
-//! it the saves it measures, the interruptions it sees and its job time,
-//! and adds its counts to the fleet's every [`FLUSH_EVERY`] as the ledger
-//! does (a sum), reading back the fleet's total.
+//! it the saves it measures, the interruptions it sees and when each
+//! delivery starts and ends, and adds its counts (with the running
+//! delivery's job time so far) to the fleet's every [`FLUSH_EVERY`] as the
+//! ledger does (a sum), reading back the fleet's total.
 //!
 //! What each interruption does, as in the worker:
 //!
@@ -28,6 +29,7 @@ use spot_worker::storage::cadence::{
     adaptive_interval,
 };
 use std::time::Duration;
+use tokio::time::Instant;
 
 use super::trace::{Cell, Event, cost_noise};
 
@@ -79,7 +81,6 @@ struct Worker {
     phase: Phase,
     /// Work of the current job saved so far.
     banked: f64,
-    delivery_started: f64,
     tau: f64,
     cadence: Option<CheckpointCadence>,
 }
@@ -93,6 +94,8 @@ pub struct Sim<'a> {
     totals: Totals,
     rng: StdRng,
     traces: &'a [Vec<Event>],
+    /// The simulated clock's zero, for the cadence's job time.
+    base: Instant,
 }
 
 impl<'a> Sim<'a> {
@@ -111,7 +114,13 @@ impl<'a> Sim<'a> {
             totals: Totals::default(),
             rng: StdRng::seed_from_u64(seed),
             traces,
+            base: Instant::now(),
         }
+    }
+
+    /// The simulated time `seconds` as an instant.
+    fn at(&self, seconds: f64) -> Instant {
+        self.base + Duration::from_secs_f64(seconds)
     }
 
     /// Runs every worker for `hours`.
@@ -139,7 +148,8 @@ impl<'a> Sim<'a> {
                 }
                 self.advance(worker, to - worker.now);
                 if let Some(cadence) = &worker.cadence {
-                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                    // The running delivery's time so far is added too.
+                    self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(to)));
                     cadence.set_fleet(self.fleet);
                 }
                 self.retune(worker);
@@ -157,6 +167,7 @@ impl<'a> Sim<'a> {
                     seed_evictions_per_hour: seed,
                 });
                 cadence.set_fleet(self.fleet);
+                cadence.job_started(self.at(now));
                 Some(cadence)
             }
         };
@@ -164,7 +175,6 @@ impl<'a> Sim<'a> {
             now,
             phase: Phase::Working { done: 0.0 },
             banked: 0.0,
-            delivery_started: now,
             tau: 0.0,
             cadence,
         };
@@ -206,13 +216,14 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn end_delivery(&self, worker: &mut Worker) {
+    /// The delivery ends; with `next`, the worker starts the next job.
+    fn end_delivery(&self, worker: &mut Worker, next: bool) {
         if let Some(cadence) = &worker.cadence {
-            cadence.add_job_time(Duration::from_secs_f64(
-                worker.now - worker.delivery_started,
-            ));
+            cadence.job_ended(self.at(worker.now));
+            if next {
+                cadence.job_started(self.at(worker.now));
+            }
         }
-        worker.delivery_started = worker.now;
     }
 
     /// Runs `worker` for `d` seconds without interruption.
@@ -257,7 +268,7 @@ impl<'a> Sim<'a> {
                         self.totals.jobs += 1;
                         worker.banked = 0.0;
                         worker.phase = Phase::Working { done: 0.0 };
-                        self.end_delivery(worker);
+                        self.end_delivery(worker, true);
                         continue;
                     }
                     let cycle = tau + cost;
@@ -319,16 +330,17 @@ impl<'a> Sim<'a> {
         let banked = worker.banked;
         match kind {
             Interruption::Drained | Interruption::Late => {
-                self.end_delivery(worker);
+                self.end_delivery(worker, false);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(kind);
-                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                    self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(now)));
                 }
                 *worker = self.fresh_worker(now);
             }
             Interruption::NoOutcome => {
-                // The crashed worker's uncounted time and counts are gone;
-                // its successor counts the delivery without an outcome.
+                // What the crashed worker had not added (its job time since
+                // its last addition, its counts) is gone; its successor
+                // counts the delivery without an outcome.
                 *worker = self.fresh_worker(now);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(Interruption::NoOutcome);

@@ -7,11 +7,14 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::checkpoint::{CheckpointCost, CostMeter, SaveCost};
 
 use super::counts::{Interruption, InterruptionCounts};
 use super::daly::{MIN_INTERVAL, clamped_interval};
 use super::estimate::RateEstimates;
+use super::exposure::Exposure;
 
 /// The interval for a save measured to cost `cost` (`None`: none measured
 /// yet) and interruptions that lose work at `losing_per_hour`: Daly's,
@@ -61,6 +64,17 @@ struct Observed {
     fleet: InterruptionCounts,
     /// What this worker saw since.
     pending: InterruptionCounts,
+    /// The job time of the deliveries running, not yet in `pending`.
+    exposure: Exposure,
+}
+
+impl Observed {
+    fn add_job_seconds(&mut self, seconds: f64) {
+        self.pending = self.pending.plus(&InterruptionCounts {
+            job_seconds: seconds,
+            ..InterruptionCounts::default()
+        });
+    }
 }
 
 /// One worker's checkpoint interval, shared by its deliveries.
@@ -102,13 +116,34 @@ impl CheckpointCadence {
         self.lock().pending.count(kind);
     }
 
-    /// Counts `ran` more job time: how long one delivery's handler ran.
+    /// Counts `ran` more job time at once (job time that was not timed
+    /// with [`CheckpointCadence::job_started`]).
     pub fn add_job_time(&self, ran: Duration) {
+        self.lock().add_job_seconds(ran.as_secs_f64());
+    }
+
+    /// A delivery's handler started at `at`: its job time counts from
+    /// then, and reaches the counts at each [`CheckpointCadence::take_pending`]
+    /// while it runs (see [`super::exposure`]). End it with
+    /// [`CheckpointCadence::job_ended`], or use [`CheckpointCadence::running_job`].
+    pub fn job_started(&self, at: Instant) {
         let mut observed = self.lock();
-        observed.pending = observed.pending.plus(&InterruptionCounts {
-            job_seconds: ran.as_secs_f64(),
-            ..InterruptionCounts::default()
-        });
+        let accrued = observed.exposure.started(at);
+        observed.add_job_seconds(accrued);
+    }
+
+    /// A delivery's handler ended at `at`: the rest of its job time counts.
+    pub fn job_ended(&self, at: Instant) {
+        let mut observed = self.lock();
+        let accrued = observed.exposure.ended(at);
+        observed.add_job_seconds(accrued);
+    }
+
+    /// Times one delivery's handler from now until the guard is dropped
+    /// (whether the delivery ends or is itself dropped).
+    pub fn running_job(&self) -> RunningJob<'_> {
+        self.job_started(Instant::now());
+        RunningJob { cadence: self }
     }
 
     /// Replaces the fleet's counts with `fleet` (as read from, or written
@@ -120,8 +155,18 @@ impl CheckpointCadence {
     /// Takes what this worker saw since it last took it, for the ledger;
     /// give it back with [`CheckpointCadence::give_back`] if it could not
     /// be added.
+    /// The job time of the deliveries running is counted up to now.
     pub fn take_pending(&self) -> InterruptionCounts {
-        std::mem::take(&mut self.lock().pending)
+        self.take_pending_at(Instant::now())
+    }
+
+    /// [`CheckpointCadence::take_pending`] with the running deliveries'
+    /// job time counted up to `now`.
+    pub fn take_pending_at(&self, now: Instant) -> InterruptionCounts {
+        let mut observed = self.lock();
+        let accrued = observed.exposure.accrue(now);
+        observed.add_job_seconds(accrued);
+        std::mem::take(&mut observed.pending)
     }
 
     /// Gives back what [`CheckpointCadence::take_pending`] took and could
@@ -182,6 +227,19 @@ impl CheckpointCadence {
     fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
         // Nothing panics while holding it: the counts stay consistent.
         self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One delivery's handler, timed for the job time until dropped (see
+/// [`CheckpointCadence::running_job`]).
+#[derive(Debug)]
+pub struct RunningJob<'a> {
+    cadence: &'a CheckpointCadence,
+}
+
+impl Drop for RunningJob<'_> {
+    fn drop(&mut self) {
+        self.cadence.job_ended(Instant::now());
     }
 }
 
