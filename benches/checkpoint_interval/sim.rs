@@ -39,8 +39,19 @@ pub enum Policy {
     /// Save every so many seconds of work.
     Fixed(f64),
     /// The adaptive interval, from this seed rate; `ignore_notice` counts
-    /// every eviction as losing work (Daly without the notice).
-    Adaptive { seed: f64, ignore_notice: bool },
+    /// every eviction as losing work (Daly without the notice);
+    /// `knows_job`: the handler tells how much work its job has left, and
+    /// the interval is spread evenly over it
+    /// (`CheckpointCadence::interval_before_end`).
+    Adaptive {
+        seed: f64,
+        ignore_notice: bool,
+        knows_job: bool,
+        /// The fleet's counts start with a long history at the cell's
+        /// true rates (nothing left to learn; separates learning from the
+        /// model).
+        history: bool,
+    },
 }
 
 /// What a policy cost over the whole run.
@@ -56,9 +67,24 @@ pub struct Totals {
     pub writes: u64,
     /// Jobs finished.
     pub jobs: u64,
+    /// The interval the first worker had at the end, seconds.
+    pub last_interval: f64,
 }
 
 impl Totals {
+    /// These totals and `other`'s (another fleet's); the last interval is
+    /// this one's.
+    pub fn plus(&self, other: &Totals) -> Totals {
+        Totals {
+            useful: self.useful + other.useful,
+            checkpointing: self.checkpointing + other.checkpointing,
+            lost: self.lost + other.lost,
+            writes: self.writes + other.writes,
+            jobs: self.jobs + other.jobs,
+            last_interval: self.last_interval,
+        }
+    }
+
     /// (saving + lost) / useful.
     pub fn overhead(&self) -> f64 {
         (self.checkpointing + self.lost) / self.useful
@@ -67,6 +93,20 @@ impl Totals {
     /// Checkpoint writes per finished job.
     pub fn writes_per_job(&self) -> f64 {
         self.writes as f64 / self.jobs.max(1) as f64
+    }
+}
+
+/// A million job-hours of counts at `cell`'s rates and cost.
+fn history_at(cell: &Cell) -> InterruptionCounts {
+    const HOURS: f64 = 1e6;
+    let evictions = cell.evictions_per_hour * HOURS;
+    InterruptionCounts {
+        drained: (evictions * cell.usable_share).round() as u64,
+        late: (evictions * (1.0 - cell.usable_share)).round() as u64,
+        no_outcome: (cell.crashes_per_hour * HOURS).round() as u64,
+        job_seconds: HOURS * 3600.0,
+        saves: 1_000_000,
+        save_seconds: 1e6 * cell.cost,
     }
 }
 
@@ -110,7 +150,10 @@ impl<'a> Sim<'a> {
             cell,
             policy,
             job_work: job_hours * 3600.0,
-            fleet: InterruptionCounts::default(),
+            fleet: match policy {
+                Policy::Adaptive { history: true, .. } => history_at(&cell),
+                _ => InterruptionCounts::default(),
+            },
             totals: Totals::default(),
             rng: StdRng::seed_from_u64(seed),
             traces,
@@ -156,6 +199,7 @@ impl<'a> Sim<'a> {
             }
             from = to;
         }
+        self.totals.last_interval = workers.first().map_or(0.0, |w| w.tau);
         self.totals
     }
 
@@ -199,6 +243,18 @@ impl<'a> Sim<'a> {
                     view.estimates.losing_per_hour_ignoring_the_notice(),
                 )
                 .as_secs_f64()
+            }
+            (
+                Policy::Adaptive {
+                    knows_job: true, ..
+                },
+                Some(cadence),
+            ) => {
+                // The work from the last save to the job's end.
+                let left = self.job_work - worker.banked;
+                cadence
+                    .interval_before_end(Duration::from_secs_f64(left.max(0.0)))
+                    .as_secs_f64()
             }
             (Policy::Adaptive { .. }, Some(cadence)) => cadence.interval().as_secs_f64(),
             (Policy::Adaptive { .. }, None) => unreachable!("adaptive workers have a cadence"),
@@ -254,7 +310,7 @@ impl<'a> Sim<'a> {
                 }
                 Phase::Working { done } => {
                     let remaining = self.job_work - worker.banked;
-                    if remaining <= tau.max(done) {
+                    if remaining <= tau.max(done) * (1.0 + 1e-12) {
                         // The job ends before another save.
                         let to_end = remaining - done;
                         if d < to_end {
@@ -274,7 +330,9 @@ impl<'a> Sim<'a> {
                     let cycle = tau + cost;
                     if done == 0.0 && d >= cycle {
                         // Whole cycles at once: save k ends when remaining − kτ > τ.
-                        let allowed = (remaining / tau).ceil() - 1.0;
+                        // (less a rounding error: an interval spread
+                        // over the job divides it exactly)
+                        let allowed = (remaining / tau * (1.0 - 1e-12)).ceil() - 1.0;
                         let cycles = (d / cycle).floor().min(allowed).max(1.0);
                         d -= cycles * cycle;
                         worker.now += cycles * cycle;

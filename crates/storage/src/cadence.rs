@@ -8,6 +8,8 @@
 //! - [`counts`]: the counts by kind (drained in time, notice too late, no
 //!   outcome) against the worker time observed.
 //! - [`exposure`]: the running deliveries' job time, counted as it accrues.
+//! - [`finite`]: the interval spread evenly over a job's remaining work,
+//!   for a handler that knows it; pure.
 //! - [`ledger`]: the fleet's counts in the checkpoint store, merged by
 //!   ETag-fenced additions.
 //! - [`policy`]: one worker's live interval, which handlers and the
@@ -20,6 +22,7 @@ mod counts;
 mod daly;
 mod estimate;
 mod exposure;
+mod finite;
 mod ledger;
 mod policy;
 
@@ -30,5 +33,6 @@ pub use estimate::{
     gamma_poisson_mean,
 };
 pub use exposure::Exposure;
+pub use finite::spread_over_job;
 pub use ledger::{FLUSH_EVERY, FleetLedger};
 pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};

@@ -15,6 +15,7 @@ use super::counts::{Interruption, InterruptionCounts};
 use super::daly::{MIN_INTERVAL, clamped_interval};
 use super::estimate::RateEstimates;
 use super::exposure::Exposure;
+use super::finite::spread_over_job;
 
 /// The interval for a save measured to cost `cost` (`None`: none measured
 /// yet) and interruptions that lose work at `losing_per_hour`: Daly's,
@@ -56,6 +57,9 @@ pub struct CadenceView {
     pub estimates: RateEstimates,
     /// The fleet's counts with this worker's not yet added ones.
     pub counts: InterruptionCounts,
+    /// The cost of a save the interval uses: this worker's, or the
+    /// fleet's mean before it measured one; `None` before anyone did.
+    pub save_cost: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -207,6 +211,7 @@ impl CheckpointCadence {
             cost,
             estimates,
             counts,
+            save_cost,
         }
     }
 
@@ -222,6 +227,35 @@ impl CheckpointCadence {
     /// should save now.
     pub fn is_due(&self, since_last_save: Duration) -> bool {
         since_last_save >= self.interval()
+    }
+
+    /// The interval for a job that knows it has `remaining` work left,
+    /// counted from its last save: the adaptive interval spread evenly
+    /// over what is left, so no save falls just before the end where it
+    /// protects little ([`spread_over_job`]). An explicit interval is
+    /// kept as it is; so is the adaptive one before a save was measured.
+    pub fn interval_before_end(&self, remaining: Duration) -> Duration {
+        if let IntervalSource::Explicit(interval) = self.source {
+            return interval;
+        }
+        let view = self.view();
+        match view.save_cost {
+            Some(cost) => spread_over_job(
+                view.interval,
+                cost,
+                view.estimates.losing_per_hour(),
+                remaining,
+            ),
+            None => view.interval,
+        }
+    }
+
+    /// [`CheckpointCadence::is_due`] for a handler that knows how much
+    /// work it has `left` (its progress fraction times the job's length,
+    /// say): due when `since_last_save` reaches the interval spread over
+    /// the work from its last save to the end.
+    pub fn is_due_before_end(&self, since_last_save: Duration, left: Duration) -> bool {
+        since_last_save >= self.interval_before_end(since_last_save + left)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
@@ -318,6 +352,36 @@ mod tests {
             cadence.interval(),
             clamped_interval(Duration::from_secs(120), 0.1)
         );
+    }
+
+    #[test]
+    fn a_job_that_knows_its_end_spreads_the_interval_over_it() {
+        let cadence = adaptive(0.2);
+        let left = Duration::from_secs(8 * 3600);
+        // Nothing measured: the first save comes early, end or not.
+        assert_eq!(cadence.interval_before_end(left), MIN_INTERVAL);
+        cadence.record_save(save(30));
+        let tau = cadence.interval();
+        assert_eq!(
+            cadence.interval_before_end(left),
+            spread_over_job(tau, Duration::from_secs(30), 0.1, left)
+        );
+        // 1449.76 s into 8 h: 19.86 stretches; the waste is least with 20,
+        // of 1440 s.
+        assert_eq!(cadence.interval_before_end(left), Duration::from_secs(1440));
+        assert!(
+            cadence.is_due_before_end(Duration::from_secs(1440), left - Duration::from_secs(1440))
+        );
+        assert!(
+            !cadence.is_due_before_end(Duration::from_secs(1439), left - Duration::from_secs(1439))
+        );
+        // A job ending within the interval saves no more.
+        let short = Duration::from_secs(1000);
+        assert_eq!(cadence.interval_before_end(short), short);
+        // The user's interval is kept.
+        let explicit = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(7)));
+        explicit.record_save(save(30));
+        assert_eq!(explicit.interval_before_end(left), Duration::from_secs(7));
     }
 
     #[test]
