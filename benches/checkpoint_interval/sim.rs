@@ -310,7 +310,9 @@ impl<'a> Sim<'a> {
                 }
                 Phase::Working { done } => {
                     let remaining = self.job_work - worker.banked;
-                    if remaining <= tau.max(done) * (1.0 + 1e-12) {
+                    // (within a microsecond: an interval spread over the
+                    // job divides it exactly, but for rounding)
+                    if remaining <= tau.max(done) + 1e-6 {
                         // The job ends before another save.
                         let to_end = remaining - done;
                         if d < to_end {
@@ -325,14 +327,14 @@ impl<'a> Sim<'a> {
                         worker.banked = 0.0;
                         worker.phase = Phase::Working { done: 0.0 };
                         self.end_delivery(worker, true);
+                        // The next job asks for its interval.
+                        self.retune(worker);
                         continue;
                     }
                     let cycle = tau + cost;
                     if done == 0.0 && d >= cycle {
                         // Whole cycles at once: save k ends when remaining − kτ > τ.
-                        // (less a rounding error: an interval spread
-                        // over the job divides it exactly)
-                        let allowed = (remaining / tau * (1.0 - 1e-12)).ceil() - 1.0;
+                        let allowed = ((remaining - 1e-6) / tau).ceil() - 1.0;
                         let cycles = (d / cycle).floor().min(allowed).max(1.0);
                         d -= cycles * cycle;
                         worker.now += cycles * cycle;
@@ -406,5 +408,7 @@ impl<'a> Sim<'a> {
             }
         }
         worker.banked = banked;
+        // The successor resumes the job from what was saved.
+        self.retune(worker);
     }
 }
