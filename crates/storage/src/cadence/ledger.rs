@@ -170,6 +170,32 @@ mod tests {
     use super::*;
     use crate::memory::InMemoryCheckpointStore;
 
+    /// A fresh adaptive cadence kept in step with `ledger` every
+    /// [`FLUSH_EVERY`] until the token is cancelled.
+    fn keeping(
+        ledger: &FleetLedger,
+    ) -> (
+        Arc<CheckpointCadence>,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let cadence = Arc::new(CheckpointCadence::new(
+            super::super::policy::IntervalSource::Adaptive {
+                seed_evictions_per_hour: 0.1,
+            },
+        ));
+        let stop = CancellationToken::new();
+        let keeper = tokio::spawn({
+            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
+            async move {
+                ledger
+                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
+                    .await;
+            }
+        });
+        (cadence, stop, keeper)
+    }
+
     #[tokio::test]
     async fn additions_from_many_workers_at_once_all_count() {
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
@@ -203,7 +229,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keeping_adds_every_period_and_once_more_when_stopped() {
         use super::super::counts::Interruption;
-        use super::super::policy::IntervalSource;
 
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
         let ledger = FleetLedger::new(store);
@@ -216,18 +241,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
-            seed_evictions_per_hour: 0.1,
-        }));
-        let stop = CancellationToken::new();
-        let keeper = tokio::spawn({
-            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
-            async move {
-                ledger
-                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
-                    .await;
-            }
-        });
+        let (cadence, stop, keeper) = keeping(&ledger);
         // Read at once: the estimates include the fleet's history.
         for _ in 0..100 {
             if cadence.view().counts.drained == 5 {
@@ -278,22 +292,9 @@ mod tests {
     /// since the last one.
     #[tokio::test(start_paused = true)]
     async fn a_running_jobs_time_reaches_the_fleet_at_each_addition() {
-        use super::super::policy::IntervalSource;
-
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
         let ledger = FleetLedger::new(store);
-        let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
-            seed_evictions_per_hour: 0.1,
-        }));
-        let stop = CancellationToken::new();
-        let keeper = tokio::spawn({
-            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
-            async move {
-                ledger
-                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
-                    .await;
-            }
-        });
+        let (cadence, stop, keeper) = keeping(&ledger);
         tokio::task::yield_now().await;
         let job = cadence.running_job();
         tokio::time::sleep(FLUSH_EVERY * 2 + FLUSH_EVERY / 2).await;
