@@ -1,23 +1,27 @@
-//! The checkpoint interval, proven on a simulated fleet:
-//! `cargo bench --bench checkpoint_interval [-- --workers N --hours H
-//! --training-workers N --job-hours J --seed S --in-sample
+//! The checkpoint interval, proven on simulated fleets:
+//! `cargo bench --bench checkpoint_interval [-- --workers N --fleets F
+//! --hours H --training-workers N --job-hours J --seed S --in-sample
 //! --evictions A,B --usable A,B --crashes A,B --costs A,B]` (the last four
 //! run a subset of the grid).
 //!
 //! For each cell of a grid (eviction rate, the share of evictions whose
-//! notice is usable, crash rate, the cost of one save) it runs a fleet of
-//! workers doing jobs of [`JOB_HOURS`] hours of work over the same seeded
-//! evaluation traces under each policy (see `sim.rs`), and prints per
-//! cell each policy's overhead ((time saving + work lost) / work kept) as
-//! a ratio to the best fixed interval's, and the checkpoint writes per job.
-//! The best fixed interval knows the rates in advance, not the trace: it
-//! is found by search on independent training traces of the same cell
-//! (other seeds), then scored on the evaluation traces like every other
-//! policy. The adaptive policy (the real `CheckpointCadence`) starts from
-//! a seed rate ten times too high and ten times too low and learns the
-//! rates as the fleet does. `--in-sample` also searches the evaluation
-//! traces themselves (the old, over-fitted comparison) and prints how much
-//! luck that finds.
+//! notice is usable, crash rate, the cost of one save) it runs [`FLEETS`]
+//! independent fleets of workers doing jobs of [`JOB_HOURS`] hours of work
+//! over the same seeded evaluation traces under each policy (see
+//! `sim.rs`), and prints per cell each policy's overhead ((time saving +
+//! work lost) / work kept) as a ratio to the best fixed interval's, and
+//! the checkpoint writes per job. The best fixed interval knows the rates
+//! in advance, not the trace: it is found by search on independent
+//! training traces of the same cell (other seeds), then scored on the
+//! evaluation traces like every other policy. The adaptive policy (the
+//! real `CheckpointCadence`) starts from a seed rate ten times too high
+//! and ten times too low and learns the rates as each fleet does; it is
+//! scored as every handler gets it and for a handler that says how much
+//! work its job has left. Two references separate the model from the
+//! learning: Daly's interval for the true rates, and the adaptive policy
+//! on fleets whose counts start with a long history at the true rates.
+//! `--in-sample` also searches the evaluation traces themselves (the old,
+//! over-fitted comparison) and prints how much luck that finds.
 //!
 //! Under `cargo test --all-targets` (no `--bench`) it runs one small cell.
 
