@@ -1,9 +1,10 @@
 //! The simulated fleet: workers doing long jobs, checkpointing under a
 //! policy, interrupted by a trace. The adaptive policy is the real one:
 //! each worker holds a [`CheckpointCadence`] (the type handlers ask), feeds
-//! it the saves it measures, the interruptions it sees and its job time,
-//! and adds its counts to the fleet's every [`FLUSH_EVERY`] as the ledger
-//! does (a sum), reading back the fleet's total.
+//! it the saves it measures, the interruptions it sees and when each
+//! delivery starts and ends, and adds its counts (with the running
+//! delivery's job time so far) to the fleet's every [`FLUSH_EVERY`] as the
+//! ledger does (a sum), reading back the fleet's total.
 //!
 //! What each interruption does, as in the worker:
 //!
@@ -28,6 +29,7 @@ use spot_worker::storage::cadence::{
     adaptive_interval,
 };
 use std::time::Duration;
+use tokio::time::Instant;
 
 use super::trace::{Cell, Event, cost_noise};
 
@@ -37,8 +39,19 @@ pub enum Policy {
     /// Save every so many seconds of work.
     Fixed(f64),
     /// The adaptive interval, from this seed rate; `ignore_notice` counts
-    /// every eviction as losing work (Daly without the notice).
-    Adaptive { seed: f64, ignore_notice: bool },
+    /// every eviction as losing work (Daly without the notice);
+    /// `knows_job`: the handler tells how much work its job has left, and
+    /// the interval is spread evenly over it
+    /// (`CheckpointCadence::interval_before_end`).
+    Adaptive {
+        seed: f64,
+        ignore_notice: bool,
+        knows_job: bool,
+        /// The fleet's counts start with a long history at the cell's
+        /// true rates (nothing left to learn; separates learning from the
+        /// model).
+        history: bool,
+    },
 }
 
 /// What a policy cost over the whole run.
@@ -54,9 +67,24 @@ pub struct Totals {
     pub writes: u64,
     /// Jobs finished.
     pub jobs: u64,
+    /// The interval the first worker had at the end, seconds.
+    pub last_interval: f64,
 }
 
 impl Totals {
+    /// These totals and `other`'s (another fleet's); the last interval is
+    /// this one's.
+    pub fn plus(&self, other: &Totals) -> Totals {
+        Totals {
+            useful: self.useful + other.useful,
+            checkpointing: self.checkpointing + other.checkpointing,
+            lost: self.lost + other.lost,
+            writes: self.writes + other.writes,
+            jobs: self.jobs + other.jobs,
+            last_interval: self.last_interval,
+        }
+    }
+
     /// (saving + lost) / useful.
     pub fn overhead(&self) -> f64 {
         (self.checkpointing + self.lost) / self.useful
@@ -65,6 +93,20 @@ impl Totals {
     /// Checkpoint writes per finished job.
     pub fn writes_per_job(&self) -> f64 {
         self.writes as f64 / self.jobs.max(1) as f64
+    }
+}
+
+/// A million job-hours of counts at `cell`'s rates and cost.
+fn history_at(cell: &Cell) -> InterruptionCounts {
+    const HOURS: f64 = 1e6;
+    let evictions = cell.evictions_per_hour * HOURS;
+    InterruptionCounts {
+        drained: (evictions * cell.usable_share).round() as u64,
+        late: (evictions * (1.0 - cell.usable_share)).round() as u64,
+        no_outcome: (cell.crashes_per_hour * HOURS).round() as u64,
+        job_seconds: HOURS * 3600.0,
+        saves: 1_000_000,
+        save_seconds: 1e6 * cell.cost,
     }
 }
 
@@ -79,7 +121,6 @@ struct Worker {
     phase: Phase,
     /// Work of the current job saved so far.
     banked: f64,
-    delivery_started: f64,
     tau: f64,
     cadence: Option<CheckpointCadence>,
 }
@@ -93,6 +134,8 @@ pub struct Sim<'a> {
     totals: Totals,
     rng: StdRng,
     traces: &'a [Vec<Event>],
+    /// The simulated clock's zero, for the cadence's job time.
+    base: Instant,
 }
 
 impl<'a> Sim<'a> {
@@ -107,11 +150,20 @@ impl<'a> Sim<'a> {
             cell,
             policy,
             job_work: job_hours * 3600.0,
-            fleet: InterruptionCounts::default(),
+            fleet: match policy {
+                Policy::Adaptive { history: true, .. } => history_at(&cell),
+                _ => InterruptionCounts::default(),
+            },
             totals: Totals::default(),
             rng: StdRng::seed_from_u64(seed),
             traces,
+            base: Instant::now(),
         }
+    }
+
+    /// The simulated time `seconds` as an instant.
+    fn at(&self, seconds: f64) -> Instant {
+        self.base + Duration::from_secs_f64(seconds)
     }
 
     /// Runs every worker for `hours`.
@@ -139,13 +191,15 @@ impl<'a> Sim<'a> {
                 }
                 self.advance(worker, to - worker.now);
                 if let Some(cadence) = &worker.cadence {
-                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                    // The running delivery's time so far is added too.
+                    self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(to)));
                     cadence.set_fleet(self.fleet);
                 }
                 self.retune(worker);
             }
             from = to;
         }
+        self.totals.last_interval = workers.first().map_or(0.0, |w| w.tau);
         self.totals
     }
 
@@ -157,6 +211,7 @@ impl<'a> Sim<'a> {
                     seed_evictions_per_hour: seed,
                 });
                 cadence.set_fleet(self.fleet);
+                cadence.job_started(self.at(now));
                 Some(cadence)
             }
         };
@@ -164,7 +219,6 @@ impl<'a> Sim<'a> {
             now,
             phase: Phase::Working { done: 0.0 },
             banked: 0.0,
-            delivery_started: now,
             tau: 0.0,
             cadence,
         };
@@ -190,6 +244,18 @@ impl<'a> Sim<'a> {
                 )
                 .as_secs_f64()
             }
+            (
+                Policy::Adaptive {
+                    knows_job: true, ..
+                },
+                Some(cadence),
+            ) => {
+                // The work from the last save to the job's end.
+                let left = self.job_work - worker.banked;
+                cadence
+                    .interval_before_end(Duration::from_secs_f64(left.max(0.0)))
+                    .as_secs_f64()
+            }
             (Policy::Adaptive { .. }, Some(cadence)) => cadence.interval().as_secs_f64(),
             (Policy::Adaptive { .. }, None) => unreachable!("adaptive workers have a cadence"),
         };
@@ -206,13 +272,14 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn end_delivery(&self, worker: &mut Worker) {
+    /// The delivery ends; with `next`, the worker starts the next job.
+    fn end_delivery(&self, worker: &mut Worker, next: bool) {
         if let Some(cadence) = &worker.cadence {
-            cadence.add_job_time(Duration::from_secs_f64(
-                worker.now - worker.delivery_started,
-            ));
+            cadence.job_ended(self.at(worker.now));
+            if next {
+                cadence.job_started(self.at(worker.now));
+            }
         }
-        worker.delivery_started = worker.now;
     }
 
     /// Runs `worker` for `d` seconds without interruption.
@@ -243,7 +310,9 @@ impl<'a> Sim<'a> {
                 }
                 Phase::Working { done } => {
                     let remaining = self.job_work - worker.banked;
-                    if remaining <= tau.max(done) {
+                    // (within a microsecond: an interval spread over the
+                    // job divides it exactly, but for rounding)
+                    if remaining <= tau.max(done) + 1e-6 {
                         // The job ends before another save.
                         let to_end = remaining - done;
                         if d < to_end {
@@ -257,13 +326,15 @@ impl<'a> Sim<'a> {
                         self.totals.jobs += 1;
                         worker.banked = 0.0;
                         worker.phase = Phase::Working { done: 0.0 };
-                        self.end_delivery(worker);
+                        self.end_delivery(worker, true);
+                        // The next job asks for its interval.
+                        self.retune(worker);
                         continue;
                     }
                     let cycle = tau + cost;
                     if done == 0.0 && d >= cycle {
                         // Whole cycles at once: save k ends when remaining − kτ > τ.
-                        let allowed = (remaining / tau).ceil() - 1.0;
+                        let allowed = ((remaining - 1e-6) / tau).ceil() - 1.0;
                         let cycles = (d / cycle).floor().min(allowed).max(1.0);
                         d -= cycles * cycle;
                         worker.now += cycles * cycle;
@@ -319,16 +390,17 @@ impl<'a> Sim<'a> {
         let banked = worker.banked;
         match kind {
             Interruption::Drained | Interruption::Late => {
-                self.end_delivery(worker);
+                self.end_delivery(worker, false);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(kind);
-                    self.fleet = self.fleet.plus(&cadence.take_pending());
+                    self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(now)));
                 }
                 *worker = self.fresh_worker(now);
             }
             Interruption::NoOutcome => {
-                // The crashed worker's uncounted time and counts are gone;
-                // its successor counts the delivery without an outcome.
+                // What the crashed worker had not added (its job time since
+                // its last addition, its counts) is gone; its successor
+                // counts the delivery without an outcome.
                 *worker = self.fresh_worker(now);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(Interruption::NoOutcome);
@@ -336,5 +408,7 @@ impl<'a> Sim<'a> {
             }
         }
         worker.banked = banked;
+        // The successor resumes the job from what was saved.
+        self.retune(worker);
     }
 }

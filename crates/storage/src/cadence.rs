@@ -7,6 +7,9 @@
 //!   as Gamma–Poisson and Beta posterior means; pure.
 //! - [`counts`]: the counts by kind (drained in time, notice too late, no
 //!   outcome) against the worker time observed.
+//! - [`exposure`]: the running deliveries' job time, counted as it accrues.
+//! - [`finite`]: the interval spread evenly over a job's remaining work,
+//!   for a handler that knows it; pure.
 //! - [`ledger`]: the fleet's counts in the checkpoint store, merged by
 //!   ETag-fenced additions.
 //! - [`policy`]: one worker's live interval, which handlers and the
@@ -18,6 +21,8 @@
 mod counts;
 mod daly;
 mod estimate;
+mod exposure;
+mod finite;
 mod ledger;
 mod policy;
 
@@ -27,5 +32,7 @@ pub use estimate::{
     DEFAULT_SEED_EVICTIONS_PER_HOUR, RateEstimates, SEED_WEIGHT_HOURS, beta_mean,
     gamma_poisson_mean,
 };
+pub use exposure::Exposure;
+pub use finite::spread_over_job;
 pub use ledger::{FLUSH_EVERY, FleetLedger};
-pub use policy::{CadenceView, CheckpointCadence, IntervalSource, adaptive_interval};
+pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};

@@ -92,7 +92,8 @@ impl FleetLedger {
 
     /// Keeps `cadence` and the fleet's counts in step until `stop` is
     /// cancelled: reads the counts at once, adds what `cadence` saw every
-    /// `every` (reading back the sum; with nothing to add, only reading),
+    /// `every`, the job time of the deliveries still running included
+    /// (reading back the sum; with nothing to add, only reading),
     /// and adds once more when stopped if there is anything left, within
     /// `last_add` (a worker that stops after a drain has little time
     /// left). An addition that fails is logged and given back to `cadence`,
@@ -169,6 +170,32 @@ mod tests {
     use super::*;
     use crate::memory::InMemoryCheckpointStore;
 
+    /// A fresh adaptive cadence kept in step with `ledger` every
+    /// [`FLUSH_EVERY`] until the token is cancelled.
+    fn keeping(
+        ledger: &FleetLedger,
+    ) -> (
+        Arc<CheckpointCadence>,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let cadence = Arc::new(CheckpointCadence::new(
+            super::super::policy::IntervalSource::Adaptive {
+                seed_evictions_per_hour: 0.1,
+            },
+        ));
+        let stop = CancellationToken::new();
+        let keeper = tokio::spawn({
+            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
+            async move {
+                ledger
+                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
+                    .await;
+            }
+        });
+        (cadence, stop, keeper)
+    }
+
     #[tokio::test]
     async fn additions_from_many_workers_at_once_all_count() {
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
@@ -202,7 +229,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keeping_adds_every_period_and_once_more_when_stopped() {
         use super::super::counts::Interruption;
-        use super::super::policy::IntervalSource;
 
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
         let ledger = FleetLedger::new(store);
@@ -215,18 +241,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
-            seed_evictions_per_hour: 0.1,
-        }));
-        let stop = CancellationToken::new();
-        let keeper = tokio::spawn({
-            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
-            async move {
-                ledger
-                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
-                    .await;
-            }
-        });
+        let (cadence, stop, keeper) = keeping(&ledger);
         // Read at once: the estimates include the fleet's history.
         for _ in 0..100 {
             if cadence.view().counts.drained == 5 {
@@ -270,5 +285,32 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, StorageError::InvalidData { .. }), "{err:?}");
+    }
+
+    /// A job that runs for hours reaches the fleet's job time at every
+    /// addition, not only when it ends; so a crash loses at most the time
+    /// since the last one.
+    #[tokio::test(start_paused = true)]
+    async fn a_running_jobs_time_reaches_the_fleet_at_each_addition() {
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        let ledger = FleetLedger::new(store);
+        let (cadence, stop, keeper) = keeping(&ledger);
+        tokio::task::yield_now().await;
+        let job = cadence.running_job();
+        tokio::time::sleep(FLUSH_EVERY * 2 + FLUSH_EVERY / 2).await;
+        // Two additions while it runs: two hours, less the moment between
+        // the keeper's start and the job's.
+        let fleet = ledger.read().await.unwrap();
+        assert!(
+            (fleet.job_hours() - 2.0).abs() < 0.001,
+            "{:?}",
+            fleet.job_seconds
+        );
+        drop(job);
+        stop.cancel();
+        keeper.await.unwrap();
+        // The last half hour is added as the worker stops.
+        let last = ledger.read().await.unwrap();
+        assert!((last.job_hours() - 2.5).abs() < 0.001, "{last:?}");
     }
 }

@@ -7,11 +7,15 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::checkpoint::{CheckpointCost, CostMeter, SaveCost};
 
 use super::counts::{Interruption, InterruptionCounts};
 use super::daly::{MIN_INTERVAL, clamped_interval};
 use super::estimate::RateEstimates;
+use super::exposure::Exposure;
+use super::finite::spread_over_job;
 
 /// The interval for a save measured to cost `cost` (`None`: none measured
 /// yet) and interruptions that lose work at `losing_per_hour`: Daly's,
@@ -53,6 +57,9 @@ pub struct CadenceView {
     pub estimates: RateEstimates,
     /// The fleet's counts with this worker's not yet added ones.
     pub counts: InterruptionCounts,
+    /// The cost of a save the interval uses: this worker's, or the
+    /// fleet's mean before it measured one; `None` before anyone did.
+    pub save_cost: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +68,17 @@ struct Observed {
     fleet: InterruptionCounts,
     /// What this worker saw since.
     pending: InterruptionCounts,
+    /// The job time of the deliveries running, not yet in `pending`.
+    exposure: Exposure,
+}
+
+impl Observed {
+    fn add_job_seconds(&mut self, seconds: f64) {
+        self.pending = self.pending.plus(&InterruptionCounts {
+            job_seconds: seconds,
+            ..InterruptionCounts::default()
+        });
+    }
 }
 
 /// One worker's checkpoint interval, shared by its deliveries.
@@ -102,13 +120,34 @@ impl CheckpointCadence {
         self.lock().pending.count(kind);
     }
 
-    /// Counts `ran` more job time: how long one delivery's handler ran.
+    /// Counts `ran` more job time at once (job time that was not timed
+    /// with [`CheckpointCadence::job_started`]).
     pub fn add_job_time(&self, ran: Duration) {
+        self.lock().add_job_seconds(ran.as_secs_f64());
+    }
+
+    /// A delivery's handler started at `at`: its job time counts from
+    /// then, and reaches the counts at each [`CheckpointCadence::take_pending`]
+    /// while it runs (see [`super::exposure`]). End it with
+    /// [`CheckpointCadence::job_ended`], or use [`CheckpointCadence::running_job`].
+    pub fn job_started(&self, at: Instant) {
         let mut observed = self.lock();
-        observed.pending = observed.pending.plus(&InterruptionCounts {
-            job_seconds: ran.as_secs_f64(),
-            ..InterruptionCounts::default()
-        });
+        let accrued = observed.exposure.started(at);
+        observed.add_job_seconds(accrued);
+    }
+
+    /// A delivery's handler ended at `at`: the rest of its job time counts.
+    pub fn job_ended(&self, at: Instant) {
+        let mut observed = self.lock();
+        let accrued = observed.exposure.ended(at);
+        observed.add_job_seconds(accrued);
+    }
+
+    /// Times one delivery's handler from now until the guard is dropped
+    /// (whether the delivery ends or is itself dropped).
+    pub fn running_job(&self) -> RunningJob<'_> {
+        self.job_started(Instant::now());
+        RunningJob { cadence: self }
     }
 
     /// Replaces the fleet's counts with `fleet` (as read from, or written
@@ -120,8 +159,18 @@ impl CheckpointCadence {
     /// Takes what this worker saw since it last took it, for the ledger;
     /// give it back with [`CheckpointCadence::give_back`] if it could not
     /// be added.
+    /// The job time of the deliveries running is counted up to now.
     pub fn take_pending(&self) -> InterruptionCounts {
-        std::mem::take(&mut self.lock().pending)
+        self.take_pending_at(Instant::now())
+    }
+
+    /// [`CheckpointCadence::take_pending`] with the running deliveries'
+    /// job time counted up to `now`.
+    pub fn take_pending_at(&self, now: Instant) -> InterruptionCounts {
+        let mut observed = self.lock();
+        let accrued = observed.exposure.accrue(now);
+        observed.add_job_seconds(accrued);
+        std::mem::take(&mut observed.pending)
     }
 
     /// Gives back what [`CheckpointCadence::take_pending`] took and could
@@ -162,6 +211,7 @@ impl CheckpointCadence {
             cost,
             estimates,
             counts,
+            save_cost,
         }
     }
 
@@ -179,9 +229,51 @@ impl CheckpointCadence {
         since_last_save >= self.interval()
     }
 
+    /// The interval for a job that knows it has `remaining` work left,
+    /// counted from its last save: the adaptive interval spread evenly
+    /// over what is left, so no save falls just before the end where it
+    /// protects little ([`spread_over_job`]). An explicit interval is
+    /// kept as it is; so is the adaptive one before a save was measured.
+    pub fn interval_before_end(&self, remaining: Duration) -> Duration {
+        if let IntervalSource::Explicit(interval) = self.source {
+            return interval;
+        }
+        let view = self.view();
+        match view.save_cost {
+            Some(cost) => spread_over_job(
+                view.interval,
+                cost,
+                view.estimates.losing_per_hour(),
+                remaining,
+            ),
+            None => view.interval,
+        }
+    }
+
+    /// [`CheckpointCadence::is_due`] for a handler that knows how much
+    /// work it has `left` (its progress fraction times the job's length,
+    /// say): due when `since_last_save` reaches the interval spread over
+    /// the work from its last save to the end.
+    pub fn is_due_before_end(&self, since_last_save: Duration, left: Duration) -> bool {
+        since_last_save >= self.interval_before_end(since_last_save + left)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
         // Nothing panics while holding it: the counts stay consistent.
         self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One delivery's handler, timed for the job time until dropped (see
+/// [`CheckpointCadence::running_job`]).
+#[derive(Debug)]
+pub struct RunningJob<'a> {
+    cadence: &'a CheckpointCadence,
+}
+
+impl Drop for RunningJob<'_> {
+    fn drop(&mut self) {
+        self.cadence.job_ended(Instant::now());
     }
 }
 
@@ -260,6 +352,36 @@ mod tests {
             cadence.interval(),
             clamped_interval(Duration::from_secs(120), 0.1)
         );
+    }
+
+    #[test]
+    fn a_job_that_knows_its_end_spreads_the_interval_over_it() {
+        let cadence = adaptive(0.2);
+        let left = Duration::from_secs(8 * 3600);
+        // Nothing measured: the first save comes early, end or not.
+        assert_eq!(cadence.interval_before_end(left), MIN_INTERVAL);
+        cadence.record_save(save(30));
+        let tau = cadence.interval();
+        assert_eq!(
+            cadence.interval_before_end(left),
+            spread_over_job(tau, Duration::from_secs(30), 0.1, left)
+        );
+        // 1449.76 s into 8 h: 19.86 stretches; the waste is least with 20,
+        // of 1440 s.
+        assert_eq!(cadence.interval_before_end(left), Duration::from_secs(1440));
+        assert!(
+            cadence.is_due_before_end(Duration::from_secs(1440), left - Duration::from_secs(1440))
+        );
+        assert!(
+            !cadence.is_due_before_end(Duration::from_secs(1439), left - Duration::from_secs(1439))
+        );
+        // A job ending within the interval saves no more.
+        let short = Duration::from_secs(1000);
+        assert_eq!(cadence.interval_before_end(short), short);
+        // The user's interval is kept.
+        let explicit = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(7)));
+        explicit.record_save(save(30));
+        assert_eq!(explicit.interval_before_end(left), Duration::from_secs(7));
     }
 
     #[test]

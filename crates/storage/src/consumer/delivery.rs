@@ -309,12 +309,13 @@ impl Consumer {
             clock: Arc::clone(&delivery.clock),
             cadence: Arc::clone(&self.cadence),
         };
-        let started = Instant::now();
+        // Job time: what the interruption rates are per (see `cadence`),
+        // counted as it accrues, so a crash loses at most an hour of it.
+        let running = self.cadence.running_job();
         delivery.handler_started = true;
         let result = self.run_handler(handler, job, &delivery, &signals).await;
         delivery.clock.handler_ended();
-        // Job time: what the interruption rates are per (see `cadence`).
-        self.cadence.add_job_time(started.elapsed());
+        drop(running);
         // The handler returned or was abandoned: whatever it left running
         // (blocking code that ignores cancellation) writes nothing more for
         // this delivery, which is settled from here on.
