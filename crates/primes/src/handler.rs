@@ -17,6 +17,7 @@ use spot_worker_storage::{
 use tokio::time::Instant;
 
 use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
+use crate::pace::time_left;
 use crate::sieve::{BasePrimes, Counted};
 
 /// Numbers per chunk unless configured otherwise: a few milliseconds of work
@@ -64,7 +65,7 @@ impl Progress {
 }
 
 /// The fixed interval the job saved its progress at before it followed the
-/// worker's checkpoint interval ([`JobCheckpoint::is_due`]), for a caller
+/// worker's checkpoint interval ([`JobCheckpoint::is_due_before_end`]), for a caller
 /// that wants it back: `with_checkpoint_every(DEFAULT_CHECKPOINT_EVERY)`.
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
@@ -75,9 +76,11 @@ pub struct PrimesConfig {
     /// progress reports.
     pub chunk_size: NonZeroU64,
     /// When to save progress after a chunk. `None` (the default): when the
-    /// job's checkpoint says a save is due ([`JobCheckpoint::is_due`]: the
-    /// worker's checkpoint interval, adapted to what a save costs and how
-    /// often interruptions lose work, docs/checkpoint-interval.md).
+    /// job's checkpoint says a save is due
+    /// ([`JobCheckpoint::is_due_before_end`]: the worker's checkpoint
+    /// interval, adapted to what a save costs and how often interruptions
+    /// lose work, and spread over the time the rest of the range takes at
+    /// this delivery's pace; docs/checkpoint-interval.md).
     /// `Some(every)`: if this long has passed since the last save
     /// (`Duration::ZERO`: after every chunk). Progress is also saved when
     /// the job is cancelled, and a finished job writes its result instead.
@@ -305,6 +308,8 @@ impl PrimesHandler {
         );
         let mut chunks = 0_u64;
         let mut saved = Saved::at(cursor);
+        // This delivery's pace, for the time the rest of the job takes.
+        let (counting_since, first_cursor) = (Instant::now(), cursor);
 
         while cursor < spec.end {
             if cancelled.is_cancelled() {
@@ -332,7 +337,16 @@ impl PrimesHandler {
                 // still allowed); the last chunk is not, the result follows.
                 let due = match self.config.checkpoint_every {
                     Some(every) => saved.due(every),
-                    None => checkpoint.is_due(),
+                    // The job knows its end: the saves are spread over what
+                    // is left rather than one falling just before the end.
+                    None => match time_left(
+                        cursor.saturating_sub(first_cursor),
+                        counting_since.elapsed(),
+                        spec.end.saturating_sub(cursor),
+                    ) {
+                        Some(left) => checkpoint.is_due_before_end(left),
+                        None => checkpoint.is_due(),
+                    },
                 };
                 if cut_short || (cursor < spec.end && due) {
                     let progress = SavedProgress { cursor, primes };

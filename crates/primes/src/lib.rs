@@ -20,6 +20,7 @@
 
 mod handler;
 mod job;
+mod pace;
 mod sieve;
 
 pub use handler::{

@@ -588,8 +588,9 @@ async fn the_default_config_counts_in_million_number_chunks() {
 enum Interval {
     /// `PrimesConfig::with_checkpoint_every`.
     Fixed(Duration),
-    /// The default config: the worker's interval (`JobCheckpoint::is_due`),
-    /// here fixed on the worker's cadence.
+    /// The default config: the worker's interval
+    /// (`JobCheckpoint::is_due_before_end`, which keeps an explicit one as
+    /// it is), here fixed on the worker's cadence.
     Workers(Duration),
 }
 
@@ -641,7 +642,7 @@ async fn progress_is_saved_at_most_every_checkpoint_interval_and_never_for_the_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_default_progress_is_saved_when_the_workers_interval_says_it_is_due() {
     // The same two cases, decided by the worker's interval rather than
-    // the job's config: the handler asks `JobCheckpoint::is_due`.
+    // the job's config: the handler asks `JobCheckpoint::is_due_before_end`.
     let every_chunk = checkpoints_after_each_chunk(Interval::Workers(Duration::ZERO)).await;
     assert_eq!(
         every_chunk,

@@ -362,6 +362,16 @@ impl JobCheckpoint {
         self.cadence.is_due(self.last_saved.elapsed())
     }
 
+    /// [`JobCheckpoint::is_due`] for a handler that knows it has about
+    /// `left` of work to go: the interval is spread evenly over the rest
+    /// of the job, so no save falls just before its end, where it protects
+    /// little ([`CheckpointCadence::is_due_before_end`]; "Jobs that end" in
+    /// docs/checkpoint-interval.md). An explicit interval is kept as it is.
+    pub fn is_due_before_end(&self, left: std::time::Duration) -> bool {
+        self.cadence
+            .is_due_before_end(self.last_saved.elapsed(), left)
+    }
+
     /// Refuses every write once `token` is cancelled (the consumer passes the
     /// job's token, cancelled when its lease is lost or on shutdown).
     pub fn fenced_by(mut self, token: CancellationToken) -> Self {
