@@ -105,6 +105,7 @@ impl CommandHandler {
             program_started: None,
             pace: Pace::default(),
             progress_warned: false,
+            spread_due: None,
         };
         let ended = run.run_program(&message_id, &mut checkpoint).await?;
         let Ended {
@@ -192,6 +193,9 @@ pub(crate) struct Run<'a> {
     pace: Pace,
     /// Whether a malformed progress file was said in the log.
     progress_warned: bool,
+    /// What the progress decided at the last look, so the log says each
+    /// change once rather than every look.
+    spread_due: Option<bool>,
 }
 
 impl Run<'_> {
@@ -317,15 +321,15 @@ impl Run<'_> {
     /// after the first save: always, unless the program's progress says
     /// how long its job has `left`, when the worker's interval spread over
     /// the rest of the job decides (docs/checkpoint-interval.md).
-    fn is_due(&self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> bool {
-        match left {
-            Some(left) => {
-                let due = checkpoint.is_due_before_end(left);
-                tracing::debug!(job_key = %self.key, ?left, due, "the program's progress spreads the saves over the rest of its job");
-                due
-            }
-            None => true,
+    fn is_due(&mut self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> bool {
+        let Some(left) = left else {
+            return true;
+        };
+        let due = checkpoint.is_due_before_end(left);
+        if self.spread_due.replace(due) != Some(due) {
+            tracing::debug!(job_key = %self.key, ?left, due, since_last_save = ?checkpoint.since_last_save(), "the program's progress spreads the saves over the rest of its job");
         }
+        due
     }
 
     /// How long until the next look after the first save: the time until
