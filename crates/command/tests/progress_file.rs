@@ -6,35 +6,41 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use common::*;
+use spot_worker_command::{CommandConfig, CommandHandler};
 use spot_worker_storage::{CheckpointCadence, IntervalSource};
 use spot_worker_testkit::worker::{Env, within};
 
 /// The process's log, captured from debug up (once per test binary).
 fn captured() -> &'static Captured {
     static CAPTURED: OnceLock<Captured> = OnceLock::new();
-    CAPTURED.get_or_init(|| {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .init();
-        captured
-    })
+    CAPTURED.get_or_init(|| Captured::install_from(tracing::Level::DEBUG))
 }
 
-/// A program that writes `first` as its progress and a first checkpoint
-/// file (each a temporary file renamed over it), then once `step` exists
-/// writes `second` as its progress and a second checkpoint file, then
-/// exits 0 once `go` exists (each wait bounded).
-fn program(first: &str, second: &str, step: &std::path::Path, go: &std::path::Path) -> String {
-    format!(
-        r#"
+/// One job run by a program that writes `first` as its progress and a
+/// first checkpoint file (each a temporary file renamed over it), then on
+/// [`Job::step`] writes `second` as its progress and a second checkpoint
+/// file, then exits 0 on [`Job::finish`] (each wait bounded).
+struct Job {
+    _env: Env,
+    _dir: tempfile::TempDir,
+    step: PathBuf,
+    go: PathBuf,
+    cadence: Arc<CheckpointCadence>,
+    running: Running,
+}
+
+impl Job {
+    async fn start(source: IntervalSource, first: &str, second: &str) -> Job {
+        let env = Env::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (step, go) = (dir.path().join("step"), dir.path().join("go"));
+        let program = format!(
+            r#"
 import os, sys, time
 def put(path, text):
     with open(path + ".tmp", "w") as f:
@@ -54,42 +60,62 @@ put(progress, {second:?})
 put(checkpoint, "second")
 wait({go:?})
 "#,
-        step = step.display().to_string(),
-        go = go.display().to_string(),
-    )
-}
-
-async fn saves_reach(cadence: &CheckpointCadence, saves: u64) {
-    within("the runner's saves", async {
-        while cadence.view().cost.saves < saves {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            step = step.display().to_string(),
+            go = go.display().to_string(),
+        );
+        env.queue.send("job", Duration::ZERO).await.unwrap();
+        let cadence = Arc::new(CheckpointCadence::new(source));
+        let consumer = consumer(&env, 1).with_cadence(cadence.clone());
+        let handler = CommandHandler::new(
+            CommandConfig::new("python3", ["-c", program.as_str()]),
+            env.results.clone(),
+        );
+        let running = Running::start(consumer, handler);
+        Job {
+            _env: env,
+            _dir: dir,
+            step,
+            go,
+            cadence,
+            running,
         }
-    })
-    .await;
+    }
+
+    /// Waits (bounded) until the runner saved the checkpoint file `saves`
+    /// times.
+    async fn saved(&self, saves: u64) {
+        within("the runner's saves", async {
+            while self.cadence.view().cost.saves < saves {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+
+    fn step(&self) {
+        std::fs::write(&self.step, b"").unwrap();
+    }
+
+    /// Lets the program exit 0 and waits for the job to be done.
+    async fn finish(self) {
+        std::fs::write(&self.go, b"").unwrap();
+        let stats = self.running.stop_when(|s| s.succeeded == 1).await;
+        assert_eq!(stats.succeeded, 1, "{stats:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_about_to_end_puts_off_the_runners_next_save() {
     let captured = captured();
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (step, go) = (dir.path().join("step"), dir.path().join("go"));
-    env.queue.send("job", Duration::ZERO).await.unwrap();
     // Many interruptions: Daly's interval is the least, 10 s, and a job
     // longer than two of them would save at once.
-    let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+    let adaptive = IntervalSource::Adaptive {
         seed_evictions_per_hour: 1000.0,
-    }));
-    let consumer = consumer(&env, 1).with_cadence(cadence.clone());
-    let script = program("0", "0.99", &step, &go);
-    let handler = spot_worker_command::CommandHandler::new(
-        spot_worker_command::CommandConfig::new("python3", ["-c", script.as_str()]),
-        env.results.clone(),
-    );
-    let running = Running::start(consumer, handler);
+    };
+    let job = Job::start(adaptive, "0", "0.99").await;
     // The first save, as the file appears; the pace's first reading, 0.
-    saves_reach(&cadence, 1).await;
-    std::fs::write(&step, b"").unwrap();
+    job.saved(1).await;
+    job.step();
     // At the next look, 10 s on, the program says it is 99 % done at a
     // pace that ends it well within the interval: the runner keeps the
     // changed file unsaved instead of saving just before the end.
@@ -106,37 +132,21 @@ async fn a_job_about_to_end_puts_off_the_runners_next_save() {
         }
     })
     .await;
-    assert_eq!(cadence.view().cost.saves, 1, "{put_off}");
-    std::fs::write(&go, b"").unwrap();
-    let stats = running.stop_when(|s| s.succeeded == 1).await;
-    assert_eq!(stats.succeeded, 1, "{stats:?}");
+    assert_eq!(job.cadence.view().cost.saves, 1, "{put_off}");
+    job.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_progress_file_is_said_once_and_ignored() {
     let captured = captured();
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (step, go) = (dir.path().join("step"), dir.path().join("go"));
-    env.queue.send("job", Duration::ZERO).await.unwrap();
-    let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Explicit(
-        Duration::from_millis(500),
-    )));
-    let consumer = consumer(&env, 1).with_cadence(cadence.clone());
-    let script = program("42%", "half", &step, &go);
-    let handler = spot_worker_command::CommandHandler::new(
-        spot_worker_command::CommandConfig::new("python3", ["-c", script.as_str()]),
-        env.results.clone(),
-    );
-    let running = Running::start(consumer, handler);
-    saves_reach(&cadence, 1).await;
-    std::fs::write(&step, b"").unwrap();
+    let every = IntervalSource::Explicit(Duration::from_millis(500));
+    let job = Job::start(every, "42%", "half").await;
+    job.saved(1).await;
+    job.step();
     // Saved at the worker's interval as without a progress file, though
     // the runner read the malformed file at every look.
-    saves_reach(&cadence, 2).await;
-    std::fs::write(&go, b"").unwrap();
-    let stats = running.stop_when(|s| s.succeeded == 1).await;
-    assert_eq!(stats.succeeded, 1, "{stats:?}");
+    job.saved(2).await;
+    job.finish().await;
     let said: Vec<String> = captured
         .lines()
         .into_iter()
