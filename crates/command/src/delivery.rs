@@ -262,7 +262,14 @@ impl Run<'_> {
                     let stamp = file_stamp(&self.dir.checkpoint());
                     // Trouble (the store unreachable) waits a whole period.
                     let mut later = false;
-                    if (!saved_once && stamp != looked_at) || (saved_once && self.is_due(checkpoint, left)) {
+                    let look = match (saved_once, left) {
+                        (false, _) => stamp != looked_at,
+                        (true, None) => true,
+                        // Looked at often once due (`next_look`): only a
+                        // new version of the file is read.
+                        (true, Some(_)) => self.is_due(checkpoint, left) && stamp != looked_at,
+                    };
+                    if look {
                         match self.save_if_changed(checkpoint).await {
                             Ok(Save::Saved) => {
                                 saved_once = true;
@@ -335,7 +342,9 @@ impl Run<'_> {
     /// How long until the next look after the first save: the time until
     /// the interval spread over the rest of the job has passed since the
     /// last save if the program's progress says how long it has `left`
-    /// (at least [`FIRST_SAVE_LOOK`]), else [`Run::save_interval`].
+    /// (at least [`FIRST_SAVE_LOOK`], as before the first save: a save
+    /// due waits only for the program's next version of the file), else
+    /// [`Run::save_interval`].
     fn next_look(&self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> Duration {
         match left {
             Some(left) => {
