@@ -9,7 +9,9 @@ Reads {"job_id":"j1","start":0,"end":50000000} on stdin, counts the primes in
 Progress {"cursor":N,"primes":M} goes to $SPOT_WORKER_CHECKPOINT (written to a
 temporary file, then renamed) every few seconds (`--save-every SECONDS`, or
 $PRIMES_SAVE_EVERY; 3 by default) and when SIGTERM comes; a
-later delivery finds it there and resumes. Exit 65 for a body that is not a
+later delivery finds it there and resumes. With it goes the fraction of the
+range done, to $SPOT_WORKER_PROGRESS, so the runner spreads its saves over
+the rest of the job. Exit 65 for a body that is not a
 job (poisoned at once), 143 when stopped by SIGTERM (the runner hands the job
 back, uncounted).
 
@@ -111,8 +113,12 @@ def main():
             bad_job(f"the checkpoint {saved} does not fit [{start}, {end})")
         print(f"job {job_id}: resuming at {cursor} with {primes} primes", file=sys.stderr)
 
+    progress = os.environ.get("SPOT_WORKER_PROGRESS")
+
     def save():
         write_whole(checkpoint, json.dumps({"cursor": cursor, "primes": primes}))
+        if progress:
+            write_whole(progress, f"{(cursor - start) / max(end - start, 1):.6f}\n")
 
     base = base_primes(math.isqrt(max(end - 1, 0)))
     saved_at = time.monotonic()

@@ -18,6 +18,7 @@ use crate::files::DeliveryDir;
 use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
+use crate::pace::{Pace, read_progress};
 use crate::progress::from_progress;
 use crate::saving::{FileVersion, Save, file_stamp};
 
@@ -102,6 +103,9 @@ impl CommandHandler {
             last_saved: saved,
             saved_file: restored,
             program_started: None,
+            pace: Pace::default(),
+            progress_warned: false,
+            spread_due: None,
         };
         let ended = run.run_program(&message_id, &mut checkpoint).await?;
         let Ended {
@@ -185,6 +189,13 @@ pub(crate) struct Run<'a> {
     pub(crate) saved_file: Option<FileVersion>,
     /// When the program was started.
     pub(crate) program_started: Option<std::time::Instant>,
+    /// The program's pace, from its progress file.
+    pace: Pace,
+    /// Whether a malformed progress file was said in the log.
+    progress_warned: bool,
+    /// What the progress decided at the last look, so the log says each
+    /// change once rather than every look.
+    spread_due: Option<bool>,
 }
 
 impl Run<'_> {
@@ -242,10 +253,23 @@ impl Run<'_> {
                     ended = RunnerEnded::ForTimeout;
                 }
                 () = tokio::time::sleep_until(next_save) => {
+                    // Before the first save only for the pace's first reading.
+                    let left = if saved_once || !self.pace.started() {
+                        self.progress_left().await
+                    } else {
+                        None
+                    };
                     let stamp = file_stamp(&self.dir.checkpoint());
                     // Trouble (the store unreachable) waits a whole period.
                     let mut later = false;
-                    if saved_once || stamp != looked_at {
+                    let look = match (saved_once, left) {
+                        (false, _) => stamp != looked_at,
+                        (true, None) => true,
+                        // Looked at often once due (`next_look`): only a
+                        // new version of the file is read.
+                        (true, Some(_)) => self.is_due(checkpoint, left) && stamp != looked_at,
+                    };
+                    if look {
                         match self.save_if_changed(checkpoint).await {
                             Ok(Save::Saved) => {
                                 saved_once = true;
@@ -262,7 +286,13 @@ impl Run<'_> {
                         }
                     }
                     next_save = Instant::now()
-                        + if saved_once || later { self.save_interval() } else { FIRST_SAVE_LOOK };
+                        + if later {
+                            self.save_interval()
+                        } else if saved_once {
+                            self.next_look(checkpoint, left)
+                        } else {
+                            FIRST_SAVE_LOOK
+                        };
                 }
             }
         };
@@ -294,6 +324,62 @@ impl Run<'_> {
             .unwrap_or_else(|| self.job.cadence().interval())
     }
 
+    /// Whether the runner saves the checkpoint file (if changed) at a look
+    /// after the first save: always, unless the program's progress says
+    /// how long its job has `left`, when the worker's interval spread over
+    /// the rest of the job decides (docs/checkpoint-interval.md).
+    fn is_due(&mut self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> bool {
+        let Some(left) = left else {
+            return true;
+        };
+        let due = checkpoint.is_due_before_end(left);
+        if self.spread_due.replace(due) != Some(due) {
+            tracing::debug!(job_key = %self.key, ?left, due, since_last_save = ?checkpoint.since_last_save(), "the program's progress spreads the saves over the rest of its job");
+        }
+        due
+    }
+
+    /// How long until the next look after the first save: the time until
+    /// the interval spread over the rest of the job has passed since the
+    /// last save if the program's progress says how long it has `left`
+    /// (at least [`FIRST_SAVE_LOOK`], as before the first save: a save
+    /// due waits only for the program's next version of the file), else
+    /// [`Run::save_interval`].
+    fn next_look(&self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> Duration {
+        match left {
+            Some(left) => {
+                let since = checkpoint.since_last_save();
+                checkpoint
+                    .cadence()
+                    .interval_before_end(since.saturating_add(left))
+                    .saturating_sub(since)
+                    .max(FIRST_SAVE_LOOK)
+            }
+            None => self.save_interval(),
+        }
+    }
+
+    /// Reads the progress file (`SPOT_WORKER_PROGRESS`): the time the rest
+    /// of the job takes at this delivery's pace, `None` without a file, a
+    /// pace, or with `--checkpoint-every` (a fixed interval wins). A
+    /// malformed file is said once per delivery in the log and ignored.
+    async fn progress_left(&mut self) -> Option<Duration> {
+        if self.handler.config.checkpoint_every.is_some() {
+            return None;
+        }
+        let path = self.dir.progress();
+        let read = tokio::task::spawn_blocking(move || read_progress(&path)).await;
+        let reason = match read {
+            Ok(Ok(done)) => return self.pace.left(done?, std::time::Instant::now()),
+            Ok(Err(error)) => error.to_string(),
+            Err(error) => error.to_string(),
+        };
+        if !std::mem::replace(&mut self.progress_warned, true) {
+            tracing::warn!(job_key = %self.key, %reason, "the progress file (SPOT_WORKER_PROGRESS) is ignored; the checkpoint file is saved at the worker's interval");
+        }
+        None
+    }
+
     /// The program, started in its own process group with the contract's
     /// environment, and tied to the runner's life (`spawner.rs`).
     async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
@@ -310,6 +396,7 @@ impl Run<'_> {
             ),
             ("SPOT_WORKER_CHECKPOINT", path_text(self.dir.checkpoint())),
             ("SPOT_WORKER_RESULT", path_text(self.dir.result())),
+            ("SPOT_WORKER_PROGRESS", path_text(self.dir.progress())),
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
             (
                 "SPOT_WORKER_CHECKPOINT_INTERVAL",

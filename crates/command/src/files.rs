@@ -48,6 +48,11 @@ impl DeliveryDir {
         self.dir.path().join("checkpoint")
     }
 
+    /// `SPOT_WORKER_PROGRESS`.
+    pub fn progress(&self) -> PathBuf {
+        self.dir.path().join("progress")
+    }
+
     /// `SPOT_WORKER_RESULT`.
     pub fn result(&self) -> PathBuf {
         self.dir.path().join("result")

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use spot_worker_storage::cadence::time_left;
 use spot_worker_storage::{
     CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultMarker,
     ResultStore, StorageError, permanent,
@@ -17,7 +18,6 @@ use spot_worker_storage::{
 use tokio::time::Instant;
 
 use crate::job::{PrimesError, PrimesJob, PrimesResult, SavedProgress};
-use crate::pace::time_left;
 use crate::sieve::{BasePrimes, Counted};
 
 /// Numbers per chunk unless configured otherwise: a few milliseconds of work
@@ -339,10 +339,11 @@ impl PrimesHandler {
                     Some(every) => saved.due(every),
                     // The job knows its end: the saves are spread over what
                     // is left rather than one falling just before the end.
+                    // A sieve's pace barely changes along a range.
                     None => match time_left(
-                        cursor.saturating_sub(first_cursor),
+                        cursor.saturating_sub(first_cursor) as f64,
                         counting_since.elapsed(),
-                        spec.end.saturating_sub(cursor),
+                        spec.end.saturating_sub(cursor) as f64,
                     ) {
                         Some(left) => checkpoint.is_due_before_end(left),
                         None => checkpoint.is_due(),

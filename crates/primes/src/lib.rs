@@ -20,7 +20,6 @@
 
 mod handler;
 mod job;
-mod pace;
 mod sieve;
 
 pub use handler::{

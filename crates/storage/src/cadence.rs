@@ -10,6 +10,7 @@
 //! - [`exposure`]: the running deliveries' job time, counted as it accrues.
 //! - [`finite`]: the interval spread evenly over a job's remaining work,
 //!   for a handler that knows it; pure.
+//! - [`pace`]: the time a job's rest takes at its pace so far; pure.
 //! - [`ledger`]: the fleet's counts in the checkpoint store, merged by
 //!   ETag-fenced additions.
 //! - [`policy`]: one worker's live interval, which handlers and the
@@ -24,6 +25,7 @@ mod estimate;
 mod exposure;
 mod finite;
 mod ledger;
+mod pace;
 mod policy;
 
 pub use counts::{Interruption, InterruptionCounts};
@@ -35,4 +37,5 @@ pub use estimate::{
 pub use exposure::Exposure;
 pub use finite::spread_over_job;
 pub use ledger::{FLUSH_EVERY, FleetLedger};
+pub use pace::time_left;
 pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};

@@ -372,6 +372,13 @@ impl JobCheckpoint {
             .is_due_before_end(self.last_saved.elapsed(), left)
     }
 
+    /// How long ago this handle last saved, or was made: the clock
+    /// [`JobCheckpoint::is_due`] goes by, for a caller that plans when to
+    /// ask again.
+    pub fn since_last_save(&self) -> std::time::Duration {
+        self.last_saved.elapsed()
+    }
+
     /// Refuses every write once `token` is cancelled (the consumer passes the
     /// job's token, cancelled when its lease is lost or on shutdown).
     pub fn fenced_by(mut self, token: CancellationToken) -> Self {

@@ -189,12 +189,17 @@ impl Captured {
     /// Installs the process's log subscriber (info and up, as text) into a
     /// new capture: once per test binary.
     pub fn install() -> Self {
+        Self::install_from(tracing::Level::INFO)
+    }
+
+    /// [`Captured::install`], from `level` up.
+    pub fn install_from(level: tracing::Level) -> Self {
         let captured = Captured::default();
         let writer = captured.clone();
         tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
+            .with_max_level(level)
             .init();
         captured
     }
