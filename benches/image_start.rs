@@ -77,23 +77,7 @@ async fn measure(runs: usize) -> Result<()> {
         .context("the image's size")?;
 
     let env = Env::start().await;
-    let config = env.config(VM_A);
-    let settings = [
-        (
-            "AZURE_STORAGE_CONNECTION_STRING",
-            env.azurite.connection_string(),
-        ),
-        ("SPOT_WORKER_QUEUE", env.queue_name.clone()),
-        (
-            "SPOT_WORKER_CHECKPOINT_CONTAINER",
-            config.checkpoint_container.clone(),
-        ),
-        ("SPOT_WORKER_RESULTS_CONTAINER", format!("results-{suffix}")),
-        ("SPOT_WORKER_IMDS_ENDPOINT", env.emulator.url()),
-        ("SPOT_WORKER_VM_NAME", VM_A.to_owned()),
-        ("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0".to_owned()),
-        ("RUST_LOG", "info".to_owned()),
-    ];
+    let settings = env.process_env(VM_A, &format!("results-{suffix}"));
 
     println!("image start-up: {}", bench::machine());
     let mut in_container = Vec::new();

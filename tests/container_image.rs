@@ -140,24 +140,7 @@ async fn the_image_drains_on_podman_stop_as_pid_1() {
     let env = Env::start().await;
     let job = PrimesJob::new("long", 0, 200_000_000_000).unwrap();
     env.enqueue(&job).await;
-    let config = env.config(VM_A);
-    let settings = [
-        (
-            "AZURE_STORAGE_CONNECTION_STRING",
-            env.azurite.connection_string(),
-        ),
-        ("SPOT_WORKER_QUEUE", env.queue_name.clone()),
-        (
-            "SPOT_WORKER_CHECKPOINT_CONTAINER",
-            config.checkpoint_container.clone(),
-        ),
-        ("SPOT_WORKER_RESULTS_CONTAINER", format!("results-{suffix}")),
-        ("SPOT_WORKER_IMDS_ENDPOINT", env.emulator.url()),
-        ("SPOT_WORKER_VM_NAME", VM_A.to_owned()),
-        // Host networking: any free port, not the image's 0.0.0.0:8080.
-        ("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0".to_owned()),
-        ("RUST_LOG", "info".to_owned()),
-    ];
+    let settings = env.process_env(VM_A, &format!("results-{suffix}"));
     let mut run = vec![
         "run",
         "--detach",

@@ -139,6 +139,31 @@ impl Env {
         config
     }
 
+    /// The environment a worker process (the binary on the host, or in the
+    /// image) of VM `vm` reads its settings from: this environment's
+    /// storage, queue, checkpoint container and emulator, results in
+    /// `results`, health on any free loopback port, and `RUST_LOG=info`.
+    pub fn process_env(&self, vm: &str, results: &str) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                self.azurite.connection_string(),
+            ),
+            ("SPOT_WORKER_QUEUE", self.queue_name.clone()),
+            (
+                "SPOT_WORKER_CHECKPOINT_CONTAINER",
+                self.checkpoint_container.clone(),
+            ),
+            ("SPOT_WORKER_RESULTS_CONTAINER", results.to_owned()),
+            ("SPOT_WORKER_IMDS_ENDPOINT", self.emulator_of(vm).url()),
+            ("SPOT_WORKER_VM_NAME", vm.to_owned()),
+            // Not the image's 0.0.0.0:8080: host networking, and parallel
+            // workers.
+            ("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0".to_owned()),
+            ("RUST_LOG", "info".to_owned()),
+        ]
+    }
+
     /// The IMDS that VM `vm` sees.
     pub fn emulator_of(&self, vm: &str) -> &RunningEmulator {
         if vm == VM_B {
