@@ -334,8 +334,15 @@ impl<'a> Sim<'a> {
                     let cycle = tau + cost;
                     if done == 0.0 && d >= cycle {
                         // Whole cycles at once: save k ends when remaining − kτ > τ.
+                        // An adaptive policy is asked again after every save,
+                        // as a handler or the runner asks it: its answer can
+                        // change with the save (a worker's first measures the
+                        // cost), so its cycles run one at a time.
                         let allowed = ((remaining - 1e-6) / tau).ceil() - 1.0;
-                        let cycles = (d / cycle).floor().min(allowed).max(1.0);
+                        let cycles = match self.policy {
+                            Policy::Fixed(_) => (d / cycle).floor().min(allowed).max(1.0),
+                            Policy::Adaptive { .. } => 1.0,
+                        };
                         d -= cycles * cycle;
                         worker.now += cycles * cycle;
                         self.totals.useful += cycles * tau;
