@@ -14,15 +14,21 @@ use tokio_util::sync::CancellationToken;
 use crate::cadence::{CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource};
 use crate::consumer::Leftover;
 use crate::error::StorageError;
+use crate::files::ChunkStore;
 use crate::goodput::{Ledger, split_stamp, stamp_with};
 
 mod cost;
+mod files;
 mod measure;
 mod notes;
 mod save_clock;
 
 pub use cost::{CheckpointCost, CostMeter, SaveCost};
+pub use files::Committed;
 pub use measure::Blocking;
+
+use files::FilesState;
+pub(crate) use files::spawn_removal;
 
 pub(crate) use notes::CheckpointNotes;
 pub(crate) use save_clock::SaveClock;
@@ -185,6 +191,15 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// succeeds. The consumer deletes attempt records with it when their
     /// message is gone; operators delete abandoned checkpoints.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
+
+    /// Where the chunks of large checkpoints go
+    /// ([`JobCheckpoint::save_files`]), beside the documents (the blob
+    /// store: the same container). `None` (the default): this store keeps
+    /// documents only, and saving files through it fails. A store that
+    /// wraps another should hand out the inner one's.
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        None
+    }
 }
 
 /// A checkpoint as stored: its content, the ETag that fences the next
@@ -257,6 +272,8 @@ pub struct JobCheckpoint {
     cadence: Arc<CheckpointCadence>,
     /// When progress was last saved, or the handle made.
     last_saved: tokio::time::Instant,
+    /// The job's checkpoint files (see [`JobCheckpoint::save_files`]).
+    files: FilesState,
 }
 
 impl fmt::Debug for JobCheckpoint {
@@ -335,6 +352,7 @@ impl JobCheckpoint {
                 seed_evictions_per_hour: DEFAULT_SEED_EVICTIONS_PER_HOUR,
             })),
             last_saved: tokio::time::Instant::now(),
+            files: FilesState::default(),
         }
     }
 
@@ -453,9 +471,13 @@ impl JobCheckpoint {
         self.save(Checkpoint::InProgress { progress }).await
     }
 
-    /// Saves the final result (see [`JobCheckpoint::save`]).
+    /// Saves the final result (see [`JobCheckpoint::save`]). The chunks of
+    /// the job's checkpoint files are then deleted, beside: a completed
+    /// job resumes nothing.
     pub async fn complete(&mut self, result: Value) -> Result<(), StorageError> {
-        self.save(Checkpoint::Completed { result }).await
+        self.save(Checkpoint::Completed { result }).await?;
+        self.remove_files();
+        Ok(())
     }
 
     /// Writes `checkpoint`, fenced by the ETag this handle last saw.
@@ -487,13 +509,26 @@ impl JobCheckpoint {
         checkpoint: Checkpoint,
         blocking: Blocking,
     ) -> Result<(), StorageError> {
+        self.save_costing(checkpoint, blocking, (0, 0)).await
+    }
+
+    /// [`JobCheckpoint::save_blocking`] of a save that sent `sent`
+    /// (requests, bytes) before this write: the chunks of its files.
+    async fn save_costing(
+        &mut self,
+        checkpoint: Checkpoint,
+        blocking: Blocking,
+        sent: (u64, u64),
+    ) -> Result<(), StorageError> {
         let bytes = checkpoint
             .to_json_bytes()
-            .map_or(0, |bytes| bytes.len() as u64);
+            .map_or(0, |bytes| bytes.len() as u64)
+            .saturating_add(sent.1);
         // The one measurement of this save, from here to the return,
         // retries and conflict reads included.
         let measurement =
             SaveMeasurement::start(blocking, self.clock.as_ref(), self.requests, bytes);
+        self.requests = self.requests.saturating_add(sent.0);
         let saved = self.save_fenced(checkpoint, measurement.ledger()).await;
         let ended = measurement.finish(self.requests, saved.is_ok(), &self.cadence);
         if saved.is_ok() {

@@ -28,6 +28,7 @@ mod consumer;
 mod encoding;
 mod error;
 mod fenced_results;
+pub mod files;
 pub mod goodput;
 pub mod memory;
 mod queue;
@@ -35,8 +36,8 @@ mod result;
 
 pub use cadence::{CheckpointCadence, IntervalSource};
 pub use checkpoint::{
-    Blocking, Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint,
-    SaveCost, StoredCheckpoint, WritePrecondition,
+    Blocking, Checkpoint, CheckpointCost, CheckpointStore, Committed, CostMeter, ETag,
+    JobCheckpoint, SaveCost, StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
@@ -48,7 +49,9 @@ pub use consumer::{
 pub use encoding::{DecodeError, MessageEncoding};
 pub use error::StorageError;
 pub use fenced_results::FencedResults;
-pub use memory::{InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, StoredMessage};
+pub use memory::{
+    InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue, InMemoryResultStore, StoredMessage,
+};
 pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
 pub use result::{PutOutcome, ResultStore};
 

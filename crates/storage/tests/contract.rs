@@ -20,3 +20,13 @@ async fn the_in_memory_result_store_meets_the_contract() {
     contract::result_store(&store, &store.clone()).await;
     assert_eq!(store.names(), ["batch/7/empty", "j1.json"]);
 }
+
+#[tokio::test]
+async fn the_in_memory_chunk_store_meets_the_contract() {
+    contract::chunk_store(&spot_worker_storage::InMemoryChunkStore::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_checkpoint_files_meet_the_contract() {
+    contract::checkpoint_files(Arc::new(InMemoryCheckpointStore::new())).await;
+}

@@ -22,7 +22,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use spot_worker_storage::cadence::FleetLedger;
+use spot_worker_storage::files::ChunkStore;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, PutOutcome, ResultStore, StorageError, StoredCheckpoint,
     WritePrecondition, async_trait,
@@ -39,6 +41,10 @@ pub struct StoreCalls {
     deletes: AtomicU64,
     keys_read: Mutex<Vec<String>>,
     fleet: AtomicU64,
+    chunk_puts: AtomicU64,
+    chunk_bytes: AtomicU64,
+    chunk_gets: AtomicU64,
+    chunk_deletes: AtomicU64,
 }
 
 impl StoreCalls {
@@ -78,6 +84,26 @@ impl StoreCalls {
     /// makes them per hour it runs, not per job.
     pub fn fleet(&self) -> u64 {
         self.fleet.load(Ordering::SeqCst)
+    }
+
+    /// Chunks of checkpoint files sent ([`ChunkStore::put`]).
+    pub fn chunk_puts(&self) -> u64 {
+        self.chunk_puts.load(Ordering::SeqCst)
+    }
+
+    /// Bytes sent in them.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Chunks read.
+    pub fn chunk_gets(&self) -> u64 {
+        self.chunk_gets.load(Ordering::SeqCst)
+    }
+
+    /// Chunks deleted.
+    pub fn chunk_deletes(&self) -> u64 {
+        self.chunk_deletes.load(Ordering::SeqCst)
     }
 
     /// The keys read, in order.
@@ -167,6 +193,41 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
             &self.calls.deletes
         });
         self.inner.delete(key).await
+    }
+
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        let inner = self.inner.chunks()?;
+        Some(Arc::new(CountingChunks {
+            inner,
+            calls: Arc::clone(&self.calls),
+        }))
+    }
+}
+
+/// The chunk store of a [`CountingStore`], counting into its calls.
+struct CountingChunks {
+    inner: Arc<dyn ChunkStore>,
+    calls: Arc<StoreCalls>,
+}
+
+#[async_trait]
+impl ChunkStore for CountingChunks {
+    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
+        StoreCalls::count(&self.calls.chunk_puts);
+        self.calls
+            .chunk_bytes
+            .fetch_add(chunk.len() as u64, Ordering::SeqCst);
+        self.inner.put(name, chunk).await
+    }
+
+    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
+        StoreCalls::count(&self.calls.chunk_gets);
+        self.inner.get(name, len).await
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), StorageError> {
+        StoreCalls::count(&self.calls.chunk_deletes);
+        self.inner.delete(name).await
     }
 }
 

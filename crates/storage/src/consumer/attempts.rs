@@ -27,7 +27,7 @@ use crate::error::StorageError;
 use crate::goodput::Ledger;
 use crate::queue::MessageId;
 
-use super::poison::truncate_at_char_boundary;
+use super::poison::shorten_keeping_ends;
 
 /// The longest `last_error` an attempt record keeps.
 const MAX_RECORDED_ERROR_LEN: usize = 1024;
@@ -87,7 +87,7 @@ impl Attempts {
     /// This record with one more failure.
     pub(crate) fn failed(&self, error: &str) -> Attempts {
         let mut last_error = error.to_owned();
-        truncate_at_char_boundary(&mut last_error, MAX_RECORDED_ERROR_LEN);
+        shorten_keeping_ends(&mut last_error, MAX_RECORDED_ERROR_LEN);
         Attempts {
             failures: self.failures.saturating_add(1),
             last_error: Some(last_error),

@@ -12,9 +12,10 @@
 //! retention rule removes it after the queue's message time-to-live, see
 //! docs/storage.md).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::Checkpoint;
+use crate::files::{ChunkIndex, ChunkStore};
 
 use super::Consumer;
 use super::delivery::Delivery;
@@ -61,6 +62,24 @@ pub(crate) struct Leftover {
     key: String,
     keyed_by_message_id: bool,
     left: Mutex<Left>,
+    /// The chunks of the job's checkpoint files, as its handles last knew
+    /// them: removed with the job's checkpoint once the job succeeded.
+    files: Mutex<Option<LeftFiles>>,
+}
+
+/// The chunks a job's checkpoint files use.
+struct LeftFiles {
+    store: Arc<dyn ChunkStore>,
+    index: Option<Arc<ChunkIndex>>,
+    unnamed: Vec<String>,
+}
+
+impl std::fmt::Debug for LeftFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeftFiles")
+            .field("unnamed", &self.unnamed.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Leftover {
@@ -69,7 +88,40 @@ impl Leftover {
             key,
             keyed_by_message_id,
             left: Mutex::new(Left::Nothing),
+            files: Mutex::new(None),
         }
+    }
+
+    /// The job's files use the chunks `index` names and `unnamed` (sent by
+    /// saves no manifest written names) in `store`.
+    pub(crate) fn files(
+        &self,
+        store: Arc<dyn ChunkStore>,
+        index: Option<Arc<ChunkIndex>>,
+        unnamed: Vec<String>,
+    ) {
+        *self
+            .files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(LeftFiles {
+            store,
+            index,
+            unnamed,
+        });
+    }
+
+    /// The chunks the job's files use, and where, taken.
+    fn take_files(&self) -> Option<(Arc<dyn ChunkStore>, Vec<String>)> {
+        let files = self
+            .files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()?;
+        let mut names = files.unnamed;
+        if let Some(index) = files.index {
+            names.extend(index.names());
+        }
+        Some((files.store, names))
     }
 
     /// The key it tracks.
@@ -130,6 +182,10 @@ impl Consumer {
         let (Some(store), leftover) = (&self.checkpoints, &delivery.leftover) else {
             return;
         };
+        // The chunks of its files first: the checkpoint names them.
+        if let Some((chunks, names)) = leftover.take_files() {
+            crate::checkpoint::spawn_removal(chunks, names);
+        }
         if leftover.remove_after_success() {
             let removed = self
                 .settle_call(

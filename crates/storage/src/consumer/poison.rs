@@ -113,7 +113,7 @@ impl PoisonRecord {
     /// Caps `last_error` at [`MAX_LAST_ERROR_LEN`].
     pub(crate) fn cap_last_error(&mut self) {
         if self.last_error.len() > MAX_LAST_ERROR_LEN {
-            truncate_at_char_boundary(&mut self.last_error, MAX_LAST_ERROR_LEN);
+            shorten_keeping_ends(&mut self.last_error, MAX_LAST_ERROR_LEN);
             self.last_error_truncated = true;
         }
     }
@@ -151,6 +151,30 @@ pub(crate) fn truncate_at_char_boundary(text: &mut String, max: usize) {
         cut -= 1;
     }
     text.truncate(cut);
+}
+
+/// Shortens `text` to at most `max` bytes by leaving out its middle: the
+/// first quarter (what failed) and the rest from its end (how it ended: a
+/// program's last stderr lines) are kept, with how much was left out
+/// between them.
+pub(crate) fn shorten_keeping_ends(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let marker = |cut: usize| format!("\n…[{cut} bytes left out]…\n");
+    // The marker's length with the longest count it can show.
+    let room = max.saturating_sub(marker(text.len()).len());
+    let mut head = room / 4;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (room - head);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let shortened = format!("{}{}{}", &text[..head], marker(tail - head), &text[tail..]);
+    *text = shortened;
+    truncate_at_char_boundary(text, max);
 }
 
 /// The poison queue's name for a queue: `<queue>-poison` (the Azure
@@ -235,5 +259,33 @@ mod tests {
         assert!(huge.last_error_truncated);
         assert!(huge.last_error.len() <= MAX_LAST_ERROR_LEN);
         assert!(huge.to_message_text().unwrap().is_some());
+    }
+
+    #[test]
+    fn a_cut_error_keeps_what_failed_and_how_the_program_ended() {
+        let mut record = record("x");
+        let stderr: String = (0..1000).map(|i| format!("frame={i}\n")).collect();
+        record.last_error = format!(
+            "job j: the program exited with status 1; stderr ends with:\n{stderr}Error: CUDA out of memory"
+        );
+        record.cap_last_error();
+        let text = &record.last_error;
+        assert!(record.last_error_truncated);
+        assert!(text.len() <= MAX_LAST_ERROR_LEN, "{}", text.len());
+        assert!(
+            text.starts_with("job j: the program exited with status 1"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("frame=999\nError: CUDA out of memory"),
+            "{text}"
+        );
+        assert!(text.contains(" bytes left out]"), "{text}");
+        // Multi-byte characters are never split.
+        for max in 40..80 {
+            let mut text = "ééééé".repeat(20);
+            shorten_keeping_ends(&mut text, max);
+            assert!(text.len() <= max && text.ends_with('é'), "{max}: {text}");
+        }
     }
 }

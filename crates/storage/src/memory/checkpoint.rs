@@ -9,6 +9,8 @@ use async_trait::async_trait;
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
+use crate::files::ChunkStore;
+use crate::memory::InMemoryChunkStore;
 use crate::memory::outage::Outage;
 
 /// A stored checkpoint, its ETag and the stamp it was written with.
@@ -20,12 +22,21 @@ type Entry = (Checkpoint, ETag, Option<String>);
 pub struct InMemoryCheckpointStore {
     entries: Arc<Mutex<HashMap<String, Entry>>>,
     outage: Outage,
+    chunks: Arc<std::sync::OnceLock<InMemoryChunkStore>>,
 }
 
 impl InMemoryCheckpointStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The chunks of large checkpoints ([`CheckpointStore::chunks`]),
+    /// sharing this store's outage switch.
+    pub fn chunk_store(&self) -> InMemoryChunkStore {
+        self.chunks
+            .get_or_init(|| InMemoryChunkStore::sharing(self.outage.clone()))
+            .clone()
     }
 
     /// Simulates an outage: while `false`, every [`CheckpointStore`] call
@@ -106,6 +117,10 @@ impl CheckpointStore for InMemoryCheckpointStore {
         self.outage.check("checkpoint store")?;
         self.lock().remove(key);
         Ok(())
+    }
+
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        Some(Arc::new(self.chunk_store()))
     }
 }
 

@@ -5,10 +5,12 @@
 //! switched off (`set_available(false)`) to simulate a storage outage.
 
 mod checkpoint;
+mod chunks;
 mod outage;
 mod queue;
 mod result;
 
 pub use checkpoint::InMemoryCheckpointStore;
+pub use chunks::InMemoryChunkStore;
 pub use queue::{InMemoryQueue, StoredMessage};
 pub use result::InMemoryResultStore;
