@@ -6,6 +6,7 @@
 //! retried write after a conflict.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +18,9 @@ use spot_worker_storage::{
     Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
 };
 
+use spot_worker_storage::files::ChunkStore;
+
+use crate::chunks::BlobChunkStore;
 use crate::container::{Container, validate_blob_name};
 use crate::error::{Operation, map_error};
 
@@ -25,6 +29,7 @@ use crate::error::{Operation, map_error};
 #[derive(Clone)]
 pub struct BlobCheckpointStore {
     container: Container,
+    chunks: Arc<BlobChunkStore>,
 }
 
 impl fmt::Debug for BlobCheckpointStore {
@@ -38,8 +43,10 @@ impl fmt::Debug for BlobCheckpointStore {
 
 impl BlobCheckpointStore {
     pub(crate) fn new(container: String, client: BlobContainerClient, deadline: Duration) -> Self {
+        let container = Container::new(container, client, deadline);
         BlobCheckpointStore {
-            container: Container::new(container, client, deadline),
+            chunks: Arc::new(BlobChunkStore::new(container.clone())),
+            container,
         }
     }
 
@@ -112,6 +119,11 @@ impl CheckpointStore for BlobCheckpointStore {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         validate_key(key)?;
         self.container.delete(key, &self.what(key)).await
+    }
+
+    /// The container's `.spot-worker/chunks/` ([`BlobChunkStore`]).
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        Some(Arc::clone(&self.chunks) as Arc<dyn ChunkStore>)
     }
 }
 

@@ -48,6 +48,7 @@
 //! ```
 
 mod checkpoint;
+mod chunks;
 mod client;
 mod config;
 mod connection_string;
@@ -63,6 +64,7 @@ mod sas;
 mod workload_identity;
 
 pub use checkpoint::BlobCheckpointStore;
+pub use chunks::{BlobChunkStore, CHUNK_PREFIX};
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
     AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,

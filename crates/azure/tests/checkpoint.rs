@@ -203,3 +203,22 @@ async fn only_the_operator_scope_lists_checkpoints() {
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blob_chunk_store_meets_the_contract() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let store = storage.checkpoint_store(&unique("chunks")).unwrap();
+    store.create_container_if_missing().await.unwrap();
+    let chunks = store.chunks().expect("blob checkpoints keep files");
+    contract::chunk_store(chunks.as_ref()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_checkpoint_files_meet_the_contract() {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let store = storage.checkpoint_store(&unique("files")).unwrap();
+    store.create_container_if_missing().await.unwrap();
+    contract::checkpoint_files(Arc::new(store)).await;
+}
