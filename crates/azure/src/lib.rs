@@ -60,6 +60,7 @@ mod listing;
 mod queue;
 mod redact;
 mod result;
+mod result_blocks;
 mod sas;
 mod workload_identity;
 

@@ -19,7 +19,9 @@ use crate::error::{Operation, map_error};
 /// [`AzureStorage::result_store`](crate::AzureStorage::result_store).
 #[derive(Clone)]
 pub struct BlobResultStore {
-    container: Container,
+    pub(crate) container: Container,
+    /// Blocks staged at once by [`ResultStore::put_new_file`].
+    pub(crate) concurrency: usize,
 }
 
 impl fmt::Debug for BlobResultStore {
@@ -35,10 +37,18 @@ impl BlobResultStore {
     pub(crate) fn new(container: String, client: BlobContainerClient, deadline: Duration) -> Self {
         BlobResultStore {
             container: Container::new(container, client, deadline),
+            concurrency: 8,
         }
     }
 
-    fn what(&self, name: &str) -> String {
+    /// Stages up to `concurrency` blocks at once when a large result is
+    /// stored from its file (default 8; the bytes held stay under 16 MiB).
+    pub fn with_transfer_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    pub(crate) fn what(&self, name: &str) -> String {
         format!("result {}/{name}", self.container.name)
     }
 
@@ -73,7 +83,7 @@ impl BlobResultStore {
 }
 
 /// Results are usually JSON documents; anything else is stored as bytes.
-fn content_type(name: &str) -> &'static str {
+pub(crate) fn content_type(name: &str) -> &'static str {
     if name.ends_with(".json") {
         "application/json"
     } else {
@@ -124,6 +134,22 @@ impl ResultStore for BlobResultStore {
         validate_blob_name(name, "result name")?;
         let downloaded = self.container.download(name, &self.what(name)).await?;
         Ok(downloaded.map(|blob| blob.bytes.to_vec()))
+    }
+
+    /// One Put Blob for a result of one block or less; a larger one is
+    /// streamed in blocks (see `result_blocks.rs`).
+    async fn put_new_file(
+        &self,
+        name: &str,
+        file: std::fs::File,
+        len: u64,
+    ) -> Result<PutOutcome, StorageError> {
+        validate_blob_name(name, "result name")?;
+        if len <= crate::result_blocks::BLOCK {
+            let body = spot_worker_storage::read_whole(file, len).await?;
+            return self.put_new(name, &body).await;
+        }
+        self.put_new_in_blocks(name, file, len).await
     }
 }
 

@@ -184,3 +184,54 @@ async fn list_blob_names(azurite: &spot_worker_testkit::Azurite, container: &str
         .map(str::to_owned)
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_bigger_than_a_block_is_streamed_create_only() {
+    use std::io::Write as _;
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let results = storage.result_store(&unique("results")).unwrap();
+    results.prepare().await.unwrap();
+    // Two and a half blocks.
+    let bytes = contract::pseudo_random(10 * 1024 * 1024 + 12345, 9);
+    let file_of = |bytes: &[u8]| {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        file
+    };
+    let len = bytes.len() as u64;
+    assert_eq!(
+        results
+            .put_new_file("big.bin", file_of(&bytes), len)
+            .await
+            .unwrap(),
+        spot_worker_storage::PutOutcome::Created
+    );
+    assert_eq!(
+        results.get("big.bin").await.unwrap().as_deref(),
+        Some(&bytes[..])
+    );
+    // The same bytes again: compared range by range, nothing written.
+    assert_eq!(
+        results
+            .put_new_file("big.bin", file_of(&bytes), len)
+            .await
+            .unwrap(),
+        spot_worker_storage::PutOutcome::AlreadyExistsIdentical
+    );
+    // One byte different, in the last block: a conflict, the first kept.
+    let mut other = bytes.clone();
+    *other.last_mut().unwrap() ^= 1;
+    let error = results
+        .put_new_file("big.bin", file_of(&other), len)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, spot_worker_storage::StorageError::Conflict { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        results.get("big.bin").await.unwrap().as_deref(),
+        Some(&bytes[..])
+    );
+}

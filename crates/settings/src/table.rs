@@ -252,12 +252,30 @@ pub const EVICTION_RATE: Setting<f64> = Setting {
     secret: false,
 };
 
-/// The largest checkpoint file saved.
+/// The largest checkpoint saved (the file and the directory together).
 pub const CHECKPOINT_MAX_BYTES: Setting<u64> = Setting {
     key: "SPOT_WORKER_CHECKPOINT_MAX_BYTES",
-    default: 1_048_576,
+    default: 274_877_906_944,
+    default_doc: Some("`274877906944` (256 GiB)"),
+    doc: "`run`: the largest checkpoint saved (the checkpoint file and directory together, streamed in chunks: the runner's memory does not grow with it); a bigger one stops the program and counts as a failure",
+    secret: false,
+};
+
+/// The largest result file stored.
+pub const RESULT_MAX_BYTES: Setting<u64> = Setting {
+    key: "SPOT_WORKER_RESULT_MAX_BYTES",
+    default: 10_737_418_240,
+    default_doc: Some("`10737418240` (10 GiB)"),
+    doc: "`run`: the largest result file stored (streamed in blocks); a bigger one, found on exit 0 before anything is read, counts as a failure with its size and this limit",
+    secret: false,
+};
+
+/// Transfers at once when a checkpoint or result is saved or restored.
+pub const TRANSFER_CONCURRENCY: Setting<u64> = Setting {
+    key: "SPOT_WORKER_TRANSFER_CONCURRENCY",
+    default: 8,
     default_doc: None,
-    doc: "`run`: the largest checkpoint file saved; a bigger one stops the program and counts as a failure",
+    doc: "`run`: uploads (or downloads) at once when a checkpoint's chunks or a result's blocks are saved or restored; the bytes held in memory for them stay under 16 MiB whatever this is",
     secret: false,
 };
 
@@ -513,6 +531,8 @@ pub const ALL: &[&dyn Describe] = &[
     &CHECKPOINT_EVERY,
     &EVICTION_RATE,
     &CHECKPOINT_MAX_BYTES,
+    &RESULT_MAX_BYTES,
+    &TRANSFER_CONCURRENCY,
     &PASS_ENV,
     &PROGRAM_OUTPUT,
     &HEALTH_ADDR,

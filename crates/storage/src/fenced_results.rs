@@ -108,6 +108,23 @@ impl ResultStore for FencedResults {
     async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
         self.store.get(name).await
     }
+
+    /// [`ResultStore::put_new_file`], fenced like [`FencedResults::put_new`].
+    async fn put_new_file(
+        &self,
+        name: &str,
+        file: std::fs::File,
+        len: u64,
+    ) -> Result<PutOutcome, StorageError> {
+        if self.is_fenced() {
+            return Err(self.refused());
+        }
+        tokio::select! {
+            biased;
+            () = self.fence.cancelled() => Err(self.refused()),
+            put = self.store.put_new_file(name, file, len) => put,
+        }
+    }
 }
 
 #[cfg(test)]

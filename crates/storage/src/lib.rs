@@ -53,7 +53,7 @@ pub use memory::{
     InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue, InMemoryResultStore, StoredMessage,
 };
 pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
-pub use result::{PutOutcome, ResultStore};
+pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
 
 // Re-exported so users name the same types the traits use.
 pub use async_trait::async_trait;

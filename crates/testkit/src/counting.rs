@@ -298,4 +298,14 @@ impl<R: ResultStore> ResultStore for CountingResults<R> {
         StoreCalls::count(&self.calls.gets);
         self.inner.get(name).await
     }
+
+    async fn put_new_file(
+        &self,
+        name: &str,
+        file: std::fs::File,
+        len: u64,
+    ) -> Result<PutOutcome, StorageError> {
+        StoreCalls::count(&self.calls.puts);
+        self.inner.put_new_file(name, file, len).await
+    }
 }

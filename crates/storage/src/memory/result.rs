@@ -106,6 +106,18 @@ impl ResultStore for InMemoryResultStore {
         self.check(Some(name))?;
         Ok(self.lock().get(name).cloned())
     }
+
+    /// Reads the file whole (it is kept in memory anyway).
+    async fn put_new_file(
+        &self,
+        name: &str,
+        file: std::fs::File,
+        len: u64,
+    ) -> Result<PutOutcome, StorageError> {
+        self.check(Some(name))?;
+        let body = crate::result::read_whole(file, len).await?;
+        self.put_new(name, &body).await
+    }
 }
 
 #[cfg(test)]
