@@ -11,6 +11,7 @@ use clap::Args;
 use spot_worker::Setup;
 use spot_worker::settings::{CONFIG_FILE, Source, table};
 use spot_worker::storage::ResultStore;
+use spot_worker::storage::files::TransferLimits;
 use spot_worker_command::{
     CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
 };
@@ -19,7 +20,7 @@ use spot_worker_command::{
 #[command(
     after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
     --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
-    --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 1048576, \
+    --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 274877906944, --result-max-bytes 10737418240, \
     --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
     The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
     statuses, signals): docs/command.md."
@@ -108,7 +109,12 @@ pub async fn run(
         );
     }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
-    let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
+    let results: Arc<dyn ResultStore> = Arc::new(
+        setup
+            .storage
+            .result_store(&container)?
+            .with_transfer_concurrency(config.transfer.concurrency),
+    );
     let warmup_results = Arc::clone(&results);
     let worker = setup.worker()?.with_warmup(move || {
         let results = Arc::clone(&warmup_results);
@@ -165,6 +171,8 @@ fn command_config(
         .with_timeout(settings.get(&table::TIMEOUT)?)
         .with_stop_signal(signal)
         .with_checkpoint_max_bytes(settings.get(&table::CHECKPOINT_MAX_BYTES)?)
+        .with_result_max_bytes(settings.get(&table::RESULT_MAX_BYTES)?)
+        .with_transfer_limits(transfer_limits(settings)?)
         .with_pass_env(pass_env)
         .with_output_level(output)
         // The table's credentials, the file that may hold them, and whatever
@@ -178,6 +186,17 @@ fn command_config(
         config = config.with_job_key(field.into_owned());
     }
     Ok(config)
+}
+
+/// `SPOT_WORKER_TRANSFER_CONCURRENCY` as the runner's transfer limits.
+fn transfer_limits(settings: &Source) -> anyhow::Result<TransferLimits> {
+    let concurrency = settings.get(&table::TRANSFER_CONCURRENCY)?;
+    if !(1..=64).contains(&concurrency) {
+        return Err(settings
+            .invalid(&table::TRANSFER_CONCURRENCY, "must be 1 to 64")
+            .into());
+    }
+    Ok(TransferLimits::with_concurrency(concurrency as usize))
 }
 
 /// Whether the variable `name` (with `value`) is kept from programs, beyond

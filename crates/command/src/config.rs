@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_storage::files::TransferLimits;
+
 use crate::env::{SecretRule, is_secret};
 
 /// The default of `--permanent-exit-codes`: `EX_DATAERR` of sysexits.h.
@@ -15,8 +17,12 @@ pub const DEFAULT_PERMANENT_EXIT_CODES: [i32; 1] = [65];
 /// interval's least.
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
-/// The default of `--checkpoint-max-bytes`: 1 MiB.
-pub const DEFAULT_CHECKPOINT_MAX_BYTES: u64 = 1024 * 1024;
+/// The default of `--checkpoint-max-bytes`: 256 GiB (the checkpoint is
+/// streamed in chunks; the runner's memory does not grow with it).
+pub const DEFAULT_CHECKPOINT_MAX_BYTES: u64 = 256 << 30;
+
+/// The default of `--result-max-bytes`: 10 GiB (streamed in blocks).
+pub const DEFAULT_RESULT_MAX_BYTES: u64 = 10 << 30;
 
 /// The default of `--result-name`.
 pub const DEFAULT_RESULT_NAME: &str = "{job_key}";
@@ -48,8 +54,13 @@ pub struct CommandConfig {
     /// ([`Job::cadence`](spot_worker_storage::Job::cadence)); the program
     /// sees it as `SPOT_WORKER_CHECKPOINT_INTERVAL`.
     pub checkpoint_every: Option<Duration>,
-    /// The largest checkpoint file saved.
+    /// The largest checkpoint saved (file and directory together).
     pub checkpoint_max_bytes: u64,
+    /// The largest result file stored.
+    pub result_max_bytes: u64,
+    /// Transfers and bytes in flight when a checkpoint is saved or
+    /// restored.
+    pub transfer: TransferLimits,
     /// Variables passed to the program even if the secret rule rejects them.
     pub pass_env: Vec<String>,
     /// Which of the worker's variables the program does not get.
@@ -75,6 +86,8 @@ impl fmt::Debug for CommandConfig {
             .field("stop_signal", &self.stop_signal)
             .field("checkpoint_every", &self.checkpoint_every)
             .field("checkpoint_max_bytes", &self.checkpoint_max_bytes)
+            .field("result_max_bytes", &self.result_max_bytes)
+            .field("transfer", &self.transfer)
             .field("pass_env", &self.pass_env)
             .field("work_root", &self.work_root)
             .field("output_level", &self.output_level)
@@ -98,6 +111,8 @@ impl CommandConfig {
             stop_signal: libc::SIGTERM,
             checkpoint_every: None,
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_BYTES,
+            result_max_bytes: DEFAULT_RESULT_MAX_BYTES,
+            transfer: TransferLimits::DEFAULT,
             pass_env: Vec::new(),
             secret: Arc::new(is_secret),
             work_root: None,
@@ -142,9 +157,21 @@ impl CommandConfig {
         self
     }
 
-    /// Sets the largest checkpoint file saved.
+    /// Sets the largest checkpoint saved.
     pub fn with_checkpoint_max_bytes(mut self, limit: u64) -> Self {
         self.checkpoint_max_bytes = limit;
+        self
+    }
+
+    /// Sets the largest result file stored.
+    pub fn with_result_max_bytes(mut self, limit: u64) -> Self {
+        self.result_max_bytes = limit;
+        self
+    }
+
+    /// Saves and restores checkpoints with `limits`.
+    pub fn with_transfer_limits(mut self, limits: TransferLimits) -> Self {
+        self.transfer = limits;
         self
     }
 

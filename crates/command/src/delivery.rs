@@ -20,7 +20,7 @@ use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
 use crate::pace::{Pace, read_progress};
 use crate::progress::from_progress;
-use crate::saving::{FileVersion, Save, file_stamp};
+use crate::saving::{FileVersion, Save, SaveTask};
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -40,6 +40,46 @@ const OUTPUT_DRAIN: Duration = Duration::from_millis(250);
 /// its first save in a delivery, so the first save follows the file's
 /// first appearance instead of waiting a whole `--checkpoint-every`.
 pub const FIRST_SAVE_LOOK: Duration = Duration::from_millis(100);
+
+/// Restores the job's saved checkpoint into the delivery directory: the
+/// files a manifest names, or a checkpoint file saved whole by an older
+/// runner (base64 in the document). Returns the restored file's version.
+async fn restore(
+    checkpoint: &mut JobCheckpoint,
+    dir: &DeliveryDir,
+    key: &str,
+) -> Result<Option<FileVersion>, HandlerError> {
+    let roots = spot_worker_storage::files::CheckpointFiles::default()
+        .with_file("file", dir.checkpoint())
+        .with_dir("dir", dir.checkpoint_dir());
+    match checkpoint.manifest() {
+        Ok(Some(_)) => {
+            let restored = checkpoint
+                .restore_files(&roots)
+                .await
+                .map_err(|e| format!("job {key}: restoring its checkpoint: {e}"))?;
+            if let Some(restored) = restored {
+                tracing::info!(job_key = %key, files = restored.files, bytes = restored.bytes, took_ms = restored.took.as_millis() as u64, "resuming from the saved checkpoint");
+            }
+        }
+        Ok(None) => {
+            let saved = checkpoint
+                .progress()
+                .map(from_progress)
+                .transpose()
+                .map_err(|e| permanent(format!("job {key}: {e}")))?;
+            if let Some(bytes) = &saved {
+                std::fs::write(dir.checkpoint(), bytes)
+                    .map_err(|e| format!("job {key}: writing the checkpoint file: {e}"))?;
+                tracing::info!(job_key = %key, bytes = bytes.len(), "resuming from the saved checkpoint file");
+            }
+        }
+        Err(error) => return Err(format!("job {key}: {error}").into()),
+    }
+    Ok(std::fs::symlink_metadata(dir.checkpoint())
+        .ok()
+        .map(|meta| FileVersion::of(&meta)))
+}
 
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -62,7 +102,7 @@ impl CommandHandler {
             }
             None => false,
         };
-        let mut checkpoint = job
+        let checkpoint = job
             .checkpoint()
             .await
             .map_err(|e| format!("job {key}: reading its checkpoint: {e}"))?;
@@ -70,22 +110,15 @@ impl CommandHandler {
             tracing::info!(job_key = %key, "already completed; not run again");
             return Ok(());
         }
-        let saved = checkpoint
-            .progress()
-            .map(from_progress)
-            .transpose()
-            .map_err(|e| permanent(format!("job {key}: {e}")))?;
         let dir = DeliveryDir::create(config.work_root.as_deref())
             .map_err(|e| format!("job {key}: creating the delivery directory: {e}"))?;
-        let mut restored = None;
-        if let Some(bytes) = &saved {
-            std::fs::write(dir.checkpoint(), bytes)
-                .map_err(|e| format!("job {key}: writing the checkpoint file: {e}"))?;
-            restored = std::fs::metadata(dir.checkpoint())
-                .ok()
-                .map(|meta| FileVersion::of(&meta));
-            tracing::info!(job_key = %key, bytes = bytes.len(), "resuming from the saved checkpoint file");
-        }
+        let mut checkpoint = checkpoint.with_transfer_limits(config.transfer);
+        let restored = tokio::select! {
+            restored = restore(&mut checkpoint, &dir, &key) => restored?,
+            () = job.cancellation().cancelled() => {
+                return Err(format!("job {key}: not started, the worker is winding down").into());
+            }
+        };
         if job.cancellation().is_cancelled() {
             return Err(format!("job {key}: not started, the worker is winding down").into());
         }
@@ -100,14 +133,18 @@ impl CommandHandler {
             failures,
             key: key.clone(),
             dir,
-            last_saved: saved,
+            checkpoint: Some(checkpoint),
+            saving: None,
             saved_file: restored,
+            last_complete: None,
+            skipped_warned: false,
             program_started: None,
             pace: Pace::default(),
             progress_warned: false,
             spread_due: None,
+            last_left: None,
         };
-        let ended = run.run_program(&message_id, &mut checkpoint).await?;
+        let ended = run.run_program(&message_id).await?;
         let Ended {
             status,
             ended,
@@ -132,8 +169,13 @@ impl CommandHandler {
         match outcome {
             Verdict::Done => match run.check_final_size().await {
                 Ok(()) => {
-                    run.finish(&mut checkpoint, &message_id, keyed_by_body)
-                        .await
+                    // Done: a save still running is no use any more.
+                    if let Some(task) = run.saving.take()
+                        && let Some(end) = task.abandon().await
+                    {
+                        run.checkpoint = Some(end.checkpoint);
+                    }
+                    run.finish(&message_id, keyed_by_body).await
                 }
                 Err(fault) => Err(with_stderr(format!(
                     "the program exited 0, but {fault}; no result stored"
@@ -141,7 +183,7 @@ impl CommandHandler {
                 .into()),
             },
             Verdict::Released => {
-                let fault = run.save_final(&mut checkpoint).await;
+                let fault = run.save_final().await;
                 let reason = match fault {
                     None => format!(
                         "job {key}: the program was stopped for a notice or shutdown (it {status}); \
@@ -157,11 +199,11 @@ impl CommandHandler {
                 Err(reason.into())
             }
             Verdict::Permanent(reason) => {
-                let fault = run.save_final(&mut checkpoint).await;
+                let fault = run.save_final().await;
                 Err(permanent(with_stderr(unsaved(reason, fault))))
             }
             Verdict::Failed(reason) => {
-                let fault = run.save_final(&mut checkpoint).await;
+                let fault = run.save_final().await;
                 Err(with_stderr(unsaved(reason, fault)).into())
             }
         }
@@ -183,10 +225,16 @@ pub(crate) struct Run<'a> {
     pub(crate) failures: u32,
     pub(crate) key: String,
     pub(crate) dir: DeliveryDir,
-    /// The checkpoint file's bytes as last saved (or restored).
-    pub(crate) last_saved: Option<Vec<u8>>,
+    /// The job's checkpoint; `None` while a save holds it.
+    pub(crate) checkpoint: Option<JobCheckpoint>,
+    /// The save running beside the loop, if any.
+    pub(crate) saving: Option<SaveTask>,
     /// The version of the file last saved (or restored).
     pub(crate) saved_file: Option<FileVersion>,
+    /// When the last save completed.
+    pub(crate) last_complete: Option<std::time::Instant>,
+    /// Whether passed-over checkpoint paths were said in the log.
+    pub(crate) skipped_warned: bool,
     /// When the program was started.
     pub(crate) program_started: Option<std::time::Instant>,
     /// The program's pace, from its progress file.
@@ -196,21 +244,19 @@ pub(crate) struct Run<'a> {
     /// What the progress decided at the last look, so the log says each
     /// change once rather than every look.
     spread_due: Option<bool>,
+    /// What the progress file said was left at the last look.
+    last_left: Option<Duration>,
 }
 
 impl Run<'_> {
     /// Starts the program and waits for it, saving its checkpoint file as it
     /// changes and stopping it on a notice, a timeout or a fault; returns
     /// once the program and its whole group are gone.
-    async fn run_program(
-        &mut self,
-        message_id: &str,
-        checkpoint: &mut JobCheckpoint,
-    ) -> Result<Ended, HandlerError> {
+    async fn run_program(&mut self, message_id: &str) -> Result<Ended, HandlerError> {
         let config = &self.handler.config;
         let key = self.key.clone();
         // Before the start, so a file the program writes at once is new.
-        let mut looked_at = file_stamp(&self.dir.checkpoint());
+        let mut looked_at = self.roots().fingerprint().ok().flatten();
         self.program_started = Some(std::time::Instant::now());
         let mut child = self.spawn(message_id).await?;
         let pgid = child
@@ -252,47 +298,62 @@ impl Run<'_> {
                     signal_group(pgid, libc::SIGKILL);
                     ended = RunnerEnded::ForTimeout;
                 }
-                () = tokio::time::sleep_until(next_save) => {
+                joined = async { self.saving.as_mut().map(|task| &mut task.handle).expect("a save runs").await }, if self.saving.is_some() => {
+                    let stamp = self.saving.as_ref().and_then(|task| task.fingerprint);
+                    self.saving = None;
+                    // Trouble (the store unreachable) waits a whole period.
+                    let mut later = false;
+                    match self.save_ended(joined) {
+                        Ok(Save::Saved) => {
+                            saved_once = true;
+                            looked_at = stamp;
+                        }
+                        Ok(Save::Unchanged) => looked_at = stamp,
+                        Ok(Save::Later) => later = true,
+                        Err(fault) if ended == RunnerEnded::No => {
+                            tracing::error!(job_key = %key, error = %fault, "killing the program");
+                            signal_group(pgid, libc::SIGKILL);
+                            ended = RunnerEnded::ForFault(fault);
+                        }
+                        Err(_) => {}
+                    }
+                    let left = self.last_left;
+                    next_save = Instant::now()
+                        + if later {
+                            self.save_interval()
+                        } else if saved_once {
+                            self.next_look(left)
+                        } else {
+                            FIRST_SAVE_LOOK
+                        };
+                }
+                () = tokio::time::sleep_until(next_save), if self.saving.is_none() => {
                     // Before the first save only for the pace's first reading.
                     let left = if saved_once || !self.pace.started() {
                         self.progress_left().await
                     } else {
                         None
                     };
-                    let stamp = file_stamp(&self.dir.checkpoint());
-                    // Trouble (the store unreachable) waits a whole period.
-                    let mut later = false;
+                    self.last_left = left;
+                    let stamp = self.roots().fingerprint().ok().flatten();
                     let look = match (saved_once, left) {
                         (false, _) => stamp != looked_at,
-                        (true, None) => true,
+                        (true, None) => stamp != looked_at,
                         // Looked at often once due (`next_look`): only a
                         // new version of the file is read.
-                        (true, Some(_)) => self.is_due(checkpoint, left) && stamp != looked_at,
+                        (true, Some(_)) => self.is_due(left) && stamp != looked_at,
                     };
                     if look {
-                        match self.save_if_changed(checkpoint).await {
-                            Ok(Save::Saved) => {
-                                saved_once = true;
-                                looked_at = stamp;
-                            }
-                            Ok(Save::Unchanged) => looked_at = stamp,
-                            Ok(Save::Later) => later = true,
-                            Err(fault) if ended == RunnerEnded::No => {
-                                tracing::error!(job_key = %key, error = %fault, "killing the program");
-                                signal_group(pgid, libc::SIGKILL);
-                                ended = RunnerEnded::ForFault(fault);
-                            }
-                            Err(_) => {}
-                        }
+                        // Beside the loop: its end is the branch above.
+                        self.start_save(false);
+                    } else {
+                        next_save = Instant::now()
+                            + if saved_once {
+                                self.next_look(left)
+                            } else {
+                                FIRST_SAVE_LOOK
+                            };
                     }
-                    next_save = Instant::now()
-                        + if later {
-                            self.save_interval()
-                        } else if saved_once {
-                            self.next_look(checkpoint, left)
-                        } else {
-                            FIRST_SAVE_LOOK
-                        };
                 }
             }
         };
@@ -328,13 +389,14 @@ impl Run<'_> {
     /// after the first save: always, unless the program's progress says
     /// how long its job has `left`, when the worker's interval spread over
     /// the rest of the job decides (docs/checkpoint-interval.md).
-    fn is_due(&mut self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> bool {
-        let Some(left) = left else {
+    fn is_due(&mut self, left: Option<Duration>) -> bool {
+        let (Some(left), Some(checkpoint)) = (left, self.checkpoint.as_ref()) else {
             return true;
         };
         let due = checkpoint.is_due_before_end(left);
+        let since_last_save = checkpoint.since_last_save();
         if self.spread_due.replace(due) != Some(due) {
-            tracing::debug!(job_key = %self.key, ?left, due, since_last_save = ?checkpoint.since_last_save(), "the program's progress spreads the saves over the rest of its job");
+            tracing::debug!(job_key = %self.key, ?left, due, ?since_last_save, "the program's progress spreads the saves over the rest of its job");
         }
         due
     }
@@ -345,9 +407,9 @@ impl Run<'_> {
     /// (at least [`FIRST_SAVE_LOOK`], as before the first save: a save
     /// due waits only for the program's next version of the file), else
     /// [`Run::save_interval`].
-    fn next_look(&self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> Duration {
-        match left {
-            Some(left) => {
+    fn next_look(&self, left: Option<Duration>) -> Duration {
+        match (left, self.checkpoint.as_ref()) {
+            (Some(left), Some(checkpoint)) => {
                 let since = checkpoint.since_last_save();
                 checkpoint
                     .cadence()
@@ -355,7 +417,7 @@ impl Run<'_> {
                     .saturating_sub(since)
                     .max(FIRST_SAVE_LOOK)
             }
-            None => self.save_interval(),
+            _ => self.save_interval(),
         }
     }
 
@@ -395,6 +457,10 @@ impl Run<'_> {
                 path_text(self.dir.work().to_path_buf()),
             ),
             ("SPOT_WORKER_CHECKPOINT", path_text(self.dir.checkpoint())),
+            (
+                "SPOT_WORKER_CHECKPOINT_DIR",
+                path_text(self.dir.checkpoint_dir()),
+            ),
             ("SPOT_WORKER_RESULT", path_text(self.dir.result())),
             ("SPOT_WORKER_PROGRESS", path_text(self.dir.progress())),
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),

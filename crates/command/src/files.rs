@@ -8,6 +8,9 @@ use tempfile::TempDir;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+/// The checkpoint directory's name in the delivery directory.
+const CHECKPOINT_DIR: &str = "checkpoint.d";
+
 /// A fresh directory per delivery (mode 0700), removed when dropped.
 #[derive(Debug)]
 pub struct DeliveryDir {
@@ -35,6 +38,7 @@ impl DeliveryDir {
         )?;
         let work = dir.path().join("work");
         std::fs::create_dir(&work)?;
+        std::fs::create_dir(dir.path().join(CHECKPOINT_DIR))?;
         Ok(DeliveryDir { dir, work })
     }
 
@@ -46,6 +50,12 @@ impl DeliveryDir {
     /// `SPOT_WORKER_CHECKPOINT`.
     pub fn checkpoint(&self) -> PathBuf {
         self.dir.path().join("checkpoint")
+    }
+
+    /// `SPOT_WORKER_CHECKPOINT_DIR`: a directory the program fills (what
+    /// ML frameworks write), saved and restored with the file.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.dir.path().join(CHECKPOINT_DIR)
     }
 
     /// `SPOT_WORKER_PROGRESS`.
@@ -66,10 +76,17 @@ impl DeliveryDir {
     /// Writes the notice file (`SPOT_WORKER_DEADLINE=<RFC 3339>`), whole:
     /// a temporary file renamed over it.
     pub fn write_notice(&self, deadline: OffsetDateTime) -> std::io::Result<()> {
-        let text = notice_text(deadline);
-        let temporary = self.dir.path().join(".notice.tmp");
-        std::fs::write(&temporary, text)?;
-        std::fs::rename(&temporary, self.notice())
+        use std::io::Write as _;
+        // A fresh name (O_EXCL): nothing the program put in the directory
+        // (a link, a FIFO) is written through.
+        let mut temporary = tempfile::Builder::new()
+            .prefix(".notice.")
+            .tempfile_in(self.dir.path())?;
+        temporary.write_all(notice_text(deadline).as_bytes())?;
+        temporary
+            .persist(self.notice())
+            .map(drop)
+            .map_err(|e| e.error)
     }
 }
 

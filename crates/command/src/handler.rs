@@ -8,6 +8,7 @@ use serde_json::Value;
 use spot_worker_storage::{HandlerError, Job, MessageHandler, ResultStore};
 
 use crate::config::CommandConfig;
+use crate::saving::Throughput;
 
 /// Runs [`CommandConfig::program`] once per message under the contract of
 /// docs/command.md; results go to `results`. The consumer running it needs
@@ -26,6 +27,8 @@ use crate::config::CommandConfig;
 pub struct CommandHandler {
     pub(crate) config: Arc<CommandConfig>,
     pub(crate) results: Arc<dyn ResultStore>,
+    /// The throughput of this worker's checkpoint saves.
+    pub(crate) throughput: Arc<Throughput>,
 }
 
 impl CommandHandler {
@@ -34,6 +37,7 @@ impl CommandHandler {
         CommandHandler {
             config: Arc::new(config),
             results,
+            throughput: Arc::default(),
         }
     }
 

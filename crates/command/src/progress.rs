@@ -1,7 +1,7 @@
 //! The checkpoint file: read it whole and only when it holds still, and
 //! keep its bytes, exactly, in the job's checkpoint.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -9,6 +9,8 @@ use std::path::Path;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
+use spot_worker_storage::files::Manifest;
+use spot_worker_storage::files::manifest::{Content, Files};
 
 /// The checkpoint field that holds the file's bytes, base64-encoded.
 const FILE_FIELD: &str = "file_base64";
@@ -41,6 +43,13 @@ pub enum ProgressError {
         /// The system's error.
         source: std::io::Error,
     },
+    /// The checkpoint file is saved in chunks: restore it with
+    /// [`JobCheckpoint::restore_files`](spot_worker_storage::JobCheckpoint::restore_files).
+    #[error("the checkpoint file ({size} bytes) is saved in chunks, not in the document")]
+    Chunked {
+        /// Its size.
+        size: u64,
+    },
     /// The job's checkpoint was not written by this runner.
     #[error(
         "the job's checkpoint holds {found}, not a saved checkpoint file ({{\"{FILE_FIELD}\": …}})"
@@ -72,10 +81,10 @@ pub fn read_stable_version(
         source,
     };
     for _ in 0..STABLE_TRIES {
-        let mut file = match File::open(path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(io(error)),
+        let mut file = match spot_worker_storage::files::open_regular(path) {
+            Ok((file, _)) => file,
+            Err(missing) if missing.is_missing() => return Ok(None),
+            Err(error) => return Err(io(std::io::Error::other(error.to_string()))),
         };
         let before = file.metadata().map_err(io)?;
         if before.len() > limit {
@@ -96,7 +105,7 @@ pub fn read_stable_version(
             });
         }
         let after = file.metadata().map_err(io)?;
-        let at_path = match fs::metadata(path) {
+        let at_path = match fs::symlink_metadata(path) {
             Ok(meta) => Some(meta),
             Err(error) if error.kind() == ErrorKind::NotFound => None,
             Err(error) => return Err(io(error)),
@@ -117,8 +126,27 @@ pub fn to_progress(bytes: &[u8]) -> Value {
     json!({ FILE_FIELD: STANDARD.encode(bytes), "bytes": bytes.len() })
 }
 
-/// The file bytes a progress value keeps.
+/// The checkpoint file's bytes a progress value keeps: the file a
+/// manifest keeps inline (a small one; a large one is in chunks, which
+/// [`JobCheckpoint::restore_files`](spot_worker_storage::JobCheckpoint::restore_files)
+/// restores), or the whole file an older runner kept as base64.
 pub fn from_progress(progress: &Value) -> Result<Vec<u8>, ProgressError> {
+    if let Some(manifest) = Manifest::from_progress(progress) {
+        let manifest = manifest.map_err(|e| ProgressError::NotAFile {
+            found: e.to_string(),
+        })?;
+        let file = match &manifest.files {
+            Files::Listed(files) => files.iter().find(|file| file.path == "file"),
+            Files::Table(_) => None,
+        };
+        return match file.map(|file| (&file.content, file.size)) {
+            Some((Content::Inline(bytes), _)) => Ok(bytes.clone()),
+            Some((_, size)) => Err(ProgressError::Chunked { size }),
+            None => Err(ProgressError::NotAFile {
+                found: "a manifest without a checkpoint file".to_owned(),
+            }),
+        };
+    }
     let not_a_file = || {
         let mut found = progress.to_string();
         if found.len() > 200 {

@@ -1,174 +1,319 @@
-//! What a delivery leaves behind: its checkpoint file saved (while the
-//! program runs and once it has ended), and on a clean exit its result
-//! stored create-only and the job marked completed.
+//! What a delivery leaves behind: its checkpoint (the file and the
+//! directory) saved while the program runs and once it has ended, and on a
+//! clean exit its result stored create-only and the job marked completed.
+//!
+//! A save runs on a task of its own beside the delivery's loop
+//! ([`SaveTask`]): the loop only starts it and looks at its end, so a slow
+//! or stalled store never holds up the stop signal, a timeout or a kill.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
+use spot_worker_storage::files::{CheckpointFiles, SaveFilesError, SaveStats};
 use spot_worker_storage::{
-    Blocking, Checkpoint, HandlerError, JobCheckpoint, PutOutcome, StorageError, permanent,
+    Blocking, CancellationToken, Committed, HandlerError, JobCheckpoint, PutOutcome, StorageError,
+    permanent,
 };
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::delivery::Run;
-use crate::progress::{ProgressError, read_stable, read_stable_version, to_progress};
 use crate::write_time::{Unmeasured, write_duration};
 
-/// What one look at the checkpoint file did.
+/// What one save did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Save {
-    /// Its bytes are saved now.
+    /// The files are saved now.
     Saved,
-    /// Nothing to save: no file, or the bytes last saved.
+    /// Nothing to save: no files, or the files saved last.
     Unchanged,
-    /// Not saved this time (it kept changing while read, the store was
+    /// Not saved this time (they kept changing while read, the store was
     /// not reachable): the next look tries again.
     Later,
 }
 
+/// The end of a save task: its checkpoint handle back, and what it did
+/// (or the program's fault: a checkpoint over the size limit, a save lost
+/// to another holder of the job).
+pub(crate) struct SaveEnd {
+    pub(crate) checkpoint: JobCheckpoint,
+    pub(crate) outcome: Result<Done, String>,
+}
+
+/// What a finished save reports.
+pub(crate) struct Done {
+    pub(crate) save: Save,
+    /// The checkpoint file's version saved, if any.
+    pub(crate) file: Option<FileVersion>,
+    /// What was passed over (a FIFO at the checkpoint path), with why.
+    pub(crate) skipped: Vec<String>,
+    pub(crate) stats: SaveStats,
+}
+
+/// A save running beside the delivery's loop.
+pub(crate) struct SaveTask {
+    pub(crate) handle: JoinHandle<SaveEnd>,
+    abandon: CancellationToken,
+    /// What the checkpoint looked like when the save started.
+    pub(crate) fingerprint: Option<[u8; 32]>,
+}
+
+impl SaveTask {
+    /// Stops the save (the upload in flight is dropped; what it sent is
+    /// deleted after a later save) and returns its end.
+    pub(crate) async fn abandon(self) -> Option<SaveEnd> {
+        self.abandon.cancel();
+        self.handle.await.ok()
+    }
+}
+
+/// What a save needs from its delivery, copied into its task.
+struct SaveContext {
+    roots: CheckpointFiles,
+    limit: u64,
+    saved_file: Option<FileVersion>,
+    ran_for: Duration,
+    awaited: bool,
+}
+
 impl Run<'_> {
-    /// Saves the checkpoint file if it changed since the last save. An
-    /// error is a fault of the program's (a file over the size limit), for
-    /// which it is stopped; other trouble is only logged (the next look, or
-    /// the final save, tries again).
-    pub(crate) async fn save_if_changed(
-        &mut self,
-        checkpoint: &mut JobCheckpoint,
-    ) -> Result<Save, String> {
-        // The upload runs beside the program: only its writing blocked it.
-        self.save_changed(checkpoint, false).await
+    /// The checkpoint's roots: `SPOT_WORKER_CHECKPOINT` and
+    /// `SPOT_WORKER_CHECKPOINT_DIR`.
+    pub(crate) fn roots(&self) -> CheckpointFiles {
+        CheckpointFiles::default()
+            .with_file("file", self.dir.checkpoint())
+            .with_dir("dir", self.dir.checkpoint_dir())
     }
 
-    /// [`Run::save_if_changed`]; `awaited` if the delivery waits for the
-    /// upload (the program has ended).
-    async fn save_changed(
+    /// Starts saving the checkpoint beside the loop (`awaited`: the
+    /// delivery waits for it, the program has ended). Nothing if a save
+    /// runs already, or the handle is gone.
+    pub(crate) fn start_save(&mut self, awaited: bool) {
+        if self.saving.is_some() {
+            return;
+        }
+        let Some(checkpoint) = self.checkpoint.take() else {
+            return;
+        };
+        let roots = self.roots();
+        let fingerprint = roots.fingerprint().ok().flatten();
+        let context = SaveContext {
+            roots,
+            limit: self.handler.config.checkpoint_max_bytes,
+            saved_file: self.saved_file,
+            ran_for: self
+                .program_started
+                .map(|started| started.elapsed())
+                .unwrap_or_default(),
+            awaited,
+        };
+        let abandon = CancellationToken::new();
+        let key = self.key.clone();
+        let stop = abandon.clone();
+        let handle = tokio::spawn(async move {
+            let mut checkpoint = checkpoint;
+            let outcome = tokio::select! {
+                outcome = save_once(&mut checkpoint, &context, &key) => outcome,
+                () = stop.cancelled() => Ok(Done {
+                    save: Save::Later,
+                    file: None,
+                    skipped: Vec::new(),
+                    stats: SaveStats::default(),
+                }),
+            };
+            SaveEnd {
+                checkpoint,
+                outcome,
+            }
+        });
+        self.saving = Some(SaveTask {
+            handle,
+            abandon,
+            fingerprint,
+        });
+    }
+
+    /// Takes the end of a save: the handle back, the version saved, the
+    /// measured throughput, and one warning per delivery for files passed
+    /// over. A task that died takes the handle with it: then no save is
+    /// made any more, and the delivery's outcome says why.
+    pub(crate) fn save_ended(
         &mut self,
-        checkpoint: &mut JobCheckpoint,
-        awaited: bool,
+        joined: Result<SaveEnd, tokio::task::JoinError>,
     ) -> Result<Save, String> {
-        let path = self.dir.checkpoint();
-        let limit = self.handler.config.checkpoint_max_bytes;
-        let read = tokio::task::spawn_blocking(move || read_stable_version(&path, limit)).await;
-        let (bytes, meta) = match read {
-            Ok(Ok(Some(read))) => read,
-            Ok(Ok(None)) => return Ok(Save::Unchanged),
-            Ok(Err(error @ ProgressError::TooBig { .. })) => return Err(error.to_string()),
-            Ok(Err(error)) => {
-                tracing::warn!(job_key = %self.key, %error, "the checkpoint file was not saved this time");
-                return Ok(Save::Later);
-            }
-            Err(error) => {
-                tracing::warn!(job_key = %self.key, %error, "reading the checkpoint file failed");
-                return Ok(Save::Later);
-            }
-        };
-        if self.last_saved.as_deref() == Some(bytes.as_slice()) {
-            return Ok(Save::Unchanged);
+        let end = joined.map_err(|e| format!("the checkpoint's save failed: {e}"))?;
+        self.checkpoint = Some(end.checkpoint);
+        let done = end.outcome?;
+        if !done.skipped.is_empty() && !std::mem::replace(&mut self.skipped_warned, true) {
+            tracing::warn!(job_key = %self.key, skipped = ?done.skipped, "not saved: the checkpoint paths must be regular files (or, under SPOT_WORKER_CHECKPOINT_DIR, directories of them); links, FIFOs and devices are passed over");
         }
-        let version = FileVersion::of(&meta);
-        let blocking = self.blocking(&meta, version, awaited);
-        let progress = Checkpoint::InProgress {
-            progress: to_progress(&bytes),
-        };
-        match checkpoint.save_blocking(progress, blocking).await {
-            Ok(()) => {
-                tracing::debug!(job_key = %self.key, bytes = bytes.len(), written_in = ?blocking.written_before, "checkpoint file saved");
-                self.last_saved = Some(bytes);
-                self.saved_file = Some(version);
-                Ok(Save::Saved)
-            }
-            // Released or lost: the next holder resumes from the last save.
-            Err(StorageError::JobCancelled { .. }) => Ok(Save::Unchanged),
-            Err(error @ StorageError::Conflict { .. }) => Err(format!(
-                "saving its checkpoint file lost to another holder of the job: {error}"
-            )),
-            Err(error) => {
-                tracing::warn!(job_key = %self.key, %error, "the checkpoint file could not be saved; trying again later");
-                Ok(Save::Later)
-            }
+        if done.save == Save::Saved {
+            self.handler.throughput.record(&done.stats);
+            self.saved_file = done.file.or(self.saved_file);
+            self.last_complete = Some(std::time::Instant::now());
         }
+        Ok(done.save)
     }
 
     /// The last save, once the program is gone; the program's fault (a
-    /// file over the size limit) if the file could not be saved for it,
+    /// checkpoint over the size limit) if it could not be saved for it,
     /// which the delivery's outcome then carries.
-    pub(crate) async fn save_final(&mut self, checkpoint: &mut JobCheckpoint) -> Option<String> {
-        let fault = self.save_changed(checkpoint, true).await.err()?;
-        tracing::error!(job_key = %self.key, error = %fault, "the last checkpoint file was not saved");
-        Some(fault)
-    }
-
-    /// What saving the version of the checkpoint file `meta` describes
-    /// blocks: the program's writing of it, measured from the file
-    /// ([`write_duration`]), and the upload if `awaited`. A write that
-    /// cannot be measured makes the upload's own time the cost, as if the
-    /// program had waited for it (what was measured before writes were),
-    /// said once per runner in the log.
-    fn blocking(&self, meta: &std::fs::Metadata, version: FileVersion, awaited: bool) -> Blocking {
-        let ran_for = self
-            .program_started
-            .map(|started| started.elapsed())
-            .unwrap_or_default();
-        // Linux always gives a modification time; without one there would
-        // be nothing to measure from, as without a birth time.
-        let written = meta
-            .modified()
-            .map_err(|_| Unmeasured::NoBirthTime)
-            .and_then(|modified| {
-                write_duration(
-                    meta.created().ok(),
-                    modified,
-                    self.saved_file == Some(version),
-                    ran_for,
-                )
-            });
-        match written {
-            Ok(written_before) => Blocking {
-                written_before,
-                awaited,
-            },
-            Err(why) => {
-                unmeasured_once(why);
-                Blocking::CALL
+    ///
+    /// A save still running is finished if it is saving what is there now,
+    /// within the time left before the release; one saving an older
+    /// version is abandoned for this one. This one is planned against the
+    /// time left: at the throughput measured so far, a checkpoint that
+    /// cannot be saved in time is not started, and the last complete
+    /// checkpoint stands; the log says so either way.
+    pub(crate) async fn save_final(&mut self) -> Option<String> {
+        let until = self.job.deadline().map(|release| {
+            release - FINAL_SAVE_SLACK.min(release.saturating_duration_since(Instant::now()))
+        });
+        if let Some(task) = self.saving.take() {
+            let now = self.roots().fingerprint().ok().flatten();
+            if task.fingerprint.is_some() && task.fingerprint == now {
+                match self.finish_in_time(task, until).await {
+                    Some(Ok(Save::Later)) => {}
+                    Some(Ok(_)) => return None,
+                    Some(Err(fault)) => return Some(self.final_fault(fault)),
+                    None => return None,
+                }
+            } else if let Some(end) = task.abandon().await {
+                tracing::info!(job_key = %self.key, "a save of an older version of the checkpoint was abandoned for the final save");
+                self.checkpoint = Some(end.checkpoint);
             }
         }
+        if !self.fits(until) {
+            return None;
+        }
+        // A file that changed while read is read again (the program has
+        // ended: it holds still now, unless something else writes it).
+        for _ in 0..3 {
+            self.start_save(true);
+            let task = self.saving.take()?;
+            match self.finish_in_time(task, until).await {
+                Some(Ok(Save::Later)) => continue,
+                Some(Ok(_)) | None => return None,
+                Some(Err(fault)) => return Some(self.final_fault(fault)),
+            }
+        }
+        tracing::warn!(job_key = %self.key, "the final save of the checkpoint did not succeed; the last complete checkpoint stands");
+        None
     }
 
-    /// On a clean exit the file is not saved (the job is marked completed
-    /// instead), but the limit holds all the same: a file over it is the
-    /// program's fault, as at every other save.
+    fn final_fault(&self, fault: String) -> String {
+        tracing::error!(job_key = %self.key, error = %fault, "the last checkpoint was not saved");
+        fault
+    }
+
+    /// Waits for `task` until `until`; abandons it then (saying that the
+    /// last complete checkpoint stands). `None` if abandoned.
+    async fn finish_in_time(
+        &mut self,
+        task: SaveTask,
+        until: Option<Instant>,
+    ) -> Option<Result<Save, String>> {
+        let SaveTask {
+            mut handle,
+            abandon,
+            ..
+        } = task;
+        let joined = match until {
+            None => (&mut handle).await,
+            Some(until) => match tokio::time::timeout_at(until, &mut handle).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    abandon.cancel();
+                    if let Ok(end) = handle.await {
+                        self.checkpoint = Some(end.checkpoint);
+                    }
+                    tracing::warn!(job_key = %self.key, since_last_complete = ?self.last_complete.map(|at| at.elapsed()), "the checkpoint's save did not finish before the release and was abandoned: the last complete checkpoint stands");
+                    return None;
+                }
+            },
+        };
+        Some(self.save_ended(joined))
+    }
+
+    /// Whether a save of the checkpoint as it is now can finish before
+    /// `until` at the throughput measured so far; logs why not.
+    fn fits(&self, until: Option<Instant>) -> bool {
+        let (Some(until), Some(rate)) = (until, self.handler.throughput.bytes_per_second()) else {
+            return true;
+        };
+        let size = self.roots().size().unwrap_or(0);
+        let needs = Duration::from_secs_f64(size as f64 / rate);
+        let left = until.saturating_duration_since(Instant::now());
+        if needs <= left {
+            return true;
+        }
+        tracing::warn!(
+            job_key = %self.key,
+            bytes = size,
+            needs_ms = needs.as_millis() as u64,
+            left_ms = left.as_millis() as u64,
+            measured_mb_per_s = rate / 1e6,
+            since_last_complete = ?self.last_complete.map(|at| at.elapsed()),
+            "the final save would not finish before the release at the throughput measured: not started; the last complete checkpoint stands"
+        );
+        false
+    }
+
+    /// On a clean exit the checkpoint is not saved (the job is marked
+    /// completed instead), but the limit holds all the same: a checkpoint
+    /// over it is the program's fault, as at every other save.
     pub(crate) async fn check_final_size(&self) -> Result<(), String> {
-        let path = self.dir.checkpoint();
+        let roots = self.roots();
         let limit = self.handler.config.checkpoint_max_bytes;
-        let size =
-            tokio::task::spawn_blocking(move || std::fs::metadata(path).map(|m| m.len())).await;
+        let size = tokio::task::spawn_blocking(move || roots.size()).await;
         match size {
-            Ok(Ok(size)) if size > limit => Err(ProgressError::TooBig { size, limit }.to_string()),
+            Ok(Ok(size)) if size > limit => Err(SaveFilesError::TooBig { size, limit }.to_string()),
             _ => Ok(()),
         }
     }
 
-    /// A clean exit: store the result file create-only, then mark the job
-    /// completed.
+    /// A clean exit: store the result file create-only (streamed; a file
+    /// over `--result-max-bytes`, or not a regular file, is a counted
+    /// failure before anything is read), then mark the job completed.
     pub(crate) async fn finish(
         &mut self,
-        checkpoint: &mut JobCheckpoint,
         message_id: &str,
         keyed_by_body: bool,
     ) -> Result<(), HandlerError> {
         let key = self.key.clone();
         let config = &self.handler.config;
         let path = self.dir.result();
-        let read = tokio::task::spawn_blocking(move || read_stable(&path, u64::MAX))
-            .await
-            .map_err(|e| format!("job {key}: reading the result file: {e}"))?
-            .map_err(|e| format!("job {key}: {e}"))?;
-        let name = match read {
-            Some(bytes) => {
+        let opened =
+            tokio::task::spawn_blocking(move || spot_worker_storage::files::open_regular(&path))
+                .await
+                .map_err(|e| format!("job {key}: opening the result file: {e}"))?;
+        let name = match opened {
+            Err(missing) if missing.is_missing() => None,
+            Err(error) => {
+                return Err(format!(
+                    "job {key}: the program exited 0, but {error}; no result stored"
+                )
+                .into());
+            }
+            Ok((file, meta)) => {
+                let limit = config.result_max_bytes;
+                if meta.len() > limit {
+                    return Err(format!(
+                        "job {key}: the program exited 0, but the result file is {} bytes, over the limit of {limit} bytes (SPOT_WORKER_RESULT_MAX_BYTES); no result stored",
+                        meta.len()
+                    )
+                    .into());
+                }
                 let name = config.result_name_for(&key, message_id);
-                self.put_result(&name, &bytes).await?;
+                self.put_result(&name, file, meta.len()).await?;
                 Some(name)
             }
-            None => None,
+        };
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            return Err(
+                format!("job {key}: its checkpoint handle was lost with a failed save").into(),
+            );
         };
         // A job keyed by its body is marked completed so duplicates are
         // deleted unrun; one keyed by its message id only if it saved
@@ -187,10 +332,15 @@ impl Run<'_> {
 
     /// Stores the result create-only; the same bytes already there are
     /// success, other bytes a permanent failure.
-    async fn put_result(&self, name: &str, bytes: &[u8]) -> Result<(), HandlerError> {
+    async fn put_result(
+        &self,
+        name: &str,
+        file: std::fs::File,
+        len: u64,
+    ) -> Result<(), HandlerError> {
         let key = &self.key;
         let results = &self.handler.results;
-        match results.put_new(name, bytes).await {
+        match results.put_new_file(name, file, len).await {
             Ok(PutOutcome::Created) => Ok(()),
             Ok(PutOutcome::AlreadyExistsIdentical) => {
                 tracing::info!(job_key = %key, result = %name, "the identical result already existed");
@@ -206,10 +356,135 @@ impl Run<'_> {
     }
 }
 
+/// The time kept between the end of a final save and the release.
+const FINAL_SAVE_SLACK: Duration = Duration::from_millis(100);
+
+/// One save: stage the checkpoint's chunks, then commit its manifest.
+async fn save_once(
+    checkpoint: &mut JobCheckpoint,
+    context: &SaveContext,
+    key: &str,
+) -> Result<Done, String> {
+    let started = std::time::Instant::now();
+    let later = |skipped| Done {
+        save: Save::Later,
+        file: None,
+        skipped,
+        stats: SaveStats::default(),
+    };
+    let staged = match checkpoint.stage_files(&context.roots, context.limit).await {
+        Ok(staged) => staged,
+        Err(error @ SaveFilesError::TooBig { .. }) => {
+            return Err(format!("{error} (SPOT_WORKER_CHECKPOINT_MAX_BYTES)"));
+        }
+        Err(SaveFilesError::Unstable) => {
+            tracing::debug!(job_key = %key, "the checkpoint changed while it was read; saved at the next look");
+            return Ok(later(Vec::new()));
+        }
+        Err(error) => {
+            tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
+            return Ok(later(Vec::new()));
+        }
+    };
+    let skipped = staged.skipped().to_vec();
+    if staged.is_empty() {
+        return Ok(Done {
+            save: Save::Unchanged,
+            file: None,
+            skipped,
+            stats: staged.stats,
+        });
+    }
+    let file = staged
+        .versions()
+        .iter()
+        .find(|(path, _)| path == "file")
+        .map(|(_, meta)| FileVersion::of(meta));
+    let mut blocking = blocking(&staged, context);
+    if context.awaited {
+        blocking.written_before += started.elapsed();
+    }
+    let stats = staged.stats;
+    match checkpoint.commit_files(staged, blocking).await {
+        Ok(Committed::Saved(stats)) => {
+            tracing::debug!(job_key = %key, bytes = stats.bytes, sent_bytes = stats.sent_bytes, sent_blobs = stats.sent_blobs, took_ms = stats.took.as_millis() as u64, written_in = ?blocking.written_before, "checkpoint saved");
+            Ok(Done {
+                save: Save::Saved,
+                file,
+                skipped,
+                stats,
+            })
+        }
+        Ok(Committed::Unchanged) => Ok(Done {
+            save: Save::Unchanged,
+            file: None,
+            skipped,
+            stats,
+        }),
+        // Released or lost: the next holder resumes from the last save.
+        Err(StorageError::JobCancelled { .. }) => Ok(Done {
+            save: Save::Unchanged,
+            file: None,
+            skipped,
+            stats,
+        }),
+        Err(error @ StorageError::Conflict { .. }) => Err(format!(
+            "saving its checkpoint lost to another holder of the job: {error}"
+        )),
+        Err(error) => {
+            tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
+            Ok(later(skipped))
+        }
+    }
+}
+
+/// What saving the version `staged` read blocks: the program's writing of
+/// it, measured from the files ([`write_duration`]: the checkpoint file's
+/// if there is one, else from the earliest birth to the latest
+/// modification of the directory's files), and the upload if awaited. A
+/// write that cannot be measured makes the upload's own time the cost, as
+/// if the program had waited for it, said once per runner in the log.
+fn blocking(staged: &spot_worker_storage::files::Staged, context: &SaveContext) -> Blocking {
+    let versions = staged.versions();
+    let (born, modified, same) = match versions.iter().find(|(path, _)| path == "file") {
+        Some((_, meta)) => (
+            meta.created().ok(),
+            meta.modified().ok(),
+            context.saved_file == Some(FileVersion::of(meta)),
+        ),
+        None => (
+            versions
+                .iter()
+                .map(|(_, meta)| meta.created().ok())
+                .min()
+                .flatten(),
+            versions
+                .iter()
+                .filter_map(|(_, meta)| meta.modified().ok())
+                .max(),
+            false,
+        ),
+    };
+    let written = modified
+        .ok_or(Unmeasured::NoBirthTime)
+        .and_then(|modified| write_duration(born, modified, same, context.ran_for));
+    match written {
+        Ok(written_before) => Blocking {
+            written_before,
+            awaited: context.awaited,
+        },
+        Err(why) => {
+            unmeasured_once(why);
+            Blocking::CALL
+        }
+    }
+}
+
 /// A version of the checkpoint file: its device, inode and birth time, so
 /// that a new file renamed over the old one (the contract) is told from
 /// the old one written again in place, even when the file system reuses
-/// the inode number.
+/// the inode number. Kept per save with the modification time it had, for
+/// what a save protects (the goodput ledger).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileVersion {
     dev: u64,
@@ -245,16 +520,27 @@ fn unmeasured_once(why: Unmeasured) {
     }
 }
 
-/// What identifies a version of the file at `path` without reading it
-/// (device, inode, size, modification time); `None` if there is none.
-pub(crate) fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    Some((
-        meta.dev(),
-        meta.ino(),
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-    ))
+/// The throughput of the worker's checkpoint saves (bytes of checkpoint
+/// read and saved per second, unchanged chunks included), for planning a
+/// final save against the time left.
+#[derive(Debug, Default)]
+pub(crate) struct Throughput(std::sync::Mutex<Option<f64>>);
+
+impl Throughput {
+    /// Takes in a save of `stats`: the latest measurement weighs half.
+    fn record(&self, stats: &SaveStats) {
+        let seconds = stats.took.as_secs_f64();
+        // Small saves say little about a large one.
+        if stats.bytes < 16 * 1024 * 1024 || seconds <= 0.0 {
+            return;
+        }
+        let rate = stats.bytes as f64 / seconds;
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = Some(kept.map_or(rate, |old| (old + rate) / 2.0));
+    }
+
+    /// The measured rate, if any.
+    pub(crate) fn bytes_per_second(&self) -> Option<f64> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }

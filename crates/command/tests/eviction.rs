@@ -299,10 +299,10 @@ async fn a_checkpoint_file_over_the_limit_at_the_final_save_of_a_drain_is_report
     );
     let lines = captured.lines();
     assert!(
-        lines.iter().any(
-            |line| line.contains("the last checkpoint file was not saved")
-                && line.contains("the checkpoint file is 2048 bytes, over the limit of 1024 bytes")
-        ),
+        lines
+            .iter()
+            .any(|line| line.contains("the last checkpoint was not saved")
+                && line.contains("the checkpoint is 2048 bytes, over the limit of 1024 bytes")),
         "the over-limit file is reported:\n{lines:#?}"
     );
 }

@@ -52,6 +52,10 @@ impl CheckpointStore for Recording {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
+
+    fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
+        self.inner.chunks()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +63,8 @@ async fn a_checkpoint_file_replaced_while_being_saved_is_never_saved_half() {
     let env = Env::start().await;
     env.queue.send("job", Duration::ZERO).await.unwrap();
     // Replaces the file as fast as it can for 3 s, each version a
-    // different size (up to about half a MiB) of one repeated line.
+    // different size (up to about 45 KiB, kept in the checkpoint document
+    // itself, so every save can be read back here) of one repeated line.
     let program = r#"
 import os, time
 path = os.environ["SPOT_WORKER_CHECKPOINT"]
@@ -68,7 +73,7 @@ i = 0
 while time.monotonic() < until:
     i += 1
     with open(path + ".tmp", "w") as f:
-        f.write(("%08d\n" % i) * (1000 + (i * 7919) % 60000))
+        f.write(("%08d\n" % i) * (1000 + (i * 7919) % 4000))
     os.replace(path + ".tmp", path)
 "#;
     let config = spot_worker_command::CommandConfig::new("python3", ["-c", program])
@@ -130,7 +135,7 @@ async fn a_checkpoint_file_over_the_limit_is_a_clear_error() {
     assert!(
         record
             .last_error
-            .contains("the checkpoint file is 2048 bytes, over the limit of 1024 bytes"),
+            .contains("the checkpoint is 2048 bytes, over the limit of 1024 bytes"),
         "{}",
         record.last_error
     );
@@ -262,7 +267,7 @@ async fn a_checkpoint_file_over_the_limit_on_exit_0_is_a_counted_failure() {
     running.stop().await;
     assert!(
         record.last_error.contains(
-            "the program exited 0, but the checkpoint file is 2048 bytes, over the limit of 1024 bytes"
+            "the program exited 0, but the checkpoint is 2048 bytes, over the limit of 1024 bytes"
         ),
         "{}",
         record.last_error

@@ -130,6 +130,10 @@ impl CheckpointStore for MeteredCheckpoints {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
+
+    fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
+        self.inner.chunks()
+    }
 }
 
 impl MeteredCheckpoints {

@@ -215,6 +215,37 @@ pub struct StoredCheckpoint {
     pub stamp: Option<String>,
 }
 
+/// A shared store is a store: wrappers (a counting store in a test) can
+/// take the `Arc` a consumer holds. Everything is forwarded.
+#[async_trait]
+impl CheckpointStore for Arc<dyn CheckpointStore> {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        (**self).prepare().await
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+        (**self).read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: Option<&str>,
+    ) -> Result<ETag, StorageError> {
+        (**self).write(key, checkpoint, precondition, stamp).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        (**self).delete(key).await
+    }
+
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        (**self).chunks()
+    }
+}
+
 // Lets types holding a store derive Debug.
 impl fmt::Debug for dyn CheckpointStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -118,6 +118,10 @@ impl CheckpointStore for WatchedStore {
         self.monitor.observe(Op::Delete, &result);
         result
     }
+
+    fn chunks(&self) -> Option<Arc<dyn crate::files::ChunkStore>> {
+        self.inner.chunks()
+    }
 }
 
 impl Consumer {

@@ -38,10 +38,10 @@ pub(crate) use stage::Stager;
 
 /// Files at most this big are kept in the manifest document itself (up to
 /// [`INLINE_TOTAL`] in all), which costs no request of their own.
-pub const INLINE_MAX: u64 = 64 * 1024;
+pub const INLINE_MAX: u64 = 48 * 1024;
 
 /// The most bytes kept inline in one manifest.
-pub const INLINE_TOTAL: u64 = 64 * 1024;
+pub const INLINE_TOTAL: u64 = 48 * 1024;
 
 /// How many chunk references a file lists in the document; more go to
 /// pages of [`PAGE_ENTRIES`].
@@ -51,9 +51,10 @@ pub const LISTED_CHUNKS_MAX: usize = 32;
 /// 8 GiB of file).
 pub const PAGE_ENTRIES: usize = 8192;
 
-/// The largest file table kept in the document (as JSON); a larger one
+/// The largest file table kept in the document (as JSON: room for the
+/// inline files in base64, and a few hundred listed ones); a larger one
 /// goes to a blob of its own.
-pub const LISTED_TABLE_MAX: usize = 32 * 1024;
+pub const LISTED_TABLE_MAX: usize = 96 * 1024;
 
 /// How many transfers a save or restore keeps going at once, and how many
 /// bytes of chunks it holds in memory at most.
@@ -169,6 +170,42 @@ impl CheckpointFiles {
             (false, None) => Some(root.path.clone()),
             _ => None,
         }
+    }
+
+    /// What identifies the version of every file under the roots now
+    /// (paths, identities, sizes, modification times; links and special
+    /// files included), without opening any: equal fingerprints, nothing
+    /// to save. `None` if nothing is there.
+    pub fn fingerprint(&self) -> std::io::Result<Option<[u8; 32]>> {
+        let stamps = snapshot::Snapshot::stamps_now(self)?;
+        if stamps.is_empty() {
+            return Ok(None);
+        }
+        let mut hasher = blake3::Hasher::new();
+        for (path, dev, ino, len, secs, nanos) in stamps {
+            hasher.update(path.as_bytes());
+            hasher.update(&[0]);
+            for n in [dev, ino, len, secs as u64, nanos as u64] {
+                hasher.update(&n.to_le_bytes());
+            }
+        }
+        Ok(Some(*hasher.finalize().as_bytes()))
+    }
+
+    /// The size of the regular files under the roots now.
+    pub fn size(&self) -> std::io::Result<u64> {
+        Ok(snapshot::Snapshot::stamps_now(self)?
+            .iter()
+            .map(|stamp| stamp.3)
+            .sum())
+    }
+
+    /// Whether the manifest path `path` is under a directory root.
+    pub(crate) fn is_in_dir(&self, path: &str) -> bool {
+        let name = path.split('/').next().unwrap_or(path);
+        self.roots
+            .iter()
+            .any(|root| root.is_dir && root.name == name)
     }
 
     pub(crate) fn check_names(&self) -> Result<(), crate::StorageError> {

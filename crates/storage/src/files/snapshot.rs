@@ -30,6 +30,8 @@ pub(crate) struct SnapFile {
 pub(crate) struct Snapshot {
     pub(crate) files: Vec<SnapFile>,
     pub(crate) skipped: Vec<String>,
+    /// What was at the roots just before they were opened.
+    pub(crate) before: Vec<Stamp>,
 }
 
 /// What identifies a version of one file without reading it.
@@ -49,7 +51,10 @@ fn stamp(path: &str, meta: &Metadata) -> Stamp {
 impl Snapshot {
     /// Opens every regular file under `roots`.
     pub(crate) fn take(roots: &CheckpointFiles) -> std::io::Result<Snapshot> {
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot {
+            before: Self::stamps_now(roots)?,
+            ..Snapshot::default()
+        };
         for root in &roots.roots {
             if root.is_dir {
                 snapshot.walk_dir(&root.path, &root.name, 0)?;
@@ -61,9 +66,12 @@ impl Snapshot {
         Ok(snapshot)
     }
 
-    /// The stamps of what was opened, in path order.
-    pub(crate) fn stamps(&self) -> Vec<Stamp> {
-        self.files.iter().map(|f| stamp(&f.path, &f.meta)).collect()
+    /// Whether every file opened is the one that was at its path just
+    /// before (it was not replaced in between).
+    pub(crate) fn opened_what_was_there(&self) -> bool {
+        self.files
+            .iter()
+            .all(|f| self.before.binary_search(&stamp(&f.path, &f.meta)).is_ok())
     }
 
     /// The stamps of what is at the roots now (without opening anything).
@@ -162,7 +170,9 @@ fn collect_stamps(
                 out,
             )?;
         }
-    } else if meta.is_file() {
+    } else if !meta.is_dir() {
+        // Links and special files too: one appearing is a change (and a
+        // save says why it passed it over).
         out.push(stamp(name, &meta));
     }
     Ok(())

@@ -222,7 +222,18 @@ impl Stager<'_> {
         let now = tokio::task::spawn_blocking(move || Snapshot::stamps_now(&roots))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;
-        if now != snapshot.stamps() {
+        // A single file is one version if its open file held still while
+        // read (checked above): a file renamed over it meanwhile is the next
+        // save's. A directory's files are one version only together: none
+        // may have appeared, gone or changed while they were read.
+        let in_dirs = |stamps: &[super::snapshot::Stamp]| {
+            stamps
+                .iter()
+                .filter(|stamp| files.is_in_dir(&stamp.0))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        if in_dirs(&now) != in_dirs(&snapshot.before) || !snapshot.opened_what_was_there() {
             return Err(SaveFilesError::Unstable);
         }
         let table = files_to_json(&entries);
