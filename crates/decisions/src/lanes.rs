@@ -10,7 +10,9 @@
 //!
 //! - [`standing`](Deadline::standing): where a job stands against its
 //!   line (the lead, the slack): all the arithmetic, in one place;
-//! - [`choose_lane`]: the rule, one pure function of a [`Situation`].
+//! - [`choose_lane`]: the rule, one pure function of a [`Situation`];
+//! - [`switch_cost`]: d, the time one switch costs a job, from the fleet's
+//!   measurements and a seed.
 //!
 //! # How to call this
 //!
@@ -68,6 +70,11 @@
 
 mod rule;
 mod standing;
+mod switch_cost;
 
 pub use rule::{Lane, LaneChoice, Phase, Reason, Situation, choose_lane};
 pub use standing::{Deadline, Standing};
+pub use switch_cost::{
+    DEFAULT_SWITCH_COST_SEED, SEED_WEIGHT_SWITCHES, Samples, SwitchCostParts, SwitchSamples,
+    switch_cost,
+};

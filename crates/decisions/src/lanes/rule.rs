@@ -96,7 +96,7 @@ pub struct Situation {
     pub now: SystemTime,
     /// d: what one switch costs the job in time without progress (queue
     /// wait, start-up, restore, the work an interruption loses), as the
-    /// fleet measures it ([`super::switch_cost`]).
+    /// fleet measures it ([`switch_cost`](super::switch_cost())).
     pub switch_cost: Duration,
     /// The longest the job can wait before the rule is asked about it
     /// again (the lane keeper's period). The safety net keeps this much
