@@ -13,14 +13,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::json;
-use spot_worker_storage::cadence::{FleetLedger, Interruption, InterruptionCounts};
+use spot_worker_decisions::cadence::{Interruption, InterruptionCounts};
 use spot_worker_storage::files::manifest::{Content, Files};
 use spot_worker_storage::files::{
     AVG_CHUNK, CheckpointFiles, ChunkStore, LISTED_CHUNKS_MAX, MAX_CHUNK, SaveFilesError,
 };
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, JobCheckpoint, PutOutcome, ResultStore, StorageError,
-    StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, ETag, FleetLedger, JobCheckpoint, PutOutcome, ResultStore,
+    StorageError, StoredCheckpoint, WritePrecondition,
 };
 
 /// Runs the [`CheckpointStore`] contract against `store`, fresh and empty:
