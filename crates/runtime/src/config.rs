@@ -533,6 +533,11 @@ mod tests {
         let err = config(&[("SPOT_WORKER_MAX_DELIVERIES", "0")]).unwrap_err();
         assert!(!err.to_string().contains("evictions count"), "{err}");
         assert!(err.to_string().contains("no recorded outcome"), "{err}");
+        // The lease's bounds, as people write them (docs/configuration.md).
+        let c = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "7d")]).unwrap();
+        assert_eq!(c.visibility_timeout, MAX_VISIBILITY);
+        let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "8d")]).unwrap_err();
+        assert!(err.to_string().contains("between 5 s"), "{err}");
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");
