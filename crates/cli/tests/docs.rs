@@ -3,13 +3,21 @@
 //! IMDS emulator; a ```` ```text ```` block right after one is its expected
 //! output) or is tagged as not run (```` ```sh azure ````, ```` ```sh no-ci
 //! ````), and then at least every `spot-worker` subcommand and flag in it
-//! must exist, and every path of the repository it names. The tags are
-//! described in docs/testing.md ("Commands in the docs").
+//! must exist, and every path of the repository it names. Output shown
+//! without being run is tagged ```` ```text abridged ````. The prose is
+//! held to the code too: every variable, setting value and default, flag
+//! and `spot-worker` command it quotes. The tags are described in
+//! docs/testing.md ("Commands in the docs"); each test prints its counts
+//! (`-- --nocapture`).
 
 #[path = "docs/blocks.rs"]
 mod blocks;
+#[path = "docs/facts.rs"]
+mod facts;
 #[path = "docs/help.rs"]
 mod help;
+#[path = "docs/prose.rs"]
+mod prose;
 #[path = "docs/session.rs"]
 mod session;
 #[path = "docs/words.rs"]
@@ -41,21 +49,24 @@ fn every_block_is_tagged_and_every_command_exists() {
     let all = blocks::all(&root);
     let mut checker = help::Checker::new(SPOT_WORKER);
     let mut problems = Vec::new();
+    let mut blocks_by_tag: BTreeMap<&str, usize> = BTreeMap::new();
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut invocations = 0;
     for block in all.iter().filter(|b| b.kind.is_shell()) {
+        let tag = match block.kind {
+            Kind::Run => "sh",
+            Kind::Azure => "sh azure",
+            _ => "sh no-ci",
+        };
+        *blocks_by_tag.entry(tag).or_default() += 1;
         let commands = words::commands(&block.text);
-        *counts
-            .entry(match block.kind {
-                Kind::Run => "run",
-                Kind::Azure => "azure",
-                _ => "no-ci",
-            })
-            .or_default() += commands.len();
+        *counts.entry(tag).or_default() += commands.len();
         for command in &commands {
-            if let Some(args) = words::spot_worker_args(command)
-                && let Err(why) = checker.check(&args)
-            {
-                problems.push(format!("{}: {why}: {}", block.at(), command.join(" ")));
+            if let Some(args) = words::spot_worker_args(command) {
+                invocations += 1;
+                if let Err(why) = checker.check(&args) {
+                    problems.push(format!("{}: {why}: {}", block.at(), command.join(" ")));
+                }
             }
             for word in command {
                 if let Some(problem) = missing_path(&root, word) {
@@ -64,8 +75,333 @@ fn every_block_is_tagged_and_every_command_exists() {
             }
         }
     }
-    eprintln!("commands in the docs' shell blocks, by tag: {counts:?}");
+    let pages = blocks::pages(&root).len();
+    eprintln!(
+        "doc runner: {pages} pages; shell blocks by tag {blocks_by_tag:?}, their commands \
+         {counts:?} (each side of a pipe or && counts); {invocations} `spot-worker` \
+         invocations checked against the binary"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A `text` block is output: compared with what the `sh` block before it
+/// printed, or tagged `text abridged` (shown, not run) so that no sample
+/// claims to be what a command prints without being checked.
+#[test]
+fn every_text_block_is_compared_or_marked_abridged() {
+    let root = session::workspace_root();
+    let all = blocks::all(&root);
+    let mut problems = Vec::new();
+    let (mut compared, mut abridged) = (0, 0);
+    for (index, block) in all.iter().enumerate() {
+        match block.kind {
+            Kind::Output => {
+                let previous = index.checked_sub(1).map(|i| &all[i]);
+                match previous {
+                    Some(p) if p.kind == Kind::Run && p.file == block.file => compared += 1,
+                    _ => problems.push(format!(
+                        "{}: a `text` block not right after an `sh` block is never compared: \
+                         show the command in an `sh` block before it (then its output is \
+                         checked), tag it `text abridged` if it is output shown but not run \
+                         (and say in the sentence before what it leaves out or where it comes \
+                         from), or tag it with what it is (`ini`, `json`, `formula`)",
+                        block.at()
+                    )),
+                }
+            }
+            Kind::Abridged => abridged += 1,
+            _ => {}
+        }
+    }
+    eprintln!(
+        "text blocks: {compared} compared with the output of the sh block before, {abridged} marked abridged"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every variable, setting value, flag and `spot-worker` command a
+/// sentence quotes (in backticks) exists: variables in the settings table
+/// or the code, values that parse, flags of a command (or a setting, a
+/// bench, another tool the docs name), commands the binary has.
+#[test]
+fn the_prose_quotes_only_what_exists() {
+    let root = session::workspace_root();
+    let mut checker = help::Checker::new(SPOT_WORKER);
+    let facts = facts::Facts::gather(&root, &mut checker);
+    let mut problems = Vec::new();
+    let (mut variables, mut values, mut flags, mut commands) = (0, 0, 0, 0);
+    for span in prose_spans(&root) {
+        let text = span.text.as_str();
+        // Variables, alone or as `NAME=value`.
+        let name = text.split('=').next().unwrap_or_default().trim();
+        let pattern = span.after.starts_with('*') || text.contains('*');
+        for word in facts::upper_words(name).filter(|w| facts::is_variable(w)) {
+            if pattern || word.ends_with('_') {
+                continue;
+            }
+            variables += 1;
+            if !facts.knows_variable(word) {
+                problems.push(format!(
+                    "{}: `{word}` is neither a setting (crates/settings/src/table.rs) nor a \
+                     name the code uses: correct it, or add the setting",
+                    span.at()
+                ));
+            }
+        }
+        // `KEY=value` and `key = "value"`: a value the setting takes.
+        if let Some((key, value)) = text.split_once('=')
+            && let Some(setting) = facts::setting_named(key.trim())
+        {
+            let value = value.trim().trim_matches('"');
+            if !facts::is_placeholder(value) {
+                values += 1;
+                if let Err(why) = setting.check(value) {
+                    problems.push(format!(
+                        "{}: `{text}`: {value:?} is not a value of {}: {why}",
+                        span.at(),
+                        setting.key()
+                    ));
+                }
+            }
+        }
+        // Flags: `--name`, `--name value`, `--name=value`.
+        if let Some(flag) = text.strip_prefix("--")
+            && flag.starts_with(|c: char| c.is_ascii_alphabetic())
+        {
+            let name = flag
+                .split([' ', '='])
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches("...");
+            flags += 1;
+            if !facts.knows_flag(name) {
+                problems.push(format!(
+                    "{}: `--{name}` is not a flag of any `spot-worker` command (their --help), \
+                     a setting, or a bench: correct it, or if it is another tool's, add it to \
+                     OTHER_TOOLS_FLAGS in crates/cli/tests/docs/facts.rs with the tool",
+                    span.at()
+                ));
+            }
+            let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+            let all_settings = words
+                .iter()
+                .filter_map(|w| w.strip_prefix("--"))
+                .all(|f| facts::setting_by_flag(f.split('=').next().unwrap_or(f)).is_some());
+            let has_value = words.len() > 1 || flag.contains('=');
+            if all_settings && has_value && !words.iter().any(|w| facts::is_placeholder(w)) {
+                values += 1;
+                let words = words.iter().map(|w| w.trim_matches('\'').to_owned());
+                if let Err(why) = spot_worker::settings::Source::defaults().with_args(words) {
+                    problems.push(format!("{}: `{text}`: {why}", span.at()));
+                }
+            }
+        }
+        // `spot-worker` commands.
+        if text.contains("spot-worker ") {
+            for command in words::commands(text) {
+                if let Some(args) = words::spot_worker_args(&command) {
+                    commands += 1;
+                    if let Err(why) = checker.check(&args) {
+                        problems.push(format!("{}: `{text}`: {why}", span.at()));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "prose: {variables} variables, {values} setting values, {flags} flags and {commands} \
+         `spot-worker` commands checked ({} flags of spot-worker commands known)",
+        facts.command_flags.len()
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A default a sentence or a table states for a setting is the settings
+/// table's: `` `KEY` (default 30 s) ``, `` (`KEY`, 2 s) ``,
+/// `` `max_deliveries` (100) ``, or a table's "default" column.
+#[test]
+fn defaults_quoted_in_the_docs_are_the_tables() {
+    let root = session::workspace_root();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for span in prose_spans(&root) {
+        // `KEY=value` is an example, not a default.
+        if span.text.contains('=') {
+            continue;
+        }
+        let Some(setting) = facts::setting_named(&span.text) else {
+            continue;
+        };
+        let Some(stated) = prose::stated_default(&span.after) else {
+            continue;
+        };
+        checked += 1;
+        if !facts::is_default(setting, &stated) {
+            problems.push(format!(
+                "{}: `{}` is said to default to {stated}, but its default is {} \
+                 (crates/settings/src/table.rs): correct the sentence, or the table",
+                span.at(),
+                span.text,
+                setting.default_text()
+            ));
+        }
+    }
+    for page in blocks::pages(&root) {
+        let relative = page.strip_prefix(&root).unwrap_or(&page).to_owned();
+        let text = std::fs::read_to_string(&page).unwrap();
+        for table in prose::Prose::of(&relative, &text).tables() {
+            let Some(column) = table[0]
+                .1
+                .iter()
+                .position(|h| h.eq_ignore_ascii_case("default"))
+            else {
+                continue;
+            };
+            for (line, row) in &table[1..] {
+                let setting = row
+                    .iter()
+                    .filter_map(|cell| cell.split('`').nth(1))
+                    .find_map(facts::setting_named);
+                let (Some(setting), Some(stated)) = (setting, row.get(column)) else {
+                    continue;
+                };
+                checked += 1;
+                if !facts::is_default(setting, stated) && *stated != setting.default_text() {
+                    problems.push(format!(
+                        "{}:{line}: the default of {} is given as {stated}, but it is {} \
+                         (crates/settings/src/table.rs)",
+                        relative.display(),
+                        setting.key(),
+                        setting.default_text()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "defaults: {checked} stated in sentences and tables, each checked against the settings table"
+    );
+    assert!(
+        checked > 0,
+        "no default found: is the pattern still the docs'?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The README links the glossary before it first uses a word defined
+/// there, each word the glossary must define is a heading of it, and every
+/// link to one of its words lands on a heading.
+#[test]
+fn the_readme_links_the_glossary_before_using_its_words() {
+    const REQUIRED: [&str; 6] = [
+        "gate",
+        "drain",
+        "release floor",
+        "attempt record",
+        "completion marker",
+        "job key",
+    ];
+    let root = session::workspace_root();
+    let glossary = std::fs::read_to_string(root.join("docs/glossary.md")).unwrap();
+    let terms: Vec<String> = glossary
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(|t| t.trim().to_lowercase())
+        .collect();
+    let mut problems = Vec::new();
+    for word in REQUIRED {
+        if !terms.iter().any(|t| t == word) {
+            problems.push(format!("docs/glossary.md: no `### {word}` heading"));
+        }
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme_prose = prose::Prose::of(std::path::Path::new("README.md"), &readme).text;
+    let lower = readme_prose.to_lowercase();
+    let link = lower
+        .find("](docs/glossary.md")
+        .and_then(|at| lower[..at].rfind('['))
+        .unwrap_or(usize::MAX);
+    for term in &terms {
+        if let Some(first) = first_word(&lower, term)
+            && first < link
+        {
+            problems.push(format!(
+                "README.md: \"{term}\" is used before the README links docs/glossary.md: \
+                 link it there (`[{term}](docs/glossary.md#{})`)",
+                term.replace(' ', "-")
+            ));
+        }
+    }
+    for page in blocks::pages(&root) {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (at, _) in text.match_indices("glossary.md#") {
+            let anchor: String = text[at + "glossary.md#".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if !terms.iter().any(|t| t.replace(' ', "-") == anchor) {
+                problems.push(format!(
+                    "{}: a link to glossary.md#{anchor}, which is no heading of the glossary",
+                    page.display()
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "glossary: {} words defined, the README links it before using any",
+        terms.len()
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The doc runner's counts are printed by these tests, never written into
+/// docs/testing.md by hand, where they went stale.
+#[test]
+fn the_runners_counts_are_printed_not_written() {
+    let root = session::workspace_root();
+    let testing = std::fs::read_to_string(root.join("docs/testing.md")).unwrap();
+    let start = testing
+        .find("## Commands in the docs")
+        .expect("docs/testing.md has \"Commands in the docs\"");
+    let end = testing[start + 1..]
+        .find("\n## ")
+        .map_or(testing.len(), |at| start + 1 + at);
+    let section = &testing[start..end];
+    let words: Vec<&str> = section.split_whitespace().collect();
+    let counted: Vec<String> = words
+        .windows(2)
+        .filter(|pair| {
+            pair[0].chars().all(|c| c.is_ascii_digit())
+                && ["blocks", "blocks,", "commands", "commands,", "`sh"].contains(&pair[1])
+        })
+        .map(|pair| pair.join(" "))
+        .collect();
+    assert!(
+        counted.is_empty(),
+        "docs/testing.md (\"Commands in the docs\") writes the doc runner's counts by hand \
+         ({counted:?}): say instead that `cargo test -p spot-worker-cli --test docs -- \
+         --nocapture` prints them"
+    );
+}
+
+/// The code spans of every page's prose.
+fn prose_spans(root: &Path) -> Vec<prose::Span> {
+    let mut spans = Vec::new();
+    for page in blocks::pages(root) {
+        let relative = page.strip_prefix(root).unwrap_or(&page).to_owned();
+        let text = std::fs::read_to_string(&page).unwrap();
+        spans.extend(prose::Prose::of(&relative, &text).spans());
+    }
+    spans
+}
+
+/// Where `term` first occurs in `text` as whole words.
+fn first_word(text: &str, term: &str) -> Option<usize> {
+    text.match_indices(term).map(|(at, _)| at).find(|&at| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + term.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+    })
 }
 
 /// A repository path a command names that does not exist.
@@ -86,11 +422,13 @@ fn the_sh_blocks_run_and_print_what_the_docs_show() {
     for block in all {
         pages.entry(block.file.clone()).or_default().push(block);
     }
-    let mut ran = 0;
+    let (mut ran, mut compared) = (0, 0);
+    let mut ran_pages = Vec::new();
     for (page, blocks) in &pages {
         if !blocks.iter().any(|b| b.kind == Kind::Run) {
             continue;
         }
+        ran_pages.push(page.display().to_string());
         eprintln!("running the sh blocks of {}", page.display());
         let run = session::run_page(&root, Path::new(SPOT_WORKER), blocks);
         // A text block right after an sh block shows its output.
@@ -99,19 +437,24 @@ fn the_sh_blocks_run_and_print_what_the_docs_show() {
             if pair[0].kind != Kind::Run {
                 continue;
             }
-            if pair[1].kind == Kind::Output
-                && let Err(why) = session::check_output(&pair[1].text, &run.outputs[n])
-            {
-                panic!(
-                    "{}: the output shown at {}: {why}",
-                    pair[0].at(),
-                    pair[1].at()
-                );
+            if pair[1].kind == Kind::Output {
+                compared += 1;
+                if let Err(why) = session::check_output(&pair[1].text, &run.outputs[n]) {
+                    panic!(
+                        "{}: the output shown at {}: {why}",
+                        pair[0].at(),
+                        pair[1].at()
+                    );
+                }
             }
             n += 1;
         }
         ran += blocks.iter().filter(|b| b.kind == Kind::Run).count();
     }
-    eprintln!("ran {ran} sh blocks");
+    eprintln!(
+        "ran {ran} sh blocks of {} pages ({}), {compared} of them with their output compared",
+        ran_pages.len(),
+        ran_pages.join(", ")
+    );
     assert!(ran > 0, "no sh block ran");
 }
