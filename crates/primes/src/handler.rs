@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use spot_worker_storage::cadence::time_left;
+use spot_worker_decisions::cadence::time_left;
 use spot_worker_storage::{
     CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultMarker,
     ResultStore, StorageError, permanent,

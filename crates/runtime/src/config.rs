@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use spot_worker_decisions::cadence::IntervalSource;
 use spot_worker_settings::{Source, table};
-use spot_worker_storage::{IntervalSource, MessageEncoding};
+use spot_worker_storage::MessageEncoding;
 
 use crate::error::ConfigError;
 

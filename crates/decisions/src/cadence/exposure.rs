@@ -124,8 +124,7 @@ mod tests {
     /// high.
     #[test]
     fn a_crash_heavy_fleets_rate_is_estimated_without_bias() {
-        use super::super::counts::{Interruption, InterruptionCounts};
-        use super::super::ledger::FLUSH_EVERY;
+        use super::super::counts::{FLUSH_EVERY, Interruption, InterruptionCounts};
         use super::super::policy::{CheckpointCadence, IntervalSource};
         use rand::rngs::StdRng;
         use rand::{Rng, SeedableRng};
