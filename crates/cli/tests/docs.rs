@@ -34,7 +34,7 @@ const SPOT_WORKER: &str = env!("CARGO_BIN_EXE_spot-worker");
 
 /// Top-level directories whose paths, when a command names them, must
 /// exist.
-const REPOSITORY_DIRS: [&str; 8] = [
+pub const REPOSITORY_DIRS: [&str; 8] = [
     "scripts/",
     "examples/",
     "crates/",

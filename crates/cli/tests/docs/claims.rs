@@ -7,17 +7,18 @@ use std::path::Path;
 
 use super::{SPOT_WORKER, blocks, facts, help, prose, session, words};
 
-/// Every variable, setting value, flag and `spot-worker` command a
-/// sentence quotes (in backticks) exists: variables in the settings table
-/// or the code, values that parse, flags of a command (or a setting, a
-/// bench, another tool the docs name), commands the binary has.
+/// Every variable, setting value, flag, `spot-worker` command and
+/// repository path a sentence quotes (in backticks) exists: variables in
+/// the settings table or the code, values that parse, flags of a command
+/// (or a setting, a bench, another tool the docs name), commands the binary
+/// has, paths in the clone.
 #[test]
 fn the_prose_quotes_only_what_exists() {
     let root = session::workspace_root();
     let mut checker = help::Checker::new(SPOT_WORKER);
     let facts = facts::Facts::gather(&root, &mut checker);
     let mut problems = Vec::new();
-    let (mut variables, mut values, mut flags, mut commands) = (0, 0, 0, 0);
+    let (mut variables, mut values, mut flags, mut commands, mut paths) = (0, 0, 0, 0, 0);
     for span in prose_spans(&root) {
         let text = span.text.as_str();
         // Variables, alone or as `NAME=value`.
@@ -84,6 +85,22 @@ fn the_prose_quotes_only_what_exists() {
                 }
             }
         }
+        // Paths of the repository (`crates/...`, `scripts/...`), with a
+        // test's name after `::` left out.
+        if !text.contains(' ') {
+            let path = text.split("::").next().unwrap_or(text);
+            // `examples/primes` names the example's binary: its `.rs`.
+            let binary = root.join(format!("{path}.rs")).exists();
+            if let Some(problem) = super::missing_path(&root, path).filter(|_| !binary) {
+                paths += 1;
+                problems.push(format!(
+                    "{}: `{text}`: {problem}: correct the path (was it moved?)",
+                    span.at()
+                ));
+            } else if super::REPOSITORY_DIRS.iter().any(|d| path.starts_with(d)) {
+                paths += 1;
+            }
+        }
         // `spot-worker` commands.
         if text.contains("spot-worker ") {
             for command in words::commands(text) {
@@ -97,8 +114,9 @@ fn the_prose_quotes_only_what_exists() {
         }
     }
     eprintln!(
-        "prose: {variables} variables, {values} setting values, {flags} flags and {commands} \
-         `spot-worker` commands checked ({} flags of spot-worker commands known)",
+        "prose: {variables} variables, {values} setting values, {flags} flags, {commands} \
+         `spot-worker` commands and {paths} repository paths checked ({} flags of spot-worker \
+         commands known)",
         facts.command_flags.len()
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
