@@ -22,8 +22,9 @@
 //!    now, whose 20 jobs end at `MAX_END`: docs/deploying.md, step 2), each
 //!    counted once.
 //!
-//! Under `cargo test` (no `--bench` flag) it runs a smoke version of a few
-//! milliseconds, so the bench cannot rot unnoticed.
+//! Under `cargo test` (no `--bench` flag) it runs a smoke version (two
+//! offsets, one small job; half a second in a debug build), so the bench
+//! cannot rot unnoticed.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
