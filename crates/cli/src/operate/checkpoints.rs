@@ -11,7 +11,7 @@ use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
 use spot_worker_storage::{Checkpoint, CheckpointStore as _, StoredCheckpoint};
 use time::OffsetDateTime;
 
-use super::{Fleet, age, confirm, rfc3339, seconds_since};
+use super::{Fleet, age, confirm, rfc3339, saved_files, seconds_since};
 
 /// The prefix of the worker's own records in the checkpoint container.
 const WORKER_RECORDS: &str = ".spot-worker/";
@@ -167,7 +167,11 @@ async fn read_row(store: &BlobCheckpointStore, blob: StoredBlob) -> JobRow {
 
 /// A JSON value on one line of a table, at most `max` characters.
 pub fn compact(value: &Value, max: usize) -> String {
-    let text = value.to_string();
+    shorten(value.to_string(), max)
+}
+
+/// `text` in at most `max` characters, an ellipsis saying it was cut.
+pub fn shorten(text: String, max: usize) -> String {
     if text.chars().count() <= max {
         return text;
     }
@@ -218,7 +222,9 @@ async fn list(
     );
     for row in &rows {
         let (status, detail) = match &row.checkpoint {
-            Ok(Checkpoint::InProgress { progress }) => ("in_progress", compact(progress, 60)),
+            Ok(Checkpoint::InProgress { progress }) => {
+                ("in_progress", saved_files::one_line(progress, 60))
+            }
             Ok(Checkpoint::Completed { result }) => ("completed", compact(result, 60)),
             Err(e) => ("unreadable", e.clone()),
         };
@@ -263,47 +269,16 @@ async fn show(fleet: &Fleet, store: &BlobCheckpointStore, job: &str) -> Result<(
     if let Some(stamp) = stamp {
         println!("written by:  {stamp}");
     }
-    match spot_worker_command::from_progress(value) {
-        // A checkpoint file `spot-worker run` saved: its bytes, not their
-        // base64.
-        Ok(bytes) => println!("{label}:\n{}", describe_file(&bytes)),
-        Err(_) => {
+    match saved_files::describe(value) {
+        // What `spot-worker run` saved: the files, not their base64 or
+        // chunk lists.
+        Some(files) => println!("{label}:\n{files}"),
+        None => {
             println!("{label}:");
             println!("{}", serde_json::to_string_pretty(value)?);
         }
     }
     Ok(())
-}
-
-/// How many bytes of a binary checkpoint file `show` prints, in hex.
-const HEX_SHOWN: usize = 64;
-
-/// A checkpoint file saved by `spot-worker run`, for a person: its text if
-/// it is UTF-8, else its size and its first bytes in hex.
-fn describe_file(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => format!(
-            "checkpoint file of {} byte(s) saved by `spot-worker run`, as text:\n{text}",
-            bytes.len()
-        ),
-        Err(_) => {
-            let shown = &bytes[..bytes.len().min(HEX_SHOWN)];
-            let mut out = format!(
-                "checkpoint file of {} byte(s) saved by `spot-worker run`, not UTF-8 text; {}:",
-                bytes.len(),
-                if shown.len() < bytes.len() {
-                    format!("its first {} in hex", shown.len())
-                } else {
-                    "in hex".to_owned()
-                }
-            );
-            for (row, chunk) in shown.chunks(16).enumerate() {
-                let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
-                out.push_str(&format!("\n{:08x}  {}", row * 16, hex.join(" ")));
-            }
-            out
-        }
-    }
 }
 
 async fn delete(
@@ -396,20 +371,6 @@ mod tests {
                 "{max}"
             );
         }
-    }
-
-    #[test]
-    fn a_saved_checkpoint_file_is_shown_as_text_or_hex() {
-        let text = describe_file(b"cursor=10\n");
-        assert!(text.ends_with("as text:\ncursor=10\n"), "{text}");
-        assert!(text.contains("10 byte(s)"), "{text}");
-        let binary = describe_file(&[0xff, 0x00, 0x41]);
-        assert!(binary.contains("3 byte(s)"), "{binary}");
-        assert!(binary.contains("not UTF-8 text; in hex:"), "{binary}");
-        assert!(binary.ends_with("00000000  ff 00 41"), "{binary}");
-        let long = describe_file(&[0x80; 100]);
-        assert!(long.contains("its first 64 in hex"), "{long}");
-        assert_eq!(long.lines().count(), 5, "{long}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod enqueue;
 pub mod goodput;
 pub mod poison;
 pub mod results;
+mod saved_files;
 mod scan;
 pub mod status;
 

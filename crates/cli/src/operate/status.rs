@@ -14,8 +14,9 @@ use spot_worker_azure::AzureQueue;
 use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
-use super::checkpoints::{JobRow, ago, compact, job_rows};
+use super::checkpoints::{JobRow, ago, job_rows};
 use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
+use super::saved_files;
 use interval::{IntervalStatus, interval_status};
 
 mod interval;
@@ -286,7 +287,7 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         println!(
             "  {:<32} {:<40} last write {last}",
             job.job,
-            compact(&job.progress, 40)
+            saved_files::one_line(&job.progress, 40)
         );
     }
     print_goodput(&status.goodput);
