@@ -6,7 +6,7 @@
 //!
 //! [`JobCheckpoint::commit_files`]: crate::JobCheckpoint::commit_files
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::Metadata;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -85,8 +85,11 @@ pub(crate) struct Stager<'a> {
     pub(crate) generation: u32,
     pub(crate) known: &'a ChunkIndex,
     pub(crate) limits: TransferLimits,
-    /// Every blob this save sent, as its answer comes: whatever becomes
-    /// of the save, the caller knows what to delete if no manifest names it.
+    /// The blobs this handle's earlier saves sent that no written manifest
+    /// names yet (saves cut short, or that read files changing under them);
+    /// then every blob this save sends, as its answer comes: whatever
+    /// becomes of the save, the caller knows what to delete if no manifest
+    /// names it, and the next save reuses them rather than send them again.
     pub(crate) sent: &'a mut Vec<ChunkKey>,
 }
 
@@ -183,6 +186,7 @@ impl Stager<'_> {
             limits,
             sent,
         } = self;
+        let earlier = sent.iter().copied().collect();
         let mut run = Run {
             uploads: Uploads {
                 store,
@@ -192,6 +196,7 @@ impl Stager<'_> {
             },
             generation,
             known,
+            earlier,
             budget: Arc::new(Semaphore::new(limits.budget())),
             sending: HashSet::new(),
             chunk_keys: Vec::new(),
@@ -270,6 +275,8 @@ struct Run<'a> {
     uploads: Uploads,
     generation: u32,
     known: &'a ChunkIndex,
+    /// What earlier saves sent that no manifest names yet, by hash.
+    earlier: HashMap<[u8; 16], u32>,
     budget: Arc<Semaphore>,
     /// Chunks sent (or being sent) by this save, by hash.
     sending: HashSet<[u8; 16]>,
@@ -315,8 +322,8 @@ impl Run<'_> {
         Ok(Content::Pages(pages))
     }
 
-    /// One chunk: named after the stored copy if the last manifest names
-    /// one (or this save sends one), sent otherwise.
+    /// One chunk: named after the stored copy if the last manifest or an
+    /// earlier save names one (or this save sends one), sent otherwise.
     async fn chunk(
         &mut self,
         hash: [u8; 32],
@@ -325,7 +332,8 @@ impl Run<'_> {
     ) -> Result<ChunkRef, StorageError> {
         let short = short(&hash);
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        let generation = match self.known.generation_of(&short) {
+        let stored = self.known.generation_of(&short);
+        let generation = match stored.or_else(|| self.earlier.get(&short).copied()) {
             Some(stored) => stored,
             None => {
                 if self.sending.insert(short) {
@@ -361,7 +369,8 @@ impl Run<'_> {
         let hash = *blake3::hash(&bytes).as_bytes();
         let short = short(&hash);
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-        let generation = match self.known.blob_generation(&short) {
+        let stored = self.known.blob_generation(&short);
+        let generation = match stored.or_else(|| self.earlier.get(&short).copied()) {
             Some(stored) => stored,
             None => {
                 self.uploads
