@@ -327,7 +327,10 @@ impl Run<'_> {
                             FIRST_SAVE_LOOK
                         };
                 }
-                () = tokio::time::sleep_until(next_save), if self.saving.is_none() => {
+                // Once the program is being stopped, only its last version
+                // is saved (`save_final`, after it ends): a save of one it
+                // is still writing would take the release budget from it.
+                () = tokio::time::sleep_until(next_save), if self.saving.is_none() && ended == RunnerEnded::No => {
                     // Before the first save only for the pace's first reading.
                     let left = if saved_once || !self.pace.started() {
                         self.progress_left().await

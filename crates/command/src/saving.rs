@@ -108,6 +108,7 @@ impl Run<'_> {
                 .unwrap_or_default(),
             awaited,
         };
+        tracing::debug!(job_key = %self.key, awaited, "saving the checkpoint beside the program");
         let abandon = CancellationToken::new();
         let key = self.key.clone();
         let stop = abandon.clone();
