@@ -6,15 +6,16 @@
 //! resumes from it on another VM; a worker killed with SIGKILL does not
 //! hold the approval.
 
+mod support;
+
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use spot_worker_azure::{AzureQueue, AzureStorage, StorageConfig};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
 use spot_worker_storage::{MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use support::Log;
 use tokio::process::{Child, Command};
 
 /// Bound on every wait.
@@ -83,14 +84,7 @@ impl World {
             .kill_on_drop(true)
             .spawn()
             .expect("spot-worker run starts");
-        let log = Log::default();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let sink = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                sink.push(line);
-            }
-        });
+        let log = Log::collect(child.stderr.take().unwrap());
         let pid = child.id().expect("the worker is running") as i32;
         Worker { child, pid, log }
     }
@@ -112,64 +106,6 @@ impl Worker {
             .unwrap();
         status.code()
     }
-}
-
-/// A process's stderr, line by line (ANSI colours removed).
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<String>>>);
-
-impl Log {
-    fn push(&self, line: String) {
-        self.0.lock().unwrap().push(without_colours(&line));
-    }
-
-    fn text(&self) -> String {
-        self.0.lock().unwrap().join("\n")
-    }
-
-    /// The first line containing every one of `parts`.
-    fn line(&self, parts: &[&str]) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|line| parts.iter().all(|p| line.contains(p)))
-            .cloned()
-    }
-
-    /// Waits (bounded) for a line containing every one of `parts`.
-    async fn wait_for(&self, parts: &[&str]) -> String {
-        let started = std::time::Instant::now();
-        loop {
-            if let Some(line) = self.line(parts) {
-                return line;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "no line with {parts:?}:\n{}",
-                self.text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ ... final byte in @..~
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) && c != '[' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The time a log line was written (its first word, RFC 3339).

@@ -86,14 +86,58 @@ pub fn rss_kib(process: Process) -> Result<u64, ProcfsError> {
     vm_rss_kib(&read(&path)?).ok_or_else(|| malformed(&path, "no VmRSS"))
 }
 
+/// Peak resident memory of `process` so far (`VmHWM` of
+/// `/proc/<pid>/status`, the kernel's high-water mark), in KiB.
+pub fn peak_rss_kib(process: Process) -> Result<u64, ProcfsError> {
+    let path = process.file("status");
+    status_kib(&read(&path)?, "VmHWM:").ok_or_else(|| malformed(&path, "no VmHWM"))
+}
+
 fn vm_rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmRSS:")
+}
+
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .find_map(|line| line.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()
         .ok()
+}
+
+/// A process's peak resident memory over its whole life: its high-water
+/// mark (`VmHWM`) read every few milliseconds on a thread of its own until
+/// the process is gone (an exited process has no memory to read), so the
+/// peak of a process that exits on its own is known too. What it misses is
+/// a peak reached in its last few milliseconds.
+#[derive(Debug)]
+pub struct PeakRss {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl PeakRss {
+    /// How often the high-water mark is read.
+    pub const EVERY: Duration = Duration::from_millis(5);
+
+    /// Starts watching the process `pid`.
+    pub fn watch(pid: u32) -> PeakRss {
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let kept = std::sync::Arc::clone(&peak);
+        std::thread::spawn(move || {
+            while let Ok(kib) = peak_rss_kib(Process::Id(pid)) {
+                kept.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Self::EVERY);
+            }
+        });
+        PeakRss { peak }
+    }
+
+    /// The highest mark read so far, in KiB (0 before the first read).
+    pub fn kib(&self) -> u64 {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The 1, 5 and 15 minute load averages (`/proc/loadavg`), as printed in
@@ -141,6 +185,26 @@ mod tests {
                 .all(|b| *b == 1)
         );
         assert!(after >= before + 32 * 1024, "{before} KiB → {after} KiB");
+    }
+
+    #[test]
+    fn the_peak_stays_after_memory_is_given_back() {
+        let block = vec![1u8; 32 << 20];
+        assert_eq!(
+            std::hint::black_box(&block).iter().step_by(4096).count(),
+            8192
+        );
+        drop(block);
+        // The kernel's counters are per CPU, so two reads of the same mark
+        // may differ by a few pages: compared with what was touched.
+        let peak = peak_rss_kib(Process::This).unwrap();
+        assert!(peak >= 32 * 1024, "{peak} KiB");
+        let watched = PeakRss::watch(std::process::id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while watched.kib() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(PeakRss::EVERY);
+        }
+        assert!(watched.kib() >= 32 * 1024, "{} KiB", watched.kib());
     }
 
     #[test]
