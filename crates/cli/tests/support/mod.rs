@@ -1,7 +1,10 @@
-//! What the tests of the `spot-worker` binary share: a child's log read
-//! line by line as it comes, and bounded waits on it.
+//! What the tests of the `spot-worker` binary (and its benches) share: a
+//! child's log read line by line as it comes, bounded waits on it, and
+//! the large-state harness ([`large`]).
 
 #![allow(dead_code)] // Each test binary uses its own part of this.
+
+pub mod large;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
