@@ -100,12 +100,21 @@ pub async fn run(
     // What a runner killed outright (SIGKILL) left behind: its programs
     // died with it, but not what they had started.
     let swept = spot_worker_command::sweep_leftovers(config.work_root.as_deref());
-    if swept != spot_worker_command::Leftovers::default() {
+    if swept.directories > 0 || swept.processes > 0 {
         tracing::warn!(
             directories = swept.directories,
             processes = swept.processes,
             "cleaned up after a runner that was killed: its delivery directories and what still ran in them"
         );
+    }
+    if swept.foreign > 0 {
+        tracing::info!(
+            directories = swept.foreign,
+            "left alone delivery directories of runners of another PID namespace, boot or user (or of an earlier layout)"
+        );
+    }
+    if let Some(why) = swept.blind {
+        tracing::warn!("looked for no leftovers of a killed runner: {why}");
     }
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);

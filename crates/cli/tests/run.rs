@@ -397,3 +397,209 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cle
     );
     drop(next);
 }
+
+/// Where a runner of [`runners_in_separate_pid_namespaces_never_touch_each_others_work`]
+/// runs.
+#[derive(Clone, Copy, Debug)]
+enum PidNamespace {
+    /// The test's own.
+    Host,
+    /// One of its own, with a `/proc` of its own (`unshare --pid --fork
+    /// --mount-proc`): what a container gets.
+    Own,
+    /// One of its own, seeing the host's `/proc` (`unshare --pid --fork`).
+    OwnWithHostProc,
+}
+
+/// `spot-worker run -- sh -c program` as root in `namespace`, with its
+/// delivery directories under `work_root`; its stderr piped.
+fn runner_in(
+    namespace: PidNamespace,
+    work_root: &std::path::Path,
+    program: &str,
+    world: &World,
+) -> tokio::process::Child {
+    let binary = env!("CARGO_BIN_EXE_spot-worker");
+    let mut command = match namespace {
+        PidNamespace::Host => Command::new(binary),
+        PidNamespace::Own | PidNamespace::OwnWithHostProc => {
+            let mut command = Command::new("unshare");
+            command.args(["--pid", "--fork", "--kill-child"]);
+            if matches!(namespace, PidNamespace::Own) {
+                command.arg("--mount-proc");
+            }
+            command.arg("--").arg(binary);
+            command
+        }
+    };
+    command
+        .args(["run", "--", "sh", "-c", program])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            world.azurite.connection_string(),
+        )
+        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .env("SPOT_WORKER_QUEUE", "jobs")
+        .env("SPOT_WORKER_CONCURRENCY", "1")
+        .env("TMPDIR", work_root)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_CONFIG")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command.spawn().expect("the runner starts")
+}
+
+/// Reads `child`'s stderr until a line contains `text` (bounded); every
+/// line read so far.
+async fn read_until(child: &mut tokio::process::Child, text: &str) -> String {
+    use tokio::io::AsyncBufReadExt as _;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(text) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "no line with {text:?}:\n{seen}");
+    // Keep reading, so that the runner never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    seen
+}
+
+/// The delivery directories under `work_root` whose program has started
+/// (it leaves `started` in its work directory), with the host pid of the
+/// program found by its `SPOT_WORKER_WORK_DIR`.
+fn started_programs(work_root: &std::path::Path) -> Vec<(std::path::PathBuf, i32)> {
+    let Ok(entries) = std::fs::read_dir(work_root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|dir| dir.join("work/started").exists())
+        .filter_map(|dir| {
+            let marker = format!("SPOT_WORKER_WORK_DIR={}", dir.join("work").display());
+            let pid = std::fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+                .find(|pid| {
+                    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                        environ
+                            .split(|&b| b == 0)
+                            .any(|var| var == marker.as_bytes())
+                    }) && running(*pid)
+                })?;
+            Some((dir, pid))
+        })
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_in_separate_pid_namespaces_never_touch_each_others_work() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "skipped: PID namespaces (unshare --pid) need root; CI runs as root, run it there"
+        );
+        return;
+    }
+    let world = World::start().await;
+    for job in ["one", "two"] {
+        world.queue.send(job, Duration::ZERO).await.unwrap();
+    }
+    // One work root for every runner, as containers sharing a host's /tmp
+    // (or a volume) have.
+    let work_root = tempfile::tempdir().unwrap();
+    let program =
+        r#"echo "$SPOT_WORKER_MESSAGE_ID" > "$SPOT_WORKER_WORK_DIR/started"; exec sleep 600"#;
+    // Waits for `count` programs to run, while those of `kept` stay.
+    let wait_for_programs = |count: usize, kept: Vec<(std::path::PathBuf, i32)>| {
+        let work_root = work_root.path().to_owned();
+        async move {
+            let since = std::time::Instant::now();
+            loop {
+                for (dir, pid) in &kept {
+                    assert!(
+                        dir.join("runner").exists() && running(*pid),
+                        "the live job of {} was swept away (directory there: {}, program \
+                         running: {}) by another namespace's runner starting",
+                        dir.display(),
+                        dir.exists(),
+                        running(*pid)
+                    );
+                }
+                let started = started_programs(&work_root);
+                if started.len() >= count {
+                    return started;
+                }
+                assert!(
+                    since.elapsed() < PATIENCE,
+                    "{count} program(s) did not start"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Two runners, each in a PID namespace of its own (each is pid 1
+    // there), each running one job.
+    let _a = runner_in(PidNamespace::Own, work_root.path(), program, &world);
+    let first = wait_for_programs(1, Vec::new()).await;
+    let _b = runner_in(PidNamespace::Own, work_root.path(), program, &world);
+    let before = wait_for_programs(2, first).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // A third on the host, and a fourth in a namespace that sees the
+    // host's /proc: each sweeps for leftovers as it starts, before its
+    // warmup gate opens.
+    let mut host = runner_in(PidNamespace::Host, work_root.path(), program, &world);
+    let host_log = read_until(&mut host, "warmup gate open").await;
+    let mut blind = runner_in(
+        PidNamespace::OwnWithHostProc,
+        work_root.path(),
+        program,
+        &world,
+    );
+    let blind_log = read_until(&mut blind, "warmup gate open").await;
+
+    let after = started_programs(work_root.path());
+    for (dir, pid) in &before {
+        assert!(
+            dir.join("runner").exists() && dir.join("work/started").exists(),
+            "{} was swept away under its live runner",
+            dir.display()
+        );
+        assert!(
+            running(*pid),
+            "the program {pid} of {} was killed",
+            dir.display()
+        );
+    }
+    assert_eq!(after, before, "both jobs run on, untouched");
+    // Each said why it touched nothing.
+    assert!(
+        host_log.contains("left alone delivery directories of runners of another PID namespace")
+            && host_log.contains("directories=2"),
+        "{host_log}"
+    );
+    assert!(
+        blind_log.contains("looked for no leftovers of a killed runner")
+            && blind_log.contains("another PID namespace than this runner's"),
+        "{blind_log}"
+    );
+}

@@ -31,7 +31,7 @@ impl DeliveryDir {
         // next one knows this directory and its processes are leftovers.
         std::fs::write(
             dir.path().join(crate::leftovers::RUNNER_FILE),
-            crate::leftovers::runner_identity(),
+            crate::leftovers::runner_file_text(),
         )?;
         let work = dir.path().join("work");
         std::fs::create_dir(&work)?;

@@ -25,6 +25,7 @@ mod output;
 mod pace;
 mod progress;
 mod reaper;
+mod runner_id;
 mod saving;
 mod spawner;
 mod write_time;
