@@ -116,6 +116,7 @@ pub async fn run(
     if let Some(why) = swept.blind {
         tracing::warn!("looked for no leftovers of a killed runner: {why}");
     }
+    say_withheld(&config);
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
@@ -200,6 +201,26 @@ fn withheld_from_programs(name: &str, value: &str) -> bool {
             .iter()
             .any(|setting| setting.secret() && setting.key() == name)
         || spot_worker_azure::redact(value) != value
+}
+
+/// Names (never values) the variables of this process that programs do
+/// not get, so that a program missing one can be told why.
+fn say_withheld(config: &CommandConfig) {
+    let mut withheld: Vec<String> = std::env::vars_os()
+        .map(|(name, value)| (name.to_string_lossy().into_owned(), value))
+        .filter(|(name, value)| {
+            !config.pass_env.contains(name) && (config.secret)(name, &value.to_string_lossy())
+        })
+        .map(|(name, _)| name)
+        .collect();
+    if withheld.is_empty() {
+        return;
+    }
+    withheld.sort();
+    tracing::info!(
+        variables = %withheld.join(","),
+        "kept from programs as credentials (pass one on purpose with --pass-env NAME)"
+    );
 }
 
 /// `--NAME a --NAME b` (or `--NAME=a`) as one `--NAME a,b`, so a repeatable

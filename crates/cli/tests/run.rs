@@ -125,6 +125,14 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
     .env("SPOT_WORKER_CONFIG", &config_file)
     .env("MY_API_TOKEN", "passed-on-purpose")
     .env("OTHER_TOKEN", "not-for-programs")
+    // Telemetry exporters' keys, per signal, and credentials by their
+    // value alone.
+    .env(
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "x-tenant=per-signal-key",
+    )
+    .env("UPSTREAM", "Authorization=Basic dXNlcjpwYXNzd29yZA==")
+    .env("EXPORT", "x-team=a,api-key=exporter-key")
     .spawn()
     .unwrap();
 
@@ -170,6 +178,9 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         // (the program's text, in the command line, names the variable)
         "SPOT_WORKER_CONFIG=",
         "not-for-programs",
+        "per-signal-key",
+        "dXNlcjpwYXNzd29yZA==",
+        "exporter-key",
     ] {
         assert!(
             !result.contains(secret),
@@ -602,4 +613,80 @@ async fn runners_in_separate_pid_namespaces_never_touch_each_others_work() {
             && blind_log.contains("another PID namespace than this runner's"),
         "{blind_log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_of_a_runner_started_from_nohup_inherits_only_stdio_and_default_signals() {
+    let world = World::start().await;
+    world.queue.send("inherit", Duration::ZERO).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let findings = dir.path().join("findings");
+    // What the program sees of itself: the signals it ignores (a bit mask,
+    // /proc/self/status) and its open descriptors (those still open after
+    // the glob's own directory descriptor is closed).
+    let program = r#"fds=""; for f in /proc/$$/fd/*; do [ -e "$f" ] && fds="$fds ${f##*/}"; done
+        while read -r key value; do [ "$key" = SigIgn: ] && ignored=$value; done < /proc/$$/status
+        printf 'ignored=%s\nfds=%s\n' "$ignored" "$fds" > "$FINDINGS.tmp"; mv "$FINDINGS.tmp" "$FINDINGS"
+        exec sleep 600"#;
+    // The runner started as an operator's shell would: SIGQUIT ignored by a
+    // trap, two files left open, then `nohup` (SIGHUP ignored).
+    let mut runner = Command::new("sh")
+        .args([
+            "-c",
+            r#"trap '' QUIT; exec 7</dev/null 9>>"$FINDINGS.leak"; exec nohup "$@""#,
+            "sh",
+            env!("CARGO_BIN_EXE_spot-worker"),
+            "run",
+            "--stop-signal",
+            "SIGHUP",
+            "--",
+            "sh",
+            "-c",
+            program,
+        ])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            world.azurite.connection_string(),
+        )
+        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .env("SPOT_WORKER_QUEUE", "jobs")
+        .env("FINDINGS", &findings)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_CONFIG")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !findings.exists() && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = std::fs::read_to_string(&findings).expect("the program ran");
+    assert!(
+        seen.contains("ignored=0000000000000000\n"),
+        "the program ignores signals its runner's parent ignored (SIGHUP 0x1, SIGQUIT 0x4):\n{seen}"
+    );
+    assert!(
+        seen.contains("fds= 0 1 2\n"),
+        "the program inherited descriptors beyond stdin, stdout and stderr:\n{seen}"
+    );
+
+    // So `--stop-signal SIGHUP` stops it: at once, not with the SIGKILL
+    // at the release time.
+    let pid = runner.id().unwrap() as i32;
+    // SAFETY: signals the runner this test started (`exec` kept its pid).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let ended = read_until(&mut runner, "the program ended").await;
+    let ended = ended.lines().last().unwrap_or_default();
+    assert!(ended.contains("was killed by SIGHUP"), "{ended}");
+    let status = tokio::time::timeout(PATIENCE, runner.wait())
+        .await
+        .expect("the runner exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }

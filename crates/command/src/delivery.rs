@@ -217,7 +217,6 @@ impl Run<'_> {
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .ok_or_else(|| format!("job {key}: the program has no process id"))?;
-        crate::reaper::program_started(pgid.unsigned_abs());
         let mut guard = GroupGuard { pgid, armed: true };
         let stderr_tail = Tail::default();
         let readers = self.start_io(&mut child, message_id, &stderr_tail);

@@ -20,6 +20,7 @@ mod exit;
 mod files;
 mod group;
 mod handler;
+mod inherit;
 mod leftovers;
 mod output;
 mod pace;
