@@ -12,7 +12,7 @@ use spot_worker::Setup;
 use spot_worker::settings::{CONFIG_FILE, Source, table};
 use spot_worker::storage::ResultStore;
 use spot_worker_command::{
-    CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
+    CommandConfig, CommandHandler, ProgramUser, parse_exit_codes, parse_output_level, parse_signal,
 };
 
 #[derive(Debug, Args)]
@@ -20,7 +20,8 @@ use spot_worker_command::{
     after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
     --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
     --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 1048576, \
-    --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
+    --pass-env NAME (repeatable), --program-output info, --program-user NAME, ...), above the environment \
+    and the SPOT_WORKER_CONFIG file. \
     The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
     statuses, signals): docs/command.md."
 )]
@@ -85,6 +86,17 @@ pub async fn run(
     let config = command_config(&settings, program, program_args)?;
     // Logs (always), telemetry (when configured) and storage.
     let setup = Setup::from_source(&settings).context("setting up")?;
+    if let Some(user) = &config.program_user {
+        // Before anything is started: a runner that cannot switch users
+        // must not run programs as its own.
+        let warning = user
+            .check_runner()
+            .with_context(|| format!("{} {}", table::PROGRAM_USER.key, user.name))?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(user = %user.name, uid = user.uid, gid = user.gid, "programs run as another user than the runner");
+    }
     match spot_worker_command::become_subreaper() {
         // Orphans that left their program's group are reaped too.
         Ok(()) => drop(spot_worker_command::spawn_orphan_reaper()),
@@ -186,6 +198,11 @@ fn command_config(
     }
     if let Some(field) = settings.get(&table::JOB_KEY)? {
         config = config.with_job_key(field.into_owned());
+    }
+    if let Some(user) = settings.get(&table::PROGRAM_USER)? {
+        let user = ProgramUser::lookup(&user)
+            .map_err(|reason| settings.invalid(&table::PROGRAM_USER, reason.to_string()))?;
+        config = config.with_program_user(user);
     }
     Ok(config)
 }

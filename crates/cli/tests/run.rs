@@ -690,3 +690,147 @@ async fn a_program_of_a_runner_started_from_nohup_inherits_only_stdio_and_defaul
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "skipped: switching users takes a runner with root's powers; CI runs as root, run it there"
+        );
+        return;
+    }
+    let world = World::start().await;
+    world
+        .queue
+        .send(r#"{"job_id":"separated"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // The runner's credentials in its settings file alone, readable by the
+    // runner's user only, in a directory anyone may look into.
+    let dir = tempfile::tempdir().unwrap();
+    readable_by_all(dir.path(), 0o755);
+    let config_file = dir.path().join("worker.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "azure_storage_connection_string = {:?}\n",
+            world.azurite.connection_string()
+        ),
+    )
+    .unwrap();
+    readable_by_all(&config_file, 0o600);
+    // The program is not told the path, but a path is easy to guess: here
+    // it is told, under a name that is no credential's.
+    let program = r#"{ echo "uid=$(id -u) gid=$(id -g) user=$USER home=$HOME"
+        cat "$GUESSED"; echo "config=$?"
+        tr '\0' '\n' < /proc/$PPID/environ; echo "environ=$?"
+        grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status
+        echo 7 > "$SPOT_WORKER_CHECKPOINT.tmp" && mv "$SPOT_WORKER_CHECKPOINT.tmp" "$SPOT_WORKER_CHECKPOINT"
+        echo "checkpoint=$?"
+        touch "$SPOT_WORKER_WORK_DIR/scratch"; echo "work=$?"
+        } > "$SPOT_WORKER_RESULT" 2>&1"#;
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+        .args([
+            "run",
+            "--job-key",
+            "job_id",
+            "--program-user",
+            "nobody",
+            "--",
+            "sh",
+            "-c",
+            program,
+        ])
+        .env("SPOT_WORKER_CONFIG", &config_file)
+        .env("GUESSED", &config_file)
+        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .env("SPOT_WORKER_QUEUE", "jobs")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("RUST_LOG")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let results = world.storage.result_store("results").unwrap();
+    let started = std::time::Instant::now();
+    let result = loop {
+        if let Some(bytes) = results.get("separated").await.unwrap_or(None) {
+            break String::from_utf8(bytes).unwrap();
+        }
+        if let Ok(Some(status)) = runner.try_wait() {
+            let log = read_until(&mut runner, "").await;
+            panic!("the runner exited ({status}) without a result:\n{log}");
+        }
+        assert!(started.elapsed() < PATIENCE, "no result");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pid = runner.id().unwrap() as i32;
+    // SAFETY: signals the runner this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(PATIENCE, runner.wait())
+        .await
+        .expect("the runner exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    let key = world
+        .azurite
+        .connection_string()
+        .split(';')
+        .find_map(|part| part.strip_prefix("AccountKey=").map(str::to_owned))
+        .unwrap();
+    assert!(
+        !result.contains(&key),
+        "the program read the key:\n{result}"
+    );
+    for expected in [
+        "uid=65534 gid=65534 user=nobody home=/nonexistent",
+        "Permission denied",
+        "config=1",
+        "/environ: Permission denied",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "checkpoint=0",
+        "work=0",
+    ] {
+        assert!(result.contains(expected), "no {expected:?} in:\n{result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_cannot_switch_users_refuses_to_start_with_a_program_user() {
+    let world = World::start().await;
+    world.queue.send("untouched", Duration::ZERO).await.unwrap();
+    // As nobody (when the test is root) or as the test's own user: no
+    // capability either way.
+    let output = spot_worker_run(
+        &["--program-user", "4242", "--", "true"],
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .output();
+    let output = tokio::time::timeout(PATIENCE, output)
+        .await
+        .expect("the runner exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("SPOT_WORKER_PROGRAM_USER 4242")
+            && stderr.contains("needs the runner to have CAP_SETUID, CAP_SETGID"),
+        "{stderr}"
+    );
+    let waiting = world
+        .queue
+        .receive(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "nothing was taken");
+}

@@ -137,7 +137,9 @@ mod tests {
                 let mut command = tokio::process::Command::new("true");
                 // Out of this process's group, as every program is.
                 command.process_group(0);
-                let mut child = crate::spawner::spawn_tied_to_runner(command).await.unwrap();
+                let mut child = crate::spawner::spawn_tied_to_runner(command, None)
+                    .await
+                    .unwrap();
                 let pid = child.id().unwrap();
                 let status = child.wait().await;
                 program_reaped(pid);

@@ -26,6 +26,7 @@ use std::sync::{Mutex, OnceLock};
 use tokio::process::{Child, Command};
 
 use crate::inherit::Inheritance;
+use crate::program_user::ProgramUser;
 use tokio::sync::oneshot;
 
 /// One program to start, on the runtime that will wait for it.
@@ -61,8 +62,11 @@ fn spawner() -> io::Result<mpsc::Sender<Request>> {
 /// SIGKILL, forked on the thread that lives as long as the runner; Tokio
 /// (the current runtime) waits for it, and the orphan sweep never reaps
 /// it.
-pub(crate) async fn spawn_tied_to_runner(mut command: Command) -> io::Result<Child> {
-    prepare_child(&mut command);
+pub(crate) async fn spawn_tied_to_runner(
+    mut command: Command,
+    user: Option<ProgramUser>,
+) -> io::Result<Child> {
+    prepare_child(&mut command, user);
     let runtime = tokio::runtime::Handle::current();
     let (started, spawned) = oneshot::channel();
     spawner()?
@@ -77,21 +81,26 @@ pub(crate) async fn spawn_tied_to_runner(mut command: Command) -> io::Result<Chi
         .map_err(|_| io::Error::other("the spawning thread dropped the request"))?
 }
 
-/// In the child, before exec: what it inherits (`inherit.rs`), then the
-/// parent-death signal.
-fn prepare_child(command: &mut Command) {
+/// In the child, before exec: what it inherits (`inherit.rs`), its user
+/// (`program_user.rs`), then the parent-death signal (which a change of
+/// user would clear).
+fn prepare_child(command: &mut Command, user: Option<ProgramUser>) {
     let inheritance = Inheritance::new();
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpid has no arguments and cannot fail.
         let runner = unsafe { libc::getpid() };
         // SAFETY: the closure runs in the forked child before exec and
-        // calls only async-signal-safe system calls (sigaction,
-        // pthread_sigmask, close_range, fcntl, prctl, getppid, kill),
-        // touching no memory shared with the parent.
+        // calls only async-signal-safe system calls (rt_sigaction,
+        // pthread_sigmask, close_range, fcntl, setgroups, setresgid,
+        // setresuid, capset, prctl, getppid, kill), reading memory
+        // allocated before the fork and writing none shared with the parent.
         unsafe {
             command.pre_exec(move || {
                 inheritance.apply()?;
+                if let Some(user) = &user {
+                    user.switch()?;
+                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -105,7 +114,7 @@ fn prepare_child(command: &mut Command) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (command, inheritance);
+    let _ = (command, inheritance, user);
 }
 
 #[cfg(test)]
@@ -135,7 +144,7 @@ mod tests {
             handle.block_on(async {
                 let mut command = Command::new("sh");
                 command.args(["-c", &script]);
-                spawn_tied_to_runner(command).await.unwrap()
+                spawn_tied_to_runner(command, None).await.unwrap()
             })
         });
         let mut child = asking.join().unwrap();
