@@ -41,6 +41,35 @@ pub fn escape_text(text: &str) -> Cow<'_, str> {
     escape(text, |c| c != '\n' && c != '\t')
 }
 
+/// Escapes, in JSON text (such as `serde_json` writes), every character
+/// a terminal acts on but a line break as JSON's own `\uXXXX`: the text is
+/// still the same JSON. (`serde_json` escapes the C0 controls already, but
+/// not DEL, the C1 controls or the bidirectional ones; outside strings
+/// JSON has none of them but the line breaks between values.)
+///
+/// ```
+/// use spot_worker_untrusted::escape_json;
+///
+/// let json = "{\"a\": \"\u{9b}31m\u{202e}\"}";
+/// assert_eq!(escape_json(json), "{\"a\": \"\\u009b31m\\u202e\"}");
+/// ```
+pub fn escape_json(text: &str) -> Cow<'_, str> {
+    let escaped = |c: char| is_harmful(c) && c != '\n';
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if escaped(c) {
+            // Every harmful character is in the Basic Multilingual Plane.
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `text` with every character that `is_harmful` and `also` escaped.
 fn escape(text: &str, also: impl Fn(char) -> bool) -> Cow<'_, str> {
     let escaped = |c: char| is_harmful(c) && also(c);
@@ -121,6 +150,10 @@ mod tests {
             assert_eq!(escape_text(text), shown, "{text:?}");
         }
         assert!(matches!(escape_line("clean"), Cow::Borrowed("clean")));
+        assert_eq!(
+            escape_json("[\n  \"\u{7f}\u{85}\u{2066}\"\n]"),
+            "[\n  \"\\u007f\\u0085\\u2066\"\n]"
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`escape_line`] and [`escape_text`] make text harmless to show:
 //!   control characters (an ANSI escape sequence, a carriage return that
 //!   overwrites a line, a line break forging a log record) and bidirectional
-//!   overrides become `\u{..}`.
+//!   overrides become `\u{..}`; [`escape_json`] does the same to JSON
+//!   text as JSON's own `\uXXXX`.
 //!
 //! ```
 //! use spot_worker_untrusted::{Owners, escape_line, read_whole};
@@ -31,5 +32,5 @@
 mod escape;
 mod open;
 
-pub use escape::{escape_line, escape_text};
+pub use escape::{escape_json, escape_line, escape_text};
 pub use open::{Owners, UntrustedError, open, read_at_most, read_whole};
