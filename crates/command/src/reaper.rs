@@ -10,21 +10,23 @@
 //! outside this crate lives).
 //!
 //! A program is in that set from the moment it exists: it is started
-//! ([`spawn_program`]) under the lock the sweep holds from its look at
-//! `/proc` to its last `waitpid`, and entered before the lock is let go.
-//! Marked any later, a program that exits at once could be a zombie the
-//! sweep sees (and reaps) before it is marked.
+//! ([`spawn_program`]) under the lock the sweep takes before it decides
+//! whom to reap and holds to its last `waitpid`, and entered before the
+//! lock is let go. Marked any later, a program that exits at once could be
+//! a zombie the sweep sees (and reaps) before it is marked.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// How often [`spawn_orphan_reaper`] sweeps.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// The pids of programs whose status Tokio has yet to collect.
-fn programs() -> &'static Mutex<HashSet<u32>> {
-    static PROGRAMS: OnceLock<Mutex<HashSet<u32>>> = OnceLock::new();
+/// The pids of programs whose status Tokio has yet to collect, each with
+/// how many programs hold it (a pid reused by a new program before the
+/// old one was marked collected stays marked for the new one).
+fn programs() -> &'static Mutex<HashMap<u32, usize>> {
+    static PROGRAMS: OnceLock<Mutex<HashMap<u32, usize>>> = OnceLock::new();
     PROGRAMS.get_or_init(Mutex::default)
 }
 
@@ -36,17 +38,20 @@ pub(crate) fn spawn_program(
     let mut programs = programs().lock().unwrap_or_else(|p| p.into_inner());
     let child = spawn()?;
     if let Some(pid) = child.id() {
-        programs.insert(pid);
+        *programs.entry(pid).or_default() += 1;
     }
     Ok(child)
 }
 
 /// Tokio has collected `pid`'s status.
 pub(crate) fn program_reaped(pid: u32) {
-    programs()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
+    let mut programs = programs().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(count) = programs.get_mut(&pid) {
+        *count -= 1;
+        if *count == 0 {
+            programs.remove(&pid);
+        }
+    }
 }
 
 /// Sweeps for orphans every [`SWEEP_EVERY`] for as long as the runtime
@@ -65,8 +70,10 @@ pub fn spawn_orphan_reaper() -> tokio::task::JoinHandle<()> {
 pub fn reap_orphans() -> usize {
     // SAFETY: getpid and getpgrp take no arguments and cannot fail.
     let (own_pid, own_group) = unsafe { (libc::getpid(), libc::getpgrp()) };
-    // Held to the last waitpid: no program starts meanwhile unmarked.
-    let running = programs().lock().unwrap_or_else(|p| p.into_inner());
+    // The look at /proc runs without the lock (it takes milliseconds, and
+    // programs start meanwhile): a zombie seen here may be a program whose
+    // start has not returned yet, but by the time the lock is taken below
+    // its start has marked it.
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };
@@ -80,9 +87,14 @@ pub fn reap_orphans() -> usize {
                 .is_some()
         })
         .collect();
+    if zombies.is_empty() {
+        return 0;
+    }
+    // Held to the last waitpid: no program starts meanwhile unmarked.
+    let running = programs().lock().unwrap_or_else(|p| p.into_inner());
     zombies
         .into_iter()
-        .filter(|pid| !running.contains(&pid.unsigned_abs()))
+        .filter(|pid| !running.contains_key(&pid.unsigned_abs()))
         .filter(|&pid| {
             let mut status = 0;
             // SAFETY: reaps one exited child by pid; `status` is a valid
