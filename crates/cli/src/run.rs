@@ -223,17 +223,11 @@ fn withheld_from_programs(name: &str, value: &str) -> bool {
 /// Names (never values) the variables of this process that programs do
 /// not get, so that a program missing one can be told why.
 fn say_withheld(config: &CommandConfig) {
-    let mut withheld: Vec<String> = std::env::vars_os()
-        .map(|(name, value)| (name.to_string_lossy().into_owned(), value))
-        .filter(|(name, value)| {
-            !config.pass_env.contains(name) && (config.secret)(name, &value.to_string_lossy())
-        })
-        .map(|(name, _)| name)
-        .collect();
+    let withheld =
+        spot_worker_command::withheld_names(std::env::vars_os(), &*config.secret, &config.pass_env);
     if withheld.is_empty() {
         return;
     }
-    withheld.sort();
     tracing::info!(
         variables = %withheld.join(","),
         "kept from programs as credentials (pass one on purpose with --pass-env NAME)"

@@ -23,9 +23,21 @@ fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Comman
     } else {
         Command::new(env!("CARGO_BIN_EXE_spot-worker"))
     };
+    command.arg("run").args(args);
+    with_worker_env(&mut command, connection_string, imds);
     command
-        .arg("run")
-        .args(args)
+}
+
+/// The environment of a worker on Azurite (`connection_string`) and the
+/// emulator (`imds`): the queue `jobs`, a free health port, nothing from
+/// the test's own environment that would change it; stderr piped, killed
+/// when dropped.
+fn with_worker_env<'a>(
+    command: &'a mut Command,
+    connection_string: &str,
+    imds: &str,
+) -> &'a mut Command {
+    command
         .env("AZURE_STORAGE_CONNECTION_STRING", connection_string)
         .env("SPOT_WORKER_IMDS_ENDPOINT", imds)
         .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
@@ -37,8 +49,7 @@ fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Comman
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
+        .kill_on_drop(true)
 }
 
 /// Bound on every wait.
@@ -443,26 +454,16 @@ fn runner_in(
             command
         }
     };
-    command
-        .args(["run", "--", "sh", "-c", program])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            world.azurite.connection_string(),
-        )
-        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .env("SPOT_WORKER_QUEUE", "jobs")
-        .env("SPOT_WORKER_CONCURRENCY", "1")
-        .env("TMPDIR", work_root)
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("RUST_LOG")
-        .env_remove("SPOT_WORKER_CONFIG")
-        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command.spawn().expect("the runner starts")
+    command.args(["run", "--", "sh", "-c", program]);
+    with_worker_env(
+        &mut command,
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .env("SPOT_WORKER_CONCURRENCY", "1")
+    .env("TMPDIR", work_root)
+    .spawn()
+    .expect("the runner starts")
 }
 
 /// Reads `child`'s stderr until a line contains `text` (bounded); every
@@ -630,38 +631,28 @@ async fn a_program_of_a_runner_started_from_nohup_inherits_only_stdio_and_defaul
         exec sleep 600"#;
     // The runner started as an operator's shell would: SIGQUIT ignored by a
     // trap, two files left open, then `nohup` (SIGHUP ignored).
-    let mut runner = Command::new("sh")
-        .args([
-            "-c",
-            r#"trap '' QUIT; exec 7</dev/null 9>>"$FINDINGS.leak"; exec nohup "$@""#,
-            "sh",
-            env!("CARGO_BIN_EXE_spot-worker"),
-            "run",
-            "--stop-signal",
-            "SIGHUP",
-            "--",
-            "sh",
-            "-c",
-            program,
-        ])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            world.azurite.connection_string(),
-        )
-        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .env("SPOT_WORKER_QUEUE", "jobs")
-        .env("FINDINGS", &findings)
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("RUST_LOG")
-        .env_remove("SPOT_WORKER_CONFIG")
-        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut nohup = Command::new("sh");
+    nohup.args([
+        "-c",
+        r#"trap '' QUIT; exec 7</dev/null 9>>"$FINDINGS.leak"; exec nohup "$@""#,
+        "sh",
+        env!("CARGO_BIN_EXE_spot-worker"),
+        "run",
+        "--stop-signal",
+        "SIGHUP",
+        "--",
+        "sh",
+        "-c",
+        program,
+    ]);
+    let mut runner = with_worker_env(
+        &mut nohup,
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .env("FINDINGS", &findings)
+    .spawn()
+    .unwrap();
     let waited = std::time::Instant::now();
     while !findings.exists() && waited.elapsed() < PATIENCE {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -730,31 +721,23 @@ async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
         echo "checkpoint=$?"
         touch "$SPOT_WORKER_WORK_DIR/scratch"; echo "work=$?"
         } > "$SPOT_WORKER_RESULT" 2>&1"#;
-    let mut runner = Command::new(env!("CARGO_BIN_EXE_spot-worker"))
-        .args([
-            "run",
-            "--job-key",
-            "job_id",
-            "--program-user",
-            "nobody",
-            "--",
-            "sh",
-            "-c",
-            program,
-        ])
+    let mut separated = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+    separated.args([
+        "run",
+        "--job-key",
+        "job_id",
+        "--program-user",
+        "nobody",
+        "--",
+        "sh",
+        "-c",
+        program,
+    ]);
+    let mut runner = with_worker_env(&mut separated, "", &world.emulator.url())
+        // The connection string is in the settings file alone.
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
         .env("SPOT_WORKER_CONFIG", &config_file)
         .env("GUESSED", &config_file)
-        .env("SPOT_WORKER_IMDS_ENDPOINT", world.emulator.url())
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .env("SPOT_WORKER_QUEUE", "jobs")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-        .env_remove("RUST_LOG")
-        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let results = world.storage.result_store("results").unwrap();

@@ -126,10 +126,7 @@ pub fn child_env(
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = worker_env
         .into_iter()
-        .filter(|(name, value)| {
-            let name = name.to_string_lossy();
-            pass.iter().any(|passed| *passed == name) || !secret(&name, &value.to_string_lossy())
-        })
+        .filter(|(name, value)| !is_withheld(name, value, secret, pass))
         .filter(|(name, _)| !contract.iter().any(|(set, _)| name == set))
         .collect();
     env.extend(
@@ -138,6 +135,43 @@ pub fn child_env(
             .map(|(name, value)| (OsString::from(name), OsString::from(value))),
     );
     env
+}
+
+/// The names of the variables of `worker_env` that programs do not get
+/// ([`child_env`] leaves them out), sorted: for a log that says so.
+///
+/// ```
+/// use std::ffi::OsString;
+/// use spot_worker_command::{is_secret, withheld_names};
+///
+/// let env = [("PATH", "/bin"), ("HF_TOKEN", "t"), ("GITHUB_TOKEN", "g")]
+///     .map(|(n, v)| (OsString::from(n), OsString::from(v)));
+/// assert_eq!(withheld_names(env, &is_secret, &["HF_TOKEN".to_owned()]), ["GITHUB_TOKEN"]);
+/// ```
+pub fn withheld_names(
+    worker_env: impl IntoIterator<Item = (OsString, OsString)>,
+    secret: &dyn Fn(&str, &str) -> bool,
+    pass: &[String],
+) -> Vec<String> {
+    let mut names: Vec<String> = worker_env
+        .into_iter()
+        .filter(|(name, value)| is_withheld(name, value, secret, pass))
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whether the variable `name` (with `value`) is kept from programs: the
+/// rule says it is secret and `pass` does not name it.
+fn is_withheld(
+    name: &OsString,
+    value: &OsString,
+    secret: &dyn Fn(&str, &str) -> bool,
+    pass: &[String],
+) -> bool {
+    let name = name.to_string_lossy();
+    !pass.iter().any(|passed| *passed == name) && secret(&name, &value.to_string_lossy())
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub use config::{
     DEFAULT_PERMANENT_EXIT_CODES, DEFAULT_RESULT_NAME,
 };
 pub use delivery::{FIRST_SAVE_LOOK, GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
-pub use env::{SecretRule, child_env, is_secret};
+pub use env::{SecretRule, child_env, is_secret, withheld_names};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
