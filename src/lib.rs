@@ -13,6 +13,9 @@
 //!   from (flags, environment, the `SPOT_WORKER_CONFIG` file, defaults).
 //! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
 //!   in-memory implementations for unit tests.
+//! - [`decisions`]: the pure decisions they act on: the checkpoint interval
+//!   and its estimators, the cost of a save, the goodput ledger, the lane
+//!   of a job with a deadline.
 //! - `azure` (default feature `azure`): Azure Storage Queue and Blob
 //!   implementations of the storage traits.
 //! - [`telemetry`]: `tracing` + OpenTelemetry export and the worker's metrics.
@@ -20,6 +23,7 @@
 //!   Azure Storage; `Setup::from_env()` is a worker's one set-up call.
 //! - `emulator` (feature `emulator`): an IMDS emulator for tests and demos.
 
+pub use spot_worker_decisions as decisions;
 pub use spot_worker_imds as imds;
 pub use spot_worker_runtime as runtime;
 pub use spot_worker_runtime::settings;

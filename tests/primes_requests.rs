@@ -17,7 +17,7 @@ use spot_worker::storage::{
     ResultStore,
 };
 use spot_worker_primes::{PrimesConfig, PrimesJob, expected_result, handler};
-use spot_worker_storage::cadence::FleetLedger;
+use spot_worker_storage::FleetLedger;
 use spot_worker_testkit::counting::{CountingResults, CountingStore};
 use spot_worker_testkit::faulty::FaultyQueue;
 

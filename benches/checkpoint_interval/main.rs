@@ -29,7 +29,7 @@ mod sim;
 mod trace;
 
 use sim::{Policy, Sim, Totals};
-use spot_worker::storage::cadence::clamped_interval;
+use spot_worker::decisions::cadence::clamped_interval;
 use std::time::Duration;
 use trace::{Cell, traces};
 

@@ -23,9 +23,8 @@
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use spot_worker::storage::SaveCost;
-use spot_worker::storage::cadence::{
-    CheckpointCadence, FLUSH_EVERY, Interruption, InterruptionCounts, IntervalSource,
+use spot_worker::decisions::cadence::{
+    CheckpointCadence, FLUSH_EVERY, Interruption, InterruptionCounts, IntervalSource, SaveCost,
     adaptive_interval,
 };
 use std::time::Duration;

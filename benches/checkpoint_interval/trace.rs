@@ -5,7 +5,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use spot_worker::storage::cadence::Interruption;
+use spot_worker::decisions::cadence::Interruption;
 
 /// One grid cell: the rates and the cost the fleet really has.
 #[derive(Clone, Copy, Debug)]

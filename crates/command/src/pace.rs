@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spot_worker_storage::cadence::time_left;
+use spot_worker_decisions::cadence::time_left;
 
 use crate::progress::{ProgressError, read_stable};
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::goodput::Ledger;
-use spot_worker_storage::{CheckpointCadence, IntervalSource};
+use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
+use spot_worker_decisions::goodput::Ledger;
 use spot_worker_testkit::worker::{Env, within};
 
 /// Runs one message through `config` on a consumer following `cadence`

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::{CheckpointCadence, IntervalSource};
+use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
 use spot_worker_testkit::worker::{Env, within};
 
 /// The process's log, captured from debug up (once per test binary).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use spot_worker_storage::{CheckpointCadence, IntervalSource};
+use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
 use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
 use spot_worker_primes::{
     PrimesConfig, PrimesJob, Progress, count_primes, expected_result, handler,
 };
@@ -17,7 +18,6 @@ use spot_worker_storage::{
     InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, Job, MessageHandler, MessageQueue,
     PoisonRecord, ResultStore, WritePrecondition, handler_fn,
 };
-use spot_worker_storage::{CheckpointCadence, IntervalSource};
 
 /// Upper bound of every run: generous for a slow debug build, yet bounded.
 const LIMIT: Duration = Duration::from_secs(60);

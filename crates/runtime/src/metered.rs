@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use spot_worker_storage::goodput::{Ledger, TimeKind};
+use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, DeliveryOutcome, ETag, GoodputObserver, HandlerError, Job,
     MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage, SettlementObserver,
@@ -199,7 +199,7 @@ pub(crate) fn settlement_observer(metrics: Metrics, queue: String) -> Settlement
 }
 
 /// Records each finished job's time by kind, its goodput and its
-/// unaccounted deliveries (see `spot_worker_storage::goodput`).
+/// unaccounted deliveries (see `spot_worker_decisions::goodput`).
 pub(crate) fn goodput_observer(metrics: Metrics, queue: String) -> GoodputObserver {
     Arc::new(move |ledger: &Ledger| {
         let seconds = TimeKind::ALL.map(|kind| (job_time_kind(kind), ledger.seconds(kind)));

@@ -9,19 +9,19 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use spot_worker_decisions::cadence::{
+    CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource,
+};
+use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with};
 use tokio_util::sync::CancellationToken;
 
-use crate::cadence::{CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource};
 use crate::consumer::Leftover;
 use crate::error::StorageError;
-use crate::goodput::{Ledger, split_stamp, stamp_with};
 
-mod cost;
 mod measure;
 mod notes;
 mod save_clock;
 
-pub use cost::{CheckpointCost, CostMeter, SaveCost};
 pub use measure::Blocking;
 
 pub(crate) use notes::CheckpointNotes;
@@ -241,7 +241,7 @@ pub struct JobCheckpoint {
     /// the store under the job's own key (see [`JobCheckpoint::leaving_in`]).
     leftover: Option<Arc<Leftover>>,
     /// The delivery's clock, which times this handle's saves and whose
-    /// ledger each of them stamps (see [`crate::goodput`]).
+    /// ledger each of them stamps (see [`spot_worker_decisions::goodput`]).
     clock: Option<Arc<SaveClock>>,
     /// Random per handle: only this handle's writes carry it, so a stored
     /// stamp with it proves the stored checkpoint is this handle's.

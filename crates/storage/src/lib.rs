@@ -18,25 +18,28 @@
 //!   [`InMemoryResultStore`]: the same semantics in memory, to unit-test
 //!   handlers, with a switch to simulate an outage (`set_available`). The
 //!   Azure implementations live in `spot-worker-azure`.
+//! - [`FleetLedger`]: the fleet's interruption counts, which the checkpoint
+//!   interval rests on, kept in the checkpoint store.
+//!
+//! The decisions these act on (the checkpoint interval, the cost of a
+//! save, the goodput ledger) are pure arithmetic in
+//! `spot-worker-decisions`; this crate reads and writes what they need.
 //!
 //! Every store has a `prepare` method (create what is missing, prove this
 //! worker can write) for a worker's warmup gate to call before it takes work.
 
-pub mod cadence;
 mod checkpoint;
 mod consumer;
 mod encoding;
 mod error;
 mod fenced_results;
-pub mod goodput;
+mod fleet_ledger;
 pub mod memory;
 mod queue;
 mod result;
 
-pub use cadence::{CheckpointCadence, IntervalSource};
 pub use checkpoint::{
-    Blocking, Checkpoint, CheckpointCost, CheckpointStore, CostMeter, ETag, JobCheckpoint,
-    SaveCost, StoredCheckpoint, WritePrecondition,
+    Blocking, Checkpoint, CheckpointStore, ETag, JobCheckpoint, StoredCheckpoint, WritePrecondition,
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
@@ -48,6 +51,7 @@ pub use consumer::{
 pub use encoding::{DecodeError, MessageEncoding, check_sendable, unsendable_char};
 pub use error::StorageError;
 pub use fenced_results::FencedResults;
+pub use fleet_ledger::FleetLedger;
 pub use memory::{InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, StoredMessage};
 pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
 pub use result::{PutOutcome, ResultStore};

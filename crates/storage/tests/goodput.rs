@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use spot_worker_storage::goodput::Ledger;
+use spot_worker_decisions::goodput::Ledger;
 use spot_worker_storage::{
     CheckpointStore, CompletionRecord, Consumer, HandlerError, InMemoryCheckpointStore, Job,
     MessageQueue, handler_fn,

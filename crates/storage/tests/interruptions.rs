@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use spot_worker_storage::cadence::{FLUSH_EVERY, FleetLedger, Interruption};
+use spot_worker_decisions::cadence::{
+    CheckpointCadence, FLUSH_EVERY, Interruption, IntervalSource,
+};
 use spot_worker_storage::{
-    CheckpointCadence, CheckpointStore, ConsumerStats, DrainSignals, HandlerError,
-    InMemoryCheckpointStore, InMemoryQueue, IntervalSource, Job, MessageQueue, handler_fn,
+    CheckpointStore, ConsumerStats, DrainSignals, FleetLedger, HandlerError,
+    InMemoryCheckpointStore, InMemoryQueue, Job, MessageQueue, handler_fn,
 };
 use spot_worker_testkit::counting::CountingStore;
 use tokio::time::Instant;

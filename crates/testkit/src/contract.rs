@@ -12,10 +12,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use spot_worker_storage::cadence::{FleetLedger, Interruption, InterruptionCounts};
+use spot_worker_decisions::cadence::{Interruption, InterruptionCounts};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, JobCheckpoint, PutOutcome, ResultStore, StorageError,
-    StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, ETag, FleetLedger, JobCheckpoint, PutOutcome, ResultStore,
+    StorageError, StoredCheckpoint, WritePrecondition,
 };
 
 /// Runs the [`CheckpointStore`] contract against `store`, fresh and empty:

@@ -22,10 +22,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spot_worker_storage::cadence::FleetLedger;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, PutOutcome, ResultStore, StorageError, StoredCheckpoint,
-    WritePrecondition, async_trait,
+    Checkpoint, CheckpointStore, ETag, FleetLedger, PutOutcome, ResultStore, StorageError,
+    StoredCheckpoint, WritePrecondition, async_trait,
 };
 
 /// The counts of one [`CountingStore`] (shared by clones). Every request is

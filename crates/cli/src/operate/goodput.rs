@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result, bail};
 use futures_util::{StreamExt as _, stream};
 use serde::Serialize;
 use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
-use spot_worker_storage::goodput::{Ledger, TimeKind};
+use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{COMPLETION_RECORD_PREFIX, CheckpointStore as _, CompletionRecord};
 
 /// Completion records read at once.

@@ -4,11 +4,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore as _, HandlerError, Job, MessageEncoding, WritePrecondition,
-    handler_fn,
+    Checkpoint, CheckpointStore as _, FleetLedger, HandlerError, Job, MessageEncoding,
+    WritePrecondition, handler_fn,
 };
 
-use spot_worker_storage::cadence::{FleetLedger, InterruptionCounts};
+use spot_worker_decisions::cadence::InterruptionCounts;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 

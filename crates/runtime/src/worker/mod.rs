@@ -24,12 +24,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_decisions::cadence::{CadenceView, CheckpointCadence, FLUSH_EVERY};
 use spot_worker_imds::{
     ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
-use spot_worker_storage::cadence::{CadenceView, FLUSH_EVERY, FleetLedger};
 use spot_worker_storage::{
-    CheckpointCadence, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, HandlerError,
+    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, FleetLedger, HandlerError,
     MessageHandler, MessageQueue, QueueMessage, ResultStore,
 };
 use spot_worker_telemetry::{CheckpointEstimates, Metrics, Telemetry, message_span};

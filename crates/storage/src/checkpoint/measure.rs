@@ -15,12 +15,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_decisions::cadence::{CheckpointCadence, SaveCost};
+use spot_worker_decisions::goodput::Ledger;
 use tokio::time::Instant;
 
-use crate::cadence::CheckpointCadence;
-use crate::goodput::Ledger;
-
-use super::cost::SaveCost;
 use super::save_clock::{SaveClock, SaveStart};
 
 /// What one save blocks: the job's own writing of what is saved, before
@@ -142,7 +140,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_measurement_feeds_the_ledger_and_the_interval_alike() {
-        use crate::cadence::IntervalSource;
+        use spot_worker_decisions::cadence::IntervalSource;
         let cadence = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(60)));
         let clock = Arc::new(SaveClock::new(Instant::now()));
         clock.handler_started();

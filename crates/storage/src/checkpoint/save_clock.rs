@@ -1,7 +1,7 @@
 //! [`SaveClock`]: one delivery's clock, and the hook at the save call that
 //! measures the time its job is blocked on saving a checkpoint. What the
 //! readings mean, and how a job's deliveries add up, is in
-//! [`goodput`](crate::goodput).
+//! [`goodput`](spot_worker_decisions::goodput).
 //!
 //! Every reading is an [`Instant`] difference on this machine: the clock
 //! starts at the delivery's receive, the handler's start is marked, and
@@ -16,9 +16,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use spot_worker_decisions::goodput::{DeliveryTimes, Ledger, at_save};
 use tokio::time::Instant;
-
-use crate::goodput::{DeliveryTimes, Ledger, at_save};
 
 use super::measure::Blocking;
 

@@ -21,10 +21,10 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use spot_worker_decisions::goodput::Ledger;
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
-use crate::goodput::Ledger;
 use crate::queue::MessageId;
 
 use super::poison::truncate_at_char_boundary;
@@ -48,7 +48,7 @@ pub(crate) struct Attempts {
     pub(crate) last_error: Option<String>,
     /// What earlier deliveries that ended without finishing the job did
     /// after their last saved checkpoint (their tails, see
-    /// [`crate::goodput`]); the delivery that finishes the job adds it.
+    /// [`spot_worker_decisions::goodput`]); the delivery that finishes the job adds it.
     #[serde(default, skip_serializing_if = "is_empty")]
     pub(crate) goodput: Ledger,
     /// Deliveries without an outcome already counted for the checkpoint

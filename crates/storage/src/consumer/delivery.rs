@@ -10,13 +10,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt as _;
+use spot_worker_decisions::goodput::split_stamp;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::checkpoint::{CheckpointNotes, SaveClock};
-use crate::goodput::split_stamp;
 use crate::queue::QueueMessage;
 
 use super::Consumer;
@@ -46,7 +46,7 @@ pub(super) struct Delivery {
     hurry: CancellationToken,
     /// Records a release on shutdown in the attempt record.
     pub(super) note: ReleaseNote,
-    /// Where this delivery's time went (see [`crate::goodput`]).
+    /// Where this delivery's time went (see [`spot_worker_decisions::goodput`]).
     pub(super) clock: Arc<SaveClock>,
     /// Whether the handler was started: only then can its release be an
     /// interruption of work (see `cadence`).

@@ -2,9 +2,10 @@
 //! stopped (or never started), carried out under the lease: delete,
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
-use crate::cadence::Interruption;
+use spot_worker_decisions::cadence::Interruption;
+use spot_worker_decisions::goodput::tail;
+
 use crate::checkpoint::CheckpointNotes;
-use crate::goodput::tail;
 
 use super::Consumer;
 use super::attempts::ReadAttempts;
@@ -193,7 +194,7 @@ impl Consumer {
         released: Option<Option<Interruption>>,
     ) {
         let tail = delivery_tail(delivery);
-        if tail == crate::goodput::Ledger::default() && released.is_none() {
+        if tail == spot_worker_decisions::goodput::Ledger::default() && released.is_none() {
             return;
         }
         let id = &delivery.message.id;
@@ -245,6 +246,6 @@ impl Consumer {
 
 /// What `delivery` did after its last saved checkpoint, for the attempt
 /// record of a delivery that ends without finishing its job.
-fn delivery_tail(delivery: &Delivery) -> crate::goodput::Ledger {
+fn delivery_tail(delivery: &Delivery) -> spot_worker_decisions::goodput::Ledger {
     tail(&delivery.clock.now(), delivery.clock.last_saved().as_ref())
 }

@@ -6,13 +6,13 @@ use std::future::Future;
 use std::str::Utf8Error;
 use std::sync::{Arc, Mutex};
 
+use spot_worker_decisions::cadence::CheckpointCadence;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempts::AttemptLog;
-use crate::cadence::CheckpointCadence;
 use crate::checkpoint::{
     CheckpointNotes, CheckpointStore, JobCheckpoint, SaveClock, StoredCheckpoint,
 };

@@ -1,5 +1,5 @@
 //! What a finished job's time went into: its goodput ledger (see
-//! [`crate::goodput`]) summed up by the delivery that finishes it, logged,
+//! [`spot_worker_decisions::goodput`]) summed up by the delivery that finishes it, logged,
 //! told to the [`GoodputObserver`] (the runtime's metrics) and, for jobs
 //! worth the request, kept in a completion record that `spot-worker status`
 //! reads.
@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use spot_worker_decisions::goodput::{Ledger, TimeKind, finished};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::checkpoint::{Checkpoint, WritePrecondition};
 use crate::error::StorageError;
-use crate::goodput::{Ledger, TimeKind, finished};
 
 use super::Consumer;
 use super::delivery::Delivery;

@@ -51,13 +51,15 @@ mod watched;
 
 use std::sync::Arc;
 
+use spot_worker_decisions::cadence::{
+    CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::cadence::{CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource};
 use crate::checkpoint::CheckpointStore;
 use crate::memory::InMemoryCheckpointStore;
 use crate::queue::{MessageQueue, QueueMessage};
@@ -237,7 +239,7 @@ impl Consumer {
     }
 
     /// Tells `observer` of the goodput ledger of every job this consumer
-    /// finishes (see [`crate::goodput`]), inside the delivery's span.
+    /// finishes (see [`spot_worker_decisions::goodput`]), inside the delivery's span.
     pub fn with_goodput_observer(mut self, observer: GoodputObserver) -> Self {
         self.goodput_observer = Some(observer);
         self

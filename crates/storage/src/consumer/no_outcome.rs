@@ -4,7 +4,7 @@
 //! lost, a release whose note could not be written) and those whose
 //! release was noted but never settled (a late notice whose worker was
 //! killed before it released the message). They are the interruptions no
-//! notice saved (see [`cadence`](crate::cadence)); which is which is
+//! notice saved (see [`cadence`](spot_worker_decisions::cadence)); which is which is
 //! [`interruption_kind`](super::interruption_kind).
 //!
 //! Nobody is left to count such a delivery when it ends, so the next
@@ -15,7 +15,7 @@
 //! A first delivery costs nothing. A mark that cannot be written leaves
 //! them for the next delivery to count: counted late, never twice.
 
-use crate::cadence::Interruption;
+use spot_worker_decisions::cadence::Interruption;
 
 use super::Consumer;
 use super::attempts::{Attempts, ReadAttempts};

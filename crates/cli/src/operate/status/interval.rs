@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
-use spot_worker_runtime::WorkerConfig;
-use spot_worker_storage::cadence::{
-    FleetLedger, InterruptionCounts, IntervalSource, RateEstimates, adaptive_interval,
+use spot_worker_decisions::cadence::{
+    InterruptionCounts, IntervalSource, RateEstimates, adaptive_interval,
 };
-use spot_worker_storage::{CheckpointStore, StorageError};
+use spot_worker_runtime::WorkerConfig;
+use spot_worker_storage::{CheckpointStore, FleetLedger, StorageError};
 
 #[derive(Debug, Serialize)]
 pub(super) struct IntervalStatus {

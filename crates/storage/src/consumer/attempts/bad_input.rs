@@ -109,7 +109,7 @@ proptest! {
         released_settled in any::<u32>(),
         unsettled_counted in any::<u32>(),
     ) {
-        let goodput = crate::goodput::Ledger { redone_ms, deliveries, ..Default::default() };
+        let goodput = spot_worker_decisions::goodput::Ledger { redone_ms, deliveries, ..Default::default() };
         let attempts = Attempts {
             failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted,
         };

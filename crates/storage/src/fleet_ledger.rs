@@ -10,24 +10,20 @@
 //! only grow: summing is the whole merge.
 //!
 //! Cost: one read and one write per addition. A worker adds once per
-//! [`FLUSH_EVERY`] (and once when it stops), and reads once when it starts:
-//! about 2 requests per worker-hour, plus a read and a write more for each
-//! conflict. A worker busy with one job renewing its lease every 10 s
-//! already makes 360 an hour, so this stays under 0.6 %.
+//! [`FLUSH_EVERY`](spot_worker_decisions::cadence::FLUSH_EVERY) (and once
+//! when it stops), and reads once when it starts: about 2 requests per
+//! worker-hour, plus a read and a write more for each conflict. A worker
+//! busy with one job renewing its lease every 10 s already makes 360 an
+//! hour, so this stays under 0.6 %.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_decisions::cadence::{CheckpointCadence, InterruptionCounts};
 use tokio_util::sync::CancellationToken;
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, StoredCheckpoint, WritePrecondition};
 use crate::error::StorageError;
-
-use super::counts::InterruptionCounts;
-use super::policy::CheckpointCadence;
-
-/// How often a worker adds its counts to the fleet's: every hour.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// How many times an addition is retried after losing a race.
 const MAX_ATTEMPTS: u32 = 8;
@@ -169,6 +165,7 @@ impl FleetLedger {
 mod tests {
     use super::*;
     use crate::memory::InMemoryCheckpointStore;
+    use spot_worker_decisions::cadence::{FLUSH_EVERY, Interruption, IntervalSource};
 
     /// A fresh adaptive cadence kept in step with `ledger` every
     /// [`FLUSH_EVERY`] until the token is cancelled.
@@ -179,11 +176,9 @@ mod tests {
         CancellationToken,
         tokio::task::JoinHandle<()>,
     ) {
-        let cadence = Arc::new(CheckpointCadence::new(
-            super::super::policy::IntervalSource::Adaptive {
-                seed_evictions_per_hour: 0.1,
-            },
-        ));
+        let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+            seed_evictions_per_hour: 0.1,
+        }));
         let stop = CancellationToken::new();
         let keeper = tokio::spawn({
             let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop.clone());
@@ -228,8 +223,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn keeping_adds_every_period_and_once_more_when_stopped() {
-        use super::super::counts::Interruption;
-
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
         let ledger = FleetLedger::new(store);
         // Another worker's history is there already.

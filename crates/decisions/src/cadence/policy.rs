@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::checkpoint::{CheckpointCost, CostMeter, SaveCost};
-
+use super::cost::{CheckpointCost, CostMeter, SaveCost};
 use super::counts::{Interruption, InterruptionCounts};
 use super::daly::{MIN_INTERVAL, clamped_interval};
 use super::estimate::RateEstimates;
@@ -151,7 +150,7 @@ impl CheckpointCadence {
     }
 
     /// Replaces the fleet's counts with `fleet` (as read from, or written
-    /// to, the [`FleetLedger`](super::FleetLedger)).
+    /// to, the fleet's ledger in the checkpoint store).
     pub fn set_fleet(&self, fleet: InterruptionCounts) {
         self.lock().fleet = fleet;
     }

@@ -6,29 +6,33 @@
 //! - [`estimate`]: the interruption rates from a fleet's counts and a seed,
 //!   as Gamma–Poisson and Beta posterior means; pure.
 //! - [`counts`]: the counts by kind (drained in time, notice too late, no
-//!   outcome) against the worker time observed.
+//!   outcome) against the worker time observed, which each worker adds to
+//!   the fleet's every [`FLUSH_EVERY`].
 //! - [`exposure`]: the running deliveries' job time, counted as it accrues.
 //! - [`finite`]: the interval spread evenly over a job's remaining work,
 //!   for a handler that knows it; pure.
 //! - [`pace`]: the time a job's rest takes at its pace so far; pure.
-//! - [`ledger`]: the fleet's counts in the checkpoint store, merged by
-//!   ETag-fenced additions.
 //! - [`policy`]: one worker's live interval, which handlers and the
 //!   command runner ask whether a checkpoint is due.
+//! - [`cost`]: what saves cost, measured as they happen ([`CheckpointCost`]),
+//!   the C of the interval.
 //!
-//! The cost of a save is measured by
-//! [`CheckpointCost`](crate::CheckpointCost).
+//! The fleet's counts are kept in the checkpoint store by
+//! `spot_worker_storage::FleetLedger`, which hands them to
+//! [`CheckpointCadence::set_fleet`] and takes a worker's with
+//! [`CheckpointCadence::take_pending`].
 
+mod cost;
 mod counts;
 mod daly;
 mod estimate;
 mod exposure;
 mod finite;
-mod ledger;
 mod pace;
 mod policy;
 
-pub use counts::{Interruption, InterruptionCounts};
+pub use cost::{CheckpointCost, CostMeter, SaveCost};
+pub use counts::{FLUSH_EVERY, Interruption, InterruptionCounts};
 pub use daly::{MAX_INTERVAL, MIN_INTERVAL, clamped_interval, daly_interval_seconds};
 pub use estimate::{
     DEFAULT_SEED_EVICTIONS_PER_HOUR, RateEstimates, SEED_WEIGHT_HOURS, beta_mean,
@@ -36,6 +40,5 @@ pub use estimate::{
 };
 pub use exposure::Exposure;
 pub use finite::spread_over_job;
-pub use ledger::{FLUSH_EVERY, FleetLedger};
 pub use pace::time_left;
 pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};

@@ -1,13 +1,13 @@
 //! [`CheckpointCost`]: what checkpoint saves cost, measured as they happen.
 //!
 //! Two different costs: the time a save blocks the job (a Rust handler
-//! awaiting [`JobCheckpoint::save`](crate::JobCheckpoint::save); a program
+//! awaiting `JobCheckpoint::save` in `spot-worker-storage`; a program
 //! under `spot-worker run` writing its checkpoint file), which is what the
 //! checkpoint interval trades against the work an interruption loses; and
 //! the requests and bytes a save sends to storage, which cost money but no
 //! job time when the upload runs beside the job (the runner's uploads).
-//! [`SaveCost`] carries both for one save, as its one measurement
-//! (`measure.rs`) found them; [`CheckpointCost`] keeps the totals and a
+//! [`SaveCost`] carries both for one save, as its one measurement (the
+//! checkpoint handle's, in `spot-worker-storage`) found them; [`CheckpointCost`] keeps the totals and a
 //! recent estimate of the blocking time; [`CostMeter`] shares one between
 //! the tasks that save.
 

@@ -1,13 +1,20 @@
 //! [`InterruptionCounts`]: how often a fleet's deliveries were interrupted,
 //! by kind, against the job time observed. The counts only grow, so two
-//! workers' additions merge by summing (see [`super::ledger`]).
+//! workers' additions merge by summing (the fleet's counts are kept by
+//! `spot_worker_storage::FleetLedger`, one addition per worker every
+//! [`FLUSH_EVERY`]).
 //!
 //! Both are per delivery: an eviction of a worker running three jobs is
 //! three interrupted deliveries in three jobs' time. So a rate is per
 //! job-hour, which is what one job meets, however many a worker runs at
 //! once, and for a job on a VM it equals the VM's own rate per hour.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+/// How often a worker adds its counts to the fleet's: every hour.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// What interrupted a delivery, as the interval policy tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
