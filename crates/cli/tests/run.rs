@@ -420,6 +420,17 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cle
     drop(next);
 }
 
+/// Whether the test runs as root; if not, says on stderr that it is
+/// skipped and why (CI runs as root).
+fn root_or_say_why(why: &str) -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: {why}; CI runs as root, run it there");
+    }
+    root
+}
+
 /// Where a runner of [`runners_in_separate_pid_namespaces_never_touch_each_others_work`]
 /// runs.
 #[derive(Clone, Copy, Debug)]
@@ -523,11 +534,7 @@ fn started_programs(work_root: &std::path::Path) -> Vec<(std::path::PathBuf, i32
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runners_in_separate_pid_namespaces_never_touch_each_others_work() {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "skipped: PID namespaces (unshare --pid) need root; CI runs as root, run it there"
-        );
+    if !root_or_say_why("PID namespaces (unshare --pid) need root") {
         return;
     }
     let world = World::start().await;
@@ -684,11 +691,7 @@ async fn a_program_of_a_runner_started_from_nohup_inherits_only_stdio_and_defaul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "skipped: switching users takes a runner with root's powers; CI runs as root, run it there"
-        );
+    if !root_or_say_why("switching users takes a runner with root's powers") {
         return;
     }
     let world = World::start().await;
