@@ -270,6 +270,7 @@ impl Run<'_> {
         let size = tokio::task::spawn_blocking(move || roots.size()).await;
         match size {
             Ok(Ok(size)) if size > limit => Err(SaveFilesError::TooBig { size, limit }.to_string()),
+            Ok(Err(error @ SaveFilesError::TooMany { .. })) => Err(error.to_string()),
             _ => Ok(()),
         }
     }
@@ -285,15 +286,26 @@ impl Run<'_> {
         let key = self.key.clone();
         let config = &self.handler.config;
         let path = self.dir.result();
-        let opened =
-            tokio::task::spawn_blocking(move || spot_worker_storage::files::open_regular(&path))
-                .await
-                .map_err(|e| format!("job {key}: opening the result file: {e}"))?;
+        // The program's to put anything at: never through a link, never
+        // blocking on a FIFO, a regular file only.
+        let opened = tokio::task::spawn_blocking(move || {
+            let file = spot_worker_untrusted::open(&path, &spot_worker_untrusted::Owners::Any)?;
+            let meta =
+                file.metadata()
+                    .map_err(|source| spot_worker_untrusted::UntrustedError::Io {
+                        path: spot_worker_untrusted::escape_line(&path.to_string_lossy())
+                            .into_owned(),
+                        source,
+                    })?;
+            Ok::<_, spot_worker_untrusted::UntrustedError>((file, meta))
+        })
+        .await
+        .map_err(|e| format!("job {key}: opening the result file: {e}"))?;
         let name = match opened {
-            Err(missing) if missing.is_missing() => None,
+            Err(missing) if missing.is_not_found() => None,
             Err(error) => {
                 return Err(format!(
-                    "job {key}: the program exited 0, but {error}; no result stored"
+                    "job {key}: the program exited 0, but the result file {error}; no result stored"
                 )
                 .into());
             }
@@ -378,6 +390,7 @@ async fn save_once(
         Err(error @ SaveFilesError::TooBig { .. }) => {
             return Err(format!("{error} (SPOT_WORKER_CHECKPOINT_MAX_BYTES)"));
         }
+        Err(error @ SaveFilesError::TooMany { .. }) => return Err(error.to_string()),
         Err(SaveFilesError::Unstable) => {
             tracing::debug!(job_key = %key, "the checkpoint changed while it was read; saved at the next look");
             return Ok(later(Vec::new()));

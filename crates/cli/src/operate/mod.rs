@@ -11,6 +11,7 @@ pub mod results;
 mod saved_files;
 mod scan;
 pub mod status;
+pub mod terminal;
 
 use std::io::IsTerminal as _;
 

@@ -14,9 +14,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 /// Bound on every wait for a log line.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
-/// A process's stderr, line by line (ANSI colours removed).
+/// A process's stderr, line by line: ANSI colours removed, and as written.
 #[derive(Clone, Default)]
-pub struct Log(Arc<Mutex<Vec<String>>>);
+pub struct Log(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>);
 
 impl Log {
     /// Reads `stderr` into a log, on a task of its own, to its end.
@@ -34,6 +34,12 @@ impl Log {
 
     fn push(&self, line: String) {
         self.0.lock().unwrap().push(without_colours(&line));
+        self.1.lock().unwrap().push(line);
+    }
+
+    /// The lines exactly as written (colours and all).
+    pub fn as_written(&self) -> impl Iterator<Item = String> {
+        self.1.lock().unwrap().clone().into_iter()
     }
 
     /// Everything logged so far.

@@ -20,7 +20,6 @@ mod chunk_store;
 mod chunker;
 mod index;
 pub mod manifest;
-mod open;
 mod restore;
 mod snapshot;
 mod stage;
@@ -28,8 +27,8 @@ mod stage;
 pub use chunk_store::ChunkStore;
 pub use chunker::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
 pub use manifest::Manifest;
-pub use open::{OpenError, open_regular};
 pub use restore::Restored;
+pub use snapshot::MAX_ENTRIES;
 pub use stage::{SaveStats, Staged};
 
 pub(crate) use index::ChunkIndex;
@@ -176,7 +175,7 @@ impl CheckpointFiles {
     /// (paths, identities, sizes, modification times; links and special
     /// files included), without opening any: equal fingerprints, nothing
     /// to save. `None` if nothing is there.
-    pub fn fingerprint(&self) -> std::io::Result<Option<[u8; 32]>> {
+    pub fn fingerprint(&self) -> Result<Option<[u8; 32]>, SaveFilesError> {
         let stamps = snapshot::Snapshot::stamps_now(self)?;
         if stamps.is_empty() {
             return Ok(None);
@@ -193,7 +192,7 @@ impl CheckpointFiles {
     }
 
     /// The size of the regular files under the roots now.
-    pub fn size(&self) -> std::io::Result<u64> {
+    pub fn size(&self) -> Result<u64, SaveFilesError> {
         Ok(snapshot::Snapshot::stamps_now(self)?
             .iter()
             .map(|stamp| stamp.3)
@@ -234,6 +233,13 @@ pub enum SaveFilesError {
         size: u64,
         /// The limit.
         limit: u64,
+    },
+    /// The roots hold more entries (files, directories, links, ...) than
+    /// a checkpoint may: [`MAX_ENTRIES`].
+    #[error("the checkpoint holds more than {limit} files and directories")]
+    TooMany {
+        /// The limit.
+        limit: usize,
     },
     /// A file changed, appeared or went while it was read: what was read
     /// is not one version. Try again.

@@ -1,27 +1,99 @@
 //! What a set of checkpoint files is at one moment: every regular file
-//! under its roots, opened (see [`open_regular`]) and stat'ed, in path
-//! order. A save reads from these open files; afterwards the roots are
-//! walked again, and only if nothing appeared, went, or changed meanwhile
-//! is what was read one version of them all.
+//! under its roots, stat'ed, in path order, and what was passed over.
+//!
+//! The roots are the program's to fill, so they are walked as
+//! `spot-worker-untrusted` walks what someone else controls: a directory
+//! root is opened without following a link ([`Dir`]), and everything
+//! below it is reached from the directory already open, never by a path
+//! again, so no subdirectory swapped for a link to elsewhere is ever
+//! entered, and no link, FIFO or device is ever opened. Files are opened
+//! one at a time as a save reads them ([`SnapFile::open`]), each checked to
+//! be the very version looked at; afterwards the roots are walked again,
+//! and only if nothing appeared, went, or changed meanwhile is what was
+//! read one version of them all.
 
+use std::ffi::OsString;
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::CheckpointFiles;
-use super::open::{OpenError, open_regular};
+use spot_worker_untrusted::{Dir, Owners, UntrustedError, escape_line, file_kind};
+
+use super::{CheckpointFiles, SaveFilesError};
 
 /// How deep a checkpoint directory may nest.
 const MAX_DEPTH: usize = 64;
 
-/// One file of a snapshot.
-#[derive(Debug)]
+/// The most entries (files, directories, links, ...) the roots may hold:
+/// what a save keeps in memory about them stays well under a megabyte a
+/// thousand, and a program cannot make a look at them take long.
+pub const MAX_ENTRIES: usize = 10_000;
+
+/// One file of a snapshot, not yet opened.
+#[derive(Clone, Debug)]
 pub(crate) struct SnapFile {
     /// Its manifest path (`root` or `root/relative`).
     pub(crate) path: String,
-    pub(crate) file: Arc<File>,
     pub(crate) meta: Metadata,
+    at: Location,
+}
+
+/// Where a file is: a file root (whose directory is the runner's), or
+/// names below a directory root.
+#[derive(Clone, Debug)]
+enum Location {
+    Root(PathBuf),
+    Below {
+        root: Arc<Dir>,
+        names: Vec<OsString>,
+    },
+}
+
+impl SnapFile {
+    /// Opens it, if it is still the version looked at (same identity,
+    /// size and modification time): else it changed, and what is read
+    /// would not be the snapshot's.
+    pub(crate) fn open(&self) -> Result<File, SaveFilesError> {
+        let opened = match &self.at {
+            Location::Root(path) => spot_worker_untrusted::open(path, &Owners::Any),
+            Location::Below { root, names } => open_below(root, names),
+        };
+        let file = match opened {
+            Ok(file) => file,
+            Err(UntrustedError::Io { source, .. }) if !is_gone(&source) => {
+                return Err(SaveFilesError::Io(source));
+            }
+            // Gone or replaced by something else since the look.
+            Err(_) => return Err(SaveFilesError::Unstable),
+        };
+        if stamp(&self.path, &file.metadata()?) != stamp(&self.path, &self.meta) {
+            return Err(SaveFilesError::Unstable);
+        }
+        Ok(file)
+    }
+}
+
+fn open_below(root: &Dir, names: &[OsString]) -> Result<File, UntrustedError> {
+    let Some((file, dirs)) = names.split_last() else {
+        return Err(UntrustedError::Io {
+            path: String::new(),
+            source: std::io::Error::other("an empty path below a directory root"),
+        });
+    };
+    let mut walked: Option<Dir> = None;
+    for name in dirs {
+        let next = walked.as_ref().unwrap_or(root).dir(name)?;
+        walked = Some(next);
+    }
+    walked.as_ref().unwrap_or(root).file(file, &Owners::Any)
+}
+
+fn is_gone(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+    )
 }
 
 /// The files of all roots, and what was passed over (links, FIFOs,
@@ -30,8 +102,8 @@ pub(crate) struct SnapFile {
 pub(crate) struct Snapshot {
     pub(crate) files: Vec<SnapFile>,
     pub(crate) skipped: Vec<String>,
-    /// What was at the roots just before they were opened.
-    pub(crate) before: Vec<Stamp>,
+    /// What was at the roots as they were walked.
+    pub(crate) stamps: Vec<Stamp>,
 }
 
 /// What identifies a version of one file without reading it.
@@ -49,39 +121,24 @@ fn stamp(path: &str, meta: &Metadata) -> Stamp {
 }
 
 impl Snapshot {
-    /// Opens every regular file under `roots`.
-    pub(crate) fn take(roots: &CheckpointFiles) -> std::io::Result<Snapshot> {
-        let mut snapshot = Snapshot {
-            before: Self::stamps_now(roots)?,
-            ..Snapshot::default()
-        };
+    /// Looks at every file under `roots` (nothing is opened).
+    pub(crate) fn take(roots: &CheckpointFiles) -> Result<Snapshot, SaveFilesError> {
+        let mut snapshot = Snapshot::default();
         for root in &roots.roots {
             if root.is_dir {
-                snapshot.walk_dir(&root.path, &root.name, 0)?;
+                snapshot.walk_root(&root.path, &root.name)?;
             } else {
-                snapshot.add_file(&root.path, root.name.clone())?;
+                snapshot.add_file_root(&root.path, &root.name)?;
             }
         }
         snapshot.files.sort_by(|a, b| a.path.cmp(&b.path));
+        snapshot.stamps.sort();
         Ok(snapshot)
     }
 
-    /// Whether every file opened is the one that was at its path just
-    /// before (it was not replaced in between).
-    pub(crate) fn opened_what_was_there(&self) -> bool {
-        self.files
-            .iter()
-            .all(|f| self.before.binary_search(&stamp(&f.path, &f.meta)).is_ok())
-    }
-
-    /// The stamps of what is at the roots now (without opening anything).
-    pub(crate) fn stamps_now(roots: &CheckpointFiles) -> std::io::Result<Vec<Stamp>> {
-        let mut stamps = Vec::new();
-        for root in &roots.roots {
-            collect_stamps(&root.path, &root.name, root.is_dir, 0, &mut stamps)?;
-        }
-        stamps.sort();
-        Ok(stamps)
+    /// The stamps of what is at the roots now.
+    pub(crate) fn stamps_now(roots: &CheckpointFiles) -> Result<Vec<Stamp>, SaveFilesError> {
+        Ok(Self::take(roots)?.stamps)
     }
 
     /// The total size of the files.
@@ -89,91 +146,125 @@ impl Snapshot {
         self.files.iter().map(|f| f.meta.len()).sum()
     }
 
-    fn add_file(&mut self, path: &Path, name: String) -> std::io::Result<()> {
-        match open_regular(path) {
-            Ok((file, meta)) => self.files.push(SnapFile {
-                path: name,
-                file: Arc::new(file),
-                meta,
-            }),
-            Err(OpenError::Missing { .. }) => {}
-            Err(OpenError::Io { source, .. }) => return Err(source),
-            Err(skipped) => self.skipped.push(skipped.to_string()),
+    fn count(&mut self, path: &str, meta: &Metadata) -> Result<(), SaveFilesError> {
+        if self.stamps.len() >= MAX_ENTRIES {
+            return Err(SaveFilesError::TooMany { limit: MAX_ENTRIES });
         }
-        Ok(())
-    }
-
-    fn walk_dir(&mut self, dir: &Path, name: &str, depth: usize) -> std::io::Result<()> {
-        match std::fs::symlink_metadata(dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                self.skipped.push(format!(
-                    "{} is not a directory (a link is not followed)",
-                    dir.display()
-                ));
-                return Ok(());
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(error) => return Err(error),
-        }
-        if depth > MAX_DEPTH {
-            self.skipped
-                .push(format!("{} nests deeper than {MAX_DEPTH}", dir.display()));
-            return Ok(());
-        }
-        for (entry_name, path, kind) in entries(dir)? {
-            let child = format!("{name}/{entry_name}");
-            if kind.is_dir() {
-                self.walk_dir(&path, &child, depth + 1)?;
-            } else {
-                self.add_file(&path, child)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A directory's entries, by name, with their types (links not followed);
-/// names that are not UTF-8 are passed over (a manifest path is text).
-fn entries(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, std::fs::FileType)>> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        out.push((name, entry.path(), entry.file_type()?));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
-}
-
-fn collect_stamps(
-    path: &Path,
-    name: &str,
-    is_dir: bool,
-    depth: usize,
-    out: &mut Vec<Stamp>,
-) -> std::io::Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    if is_dir && meta.is_dir() && depth <= MAX_DEPTH {
-        for (entry_name, child, _) in entries(path)? {
-            collect_stamps(
-                &child,
-                &format!("{name}/{entry_name}"),
-                true,
-                depth + 1,
-                out,
-            )?;
-        }
-    } else if !meta.is_dir() {
         // Links and special files too: one appearing is a change (and a
         // save says why it passed it over).
-        out.push(stamp(name, &meta));
+        if !meta.is_dir() {
+            self.stamps.push(stamp(path, meta));
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn add_file_root(&mut self, path: &std::path::Path, name: &str) -> Result<(), SaveFilesError> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        self.count(name, &meta)?;
+        if meta.file_type().is_file() {
+            self.files.push(SnapFile {
+                path: name.to_owned(),
+                meta,
+                at: Location::Root(path.to_owned()),
+            });
+        } else {
+            self.skipped
+                .push(passed_over(&path.to_string_lossy(), &meta));
+        }
+        Ok(())
+    }
+
+    fn walk_root(&mut self, path: &std::path::Path, name: &str) -> Result<(), SaveFilesError> {
+        let root = match Dir::open(path) {
+            Ok(root) => Arc::new(root),
+            Err(UntrustedError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(());
+            }
+            Err(UntrustedError::Io { source, .. }) => return Err(source.into()),
+            Err(refused) => {
+                self.skipped.push(refused.to_string());
+                return Ok(());
+            }
+        };
+        let shown = path.to_string_lossy().into_owned();
+        self.walk(&root, &root, &mut Vec::new(), name, &shown)
+    }
+
+    /// Walks `dir`, which is `names` below `root`.
+    fn walk(
+        &mut self,
+        root: &Arc<Dir>,
+        dir: &Dir,
+        names: &mut Vec<OsString>,
+        path: &str,
+        shown: &str,
+    ) -> Result<(), SaveFilesError> {
+        for (entry, meta) in dir.entries().map_err(untrusted_io)? {
+            // A manifest path is text: other names are passed over.
+            let Some(text) = entry.to_str() else {
+                continue;
+            };
+            let (child, child_shown) = (format!("{path}/{text}"), format!("{shown}/{text}"));
+            self.count(&child, &meta)?;
+            names.push(entry.clone());
+            if meta.is_dir() && names.len() > MAX_DEPTH {
+                self.skipped.push(format!(
+                    "{} nests deeper than {MAX_DEPTH}",
+                    escape_line(&child_shown)
+                ));
+            } else if meta.is_dir() {
+                match dir.dir(&entry) {
+                    Ok(sub) => self.walk(root, &sub, names, &child, &child_shown)?,
+                    // Swapped since the look: the second look sees it.
+                    Err(UntrustedError::Io { source, .. }) if !is_gone(&source) => {
+                        return Err(source.into());
+                    }
+                    Err(_) => {}
+                }
+            } else if meta.file_type().is_file() {
+                self.files.push(SnapFile {
+                    path: child,
+                    meta,
+                    at: Location::Below {
+                        root: Arc::clone(root),
+                        names: names.clone(),
+                    },
+                });
+            } else {
+                self.skipped.push(passed_over(&child_shown, &meta));
+            }
+            names.pop();
+        }
+        Ok(())
+    }
+}
+
+/// Why `meta` at `shown` is not saved.
+fn passed_over(shown: &str, meta: &Metadata) -> String {
+    let shown = escape_line(shown);
+    if meta.file_type().is_symlink() {
+        UntrustedError::Symlink {
+            path: shown.into_owned(),
+        }
+        .to_string()
+    } else {
+        UntrustedError::NotRegular {
+            path: shown.into_owned(),
+            what: file_kind(meta.mode()),
+        }
+        .to_string()
+    }
+}
+
+fn untrusted_io(error: UntrustedError) -> SaveFilesError {
+    match error {
+        UntrustedError::Io { source, .. } => SaveFilesError::Io(source),
+        other => SaveFilesError::Io(std::io::Error::other(other.to_string())),
+    }
 }

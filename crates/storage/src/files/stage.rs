@@ -7,7 +7,7 @@
 //! [`JobCheckpoint::commit_files`]: crate::JobCheckpoint::commit_files
 
 use std::collections::{HashMap, HashSet};
-use std::fs::Metadata;
+use std::fs::{File, Metadata};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -174,6 +174,7 @@ impl Stager<'_> {
         let snapshot = tokio::task::spawn_blocking(move || Snapshot::take(&roots))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;
+        let listed = snapshot.stamps.clone();
         let size = snapshot.size();
         if size > limit {
             return Err(SaveFilesError::TooBig { size, limit });
@@ -206,15 +207,16 @@ impl Stager<'_> {
         };
         let mut entries = Vec::with_capacity(snapshot.files.len());
         let mut inline_total = 0;
-        for file in &snapshot.files {
+        for file in snapshot.files.iter() {
             let len = file.meta.len();
+            let opened = Arc::new(open(file).await?);
             let content = if len <= INLINE_MAX && inline_total + len <= INLINE_TOTAL {
                 inline_total += len;
-                Content::Inline(read_small(file).await?)
+                Content::Inline(read_small(&opened, len).await?)
             } else {
-                run.chunks_of(file).await?
+                run.chunks_of(&opened, len).await?
             };
-            held_still(file)?;
+            held_still(&opened, &file.meta)?;
             run.stats.bytes += len;
             entries.push(FileEntry {
                 path: file.path.clone(),
@@ -227,10 +229,11 @@ impl Stager<'_> {
         let now = tokio::task::spawn_blocking(move || Snapshot::stamps_now(&roots))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;
-        // A single file is one version if its open file held still while
-        // read (checked above): a file renamed over it meanwhile is the next
-        // save's. A directory's files are one version only together: none
-        // may have appeared, gone or changed while they were read.
+        // A single file is one version if it was the one looked at and held
+        // still while read (checked above): a file renamed over it
+        // meanwhile is the next save's. A directory's files are one
+        // version only together: none may have appeared, gone or changed
+        // while they were read.
         let in_dirs = |stamps: &[super::snapshot::Stamp]| {
             stamps
                 .iter()
@@ -238,7 +241,7 @@ impl Stager<'_> {
                 .cloned()
                 .collect::<Vec<_>>()
         };
-        if in_dirs(&now) != in_dirs(&snapshot.before) || !snapshot.opened_what_was_there() {
+        if in_dirs(&now) != in_dirs(&listed) {
             return Err(SaveFilesError::Unstable);
         }
         let table = files_to_json(&entries);
@@ -287,9 +290,10 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// The chunks of `file`, each sent unless stored already.
-    async fn chunks_of(&mut self, file: &SnapFile) -> Result<Content, SaveFilesError> {
-        let mut pieces = chunk_file(Arc::clone(&file.file), Arc::clone(&self.budget));
+    /// The chunks of `file` (`len` bytes), each sent unless stored
+    /// already.
+    async fn chunks_of(&mut self, file: &Arc<File>, len: u64) -> Result<Content, SaveFilesError> {
+        let mut pieces = chunk_file(Arc::clone(file), Arc::clone(&self.budget));
         let (mut listed, mut pages) = (Vec::new(), Vec::new());
         let mut read = 0u64;
         while let Some(piece) = pieces.recv().await {
@@ -310,7 +314,7 @@ impl Run<'_> {
                 listed.clear();
             }
         }
-        if read != file.meta.len() {
+        if read != len {
             return Err(SaveFilesError::Unstable);
         }
         if pages.is_empty() && listed.len() <= LISTED_CHUNKS_MAX {
@@ -394,10 +398,17 @@ impl Run<'_> {
     }
 }
 
-/// A small file, whole.
-async fn read_small(file: &SnapFile) -> Result<Vec<u8>, SaveFilesError> {
-    let handle = Arc::clone(&file.file);
-    let len = file.meta.len();
+/// Opens `file` on a blocking thread, if it is still the version looked at.
+async fn open(file: &SnapFile) -> Result<File, SaveFilesError> {
+    let file = file.clone();
+    tokio::task::spawn_blocking(move || file.open())
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+}
+
+/// A small file (`len` bytes), whole.
+async fn read_small(file: &Arc<File>, len: u64) -> Result<Vec<u8>, SaveFilesError> {
+    let handle = Arc::clone(file);
     let bytes = tokio::task::spawn_blocking(move || {
         let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         super::chunker::ReadAt::new(&handle)
@@ -414,11 +425,11 @@ async fn read_small(file: &SnapFile) -> Result<Vec<u8>, SaveFilesError> {
 }
 
 /// Whether the open file still has the size and modification time it had
-/// when opened: else it was written while read.
-fn held_still(file: &SnapFile) -> Result<(), SaveFilesError> {
-    let now = file.file.metadata()?;
-    let same = now.len() == file.meta.len()
-        && (now.mtime(), now.mtime_nsec()) == (file.meta.mtime(), file.meta.mtime_nsec());
+/// when looked at (`meta`): else it was written while read.
+fn held_still(file: &File, meta: &Metadata) -> Result<(), SaveFilesError> {
+    let now = file.metadata()?;
+    let same = now.len() == meta.len()
+        && (now.mtime(), now.mtime_nsec()) == (meta.mtime(), meta.mtime_nsec());
     if same {
         Ok(())
     } else {
