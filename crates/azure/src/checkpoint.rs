@@ -24,7 +24,7 @@ use crate::error::{Operation, map_error};
 /// [`AzureStorage::checkpoint_store`](crate::AzureStorage::checkpoint_store).
 #[derive(Clone)]
 pub struct BlobCheckpointStore {
-    container: Container,
+    pub(crate) container: Container,
 }
 
 impl fmt::Debug for BlobCheckpointStore {

@@ -361,16 +361,28 @@ impl Run<'_> {
 
     /// Reads the progress file (`SPOT_WORKER_PROGRESS`): the time the rest
     /// of the job takes at this delivery's pace, `None` without a file, a
-    /// pace, or with `--checkpoint-every` (a fixed interval wins). A
-    /// malformed file is said once per delivery in the log and ignored.
+    /// pace, or with `--checkpoint-every` (a fixed interval wins). The
+    /// share read is reported to the job ([`Job::report_progress`]: the
+    /// lane rule of a job with a deadline reads it). A malformed file is
+    /// said once per delivery in the log and ignored.
     async fn progress_left(&mut self) -> Option<Duration> {
-        if self.handler.config.checkpoint_every.is_some() {
+        // A job with a deadline reports its progress to the lane rule
+        // (docs/lanes.md) whatever the interval.
+        let fixed = self.handler.config.checkpoint_every.is_some();
+        if fixed && self.job.due().is_none() {
             return None;
         }
         let path = self.dir.progress();
         let read = tokio::task::spawn_blocking(move || read_progress(&path)).await;
         let reason = match read {
-            Ok(Ok(done)) => return self.pace.left(done?, std::time::Instant::now()),
+            Ok(Ok(done)) => {
+                let done = done?;
+                self.job.report_progress(done);
+                if fixed {
+                    return None;
+                }
+                return self.pace.left(done, std::time::Instant::now());
+            }
             Ok(Err(error)) => error.to_string(),
             Err(error) => error.to_string(),
         };

@@ -12,7 +12,7 @@ use serde_json::Value;
 use spot_worker_decisions::cadence::{
     CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource,
 };
-use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with};
+use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with_progress};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::Leftover;
@@ -494,7 +494,9 @@ impl JobCheckpoint {
         // retries and conflict reads included.
         let measurement =
             SaveMeasurement::start(blocking, self.clock.as_ref(), self.requests, bytes);
-        let saved = self.save_fenced(checkpoint, measurement.ledger()).await;
+        let saved = self
+            .save_fenced(checkpoint, measurement.ledger(), measurement.progress())
+            .await;
         let ended = measurement.finish(self.requests, saved.is_ok(), &self.cadence);
         if saved.is_ok() {
             self.last_saved = ended;
@@ -512,6 +514,7 @@ impl JobCheckpoint {
         &mut self,
         checkpoint: Checkpoint,
         ledger: Option<Ledger>,
+        progress: Option<f64>,
     ) -> Result<(), StorageError> {
         // One retry at most: after an earlier write of ours is adopted, a
         // second conflict can only be another writer's.
@@ -532,7 +535,7 @@ impl JobCheckpoint {
             self.writes += 1;
             self.requests += 1;
             let stamp = match &ledger {
-                Some(ledger) => stamp_with(&self.stamp(self.writes), ledger),
+                Some(ledger) => stamp_with_progress(&self.stamp(self.writes), ledger, progress),
                 None => self.stamp(self.writes),
             };
             if let Some(leftover) = &self.leftover {

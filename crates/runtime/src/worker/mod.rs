@@ -17,6 +17,7 @@
 
 mod drain;
 mod finish;
+mod lanes;
 mod process;
 mod report;
 
@@ -42,13 +43,16 @@ use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{
-    MeteredCheckpoints, MeteredHandler, MeteredQueue, goodput_observer, settlement_observer,
+    MeteredCheckpoints, MeteredHandler, MeteredQueue, deadline_observer, goodput_observer,
+    settlement_observer,
 };
 use crate::rendezvous::Rendezvous;
 use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
+use lanes::LaneQueues;
 pub use report::{DrainReport, RunReport};
+use spot_worker_storage::lanes::SwitchCost;
 
 /// The longest the last addition to the fleet's interruption counts may
 /// take as the worker stops: it runs beside the approval and the telemetry
@@ -121,6 +125,11 @@ pub struct Worker {
     cadence: Arc<CheckpointCadence>,
     /// Cancelled when the warmup gate opens: the store is ready then.
     gate_opened: CancellationToken,
+    /// The two lanes, for a worker that serves one of them.
+    lanes: Option<LaneQueues>,
+    /// d, the switch cost the lane rule uses, kept in step with the
+    /// fleet's measurements.
+    switch_cost: Arc<SwitchCost>,
 }
 
 impl Worker {
@@ -131,6 +140,7 @@ impl Worker {
         poison: Arc<dyn MessageQueue>,
     ) -> Self {
         let cadence = Arc::new(CheckpointCadence::new(config.interval_source()));
+        let switch_cost = lanes::seeded_switch_cost(config.lanes.switch_cost);
         Worker {
             config,
             queue,
@@ -146,6 +156,8 @@ impl Worker {
             owns_process: false,
             cadence,
             gate_opened: CancellationToken::new(),
+            lanes: None,
+            switch_cost,
         }
     }
 
@@ -272,6 +284,7 @@ impl Worker {
                     .await;
             })
         });
+        let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
@@ -298,7 +311,7 @@ impl Worker {
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
-        if let Some(task) = ledger_task {
+        for task in [ledger_task, switch_cost_task].into_iter().flatten() {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
@@ -378,6 +391,7 @@ impl Worker {
             poison: Arc::clone(&self.poison),
             checkpoints: self.checkpoints.clone(),
             poison_bodies: self.poison_bodies.clone(),
+            other_lane: self.other_lane_queue(),
             warmup: self.warmup.clone(),
         };
         let gate = gate::open(checks, &self.readiness);
@@ -494,13 +508,14 @@ impl Worker {
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
         });
+        let keeper = self.lane_keeper(&handler);
         let mut resumed = 0;
         loop {
             self.readiness.send_modify(|r| r.shutting_down = None);
             // Not while the checkpoint store refuses (see `store_health`).
             self.metrics.set_ready(self.readiness.borrow().is_ready());
             let mut drained = self
-                .consume(&consumer, Arc::clone(&handler), triggers)
+                .consume(&consumer, Arc::clone(&handler), triggers, keeper.as_ref())
                 .await;
             drained.report.drain.resumed = resumed;
             let next = wait_after_drain(
@@ -567,7 +582,14 @@ impl Worker {
                 metrics.clone(),
                 self.queue.name().to_owned(),
             ))
+            .with_deadline_observer(deadline_observer(
+                metrics.clone(),
+                self.queue.name().to_owned(),
+            ))
             .with_cadence(Arc::clone(&self.cadence));
+        if let Some(lanes) = self.consumer_lanes() {
+            consumer = consumer.with_lanes(lanes);
+        }
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

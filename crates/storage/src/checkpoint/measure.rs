@@ -86,6 +86,12 @@ impl SaveMeasurement {
         self.clock.as_ref().map(|(_, start)| start.ledger)
     }
 
+    /// The progress this save stamps: a job with a deadline's, as it last
+    /// reported it; `None` otherwise.
+    pub(crate) fn progress(&self) -> Option<f64> {
+        self.clock.as_ref().and_then(|(_, start)| start.progress)
+    }
+
     /// Ends the measurement at the save's return, by a handle that has
     /// now sent `requests_now` requests: the clock stops blocking, and a
     /// save that succeeded is recorded in `cadence`. Returns the return's

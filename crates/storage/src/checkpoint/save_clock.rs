@@ -45,6 +45,16 @@ struct State {
     last_saved: Option<DeliveryTimes>,
     /// Saves attempted (each at least one write request).
     saves: u32,
+    /// Whether the delivery runs on regular capacity (the regular lane).
+    regular: bool,
+    /// Whether saves stamp the job's reported progress (a job with a
+    /// deadline: the lane rule reads it).
+    stamps_progress: bool,
+    /// The share of its work the job last reported done.
+    progress: Option<f64>,
+    /// The share reported as of the latest successful save (or what the
+    /// checkpoint this delivery resumed from carried).
+    saved_progress: Option<f64>,
 }
 
 /// A save under way: the reading at its call, and the ledger it stamps.
@@ -54,6 +64,8 @@ pub(crate) struct SaveStart {
     blocking: Blocking,
     /// The job's ledger as of this save's call.
     pub(crate) ledger: Ledger,
+    /// The progress this save stamps, if it stamps any.
+    pub(crate) progress: Option<f64>,
 }
 
 impl SaveClock {
@@ -77,6 +89,45 @@ impl SaveClock {
     /// What the job's earlier deliveries left in the checkpoint.
     pub(crate) fn carried(&self) -> Ledger {
         self.state().carried
+    }
+
+    /// Counts this delivery's time as regular capacity's (the worker serves
+    /// the regular lane).
+    pub(crate) fn on_regular_capacity(&self) {
+        self.state().regular = true;
+    }
+
+    /// Has saves stamp the progress the job reports ([`report_progress`]),
+    /// starting from `carried` (what the checkpoint resumed from stamped).
+    ///
+    /// [`report_progress`]: SaveClock::report_progress
+    pub(crate) fn track_progress(&self, carried: Option<f64>) {
+        let mut state = self.state();
+        state.stamps_progress = true;
+        state.saved_progress = carried;
+    }
+
+    /// The share of its work the job says is done now (0 to 1).
+    pub(crate) fn report_progress(&self, done: f64) {
+        if done.is_finite() {
+            self.state().progress = Some(done.clamp(0.0, 1.0));
+        }
+    }
+
+    /// The share of its work the job had reported done as of its latest
+    /// successful save.
+    pub(crate) fn saved_progress(&self) -> Option<f64> {
+        self.state().saved_progress
+    }
+
+    /// The job's ledger as of its latest successful save (what the
+    /// checkpoint keeps): the useful time the lane rule falls back on.
+    pub(crate) fn saved_ledger(&self) -> Ledger {
+        let state = self.state();
+        match state.last_saved {
+            Some(saved) => at_save(&state.carried, &saved),
+            None => state.carried,
+        }
     }
 
     /// Marks the handler's start: waiting ends, work begins.
@@ -114,6 +165,7 @@ impl SaveClock {
         let Some(started) = state.handler_started else {
             return DeliveryTimes {
                 waiting: now.saturating_duration_since(self.received_at),
+                regular: state.regular,
                 ..DeliveryTimes::default()
             };
         };
@@ -130,6 +182,7 @@ impl SaveClock {
                 .saturating_sub(checkpointing),
             checkpointing,
             saves: state.saves,
+            regular: state.regular,
         }
     }
 
@@ -150,6 +203,10 @@ impl SaveClock {
             reading,
             blocking,
             ledger: at_save(&state.carried, &reading),
+            progress: state
+                .stamps_progress
+                .then_some(state.progress.or(state.saved_progress))
+                .flatten(),
         }
     }
 
@@ -169,6 +226,9 @@ impl SaveClock {
         if saved {
             state.blocked += start.blocking.written_before;
             state.last_saved = Some(start.reading);
+            if start.progress.is_some() {
+                state.saved_progress = start.progress;
+            }
         }
     }
 }
