@@ -6,6 +6,7 @@
 
 mod checkpoints;
 mod common;
+mod deadline;
 mod enqueue;
 mod log_level;
 mod poison;
