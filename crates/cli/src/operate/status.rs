@@ -15,10 +15,15 @@ use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, compact, job_rows};
-use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
+use super::goodput::{
+    FleetGoodput, LaneAccounting, blended_price, job_cost, lane_accounting, parse_price,
+    read_records, sum_up,
+};
 use interval::{IntervalStatus, interval_status};
+use lanes::{LanesStatus, lanes_status};
 
 mod interval;
+mod lanes;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -91,6 +96,9 @@ struct Status {
     at: String,
     queue: QueueStatus,
     poison: QueueStatus,
+    /// The regular lane's queue and poison queue, with lanes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regular: Option<[QueueStatus; 2]>,
     jobs_in_progress: Vec<JobStatus>,
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
@@ -100,6 +108,12 @@ struct Status {
     workers: Vec<WorkerStatus>,
     /// The checkpoint interval and the estimates behind it.
     checkpoint_interval: IntervalStatus,
+    /// With lanes: d, the jobs with a deadline not finished yet, and the
+    /// finished jobs' hours and money by lane.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lanes: Option<LanesStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lane_accounting: Option<LaneAccounting>,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -173,19 +187,67 @@ async fn gather(
         })
         .collect();
     let (records, records_not_read) = read_records(&fleet.checkpoints()?, max_reads).await?;
-    let price = spot_worker::settings::Source::from_env()
-        .context("reading the settings")?
+    let settings = spot_worker::settings::Source::from_env().context("reading the settings")?;
+    let price = settings
         .get(&spot_worker::settings::table::PRICE_PER_HOUR)
         .context("reading SPOT_WORKER_PRICE_PER_HOUR")?
         .map(|text| parse_price(&text))
         .transpose()?;
+    let regular_price = settings
+        .get(&spot_worker::settings::table::REGULAR_PRICE_PER_HOUR)
+        .context("reading SPOT_WORKER_REGULAR_PRICE_PER_HOUR")?
+        .map(|text| parse_price(&text))
+        .transpose()?;
     let (slots, lease) = (fleet.config.concurrency, fleet.config.visibility_timeout);
-    let pricing = price.map(|price| move |ledger: &_| job_cost(ledger, price, slots, lease));
+    // A job's regular time is charged at the regular price.
+    let pricing = price.map(|price| {
+        move |ledger: &_| {
+            job_cost(
+                ledger,
+                blended_price(ledger, price, regular_price),
+                slots,
+                lease,
+            )
+        }
+    });
+    let ledgers: Vec<_> = records
+        .iter()
+        .map(|record| record.as_ref().map(|record| record.goodput))
+        .collect();
     let goodput = sum_up(
-        &records,
+        &ledgers,
         records_not_read,
         pricing.as_ref().map(|f| f as &dyn Fn(&_) -> _),
     );
+    let (regular, lanes, lane_accounting) = match &fleet.config.lanes.regular_queue {
+        Some(name) => {
+            let regular_queue = fleet.queue_named(name)?;
+            let regular_poison =
+                fleet.queue_named(&spot_worker_storage::poison_queue_name(name))?;
+            let queues = [
+                queue_status(&regular_queue).await?,
+                queue_status(&regular_poison).await?,
+            ];
+            let lanes = lanes_status(
+                &fleet.checkpoints()?,
+                &fleet.config.lanes,
+                [
+                    (&fleet.queue()?, spot_worker_decisions::lanes::Lane::Spot),
+                    (&regular_queue, spot_worker_decisions::lanes::Lane::Regular),
+                ],
+                fleet.config.encoding,
+                settings
+                    .get(&spot_worker::settings::table::JOB_KEY)
+                    .context("reading SPOT_WORKER_JOB_KEY")?
+                    .as_deref(),
+                max_reads,
+            )
+            .await?;
+            let accounting = lane_accounting(&records, price, regular_price, slots);
+            (Some(queues), Some(lanes), Some(accounting))
+        }
+        None => (None, None, None),
+    };
     let mut workers = Vec::with_capacity(health.len());
     for url in health {
         workers.push(worker_status(http, url).await);
@@ -200,6 +262,9 @@ async fn gather(
         goodput,
         workers,
         checkpoint_interval,
+        regular,
+        lanes,
+        lane_accounting,
     })
 }
 
@@ -261,7 +326,11 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         print!("\x1b[2J\x1b[H");
     }
     println!("{}", status.at);
-    for (label, queue) in [("queue", &status.queue), ("poison", &status.poison)] {
+    let mut queues = vec![("queue", &status.queue), ("poison", &status.poison)];
+    if let Some([regular, poison]) = &status.regular {
+        queues.extend([("regular", regular), ("poison", poison)]);
+    }
+    for (label, queue) in queues {
         let oldest = queue
             .oldest_visible_age_seconds
             .map_or_else(|| "-".to_owned(), age);
@@ -290,6 +359,14 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         );
     }
     print_goodput(&status.goodput);
+    if let Some(accounting) = &status.lane_accounting {
+        println!("{}", accounting_line(accounting));
+    }
+    if let Some(lanes) = &status.lanes {
+        for line in lanes::lines(lanes) {
+            println!("{line}");
+        }
+    }
     for line in interval::lines(&status.checkpoint_interval) {
         println!("{line}");
     }
@@ -298,6 +375,21 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         println!("worker  {:<40} {state} ({})", worker.url, worker.detail);
     }
     Ok(())
+}
+
+/// The finished jobs' hours and money by lane, and their deadlines.
+fn accounting_line(sum: &LaneAccounting) -> String {
+    let money = |cost: Option<f64>| cost.map_or_else(String::new, |c| format!(" (${c:.4})"));
+    format!(
+        "  by lane: Spot {:.2} h{}, regular {:.2} h{}; deadlines {} met, {} missed ({} move(s) between lanes)",
+        sum.spot_hours,
+        money(sum.spot_cost),
+        sum.regular_hours,
+        money(sum.regular_cost),
+        sum.deadlines_met,
+        sum.deadlines_missed,
+        sum.moves
+    )
 }
 
 /// The goodput lines: seconds by kind and the share of each, and money

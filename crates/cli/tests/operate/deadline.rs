@@ -150,3 +150,94 @@ async fn a_deadline_needs_the_regular_lane_work_and_a_future() {
     }
     assert!(peek_texts(&storage, QUEUE).await.is_empty(), "nothing sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() {
+    use spot_worker_decisions::goodput::Ledger;
+    use spot_worker_storage::{
+        Checkpoint, CheckpointStore as _, CompletionRecord, DeadlineOutcome, WritePrecondition,
+    };
+
+    let azurite = start_azurite();
+    let storage = deployed(&azurite).await;
+    for (job, deadline) in [("roomy", "52h"), ("tight", "2885m")] {
+        let (_dir, path) = input_file(&format!("{{\"job_id\":\"{job}\"}}\n"));
+        run(with_lanes(&azurite, MessageEncoding::Text)
+            .await
+            .args(["enqueue", "--deadline", deadline, "--work", "48h"])
+            .arg(&path))
+        .await
+        .assert_success();
+    }
+    // A finished job's completion record, as a worker leaves it: 3 h on
+    // Spot, 1 h on regular capacity, its deadline met.
+    let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
+    checkpoints.prepare().await.unwrap();
+    let record = CompletionRecord {
+        job: "done".into(),
+        message_id: "m".into(),
+        finished_at: "2026-11-27T00:00:00Z".into(),
+        goodput: Ledger {
+            useful_ms: 4 * 3_600_000,
+            regular_ms: 3_600_000,
+            deliveries: 3,
+            ..Ledger::default()
+        },
+        deadline: Some(DeadlineOutcome {
+            start: time::OffsetDateTime::UNIX_EPOCH,
+            due: time::OffsetDateTime::UNIX_EPOCH,
+            work_s: 14_400.0,
+            met: true,
+            lane: Lane::Regular,
+            moves: 1,
+        }),
+    };
+    let result = serde_json::to_value(&record).unwrap();
+    checkpoints
+        .write(
+            &CompletionRecord::key("done"),
+            &Checkpoint::Completed { result },
+            WritePrecondition::Create,
+            None,
+        )
+        .await
+        .unwrap();
+
+    let output = run(with_lanes(&azurite, MessageEncoding::Text)
+        .await
+        .env("SPOT_WORKER_JOB_KEY", "job_id")
+        .env("SPOT_WORKER_PRICE_PER_HOUR", "0.02")
+        .env("SPOT_WORKER_REGULAR_PRICE_PER_HOUR", "0.06")
+        .env("SPOT_WORKER_CONCURRENCY", "1")
+        .arg("status"))
+    .await;
+    output.assert_success();
+    let text = &output.stdout;
+    for expected in [
+        "regular jobs-regular",
+        "lanes   d 360 s per switch",
+        "2 job(s) with a deadline not finished: 1 at risk, 0 late",
+        "by lane: Spot 3.00 h ($0.0600), regular 1.00 h ($0.0600); deadlines 1 met, 0 missed",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in:\n{text}");
+    }
+    let tight = text
+        .lines()
+        .find(|line| line.contains("AT RISK"))
+        .expect("an at-risk line");
+    assert!(
+        tight.starts_with("  tight") && tight.contains("regular waiting"),
+        "{tight}"
+    );
+
+    let json = run(with_lanes(&azurite, MessageEncoding::Text)
+        .await
+        .args(["status", "--json"]))
+    .await;
+    json.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(status["lanes"]["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(status["lanes"]["at_risk"], 1);
+    assert_eq!(status["regular"][0]["approximate_depth"], 1);
+    assert_eq!(status["lane_accounting"]["deadlines_met"], 1);
+}
