@@ -220,8 +220,9 @@ impl AzureSetup {
     }
 
     /// A worker on the configured queue (its lane's, with lanes:
-    /// `SPOT_WORKER_REGULAR_QUEUE` for a regular-lane worker), its
-    /// `<queue>-poison` queue, the checkpoint container and the poison
+    /// `SPOT_WORKER_REGULAR_QUEUE` for a regular-lane worker), the
+    /// `<SPOT_WORKER_QUEUE>-poison` queue (the one poison queue of both
+    /// lanes), the checkpoint container and the poison
     /// container (originals too big for their poison record); with
     /// `SPOT_WORKER_REGULAR_QUEUE` set, the two lanes (docs/lanes.md), the
     /// keeper's turns taken by a lease in the checkpoint container. Missing
@@ -236,7 +237,10 @@ impl AzureSetup {
 fn worker_on(config: &WorkerConfig, storage: &AzureStorage) -> Result<Worker, SetupError> {
     let consumed = config.consumed_queue();
     let queue = storage.queue(consumed)?;
-    let poison = storage.queue(&spot_worker_storage::poison_queue_name(consumed))?;
+    // One poison queue for both lanes: the operator's poison commands see
+    // every lane's, and a requeued job goes back to the Spot lane, where
+    // the lane rule moves it again if it has no slack.
+    let poison = storage.queue(&spot_worker_storage::poison_queue_name(&config.queue))?;
     let checkpoints = Arc::new(storage.checkpoint_store(&config.checkpoint_container)?);
     let poison_bodies = storage.result_store(&config.poison_container)?;
     let worker = Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))

@@ -177,7 +177,7 @@ pub const REGULAR_QUEUE: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_REGULAR_QUEUE",
     default: None,
     default_doc: None,
-    doc: "the regular lane's queue (e.g. `jobs-regular`; poison queue `<queue>-poison`), where jobs with a deadline go when the lane rule says they must; unset: no lanes, and a job with a deadline runs where it was sent",
+    doc: "the regular lane's queue (e.g. `jobs-regular`; both lanes poison into `<SPOT_WORKER_QUEUE>-poison`), where jobs with a deadline go when the lane rule says they must; unset: no lanes, and a job with a deadline runs where it was sent",
     secret: false,
 };
 

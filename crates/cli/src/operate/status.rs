@@ -96,9 +96,10 @@ struct Status {
     at: String,
     queue: QueueStatus,
     poison: QueueStatus,
-    /// The regular lane's queue and poison queue, with lanes.
+    /// The regular lane's queue, with lanes (both lanes poison into the
+    /// one poison queue above).
     #[serde(skip_serializing_if = "Option::is_none")]
-    regular: Option<[QueueStatus; 2]>,
+    regular: Option<QueueStatus>,
     jobs_in_progress: Vec<JobStatus>,
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
@@ -222,12 +223,7 @@ async fn gather(
     let (regular, lanes, lane_accounting) = match &fleet.config.lanes.regular_queue {
         Some(name) => {
             let regular_queue = fleet.queue_named(name)?;
-            let regular_poison =
-                fleet.queue_named(&spot_worker_storage::poison_queue_name(name))?;
-            let queues = [
-                queue_status(&regular_queue).await?,
-                queue_status(&regular_poison).await?,
-            ];
+            let queues = queue_status(&regular_queue).await?;
             let lanes = lanes_status(
                 &fleet.checkpoints()?,
                 &fleet.config.lanes,
@@ -327,8 +323,8 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
     }
     println!("{}", status.at);
     let mut queues = vec![("queue", &status.queue), ("poison", &status.poison)];
-    if let Some([regular, poison]) = &status.regular {
-        queues.extend([("regular", regular), ("poison", poison)]);
+    if let Some(regular) = &status.regular {
+        queues.push(("regular", regular));
     }
     for (label, queue) in queues {
         let oldest = queue

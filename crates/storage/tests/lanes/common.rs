@@ -18,13 +18,13 @@ mod consumer_common;
 
 pub use consumer_common::*;
 
-/// The fleet: both lanes' queues (and poison queues) over one store.
+/// The fleet: both lanes' queues and their one poison queue (as the
+/// deployed workers have it) over one store.
 #[derive(Clone)]
 pub struct Fleet {
     pub spot: InMemoryQueue,
     pub regular: InMemoryQueue,
-    pub spot_poison: InMemoryQueue,
-    pub regular_poison: InMemoryQueue,
+    pub poison: InMemoryQueue,
     pub store: Arc<InMemoryCheckpointStore>,
     pub switch_cost: Arc<SwitchCost>,
 }
@@ -35,8 +35,7 @@ impl Fleet {
         Fleet {
             spot: InMemoryQueue::new("jobs"),
             regular: InMemoryQueue::new("jobs-regular"),
-            spot_poison: InMemoryQueue::new("jobs-poison"),
-            regular_poison: InMemoryQueue::new("jobs-regular-poison"),
+            poison: InMemoryQueue::new("jobs-poison"),
             store: Arc::new(InMemoryCheckpointStore::new()),
             switch_cost: Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED.scaled_to(d))),
         }
@@ -54,18 +53,18 @@ impl Fleet {
 
     /// A consumer of `lane`'s queue.
     pub fn consumer(&self, lane: Lane, recheck: Duration) -> Consumer {
-        let (queue, poison) = match lane {
-            Lane::Spot => (&self.spot, &self.spot_poison),
-            Lane::Regular => (&self.regular, &self.regular_poison),
+        let queue = match lane {
+            Lane::Spot => &self.spot,
+            Lane::Regular => &self.regular,
         };
-        consumer(queue, poison, config())
+        consumer(queue, &self.poison, config())
             .with_checkpoints(self.store.clone())
             .with_lanes(self.lanes(lane, recheck))
     }
 
-    /// Every message in both lanes' queues and poison queues.
+    /// Every message in both lanes' queues and the poison queue.
     pub fn messages(&self) -> usize {
-        self.spot.len() + self.regular.len() + self.spot_poison.len() + self.regular_poison.len()
+        self.spot.len() + self.regular.len() + self.poison.len()
     }
 }
 

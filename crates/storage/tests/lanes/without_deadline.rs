@@ -37,7 +37,7 @@ async fn scenario(with_lanes: bool) -> Trace {
     *recorder.progress.lock().unwrap() = Some(0.5);
     let make = || {
         let consumer =
-            consumer(&fleet.spot, &fleet.spot_poison, config()).with_checkpoints(store.clone());
+            consumer(&fleet.spot, &fleet.poison, config()).with_checkpoints(store.clone());
         if with_lanes {
             consumer.with_lanes(fleet.lanes(Lane::Spot, Duration::from_secs(1)))
         } else {
@@ -106,7 +106,7 @@ async fn scenario(with_lanes: bool) -> Trace {
             .skip(1)
             .map(|field| field.split('=').next().unwrap_or_default().to_owned())
             .collect(),
-        regular_lane: fleet.regular.len() + fleet.regular_poison.len(),
+        regular_lane: fleet.regular.len(),
     }
 }
 
