@@ -213,6 +213,19 @@ async fn jobs_fall_back_to_the_regular_lane_only_when_their_deadline_needs_it() 
         regular_idle_since: None,
         tasks: Vec::new(),
     };
+    // The jobs go in once every Spot VM takes work: the pool is up, as
+    // when jobs arrive at a running fleet. Before that, a job waiting for
+    // a VM still warming up is behind its line too, and the lane keeper on
+    // the first VM ready may rightly move it.
+    let warming = Instant::now();
+    while fleet.logged(&["warmup gate open; taking work"]).len() < 3 {
+        assert!(
+            warming.elapsed() < RUN_LIMIT,
+            "the Spot VMs never opened their warmup gates\n{}",
+            fleet.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     enqueue(&world, TIGHT, &["--deadline", "40s", "--work", "8s"]).await;
     enqueue(&world, ROOMY, &["--deadline", "300s", "--work", "4s"]).await;
     enqueue(&world, PLAIN, &[]).await;
@@ -371,7 +384,8 @@ async fn jobs_fall_back_to_the_regular_lane_only_when_their_deadline_needs_it() 
     let outcome = roomy.deadline.as_ref().expect("roomy's deadline");
     assert!(
         outcome.met && outcome.moves == 0 && outcome.lane == Lane::Spot,
-        "{roomy:?}"
+        "{roomy:?}\n{}",
+        fleet.logs()
     );
     assert_eq!(roomy.goodput.regular_ms, 0, "{roomy:?}");
     // `plain`, without a deadline, never touched the lanes.
