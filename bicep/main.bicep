@@ -3,7 +3,7 @@
 // artifacts), a user-assigned identity with queue- and container-scoped roles,
 // a private network with NAT egress, the scale set, autoscale on the queue, and
 // Log Analytics + Application Insights + a workbook. With regularLane (the
-// default), the regular lane too (docs/lanes.md): its queue and a
+// default), the regular lane too (docs/deploying.md, "The two lanes"): its queue and a
 // regular-priority scale set of the same image and identity, scaled from zero
 // by its own autoscale. scripts/deploy.sh runs it twice: first with
 // deployCompute=false (storage exists, the binary can be uploaded), then in
@@ -72,7 +72,7 @@ param backlogPerInstance int = 20
 @minValue(1)
 param scaleOutStep int = 2
 
-@description('Deploy the regular lane (docs/lanes.md): a second queue, and a regular-priority scale set (minimum 0) that jobs with a deadline fall back to when the lane rule says they must. false: Spot only.')
+@description('Deploy the regular lane (docs/deploying.md, "The two lanes"): a second queue, and a regular-priority scale set (minimum 0) that jobs with a deadline fall back to when the lane rule says they must. false: Spot only.')
 param regularLane bool = true
 
 @description('The regular lane\'s queue (SPOT_WORKER_REGULAR_QUEUE). Both lanes poison into "<queueName>-poison".')
@@ -103,7 +103,7 @@ param currentRegularInstanceCount int = 0
 @minValue(1)
 param regularScaleOutStep int = 1
 
-@description('Minutes without any Spot VM running before the regular lane wakes one VM to keep the lanes (docs/lanes.md, "Who keeps the lanes").')
+@description('Minutes without any Spot VM running before the regular lane wakes one VM to keep the lanes (docs/deploying.md, "Who keeps the lanes").')
 @minValue(1)
 param keeperWakeMinutes int = 10
 

@@ -17,7 +17,7 @@ param minInstances = 1
 param maxInstances = 10
 param backlogPerInstance = 20
 param scaleOutStep = 2
-// The regular lane (docs/lanes.md): from zero, a VM per job with a deadline
+// The regular lane (docs/deploying.md, "The two lanes"): from zero, a VM per job with a deadline
 // that must run on regular capacity, and one to keep the lanes while Spot
 // has no VM.
 param regularLane = true

@@ -16,7 +16,7 @@
 #      string, never printed), service account, the worker Deployment (no
 #      replica count: a re-run never scales running workers), KEDA's
 #      TriggerAuthentication + ScaledObject, and with the regular lane
-#      (docs/lanes.md) its Deployment and ScaledObject (regular.yaml);
+#      (docs/deploying.md, "The two lanes") its Deployment and ScaledObject (regular.yaml);
 #   5. waits for KEDA to read the queues and reports each ScaledObject's
 #      READY and ACTIVE conditions, failing with KEDA's own message if it
 #      cannot.

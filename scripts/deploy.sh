@@ -169,7 +169,7 @@ deploy() {
 }
 
 # The scale sets of an earlier deployment, if they still exist: the Spot
-# lane's and the regular lane's (docs/lanes.md, named *-regular-vmss). Each is
+# lane's and the regular lane's (docs/deploying.md, "The two lanes", named *-regular-vmss). Each is
 # the one the last full deployment's outputs name (read before step 2, whose
 # outputs name none), else the resource group's only one of its lane (an
 # earlier run stopped early).

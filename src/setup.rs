@@ -224,7 +224,7 @@ impl AzureSetup {
     /// `<SPOT_WORKER_QUEUE>-poison` queue (the one poison queue of both
     /// lanes), the checkpoint container and the poison
     /// container (originals too big for their poison record); with
-    /// `SPOT_WORKER_REGULAR_QUEUE` set, the two lanes (docs/lanes.md), the
+    /// `SPOT_WORKER_REGULAR_QUEUE` set, the two lanes (docs/deploying.md, "The two lanes"), the
     /// keeper's turns taken by a lease in the checkpoint container. Missing
     /// queues and containers are created by the warmup gate.
     pub fn worker(&self) -> Result<Worker, SetupError> {

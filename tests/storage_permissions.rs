@@ -16,7 +16,7 @@
 //! longer make on Spot moves to the regular lane, one is drained by
 //! SIGTERM; then the regular lane's worker (the same files, rendered for
 //! the regular scale set) runs the jobs in the regular lane, taking its
-//! turn at the lane keeper as every worker does (docs/lanes.md). The
+//! turn at the lane keeper as every worker does (docs/deploying.md, "The two lanes"). The
 //! operations Azurite logged for each (by a marker request between them)
 //! are written as `tools/infra/storage-operations-used.json`: this test
 //! fails if they differ from the file committed, so a command that starts

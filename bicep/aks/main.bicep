@@ -7,7 +7,7 @@
 // length, nothing else), a private network with NAT egress, the cluster
 // (system pool + Spot user pool from zero, KEDA add-on, OIDC issuer, workload
 // identity), and Log Analytics + Application Insights + the workbook. With
-// regularLane (the default), the regular lane too (docs/lanes.md): its queue
+// regularLane (the default), the regular lane too (docs/deploying.md, "The two lanes"): its queue
 // and a regular-priority user pool from zero for its worker pods.
 // The pods themselves are deployed with deploy/kubernetes/ (docs/deploying.md,
 // "On AKS").
@@ -27,7 +27,7 @@ param namePrefix string = 'spotworker'
 @maxLength(56)
 param queueName string = 'jobs'
 
-@description('Deploy the regular lane (docs/lanes.md): a second queue and a regular-priority node pool from zero, where the regular lane\'s worker pods run (deploy/kubernetes/regular.yaml). false: Spot only.')
+@description('Deploy the regular lane (docs/deploying.md, "The two lanes"): a second queue and a regular-priority node pool from zero, where the regular lane\'s worker pods run (deploy/kubernetes/regular.yaml). false: Spot only.')
 param regularLane bool = true
 
 @description('The regular lane\'s queue (SPOT_WORKER_REGULAR_QUEUE). Both lanes poison into "<queueName>-poison".')

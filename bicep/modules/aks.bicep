@@ -5,7 +5,7 @@
 // identity let the pods reach Storage with the workers' user-assigned
 // identity, with no secret in the cluster.
 //
-// With the regular lane (docs/lanes.md), a regular-priority user pool from
+// With the regular lane (docs/deploying.md, "The two lanes"), a regular-priority user pool from
 // zero too, for the regular lane's worker pods only.
 //
 // Why a Spot pool needs nothing more than this: each worker pod reads its
@@ -46,7 +46,7 @@ param spotMinCount int
 @maxValue(100)
 param spotMaxCount int
 
-@description('Add the regular lane\'s pool (docs/lanes.md): regular-priority nodes from zero, tainted and labelled for the regular lane\'s worker pods only.')
+@description('Add the regular lane\'s pool (docs/deploying.md, "The two lanes"): regular-priority nodes from zero, tainted and labelled for the regular lane\'s worker pods only.')
 param regularPool bool
 
 @description('VM size of the regular pool.')
@@ -190,7 +190,7 @@ resource cluster 'Microsoft.ContainerService/managedClusters@2026-05-01' = {
   }
 }
 
-// The regular lane's pool (docs/lanes.md): regular-priority nodes from zero,
+// The regular lane's pool (docs/deploying.md, "The two lanes"): regular-priority nodes from zero,
 // scaled by the cluster autoscaler for the regular lane's pods, which KEDA
 // scales (deploy/kubernetes/regular.yaml).
 resource regularAgentPool 'Microsoft.ContainerService/managedClusters/agentPools@2026-05-01' = if (regularPool) {

@@ -4,7 +4,7 @@
 // automatic repairs, Scheduled Events published for user reboots and
 // redeploys, and cloud-init installing the worker as a systemd service.
 //
-// The same module deploys the regular lane's scale set (docs/lanes.md) with
+// The same module deploys the regular lane's scale set (docs/deploying.md, "The two lanes") with
 // priority Regular: the same image, identity and worker, serving the regular
 // lane's queue (SPOT_WORKER_LANE=regular), one job per VM, and a terminate
 // notification, so that a scale-in drains its worker like an eviction does.
@@ -12,7 +12,7 @@
 param location string
 param namePrefix string
 
-@description('Spot: the Spot lane\'s scale set (the workers of SPOT_WORKER_QUEUE). Regular: the regular lane\'s, regular-priority VMs serving SPOT_WORKER_REGULAR_QUEUE (docs/lanes.md).')
+@description('Spot: the Spot lane\'s scale set (the workers of SPOT_WORKER_QUEUE). Regular: the regular lane\'s, regular-priority VMs serving SPOT_WORKER_REGULAR_QUEUE (docs/deploying.md, "The two lanes").')
 @allowed([
   'Spot'
   'Regular'

@@ -14,7 +14,7 @@
 //   write probes, and Create Container (a no-op: the container exists).
 // - Storage Blob Data Reader on the artifacts container: cloud-init downloads
 //   the worker binary with the identity.
-// - The regular lane (docs/lanes.md), when deployed: Storage Queue Data
+// - The regular lane (docs/deploying.md, "The two lanes"), when deployed: Storage Queue Data
 //   Contributor on its queue too. Workers of both lanes run as this
 //   identity and poison into the one poison queue; each sends a job with a
 //   deadline to the other lane's queue (Put Message) when the lane rule says
@@ -33,7 +33,7 @@ param storageAccountName string
 param queueName string
 param poisonQueueName string
 
-@description('Grant the regular lane\'s queue too (docs/lanes.md).')
+@description('Grant the regular lane\'s queue too (docs/deploying.md, "The two lanes").')
 param regularLane bool
 param regularQueueName string
 param checkpointContainer string

@@ -1,4 +1,4 @@
-// Autoscale of the regular lane's scale set (docs/lanes.md): from zero, a VM
+// Autoscale of the regular lane's scale set (docs/deploying.md, "The two lanes"): from zero, a VM
 // per job on the regular lane's queue, and one VM to keep the lanes while no
 // Spot VM runs. Why it is built this way (sources and what is unverified in
 // bicep/README.md, "The regular lane's autoscale"):

@@ -25,7 +25,7 @@ param name string
 @description('The queue the workers consume; the poison queue is "<queue>-poison".')
 param queueName string
 
-@description('Create the regular lane\'s queue (docs/lanes.md).')
+@description('Create the regular lane\'s queue (docs/deploying.md, "The two lanes").')
 param regularLane bool
 
 @description('The regular lane\'s queue. Both lanes poison into "<queueName>-poison".')

@@ -30,7 +30,7 @@ param serviceAccountName string
 param storageAccountName string
 param queueName string
 
-@description('Let the scaler read the regular lane\'s queue too (docs/lanes.md).')
+@description('Let the scaler read the regular lane\'s queue too (docs/deploying.md, "The two lanes").')
 param regularLane bool
 param regularQueueName string
 param tags object
@@ -101,7 +101,7 @@ resource scalerReadsQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' =
 
 // The regular lane's ScaledObject reads both queues: the regular one's
 // length, and the Spot one's visible and leased messages (it wakes a regular
-// pod to keep the lanes when no Spot worker holds any: docs/lanes.md).
+// pod to keep the lanes when no Spot worker holds any: docs/deploying.md, "The two lanes").
 resource scalerReadsRegularQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (regularLane) {
   name: guid(account::queueService::regularQueue.id, scalerIdentity.id, storageQueueDataReader)
   scope: account::queueService::regularQueue

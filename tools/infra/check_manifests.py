@@ -9,7 +9,7 @@
 3. Every KEDA object validates against KEDA's own types
    (@kubernetes-models/keda, tools/infra/keda/check_keda.mjs), also strictly.
 4. The worker's rules: a Spot-lane Deployment tolerates the Spot taint and
-   prefers Spot nodes, a regular-lane one (docs/lanes.md) runs only on the
+   prefers Spot nodes, a regular-lane one (docs/deploying.md, "The two lanes") runs only on the
    regular pool, never on Spot nodes, one job per pod; both lanes' workers
    name the same two queues; every worker probes /readyz and /healthz on
    its health port, runs non-root, gives the drain its time
@@ -370,7 +370,7 @@ def scaled_object_findings(at: str, obj: dict[str, Any], deployments: dict[str, 
         wakes = [t for t in spec.get("triggers", []) if (t.get("metadata") or {}).get("queueName") == spot_queue and in_formula(t)]
         if not wakes:
             findings.append(f"{at}: nothing wakes a regular pod to keep the lanes when no Spot worker runs: no "
-                            f"trigger on the Spot queue {spot_queue} in its scalingModifiers formula (docs/lanes.md)")
+                            f"trigger on the Spot queue {spot_queue} in its scalingModifiers formula (docs/deploying.md, 'The two lanes')")
     return findings
 
 

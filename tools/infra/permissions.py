@@ -67,7 +67,7 @@ DECLARED = [
     ("scaler", "KEDA azure-queue scaler: visible messages (queueLengthStrategy visibleonly)", "Peek Messages", "queue", "jobs"),
     # The regular lane's ScaledObject (deploy/kubernetes/regular.yaml): the
     # regular queue's length, and the Spot queue's visible and leased
-    # messages (the keeper's wake, docs/lanes.md) as above.
+    # messages (the keeper's wake, docs/deploying.md, "The two lanes") as above.
     ("scaler", "KEDA azure-queue scaler: the regular lane's length", "Get Queue Metadata", "queue", "jobs-regular"),
 ]
 

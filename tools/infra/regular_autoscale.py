@@ -1,7 +1,7 @@
 """The regular lane's autoscale, rendered from bicep/ and evaluated on a table.
 
 modules/regular-autoscale.bicep scales the regular lane's scale set from
-zero (docs/lanes.md): a VM per job on the regular queue, and one VM to keep
+zero (docs/deploying.md, "The two lanes"): a VM per job on the regular queue, and one VM to keep
 the lanes while no Spot VM runs. Unlike the Spot scale set (autoscale_model),
 its minimum is 0, and two of its rules read a metric of another resource:
 the Spot scale set's Percentage CPU sample count, which is zero (or missing)

@@ -366,7 +366,7 @@ impl Run<'_> {
     /// said once per delivery in the log and ignored.
     async fn progress_left(&mut self) -> Option<Duration> {
         // A job with a deadline reports its progress to the lane rule
-        // (docs/lanes.md) whatever the interval.
+        // (docs/deploying.md, "The two lanes") whatever the interval.
         let fixed = self.handler.config.checkpoint_every.is_some();
         if fixed && self.job.due().is_none() {
             return None;

@@ -95,12 +95,12 @@ pub struct WorkerConfig {
     /// fleet's own counts outweigh it (`SPOT_WORKER_EVICTION_RATE`,
     /// default 0.05).
     pub eviction_rate: f64,
-    /// The two lanes of jobs with a deadline (docs/lanes.md).
+    /// The two lanes of jobs with a deadline (docs/deploying.md, "The two lanes").
     pub lanes: LaneSettings,
 }
 
 /// The lanes: Spot capacity, and regular capacity for jobs with a deadline
-/// that must (docs/lanes.md).
+/// that must (docs/deploying.md, "The two lanes").
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaneSettings {
     /// The lane this worker serves (`SPOT_WORKER_LANE`: `spot`, the

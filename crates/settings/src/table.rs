@@ -161,14 +161,14 @@ pub const PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
 };
 
 // Lanes: jobs with a deadline on Spot, or regular capacity when they must
-// (docs/lanes.md).
+// (docs/deploying.md, "The two lanes").
 
 /// The lane this worker serves.
 pub const LANE: Setting<Text> = Setting {
     key: "SPOT_WORKER_LANE",
     default: text("spot"),
     default_doc: None,
-    doc: "the lane this worker serves: `spot` (it consumes `SPOT_WORKER_QUEUE`) or `regular` (it consumes `SPOT_WORKER_REGULAR_QUEUE`, on regular-priority VMs); see [Lanes](lanes.md)",
+    doc: "the lane this worker serves: `spot` (it consumes `SPOT_WORKER_QUEUE`) or `regular` (it consumes `SPOT_WORKER_REGULAR_QUEUE`, on regular-priority VMs); see [the two lanes](deploying.md#the-two-lanes)",
     secret: false,
 };
 

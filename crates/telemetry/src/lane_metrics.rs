@@ -1,4 +1,4 @@
-//! The lanes' instruments (docs/lanes.md): jobs with a deadline finished,
+//! The lanes' instruments (docs/deploying.md, "The two lanes"): jobs with a deadline finished,
 //! met or missed, and their hours by lane; the jobs the lane keeper moved
 //! and those it saw at risk; and d, the switch cost the rule uses.
 //!

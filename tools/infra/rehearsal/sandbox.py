@@ -59,7 +59,7 @@ def fresh_world() -> dict[str, Any]:
                 "appInsightsName": "spotworker-ai", "regularQueueName": "jobs-regular"},
         },
         "scale_set": {"name": "spotworker-vmss", "exists": False, "capacity": 0},
-        # The regular lane's (docs/lanes.md): regular VMs, from zero.
+        # The regular lane's (docs/deploying.md, "The two lanes"): regular VMs, from zero.
         "regular_set": {"name": "spotworker-regular-vmss", "exists": False, "capacity": 0},
         "blobs": {},
         "evicted": [],

@@ -140,7 +140,7 @@ pub fn sum_up(
 }
 
 /// The finished jobs' hours by lane, their money by lane, and how those
-/// with a deadline met it (docs/lanes.md).
+/// with a deadline met it (docs/deploying.md, "The two lanes").
 #[derive(Debug, Default, Serialize, PartialEq)]
 pub struct LaneAccounting {
     /// Hours on Spot capacity, all finished jobs read.

@@ -1,9 +1,9 @@
-//! Two lanes end to end (docs/lanes.md): real `spot-worker run` workers on
+//! Two lanes end to end (docs/deploying.md, "The two lanes"): real `spot-worker run` workers on
 //! emulated VMs against Azurite, configured only through the environment,
 //! durations scaled down through real settings (seconds, not hours). A
 //! Spot pool of three VMs, evicted again and again (a Preempt notice, then a
 //! replacement VM later), and a regular pool scaled from zero as the
-//! deployment's autoscale rules do (docs/lanes.md, "Who keeps the lanes"):
+//! deployment's autoscale rules do (docs/deploying.md, "Who keeps the lanes"):
 //! on its own queue, and, while no Spot VM runs, by one VM that keeps the
 //! lanes. Three jobs, enqueued with `spot-worker enqueue`, each taken by a
 //! Spot VM at once:

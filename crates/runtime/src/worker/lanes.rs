@@ -1,4 +1,4 @@
-//! A worker that serves one of two lanes (docs/lanes.md): the lanes its
+//! A worker that serves one of two lanes (docs/deploying.md, "The two lanes"): the lanes its
 //! consumer moves jobs between, the lane keeper it takes turns at, and d,
 //! the switch cost, kept in step with the fleet's measurements.
 
@@ -23,7 +23,7 @@ pub(crate) struct LaneQueues {
 }
 
 impl Worker {
-    /// Serves one of two lanes (`config.lanes.lane`; docs/lanes.md): jobs
+    /// Serves one of two lanes (`config.lanes.lane`; docs/deploying.md, "The two lanes"): jobs
     /// with a deadline move between `spot`'s and `regular`'s queues where
     /// the lane rule says so, and, with `SPOT_WORKER_LANE_KEEPER` on, this
     /// worker takes turns at the lane keeper, one worker of the fleet at a

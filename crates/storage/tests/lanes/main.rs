@@ -1,4 +1,4 @@
-//! Lanes (docs/lanes.md), in memory on tokio's paused clock: a job with a
+//! Lanes (docs/deploying.md, "The two lanes"), in memory on tokio's paused clock: a job with a
 //! deadline reads its body unchanged, moves to the lane the rule picks
 //! where it is let go, comes back to Spot once ahead of its line, and the
 //! lane keeper moves the jobs waiting behind their line, once each, a

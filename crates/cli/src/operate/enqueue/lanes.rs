@@ -1,5 +1,5 @@
 //! `enqueue --deadline WHEN --work DURATION`: each job goes in an envelope
-//! with its deadline (docs/lanes.md), to the lane the rule picks for a job
+//! with its deadline (docs/deploying.md, "The two lanes"), to the lane the rule picks for a job
 //! that has not started: the Spot lane's queue (`SPOT_WORKER_QUEUE`),
 //! unless the time left leaves less slack than two switches and a recheck,
 //! when it goes straight to the regular lane's (`SPOT_WORKER_REGULAR_QUEUE`).
@@ -71,7 +71,7 @@ impl Routing {
         let Some(regular) = &lanes.regular_queue else {
             bail!(
                 "--deadline needs the regular lane to fall back to: set SPOT_WORKER_REGULAR_QUEUE \
-                 (docs/lanes.md)"
+                 (docs/deploying.md, \"The two lanes\")"
             );
         };
         if deadline.due <= SystemTime::now() {

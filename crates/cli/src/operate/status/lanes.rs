@@ -1,4 +1,4 @@
-//! The lanes' part of `spot-worker status` (docs/lanes.md): d, the switch
+//! The lanes' part of `spot-worker status` (docs/deploying.md, "The two lanes"): d, the switch
 //! cost the rule uses, by part; and every job with a deadline not finished
 //! yet, with its lane, progress and slack, those at risk (slack below two
 //! switches and a recheck: they must run on regular capacity now to make
