@@ -106,6 +106,7 @@ fn history_at(cell: &Cell) -> InterruptionCounts {
         job_seconds: HOURS * 3600.0,
         saves: 1_000_000,
         save_seconds: 1e6 * cell.cost,
+        ..InterruptionCounts::default()
     }
 }
 
@@ -388,14 +389,14 @@ impl<'a> Sim<'a> {
                     self.record_save(worker);
                 }
             }
-            Interruption::Late | Interruption::NoOutcome => {
+            Interruption::Unsaved | Interruption::Late | Interruption::NoOutcome => {
                 self.totals.lost += at_risk.0 + at_risk.1;
             }
         }
         let now = worker.now;
         let banked = worker.banked;
         match kind {
-            Interruption::Drained | Interruption::Late => {
+            Interruption::Drained | Interruption::Unsaved | Interruption::Late => {
                 self.end_delivery(worker, false);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(kind);
