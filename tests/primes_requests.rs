@@ -168,7 +168,13 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     // Progress was saved after every chunk but the last, then removed.
     // Nothing left but the fleet's interruption counts (per worker-hour).
     assert_eq!(counted.checkpoints.inner().len(), 1);
-    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
+    assert!(
+        counted
+            .checkpoints
+            .inner()
+            .get(&FleetLedger::key_of("jobs"))
+            .is_some()
+    );
     assert_eq!(counted.checkpoints.calls().deletes(), 1);
     let before = counted.results.inner().get("long.json").await.unwrap();
 
@@ -183,5 +189,11 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     );
     // Nothing left but the fleet's interruption counts (per worker-hour).
     assert_eq!(counted.checkpoints.inner().len(), 1);
-    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
+    assert!(
+        counted
+            .checkpoints
+            .inner()
+            .get(&FleetLedger::key_of("jobs"))
+            .is_some()
+    );
 }

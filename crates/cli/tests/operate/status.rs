@@ -54,8 +54,9 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
         job_seconds: 50.0 * 3600.0,
         saves: 4,
         save_seconds: 2.0,
+        ..InterruptionCounts::default()
     };
-    FleetLedger::new(Arc::new(store.clone()))
+    FleetLedger::for_queue(Arc::new(store.clone()), QUEUE)
         .add(&history)
         .await
         .unwrap();

@@ -38,7 +38,7 @@ pub(super) async fn interval_status(
     store: Arc<dyn CheckpointStore>,
     config: &WorkerConfig,
 ) -> Result<IntervalStatus> {
-    let counts = match FleetLedger::new(store).read().await {
+    let counts = match FleetLedger::for_queue(store, &config.queue).read().await {
         Ok(counts) => counts,
         Err(StorageError::NotFound { .. } | StorageError::MissingContainer { .. }) => {
             InterruptionCounts::default()
@@ -128,6 +128,7 @@ mod tests {
             job_seconds: 900.0 * 3600.0,
             saves: 10,
             save_seconds: 20.0,
+            ..InterruptionCounts::default()
         };
         let adaptive = status_of(counts, None, 0.1);
         // (0.1·100 + 99)/1000 = 0.109 evictions/h, 1/101 of them late;
