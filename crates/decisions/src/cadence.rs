@@ -45,6 +45,6 @@ pub use estimate::{
 };
 pub use exposure::Exposure;
 pub use finite::spread_over_job;
-pub use job_length::{JobLengths, MIN_JOBS_BEYOND};
+pub use job_length::{JobLengths, MIN_JOBS};
 pub use pace::time_left;
 pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};
