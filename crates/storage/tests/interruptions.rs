@@ -424,3 +424,63 @@ async fn a_handler_that_returns_on_its_cancellation_without_saving_is_counted_by
         assert!((fleet.lost_seconds - lost).abs() < 1e-9, "{fleet:?}");
     }
 }
+
+/// A handler that says nothing of its job's end (`is_due` after each
+/// second of work) on a fleet whose finished jobs took 25 s: its one save
+/// is spread to half-way, at 13 s, where Daly's 10 s interval alone saves
+/// at 10 and 20 s, the second just before the end.
+#[tokio::test(start_paused = true)]
+async fn is_due_spreads_a_job_over_what_the_fleets_finished_jobs_took() {
+    // (the fleet's finished jobs of 25 s, the seconds of work at each save)
+    let rows: [(u32, &[u64]); 2] = [(20, &[13]), (0, &[10, 20])];
+    for (finished, expected) in rows {
+        let (queue, poison) = queues();
+        queue.send("job", Duration::ZERO).await.unwrap();
+        // Many losses: Daly's interval is the least, 10 s.
+        let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
+            seed_evictions_per_hour: 1000.0,
+        }));
+        let mut fleet = spot_worker_decisions::cadence::InterruptionCounts {
+            saves: 1,
+            save_seconds: 0.001,
+            ..Default::default()
+        };
+        for _ in 0..finished {
+            fleet.job_lengths.add(Duration::from_secs(25));
+        }
+        cadence.set_fleet(fleet);
+        let saved_at = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler = handler_fn({
+            let saved_at = saved_at.clone();
+            move |job: Job| {
+                let saved_at = saved_at.clone();
+                async move {
+                    let mut checkpoint = job.checkpoint().await?;
+                    for second in 1..=25_u64 {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        if second < 25 && checkpoint.is_due() {
+                            checkpoint
+                                .save_progress(json!({ "second": second }))
+                                .await?;
+                            saved_at.lock().unwrap().push(second);
+                        }
+                    }
+                    Ok::<(), HandlerError>(())
+                }
+            }
+        });
+        let running = Running::start(
+            consumer(&queue, &poison, config())
+                .with_checkpoints(Arc::new(InMemoryCheckpointStore::new()))
+                .with_cadence(cadence.clone()),
+            handler,
+        );
+        running.wait_for("settled", |s| s.succeeded == 1).await;
+        running.stop().await;
+        assert_eq!(
+            saved_at.lock().unwrap().as_slice(),
+            expected,
+            "{finished} finished jobs of 25 s"
+        );
+    }
+}
