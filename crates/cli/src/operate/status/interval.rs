@@ -92,22 +92,33 @@ pub(super) fn lines(status: &IntervalStatus) -> Vec<String> {
         (false, Some(cost)) => format!("Daly's, for the fleet's mean save of {cost:.3} s"),
         (false, None) => "no save measured yet: the least".to_owned(),
     };
+    let jobs = match c.job_lengths.mean() {
+        Some(mean) => format!(
+            "; {} jobs finished, {:.1} s of work each on average (saves are spread over the rest a job is expected to need)",
+            c.job_lengths.jobs(),
+            mean.as_secs_f64()
+        ),
+        None => String::new(),
+    };
     vec![
         format!(
             "interval {:.0} s between checkpoints ({how})",
             status.interval_seconds
         ),
         format!(
-            "  fleet: {:.1} job-hours; {} evictions drained in time, {} with a notice too late, {} deliveries with no outcome",
+            "  fleet: {:.1} job-hours; {} evictions saved at the notice, {} drained without a save after it, {} with a notice too late, {} deliveries with no outcome{jobs}",
             c.job_hours(),
             c.drained,
+            c.unsaved,
             c.late,
             c.no_outcome
         ),
         format!(
-            "  per job-hour: {:.4} evictions ({:.1} % too late), {:.4} no outcome: {:.4} losing work (seed {} evictions/h)",
+            "  per job-hour: {:.4} evictions ({:.1} % losing work: {:.1} % too late, {:.1} % not saved at the notice), {:.4} no outcome: {:.4} losing work (seed {} evictions/h)",
             e.evictions_per_hour,
+            e.losing_share() * 100.0,
             e.late_share * 100.0,
+            e.unsaved_share * 100.0,
             e.no_outcome_per_hour,
             status.losing_per_hour,
             status.seed_evictions_per_hour
@@ -131,15 +142,15 @@ mod tests {
             ..InterruptionCounts::default()
         };
         let adaptive = status_of(counts, None, 0.1);
-        // (0.1·100 + 99)/1000 = 0.109 evictions/h, 1/101 of them late;
-        // 9/1000 no outcome; a save of 2 s.
+        // (0.1·100 + 99)/1000 = 0.109 evictions/h, 1/101 of them losing
+        // work; 9/1000 no outcome; a save of 2 s.
         let losing = 0.109 / 101.0 + 0.009;
         assert!((adaptive.losing_per_hour - losing).abs() < 1e-12);
         let expected = adaptive_interval(Some(Duration::from_secs(2)), losing);
         assert!((adaptive.interval_seconds - expected.as_secs_f64()).abs() < 1e-9);
         assert!(!adaptive.fixed);
         let text = lines(&adaptive).join("\n");
-        assert!(text.contains("99 evictions drained in time"), "{text}");
+        assert!(text.contains("99 evictions saved at the notice"), "{text}");
         let fixed = status_of(counts, Some(Duration::from_secs(60)), 0.1);
         assert_eq!((fixed.interval_seconds, fixed.fixed), (60.0, true));
         assert!(lines(&fixed)[0].contains("fixed"));
