@@ -14,7 +14,8 @@
 //! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
 //!   in-memory implementations for unit tests.
 //! - [`decisions`]: the pure decisions they act on: the checkpoint interval
-//!   and its estimators, the cost of a save, the goodput ledger.
+//!   and its estimators, the cost of a save, the goodput ledger, the lane
+//!   of a job with a deadline.
 //! - `azure` (default feature `azure`): Azure Storage Queue and Blob
 //!   implementations of the storage traits.
 //! - [`telemetry`]: `tracing` + OpenTelemetry export and the worker's metrics.

@@ -16,14 +16,7 @@ use spot_worker_command::{
 };
 
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
-    --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
-    --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 1048576, \
-    --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
-    The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
-    statuses, signals): docs/command.md."
-)]
+#[command(after_help = short_help(), after_long_help = long_help())]
 pub struct RunArgs {
     /// Settings as flags (see below), then `--`, then the program to run
     /// per message and its arguments.
@@ -34,6 +27,53 @@ pub struct RunArgs {
         value_name = "SETTINGS... -- PROGRAM [ARGS]"
     )]
     raw: Vec<String>,
+}
+
+/// The settings `run -h` shows as examples, as `(flag, value)`: each one
+/// parses (`the_help_examples_parse`), so a reader can copy it.
+const EXAMPLES: &[(&str, &str)] = &[
+    ("queue", "jobs"),
+    ("job-key", "job_id"),
+    ("result-name", "{job_key}.json"),
+    ("permanent-exit-codes", "65"),
+    ("timeout", "1h"),
+    ("stop-signal", "SIGTERM"),
+    ("checkpoint-every", "60s"),
+    ("checkpoint-max-bytes", "1048576"),
+    ("pass-env", "NAME"),
+    ("program-output", "info"),
+];
+
+/// What `run -h` says after the options: a few settings, and where the rest
+/// and the program's contract are.
+fn short_help() -> String {
+    let examples: Vec<String> = EXAMPLES
+        .iter()
+        .map(|(flag, value)| match *flag {
+            "result-name" => format!("--{flag} '{value}'"),
+            "pass-env" => format!("--{flag} {value} (repeatable)"),
+            "checkpoint-every" => format!("--{flag} {value} (default: adaptive)"),
+            _ => format!("--{flag} {value}"),
+        })
+        .collect();
+    format!(
+        "Settings: any row of docs/configuration.md as a flag ({}; `--help` lists every one), \
+         above the environment and the SPOT_WORKER_CONFIG file. Durations: 250ms, 30s, 2m, 1h \
+         or 7d. The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result \
+         files, exit statuses, signals): docs/command.md.",
+        examples.join(", ")
+    )
+}
+
+/// What `run --help` says after the options: the same, then every setting
+/// with its variable, default and meaning (credentials as variables only:
+/// `run` refuses them as flags).
+fn long_help() -> String {
+    format!(
+        "{}\n\n{}",
+        short_help(),
+        spot_worker::settings::help(spot_worker::settings::SecretFlags::Refused)
+    )
 }
 
 impl RunArgs {
@@ -246,6 +286,30 @@ mod tests {
                 .unwrap_err()
                 .contains("name the program")
         );
+    }
+
+    /// `run -h` shows these as examples: each is a setting whose value
+    /// parses, and the handler's configuration accepts them all.
+    #[test]
+    fn the_help_examples_parse() {
+        let args: Vec<String> = EXAMPLES
+            .iter()
+            .flat_map(|(flag, value)| [format!("--{flag}"), (*value).to_owned()])
+            .collect();
+        let settings = Source::defaults()
+            .with_args(join_repeated(args, "pass-env"))
+            .unwrap();
+        let config = command_config(&settings, "python3", &[]).unwrap();
+        assert_eq!(config.timeout, Some(std::time::Duration::from_secs(3600)));
+        let help = short_help();
+        for (flag, value) in EXAMPLES {
+            assert!(help.contains(&format!("--{flag} ")), "{flag}");
+            assert!(help.contains(value), "{value}");
+        }
+        let long = long_help();
+        for setting in spot_worker::settings::table::ALL {
+            assert!(long.contains(setting.key()), "{}", setting.key());
+        }
     }
 
     #[test]

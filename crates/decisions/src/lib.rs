@@ -17,6 +17,9 @@
 //!   redone, checkpointing, waiting): the [`goodput::Ledger`], how a
 //!   delivery's readings add to it, and the stamp a checkpoint write
 //!   carries it in.
+//! - [`lanes`]: the lane a job with a deadline runs in (Spot, or regular
+//!   capacity when it must): Uniform Progress as one pure function,
+//!   [`lanes::choose_lane`], and where a job stands against its deadline.
 //!
 //! ```
 //! use std::time::Duration;
@@ -44,9 +47,7 @@
 //! assert_eq!(ledger.goodput(), Some(0.75));
 //! ```
 //!
-//! Other decisions of the same kind belong here too, beside these: the
-//! lane a job with a deadline runs in (Spot or regular capacity, issue 31)
-//! is the next.
+//! Other decisions of the same kind belong here too, beside these.
 //!
 //! What this crate must never do, so that every rule stays a function one
 //! can test with a table and a simulation can call a million times:
@@ -67,3 +68,4 @@
 
 pub mod cadence;
 pub mod goodput;
+pub mod lanes;
