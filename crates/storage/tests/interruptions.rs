@@ -32,6 +32,42 @@ fn cadence() -> Arc<CheckpointCadence> {
     }))
 }
 
+/// Runs `handler` on a consumer of `queue` following `cadence`, with a
+/// fresh in-memory store, until one message succeeded.
+async fn succeeds_once(
+    queue: &InMemoryQueue,
+    poison: &InMemoryQueue,
+    cadence: &Arc<CheckpointCadence>,
+    handler: impl spot_worker_storage::MessageHandler,
+) {
+    let running = Running::start(
+        consumer(queue, poison, config())
+            .with_checkpoints(Arc::new(InMemoryCheckpointStore::new()))
+            .with_cadence(cadence.clone()),
+        handler,
+    );
+    running.wait_for("settled", |s| s.succeeded == 1).await;
+    running.stop().await;
+}
+
+/// Keeps `cadence` and `ledger` in step, as a worker does, until the token
+/// returned is cancelled (then the task adds what is left and ends).
+fn keeping(
+    ledger: FleetLedger,
+    cadence: &Arc<CheckpointCadence>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let keeper = tokio::spawn({
+        let (cadence, stop) = (cadence.clone(), stop.clone());
+        async move {
+            ledger
+                .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
+                .await;
+        }
+    });
+    (stop, keeper)
+}
+
 /// What [`evictable`] does on its cancellation.
 const SAVES: u8 = 0;
 const DIES: u8 = 1;
@@ -264,14 +300,7 @@ async fn a_handlers_checkpoint_asks_the_workers_cadence_and_measures_its_saves()
             }
         }
     });
-    let running = Running::start(
-        consumer(&queue, &poison, config())
-            .with_checkpoints(Arc::new(InMemoryCheckpointStore::new()))
-            .with_cadence(cadence.clone()),
-        handler,
-    );
-    running.wait_for("settled", |s| s.succeeded == 1).await;
-    running.stop().await;
+    succeeds_once(&queue, &poison, &cadence, handler).await;
     assert!(
         checked.load(Ordering::SeqCst),
         "due after 30 s, not before, not after a save"
@@ -292,15 +321,7 @@ async fn keeping_the_fleets_counts_costs_two_requests_per_worker_hour() {
     let store = CountingStore::new(inner);
     let counted: Arc<dyn CheckpointStore> = Arc::new(store.clone());
     let cadence = cadence();
-    let stop = CancellationToken::new();
-    let keeper = tokio::spawn({
-        let (cadence, stop) = (cadence.clone(), stop.clone());
-        async move {
-            FleetLedger::for_queue(counted, "jobs")
-                .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
-                .await;
-        }
-    });
+    let (stop, keeper) = keeping(FleetLedger::for_queue(counted, "jobs"), &cadence);
     const HOURS: u64 = 10;
     // Counting mid-hour, so each hourly addition has one hour's counts.
     tokio::time::sleep(FLUSH_EVERY / 2).await;
@@ -339,15 +360,7 @@ async fn a_handler_that_returns_on_its_cancellation_without_saving_is_counted_by
         let store = Arc::new(InMemoryCheckpointStore::new());
         let cadence = cadence();
         let ledger = FleetLedger::for_queue(store.clone(), "jobs");
-        let stop_ledger = CancellationToken::new();
-        let keeper = tokio::spawn({
-            let (ledger, cadence, stop) = (ledger.clone(), cadence.clone(), stop_ledger.clone());
-            async move {
-                ledger
-                    .keep(cadence, FLUSH_EVERY, stop, Duration::from_secs(1))
-                    .await;
-            }
-        });
+        let (stop_ledger, keeper) = keeping(ledger.clone(), &cadence);
         let worked = Arc::new(tokio::sync::Notify::new());
         let handler = handler_fn({
             let worked = worked.clone();
@@ -469,14 +482,7 @@ async fn is_due_spreads_a_job_over_what_the_fleets_finished_jobs_took() {
                 }
             }
         });
-        let running = Running::start(
-            consumer(&queue, &poison, config())
-                .with_checkpoints(Arc::new(InMemoryCheckpointStore::new()))
-                .with_cadence(cadence.clone()),
-            handler,
-        );
-        running.wait_for("settled", |s| s.succeeded == 1).await;
-        running.stop().await;
+        succeeds_once(&queue, &poison, &cadence, handler).await;
         assert_eq!(
             saved_at.lock().unwrap().as_slice(),
             expected,

@@ -195,7 +195,8 @@ impl Consumer {
     /// delivery's redone work goes unreported. A release (`released`:
     /// `Some`, with the interruption's kind if its handler ran) is marked
     /// settled in the same write, and its kind counted once that write
-    /// succeeded, unless the next delivery counted its note already
+    /// succeeded (one that lost work with its loss: the tail's redone
+    /// time), unless the next delivery counted its note already
     /// ([`own_release_uncounted`]): a release whose settling is not
     /// recorded is counted by the next delivery, as a late notice.
     async fn record_tail(
