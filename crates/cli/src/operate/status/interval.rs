@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use spot_worker_decisions::cadence::{
-    InterruptionCounts, IntervalSource, RateEstimates, adaptive_interval,
+    InterruptionCounts, IntervalSource, MIN_JOBS, RateEstimates, adaptive_interval,
 };
 use spot_worker_runtime::WorkerConfig;
 use spot_worker_storage::{CheckpointStore, FleetLedger, StorageError};
@@ -93,11 +93,18 @@ pub(super) fn lines(status: &IntervalStatus) -> Vec<String> {
         (false, None) => "no save measured yet: the least".to_owned(),
     };
     let jobs = match c.job_lengths.mean() {
-        Some(mean) => format!(
-            "; {} jobs finished, {:.1} s of work each on average (saves are spread over the rest a job is expected to need)",
-            c.job_lengths.jobs(),
-            mean.as_secs_f64()
-        ),
+        Some(mean) => {
+            let finished = c.job_lengths.jobs();
+            let when = if finished < MIN_JOBS {
+                format!(" once {MIN_JOBS} have")
+            } else {
+                String::new()
+            };
+            format!(
+                "; {finished} jobs finished, {:.1} s of work each on average (saves are spread over the rest a job is expected to need{when})",
+                mean.as_secs_f64()
+            )
+        }
         None => String::new(),
     };
     vec![
@@ -151,6 +158,19 @@ mod tests {
         assert!(!adaptive.fixed);
         let text = lines(&adaptive).join("\n");
         assert!(text.contains("99 evictions saved at the notice"), "{text}");
+        assert!(!text.contains("jobs finished"), "{text}");
+        // The finished jobs' lengths, and whether they are used yet.
+        let mut counts = counts;
+        for n in 1..=10 {
+            counts.job_lengths.add(Duration::from_secs(60));
+            let text = lines(&status_of(counts, None, 0.1)).join("\n");
+            let once = text.contains("expected to need once 10 have)");
+            assert_eq!(once, n < 10, "{n}: {text}");
+            assert!(
+                text.contains(&format!("; {n} jobs finished, 60.0 s of work each")),
+                "{text}"
+            );
+        }
         let fixed = status_of(counts, Some(Duration::from_secs(60)), 0.1);
         assert_eq!((fixed.interval_seconds, fixed.fixed), (60.0, true));
         assert!(lines(&fixed)[0].contains("fixed"));
