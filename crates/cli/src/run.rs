@@ -12,7 +12,7 @@ use spot_worker::Setup;
 use spot_worker::settings::{CONFIG_FILE, Source, table};
 use spot_worker::storage::ResultStore;
 use spot_worker_command::{
-    CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
+    CommandConfig, CommandHandler, ProgramUser, parse_exit_codes, parse_output_level, parse_signal,
 };
 
 #[derive(Debug, Args)]
@@ -125,6 +125,17 @@ pub async fn run(
     let config = command_config(&settings, program, program_args)?;
     // Logs (always), telemetry (when configured) and storage.
     let setup = Setup::from_source(&settings).context("setting up")?;
+    if let Some(user) = &config.program_user {
+        // Before anything is started: a runner that cannot switch users
+        // must not run programs as its own.
+        let warning = user
+            .check_runner()
+            .with_context(|| format!("{} {}", table::PROGRAM_USER.key, user.name))?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(user = %user.name, uid = user.uid, gid = user.gid, "programs run as another user than the runner");
+    }
     match spot_worker_command::become_subreaper() {
         // Orphans that left their program's group are reaped too.
         Ok(()) => drop(spot_worker_command::spawn_orphan_reaper()),
@@ -140,13 +151,23 @@ pub async fn run(
     // What a runner killed outright (SIGKILL) left behind: its programs
     // died with it, but not what they had started.
     let swept = spot_worker_command::sweep_leftovers(config.work_root.as_deref());
-    if swept != spot_worker_command::Leftovers::default() {
+    if swept.directories > 0 || swept.processes > 0 {
         tracing::warn!(
             directories = swept.directories,
             processes = swept.processes,
             "cleaned up after a runner that was killed: its delivery directories and what still ran in them"
         );
     }
+    if swept.foreign > 0 {
+        tracing::info!(
+            directories = swept.foreign,
+            "left alone delivery directories of runners of another PID namespace, boot or user (or of an earlier layout)"
+        );
+    }
+    if let Some(why) = swept.blind {
+        tracing::warn!("looked for no leftovers of a killed runner: {why}");
+    }
+    say_withheld(&config);
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
@@ -217,6 +238,11 @@ fn command_config(
     if let Some(field) = settings.get(&table::JOB_KEY)? {
         config = config.with_job_key(field.into_owned());
     }
+    if let Some(user) = settings.get(&table::PROGRAM_USER)? {
+        let user = ProgramUser::lookup(&user)
+            .map_err(|reason| settings.invalid(&table::PROGRAM_USER, reason.to_string()))?;
+        config = config.with_program_user(user);
+    }
     Ok(config)
 }
 
@@ -231,6 +257,20 @@ fn withheld_from_programs(name: &str, value: &str) -> bool {
             .iter()
             .any(|setting| setting.secret() && setting.key() == name)
         || spot_worker_azure::redact(value) != value
+}
+
+/// Names (never values) the variables of this process that programs do
+/// not get, so that a program missing one can be told why.
+fn say_withheld(config: &CommandConfig) {
+    let withheld =
+        spot_worker_command::withheld_names(std::env::vars_os(), &*config.secret, &config.pass_env);
+    if withheld.is_empty() {
+        return;
+    }
+    tracing::info!(
+        variables = %withheld.join(","),
+        "kept from programs as credentials (pass one on purpose with --pass-env NAME)"
+    );
 }
 
 /// `--NAME a --NAME b` (or `--NAME=a`) as one `--NAME a,b`, so a repeatable

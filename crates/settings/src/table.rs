@@ -279,6 +279,15 @@ pub const PROGRAM_OUTPUT: Setting<Text> = Setting {
     secret: false,
 };
 
+/// The user programs run as.
+pub const PROGRAM_USER: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_PROGRAM_USER",
+    default: None,
+    default_doc: Some("the runner's user"),
+    doc: "`run`: the user programs run as, a name of `/etc/passwd` or `UID[:GID]`, never root: the only complete separation from the runner's settings file, token file, rendezvous directory and process; the runner keeps its own user and credentials, and needs root's powers to switch (see [Running programs as another user](command.md#running-programs-as-another-user))",
+    secret: false,
+};
+
 // Health and the warmup gate.
 
 /// Where the health endpoints listen.
@@ -515,6 +524,7 @@ pub const ALL: &[&dyn Describe] = &[
     &CHECKPOINT_MAX_BYTES,
     &PASS_ENV,
     &PROGRAM_OUTPUT,
+    &PROGRAM_USER,
     &HEALTH_ADDR,
     &GATE_TIMEOUT,
     &IMDS,

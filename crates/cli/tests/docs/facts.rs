@@ -30,6 +30,9 @@ pub const OTHER_TOOLS_FLAGS: &[(&str, &str)] = &[
     ("release", "cargo"),
     ("profile", "cargo build"),
     ("locked", "cargo install"),
+    ("pid", "unshare"),
+    ("fork", "unshare"),
+    ("mount-proc", "unshare"),
 ];
 
 /// Where variable names the code reads are looked for.
