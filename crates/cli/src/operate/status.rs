@@ -21,9 +21,11 @@ use super::goodput::{
 };
 use interval::{IntervalStatus, interval_status};
 use lanes::{LanesStatus, lanes_status};
+use notices::{QueueNotices, notices_by_queue};
 
 mod interval;
 mod lanes;
+mod notices;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -115,6 +117,9 @@ struct Status {
     lanes: Option<LanesStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lane_accounting: Option<LaneAccounting>,
+    /// Per queue whose fleet counts are in the checkpoint container: the
+    /// share of notices that saved, and the work lost per interruption.
+    notices: Vec<QueueNotices>,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -170,6 +175,7 @@ async fn gather(
     let poison = queue_status(&fleet.poison_queue()?).await?;
     let checkpoints = fleet.checkpoints()?;
     let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let notices = notices_by_queue(&checkpoints).await?;
     let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
         .iter()
@@ -261,6 +267,7 @@ async fn gather(
         regular,
         lanes,
         lane_accounting,
+        notices,
     })
 }
 
@@ -365,6 +372,12 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
     }
     for line in interval::lines(&status.checkpoint_interval) {
         println!("{line}");
+    }
+    if !status.notices.is_empty() {
+        println!("notices per queue (the checkpoint container's fleet counts):");
+        for queue in &status.notices {
+            println!("{}", queue.line());
+        }
     }
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };

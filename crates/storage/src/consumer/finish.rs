@@ -130,12 +130,21 @@ impl Consumer {
                 }
             }
             Settlement::Release => {
-                // An interruption of a running job: drained in time if the
-                // handler returned (it saved), too late if it was dropped.
-                // Counted once its settling is recorded (`record_tail`).
-                let kind = delivery.handler_started.then_some(match departure.ending {
+                // An interruption of a running job, by what it lost: too
+                // late if the handler was dropped; if it returned, saved at
+                // the notice only if its last save holds data written after
+                // it (a program's new version after its stop signal),
+                // otherwise the work since that save is lost. Counted once
+                // its settling is recorded (`record_tail`).
+                let kind = delivery.handler_started.then(|| match departure.ending {
                     Ending::Dropped => Interruption::Late,
-                    _ => Interruption::Drained,
+                    _ if signals
+                        .noticed_at()
+                        .is_some_and(|notice| delivery.clock.saved_since(notice)) =>
+                    {
+                        Interruption::Drained
+                    }
+                    _ => Interruption::Unsaved,
                 });
                 // A job with a deadline goes to the lane the rule picks.
                 let own = self.lanes.as_ref().map(|lanes| lanes.lane);
@@ -267,7 +276,8 @@ impl Consumer {
     /// delivery's redone work goes unreported. A release (`released`:
     /// `Some`, with the interruption's kind if its handler ran) is marked
     /// settled in the same write, and its kind counted once that write
-    /// succeeded, unless the next delivery counted its note already
+    /// succeeded (one that lost work with its loss: the tail's redone
+    /// time), unless the next delivery counted its note already
     /// ([`own_release_uncounted`]): a release whose settling is not
     /// recorded is counted by the next delivery, as a late notice.
     async fn record_tail(
@@ -313,7 +323,13 @@ impl Consumer {
         match tokio::time::timeout(deadline, write).await {
             Ok(Ok(settled)) => {
                 if settled && let Some(Some(kind)) = released {
-                    self.cadence.note(kind);
+                    match kind {
+                        // What it lost is its tail's redone work.
+                        Interruption::Unsaved | Interruption::Late => self
+                            .cadence
+                            .note_loss(kind, Duration::from_millis(tail.redone_ms)),
+                        Interruption::Drained | Interruption::NoOutcome => self.cadence.note(kind),
+                    }
                 }
                 tracing::debug!(redone_ms = tail.redone_ms, settled, "tail recorded");
             }
