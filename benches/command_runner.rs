@@ -36,7 +36,7 @@ use spot_worker::runtime::Worker;
 use spot_worker::storage::{HandlerError, Job, MessageHandler};
 use spot_worker_command::{CommandConfig, CommandHandler};
 use spot_worker_imds_emulator::EventSpec;
-use spot_worker_testkit::bench::{self, BenchArgs};
+use spot_worker_testkit::bench::{self, BenchArgs, median, percentile};
 use spot_worker_testkit::counting::{CountingStore, StoreCalls};
 use spot_worker_testkit::worker::{Env, VM_A};
 use tracing_subscriber::Layer as _;
@@ -410,17 +410,6 @@ impl tracing::field::Visit for MessageOf {
             self.0 = format!("{value:?}");
         }
     }
-}
-
-fn median(times: &[Duration]) -> Duration {
-    percentile(times, 50.0)
-}
-
-fn percentile(times: &[Duration], p: f64) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted.get(rank).copied().unwrap_or_default()
 }
 
 fn print_row(label: &str, times: &[Duration]) {

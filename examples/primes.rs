@@ -64,7 +64,7 @@ fn main() -> ExitCode {
 async fn run() -> anyhow::Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", settings::help());
+        print!("{}", settings::help(settings::SecretFlags::Accepted));
         return Ok(0);
     }
     let settings = Source::from_env()?.with_args(args)?;

@@ -2,7 +2,7 @@
 # Builds the spot-worker container image with podman, offline: the
 # `spot-worker` command and the `primes` example on `FROM scratch`
 # (container/Containerfile), statically linked (scripts/build-static.sh:
-# no shared library, not even the C library's) and stripped, with the host's CA certificates and a non-root user (65532). The same
+# no shared library, not even the C library's) and stripped, with the host's CA certificates, a non-root user (65532) and a user for programs (65533). The same
 # binaries drop into any image (docs/deploying.md: `COPY --from`).
 #
 # Settings (environment): IMAGE (the tag, spot-worker:latest), PROFILE (the
@@ -90,10 +90,14 @@ $linked"
 done
 
 cp -L "$CA_BUNDLE" "$rootfs/etc/ssl/certs/ca-certificates.crt"
+# spot-worker runs the worker; spot-job is for `spot-worker run
+# --program-user spot-job` (docs/command.md: running programs as another user).
 echo 'root:x:0:0:root:/root:/sbin/nologin
-spot-worker:x:65532:65532:spot-worker:/tmp:/sbin/nologin' >"$rootfs/etc/passwd"
+spot-worker:x:65532:65532:spot-worker:/tmp:/sbin/nologin
+spot-job:x:65533:65533:spot-worker programs:/nonexistent:/sbin/nologin' >"$rootfs/etc/passwd"
 echo 'root:x:0:
-spot-worker:x:65532:' >"$rootfs/etc/group"
+spot-worker:x:65532:
+spot-job:x:65533:' >"$rootfs/etc/group"
 cp container/Containerfile "$context/Containerfile"
 
 revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"

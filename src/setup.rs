@@ -36,11 +36,14 @@ pub enum SetupError {
     Setting(#[from] SettingError),
     /// Logs or telemetry could not be installed (a bad `RUST_LOG`, an
     /// unusable exporter setting, or a global subscriber already set).
+    /// Its message holds the cause's, which is therefore not also its
+    /// `source()`: an error chain would say it twice.
     #[error("telemetry: {0}")]
-    Telemetry(#[from] TelemetryError),
-    /// The storage account or its credentials are unusable.
+    Telemetry(TelemetryError),
+    /// The storage account or its credentials are unusable (the cause's
+    /// message is part of this one, as for `Telemetry`).
     #[error("storage: {0}")]
-    Storage(#[from] spot_worker_azure::StorageConfigError),
+    Storage(spot_worker_azure::StorageConfigError),
     /// `SPOT_WORKER_STORAGE_ACCOUNT_URL` does not name a storage account.
     #[error("{STORAGE_ACCOUNT_URL_ENV}={value:?} is invalid: {reason}")]
     AccountUrl {
@@ -49,6 +52,18 @@ pub enum SetupError {
         /// Why, and what is expected.
         reason: String,
     },
+}
+
+impl From<TelemetryError> for SetupError {
+    fn from(error: TelemetryError) -> Self {
+        SetupError::Telemetry(error)
+    }
+}
+
+impl From<spot_worker_azure::StorageConfigError> for SetupError {
+    fn from(error: spot_worker_azure::StorageConfigError) -> Self {
+        SetupError::Storage(error)
+    }
 }
 
 /// How long a [`Setup`] dropped with its telemetry (no worker was made from
@@ -354,6 +369,32 @@ mod tests {
         for (given, expected) in cases {
             let reason = account_endpoints(given).unwrap_err();
             assert!(reason.contains(expected), "{given}: {reason}");
+        }
+    }
+
+    /// The whole chain, as `{:#}` (anyhow) or a `source()` walk prints it,
+    /// says each cause once: `storage: no storage configured: ...`, not
+    /// that twice.
+    #[test]
+    fn a_cause_is_said_once_in_the_chain() {
+        let errors = [
+            SetupError::from(spot_worker_azure::StorageConfigError::NotConfigured),
+            SetupError::from(TelemetryError::InvalidLogFilter("x=[".to_owned())),
+        ];
+        for error in errors {
+            let mut chain = vec![error.to_string()];
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                chain.push(cause.to_string());
+                source = cause.source();
+            }
+            let text = chain.join(": ");
+            let cause = match &error {
+                SetupError::Storage(cause) => cause.to_string(),
+                SetupError::Telemetry(cause) => cause.to_string(),
+                _ => unreachable!(),
+            };
+            assert_eq!(text.matches(&cause).count(), 1, "{text}");
         }
     }
 

@@ -32,10 +32,11 @@ pub enum StorageConfigError {
     /// Neither a connection string nor an account is configured.
     #[error(
         "no storage configured: set {connection_string} (`UseDevelopmentStorage=true` for a local \
-         Azurite, which `spot-worker dev` starts) or {account_url} (the account, reached with a \
-         managed identity)",
+         Azurite, which `spot-worker dev` starts) or {account_url} (the account, reached with the \
+         user-assigned managed identity {client_id} names, else with the Azure CLI's login)",
         connection_string = spot_worker_settings::table::CONNECTION_STRING.key,
-        account_url = spot_worker_settings::table::STORAGE_ACCOUNT_URL.key
+        account_url = spot_worker_settings::table::STORAGE_ACCOUNT_URL.key,
+        client_id = spot_worker_settings::table::CLIENT_ID.key
     )]
     NotConfigured,
     /// A credential could not be created.

@@ -237,7 +237,8 @@ mod tests {
             text,
             "no storage configured: set AZURE_STORAGE_CONNECTION_STRING \
              (`UseDevelopmentStorage=true` for a local Azurite, which `spot-worker dev` starts) \
-             or SPOT_WORKER_STORAGE_ACCOUNT_URL (the account, reached with a managed identity)"
+             or SPOT_WORKER_STORAGE_ACCOUNT_URL (the account, reached with the user-assigned \
+             managed identity AZURE_CLIENT_ID names, else with the Azure CLI's login)"
         );
     }
 

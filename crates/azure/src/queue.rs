@@ -198,6 +198,7 @@ impl AzureQueue {
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
+        spot_worker_storage::check_sendable(body)?;
         self.bounded(async {
             self.send_once(body, initial_visibility_delay)
                 .await
@@ -365,6 +366,10 @@ impl MessageQueue for AzureQueue {
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
+        // A message the queue cannot carry is refused here rather than
+        // left to break every receive of the queue (Azurite) or to be
+        // refused by the service as malformed XML.
+        spot_worker_storage::check_sendable(body)?;
         let first = self
             .bounded(async {
                 match self.send_once(body, initial_visibility_delay).await {

@@ -15,9 +15,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 // Durations on the command line read like the configuration's: `1s`,
 // `250ms`, `2m` or a bare number of seconds.
+use spot_worker::telemetry::{self, TelemetryConfig};
 use spot_worker_runtime::settings::table;
 use spot_worker_runtime::{interrupted, parse_duration};
-use tracing_subscriber::EnvFilter;
 
 /// Queue workers for Azure Spot VMs: inspect and rehearse Scheduled Events,
 /// and operate a fleet's queue, poison queue and checkpoints.
@@ -82,9 +82,14 @@ fn main() -> ExitCode {
         Command::Demo(_) => "error",
         _ => "warn",
     };
-    // A worker installs its own logs and telemetry from the settings.
+    // A worker installs its own logs and telemetry from the settings; the
+    // other subcommands get the same stderr logs without an export.
     if !matches!(cli.command, Command::Run(_)) {
-        init_logging(cli.log.as_deref().unwrap_or(default_log));
+        let filter = cli.log.as_deref().unwrap_or(default_log);
+        let logs = TelemetryConfig::default().with_log_filter(filter);
+        if let Err(error) = telemetry::init_logs(&logs) {
+            return fail(&anyhow::Error::new(error).context("--log (or RUST_LOG)"));
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -141,15 +146,6 @@ fn parse_endpoint(text: &str) -> Result<String, String> {
     } else {
         text.to_owned()
     })
-}
-
-fn init_logging(filter: &str) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
 }
 
 #[cfg(test)]

@@ -12,18 +12,11 @@ use spot_worker::Setup;
 use spot_worker::settings::{CONFIG_FILE, Source, table};
 use spot_worker::storage::ResultStore;
 use spot_worker_command::{
-    CommandConfig, CommandHandler, parse_exit_codes, parse_output_level, parse_signal,
+    CommandConfig, CommandHandler, ProgramUser, parse_exit_codes, parse_output_level, parse_signal,
 };
 
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Settings: any row of docs/configuration.md as a flag (--queue jobs, \
-    --job-key job_id, --result-name '{job_key}.json', --permanent-exit-codes 65, --timeout 1h, \
-    --stop-signal SIGTERM, --checkpoint-every 60s (default: adaptive), --checkpoint-max-bytes 1048576, \
-    --pass-env NAME (repeatable), --program-output info, ...), above the environment and the SPOT_WORKER_CONFIG file. \
-    The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result files, exit \
-    statuses, signals): docs/command.md."
-)]
+#[command(after_help = short_help(), after_long_help = long_help())]
 pub struct RunArgs {
     /// Settings as flags (see below), then `--`, then the program to run
     /// per message and its arguments.
@@ -34,6 +27,53 @@ pub struct RunArgs {
         value_name = "SETTINGS... -- PROGRAM [ARGS]"
     )]
     raw: Vec<String>,
+}
+
+/// The settings `run -h` shows as examples, as `(flag, value)`: each one
+/// parses (`the_help_examples_parse`), so a reader can copy it.
+const EXAMPLES: &[(&str, &str)] = &[
+    ("queue", "jobs"),
+    ("job-key", "job_id"),
+    ("result-name", "{job_key}.json"),
+    ("permanent-exit-codes", "65"),
+    ("timeout", "1h"),
+    ("stop-signal", "SIGTERM"),
+    ("checkpoint-every", "60s"),
+    ("checkpoint-max-bytes", "1048576"),
+    ("pass-env", "NAME"),
+    ("program-output", "info"),
+];
+
+/// What `run -h` says after the options: a few settings, and where the rest
+/// and the program's contract are.
+fn short_help() -> String {
+    let examples: Vec<String> = EXAMPLES
+        .iter()
+        .map(|(flag, value)| match *flag {
+            "result-name" => format!("--{flag} '{value}'"),
+            "pass-env" => format!("--{flag} {value} (repeatable)"),
+            "checkpoint-every" => format!("--{flag} {value} (default: adaptive)"),
+            _ => format!("--{flag} {value}"),
+        })
+        .collect();
+    format!(
+        "Settings: any row of docs/configuration.md as a flag ({}; `--help` lists every one), \
+         above the environment and the SPOT_WORKER_CONFIG file. Durations: 250ms, 30s, 2m, 1h \
+         or 7d. The program's contract (stdin, SPOT_WORKER_* variables, checkpoint and result \
+         files, exit statuses, signals): docs/command.md.",
+        examples.join(", ")
+    )
+}
+
+/// What `run --help` says after the options: the same, then every setting
+/// with its variable, default and meaning (credentials as variables only:
+/// `run` refuses them as flags).
+fn long_help() -> String {
+    format!(
+        "{}\n\n{}",
+        short_help(),
+        spot_worker::settings::help(spot_worker::settings::SecretFlags::Refused)
+    )
 }
 
 impl RunArgs {
@@ -85,6 +125,17 @@ pub async fn run(
     let config = command_config(&settings, program, program_args)?;
     // Logs (always), telemetry (when configured) and storage.
     let setup = Setup::from_source(&settings).context("setting up")?;
+    if let Some(user) = &config.program_user {
+        // Before anything is started: a runner that cannot switch users
+        // must not run programs as its own.
+        let warning = user
+            .check_runner()
+            .with_context(|| format!("{} {}", table::PROGRAM_USER.key, user.name))?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(user = %user.name, uid = user.uid, gid = user.gid, "programs run as another user than the runner");
+    }
     match spot_worker_command::become_subreaper() {
         // Orphans that left their program's group are reaped too.
         Ok(()) => drop(spot_worker_command::spawn_orphan_reaper()),
@@ -100,13 +151,23 @@ pub async fn run(
     // What a runner killed outright (SIGKILL) left behind: its programs
     // died with it, but not what they had started.
     let swept = spot_worker_command::sweep_leftovers(config.work_root.as_deref());
-    if swept != spot_worker_command::Leftovers::default() {
+    if swept.directories > 0 || swept.processes > 0 {
         tracing::warn!(
             directories = swept.directories,
             processes = swept.processes,
             "cleaned up after a runner that was killed: its delivery directories and what still ran in them"
         );
     }
+    if swept.foreign > 0 {
+        tracing::info!(
+            directories = swept.foreign,
+            "left alone delivery directories of runners of another PID namespace, boot or user (or of an earlier layout)"
+        );
+    }
+    if let Some(why) = swept.blind {
+        tracing::warn!("looked for no leftovers of a killed runner: {why}");
+    }
+    say_withheld(&config);
     let container = settings.get(&table::RESULTS_CONTAINER)?;
     let results: Arc<dyn ResultStore> = Arc::new(setup.storage.result_store(&container)?);
     let warmup_results = Arc::clone(&results);
@@ -177,6 +238,11 @@ fn command_config(
     if let Some(field) = settings.get(&table::JOB_KEY)? {
         config = config.with_job_key(field.into_owned());
     }
+    if let Some(user) = settings.get(&table::PROGRAM_USER)? {
+        let user = ProgramUser::lookup(&user)
+            .map_err(|reason| settings.invalid(&table::PROGRAM_USER, reason.to_string()))?;
+        config = config.with_program_user(user);
+    }
     Ok(config)
 }
 
@@ -191,6 +257,20 @@ fn withheld_from_programs(name: &str, value: &str) -> bool {
             .iter()
             .any(|setting| setting.secret() && setting.key() == name)
         || spot_worker_azure::redact(value) != value
+}
+
+/// Names (never values) the variables of this process that programs do
+/// not get, so that a program missing one can be told why.
+fn say_withheld(config: &CommandConfig) {
+    let withheld =
+        spot_worker_command::withheld_names(std::env::vars_os(), &*config.secret, &config.pass_env);
+    if withheld.is_empty() {
+        return;
+    }
+    tracing::info!(
+        variables = %withheld.join(","),
+        "kept from programs as credentials (pass one on purpose with --pass-env NAME)"
+    );
 }
 
 /// `--NAME a --NAME b` (or `--NAME=a`) as one `--NAME a,b`, so a repeatable
@@ -246,6 +326,30 @@ mod tests {
                 .unwrap_err()
                 .contains("name the program")
         );
+    }
+
+    /// `run -h` shows these as examples: each is a setting whose value
+    /// parses, and the handler's configuration accepts them all.
+    #[test]
+    fn the_help_examples_parse() {
+        let args: Vec<String> = EXAMPLES
+            .iter()
+            .flat_map(|(flag, value)| [format!("--{flag}"), (*value).to_owned()])
+            .collect();
+        let settings = Source::defaults()
+            .with_args(join_repeated(args, "pass-env"))
+            .unwrap();
+        let config = command_config(&settings, "python3", &[]).unwrap();
+        assert_eq!(config.timeout, Some(std::time::Duration::from_secs(3600)));
+        let help = short_help();
+        for (flag, value) in EXAMPLES {
+            assert!(help.contains(&format!("--{flag} ")), "{flag}");
+            assert!(help.contains(value), "{value}");
+        }
+        let long = long_help();
+        for setting in spot_worker::settings::table::ALL {
+            assert!(long.contains(setting.key()), "{}", setting.key());
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, Fault, RunningEmulator};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -261,6 +261,51 @@ async fn events_json_is_the_body_imds_sent() {
         output
             .stdout
             .contains("\"ResourceType\":\"VirtualMachine\"")
+    );
+}
+
+/// Every subcommand logs through one set-up: into a pipe (or a file, a
+/// journal) the lines carry no ANSI colour codes, whether `NO_COLOR` is
+/// set or not; only a terminal gets colours. `events watch` wrote them
+/// (`^[[2m`) while `run` did not.
+#[tokio::test]
+async fn logs_into_a_pipe_have_no_colour_codes() {
+    let emulator = emulator().await;
+    // Two malformed answers: the watcher warns, then sees the notice.
+    emulator.inject_faults(Fault::Malformed, 2);
+    emulator.schedule(EventSpec::preempt()).unwrap();
+    let watch = run(spot_worker(&emulator.url()).env_remove("NO_COLOR").args([
+        "events",
+        "watch",
+        "--interval",
+        "200ms",
+        "--until-notice",
+    ]))
+    .await;
+    assert_eq!(watch.code, Some(0), "{}", watch.stderr);
+    assert!(
+        watch.stderr.contains("WARN"),
+        "a warning was logged: {}",
+        watch.stderr
+    );
+    assert!(!watch.stderr.contains('\x1b'), "{:?}", watch.stderr);
+
+    // `run` sets its logs up from the settings: the same layer.
+    let worker = run(spot_worker(&emulator.url())
+        .env_remove("NO_COLOR")
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("SPOT_WORKER_STORAGE_ACCOUNT_URL")
+        .args(["run", "--", "true"]))
+    .await;
+    assert_eq!(worker.code, Some(1), "{}", worker.stderr);
+    assert!(worker.stderr.contains("INFO"), "{}", worker.stderr);
+    assert!(!worker.stderr.contains('\x1b'), "{:?}", worker.stderr);
+    // And its error says its cause once.
+    assert_eq!(
+        worker.stderr.matches("no storage configured").count(),
+        1,
+        "{}",
+        worker.stderr
     );
 }
 

@@ -274,3 +274,44 @@ fn dev_without_azurite_says_what_to_install() {
     }
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 }
+
+/// `dev` restarts its worker as systemd does, except that it gives up on
+/// one that fails 5 times in a row within 10 s of starting, with an error
+/// (docs/develop-locally.md says so, and `dev --help`).
+#[test]
+fn dev_gives_up_on_a_worker_that_keeps_failing_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, imds) = session::free_ports();
+    let command =
+        format!("spot-worker dev --azurite-port {first} --imds-listen 127.0.0.1:{imds} -- false");
+    let mut child = bash(dir.path(), &command)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("spot-worker dev kept restarting a worker that always fails");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("starting the worker of VM").count(),
+        5,
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("starting it again").count(), 4, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains("failed 5 times in a row within 10s"),
+        "{stderr}"
+    );
+}

@@ -23,9 +23,21 @@ fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Comman
     } else {
         Command::new(env!("CARGO_BIN_EXE_spot-worker"))
     };
+    command.arg("run").args(args);
+    with_worker_env(&mut command, connection_string, imds);
     command
-        .arg("run")
-        .args(args)
+}
+
+/// The environment of a worker on Azurite (`connection_string`) and the
+/// emulator (`imds`): the queue `jobs`, a free health port, nothing from
+/// the test's own environment that would change it; stderr piped, killed
+/// when dropped.
+fn with_worker_env<'a>(
+    command: &'a mut Command,
+    connection_string: &str,
+    imds: &str,
+) -> &'a mut Command {
+    command
         .env("AZURE_STORAGE_CONNECTION_STRING", connection_string)
         .env("SPOT_WORKER_IMDS_ENDPOINT", imds)
         .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
@@ -37,8 +49,7 @@ fn spot_worker_run(args: &[&str], connection_string: &str, imds: &str) -> Comman
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
+        .kill_on_drop(true)
 }
 
 /// Bound on every wait.
@@ -125,6 +136,14 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
     .env("SPOT_WORKER_CONFIG", &config_file)
     .env("MY_API_TOKEN", "passed-on-purpose")
     .env("OTHER_TOKEN", "not-for-programs")
+    // Telemetry exporters' keys, per signal, and credentials by their
+    // value alone.
+    .env(
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "x-tenant=per-signal-key",
+    )
+    .env("UPSTREAM", "Authorization=Basic dXNlcjpwYXNzd29yZA==")
+    .env("EXPORT", "x-team=a,api-key=exporter-key")
     .spawn()
     .unwrap();
 
@@ -170,6 +189,9 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         // (the program's text, in the command line, names the variable)
         "SPOT_WORKER_CONFIG=",
         "not-for-programs",
+        "per-signal-key",
+        "dXNlcjpwYXNzd29yZA==",
+        "exporter-key",
     ] {
         assert!(
             !result.contains(secret),
@@ -396,4 +418,405 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cle
         "the program's child {child_pid} still runs after the next runner started"
     );
     drop(next);
+}
+
+/// Whether the test runs as root; if not, says on stderr that it is
+/// skipped and why (CI runs as root).
+fn root_or_say_why(why: &str) -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: {why}; CI runs as root, run it there");
+    }
+    root
+}
+
+/// Where a runner of [`runners_in_separate_pid_namespaces_never_touch_each_others_work`]
+/// runs.
+#[derive(Clone, Copy, Debug)]
+enum PidNamespace {
+    /// The test's own.
+    Host,
+    /// One of its own, with a `/proc` of its own (`unshare --pid --fork
+    /// --mount-proc`): what a container gets.
+    Own,
+    /// One of its own, seeing the host's `/proc` (`unshare --pid --fork`).
+    OwnWithHostProc,
+}
+
+/// `spot-worker run -- sh -c program` as root in `namespace`, with its
+/// delivery directories under `work_root`; its stderr piped.
+fn runner_in(
+    namespace: PidNamespace,
+    work_root: &std::path::Path,
+    program: &str,
+    world: &World,
+) -> tokio::process::Child {
+    let binary = env!("CARGO_BIN_EXE_spot-worker");
+    let mut command = match namespace {
+        PidNamespace::Host => Command::new(binary),
+        PidNamespace::Own | PidNamespace::OwnWithHostProc => {
+            let mut command = Command::new("unshare");
+            command.args(["--pid", "--fork", "--kill-child"]);
+            if matches!(namespace, PidNamespace::Own) {
+                command.arg("--mount-proc");
+            }
+            command.arg("--").arg(binary);
+            command
+        }
+    };
+    command.args(["run", "--", "sh", "-c", program]);
+    with_worker_env(
+        &mut command,
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .env("SPOT_WORKER_CONCURRENCY", "1")
+    .env("TMPDIR", work_root)
+    .spawn()
+    .expect("the runner starts")
+}
+
+/// Reads `child`'s stderr until a line contains `text` (bounded); every
+/// line read so far.
+async fn read_until(child: &mut tokio::process::Child, text: &str) -> String {
+    use tokio::io::AsyncBufReadExt as _;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(text) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "no line with {text:?}:\n{seen}");
+    // Keep reading, so that the runner never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    seen
+}
+
+/// The delivery directories under `work_root` whose program has started
+/// (it leaves `started` in its work directory), with the host pid of the
+/// program found by its `SPOT_WORKER_WORK_DIR`.
+fn started_programs(work_root: &std::path::Path) -> Vec<(std::path::PathBuf, i32)> {
+    let Ok(entries) = std::fs::read_dir(work_root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|dir| dir.join("work/started").exists())
+        .filter_map(|dir| {
+            let marker = format!("SPOT_WORKER_WORK_DIR={}", dir.join("work").display());
+            let pid = std::fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+                .find(|pid| {
+                    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                        environ
+                            .split(|&b| b == 0)
+                            .any(|var| var == marker.as_bytes())
+                    }) && running(*pid)
+                })?;
+            Some((dir, pid))
+        })
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_in_separate_pid_namespaces_never_touch_each_others_work() {
+    if !root_or_say_why("PID namespaces (unshare --pid) need root") {
+        return;
+    }
+    let world = World::start().await;
+    for job in ["one", "two"] {
+        world.queue.send(job, Duration::ZERO).await.unwrap();
+    }
+    // One work root for every runner, as containers sharing a host's /tmp
+    // (or a volume) have.
+    let work_root = tempfile::tempdir().unwrap();
+    let program =
+        r#"echo "$SPOT_WORKER_MESSAGE_ID" > "$SPOT_WORKER_WORK_DIR/started"; exec sleep 600"#;
+    // Waits for `count` programs to run, while those of `kept` stay.
+    let wait_for_programs = |count: usize, kept: Vec<(std::path::PathBuf, i32)>| {
+        let work_root = work_root.path().to_owned();
+        async move {
+            let since = std::time::Instant::now();
+            loop {
+                for (dir, pid) in &kept {
+                    assert!(
+                        dir.join("runner").exists() && running(*pid),
+                        "the live job of {} was swept away (directory there: {}, program \
+                         running: {}) by another namespace's runner starting",
+                        dir.display(),
+                        dir.exists(),
+                        running(*pid)
+                    );
+                }
+                let started = started_programs(&work_root);
+                if started.len() >= count {
+                    return started;
+                }
+                assert!(
+                    since.elapsed() < PATIENCE,
+                    "{count} program(s) did not start"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Two runners, each in a PID namespace of its own (each is pid 1
+    // there), each running one job.
+    let _a = runner_in(PidNamespace::Own, work_root.path(), program, &world);
+    let first = wait_for_programs(1, Vec::new()).await;
+    let _b = runner_in(PidNamespace::Own, work_root.path(), program, &world);
+    let before = wait_for_programs(2, first).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // A third on the host, and a fourth in a namespace that sees the
+    // host's /proc: each sweeps for leftovers as it starts, before its
+    // warmup gate opens.
+    let mut host = runner_in(PidNamespace::Host, work_root.path(), program, &world);
+    let host_log = read_until(&mut host, "warmup gate open").await;
+    let mut blind = runner_in(
+        PidNamespace::OwnWithHostProc,
+        work_root.path(),
+        program,
+        &world,
+    );
+    let blind_log = read_until(&mut blind, "warmup gate open").await;
+
+    let after = started_programs(work_root.path());
+    for (dir, pid) in &before {
+        assert!(
+            dir.join("runner").exists() && dir.join("work/started").exists(),
+            "{} was swept away under its live runner",
+            dir.display()
+        );
+        assert!(
+            running(*pid),
+            "the program {pid} of {} was killed",
+            dir.display()
+        );
+    }
+    assert_eq!(after, before, "both jobs run on, untouched");
+    // Each said why it touched nothing.
+    assert!(
+        host_log.contains("left alone delivery directories of runners of another PID namespace")
+            && host_log.contains("directories=2"),
+        "{host_log}"
+    );
+    assert!(
+        blind_log.contains("looked for no leftovers of a killed runner")
+            && blind_log.contains("another PID namespace than this runner's"),
+        "{blind_log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_of_a_runner_started_from_nohup_inherits_only_stdio_and_default_signals() {
+    let world = World::start().await;
+    world.queue.send("inherit", Duration::ZERO).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let findings = dir.path().join("findings");
+    // What the program sees of itself: the signals it ignores (a bit mask,
+    // /proc/self/status) and its open descriptors (those still open after
+    // the glob's own directory descriptor is closed).
+    let program = r#"fds=""; for f in /proc/$$/fd/*; do [ -e "$f" ] && fds="$fds ${f##*/}"; done
+        while read -r key value; do [ "$key" = SigIgn: ] && ignored=$value; done < /proc/$$/status
+        printf 'ignored=%s\nfds=%s\n' "$ignored" "$fds" > "$FINDINGS.tmp"; mv "$FINDINGS.tmp" "$FINDINGS"
+        exec sleep 600"#;
+    // The runner started as an operator's shell would: SIGQUIT ignored by a
+    // trap, two files left open, then `nohup` (SIGHUP ignored).
+    let mut nohup = Command::new("sh");
+    nohup.args([
+        "-c",
+        r#"trap '' QUIT; exec 7</dev/null 9>>"$FINDINGS.leak"; exec nohup "$@""#,
+        "sh",
+        env!("CARGO_BIN_EXE_spot-worker"),
+        "run",
+        "--stop-signal",
+        "SIGHUP",
+        "--",
+        "sh",
+        "-c",
+        program,
+    ]);
+    let mut runner = with_worker_env(
+        &mut nohup,
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .env("FINDINGS", &findings)
+    .spawn()
+    .unwrap();
+    let waited = std::time::Instant::now();
+    while !findings.exists() && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = std::fs::read_to_string(&findings).expect("the program ran");
+    assert!(
+        seen.contains("ignored=0000000000000000\n"),
+        "the program ignores signals its runner's parent ignored (SIGHUP 0x1, SIGQUIT 0x4):\n{seen}"
+    );
+    assert!(
+        seen.contains("fds= 0 1 2\n"),
+        "the program inherited descriptors beyond stdin, stdout and stderr:\n{seen}"
+    );
+
+    // So `--stop-signal SIGHUP` stops it: at once, not with the SIGKILL
+    // at the release time.
+    let pid = runner.id().unwrap() as i32;
+    // SAFETY: signals the runner this test started (`exec` kept its pid).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let ended = read_until(&mut runner, "the program ended").await;
+    let ended = ended.lines().last().unwrap_or_default();
+    assert!(ended.contains("was killed by SIGHUP"), "{ended}");
+    let status = tokio::time::timeout(PATIENCE, runner.wait())
+        .await
+        .expect("the runner exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
+    if !root_or_say_why("switching users takes a runner with root's powers") {
+        return;
+    }
+    let world = World::start().await;
+    world
+        .queue
+        .send(r#"{"job_id":"separated"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // The runner's credentials in its settings file alone, readable by the
+    // runner's user only, in a directory anyone may look into.
+    let dir = tempfile::tempdir().unwrap();
+    readable_by_all(dir.path(), 0o755);
+    let config_file = dir.path().join("worker.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "azure_storage_connection_string = {:?}\n",
+            world.azurite.connection_string()
+        ),
+    )
+    .unwrap();
+    readable_by_all(&config_file, 0o600);
+    // The program is not told the path, but a path is easy to guess: here
+    // it is told, under a name that is no credential's.
+    let program = r#"{ echo "uid=$(id -u) gid=$(id -g) user=$USER home=$HOME"
+        cat "$GUESSED"; echo "config=$?"
+        tr '\0' '\n' < /proc/$PPID/environ; echo "environ=$?"
+        grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status
+        echo 7 > "$SPOT_WORKER_CHECKPOINT.tmp" && mv "$SPOT_WORKER_CHECKPOINT.tmp" "$SPOT_WORKER_CHECKPOINT"
+        echo "checkpoint=$?"
+        touch "$SPOT_WORKER_WORK_DIR/scratch"; echo "work=$?"
+        } > "$SPOT_WORKER_RESULT" 2>&1"#;
+    let mut separated = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+    separated.args([
+        "run",
+        "--job-key",
+        "job_id",
+        "--program-user",
+        "nobody",
+        "--",
+        "sh",
+        "-c",
+        program,
+    ]);
+    let mut runner = with_worker_env(&mut separated, "", &world.emulator.url())
+        // The connection string is in the settings file alone.
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env("SPOT_WORKER_CONFIG", &config_file)
+        .env("GUESSED", &config_file)
+        .spawn()
+        .unwrap();
+    let results = world.storage.result_store("results").unwrap();
+    let started = std::time::Instant::now();
+    let result = loop {
+        if let Some(bytes) = results.get("separated").await.unwrap_or(None) {
+            break String::from_utf8(bytes).unwrap();
+        }
+        if let Ok(Some(status)) = runner.try_wait() {
+            let log = read_until(&mut runner, "").await;
+            panic!("the runner exited ({status}) without a result:\n{log}");
+        }
+        assert!(started.elapsed() < PATIENCE, "no result");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pid = runner.id().unwrap() as i32;
+    // SAFETY: signals the runner this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(PATIENCE, runner.wait())
+        .await
+        .expect("the runner exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    let key = world
+        .azurite
+        .connection_string()
+        .split(';')
+        .find_map(|part| part.strip_prefix("AccountKey=").map(str::to_owned))
+        .unwrap();
+    assert!(
+        !result.contains(&key),
+        "the program read the key:\n{result}"
+    );
+    for expected in [
+        "uid=65534 gid=65534 user=nobody home=/nonexistent",
+        "Permission denied",
+        "config=1",
+        "/environ: Permission denied",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "checkpoint=0",
+        "work=0",
+    ] {
+        assert!(result.contains(expected), "no {expected:?} in:\n{result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_cannot_switch_users_refuses_to_start_with_a_program_user() {
+    let world = World::start().await;
+    world.queue.send("untouched", Duration::ZERO).await.unwrap();
+    // As nobody (when the test is root) or as the test's own user: no
+    // capability either way.
+    let output = spot_worker_run(
+        &["--program-user", "4242", "--", "true"],
+        &world.azurite.connection_string(),
+        &world.emulator.url(),
+    )
+    .output();
+    let output = tokio::time::timeout(PATIENCE, output)
+        .await
+        .expect("the runner exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("SPOT_WORKER_PROGRAM_USER 4242")
+            && stderr.contains("needs the runner to have CAP_SETUID, CAP_SETGID"),
+        "{stderr}"
+    );
+    let waiting = world
+        .queue
+        .receive(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "nothing was taken");
 }

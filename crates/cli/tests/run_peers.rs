@@ -61,7 +61,13 @@ impl World {
 
     /// `spot-worker run` on `queue`, on the VM `imds` serves, running `program`.
     fn worker(&self, queue: &str, imds: &RunningEmulator, program: &str) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+        Worker::spawn(self.worker_command(queue, imds, program))
+    }
+
+    /// The command [`World::worker`] runs, to add to.
+    fn worker_command(&self, queue: &str, imds: &RunningEmulator, program: &str) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+        command
             .args(["run", "--", "sh", "-c", program])
             .env(
                 "AZURE_STORAGE_CONNECTION_STRING",
@@ -80,19 +86,8 @@ impl World {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spot-worker run starts");
-        let log = Log::default();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let sink = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                sink.push(line);
-            }
-        });
-        let pid = child.id().expect("the worker is running") as i32;
-        Worker { child, pid, log }
+            .kill_on_drop(true);
+        command
     }
 }
 
@@ -104,6 +99,21 @@ struct Worker {
 }
 
 impl Worker {
+    /// Starts `command`, its stderr read line by line into its log.
+    fn spawn(mut command: Command) -> Worker {
+        let mut child = command.spawn().expect("spot-worker run starts");
+        let log = Log::default();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.push(line);
+            }
+        });
+        let pid = child.id().expect("the worker is running") as i32;
+        Worker { child, pid, log }
+    }
+
     /// Waits for its exit, bounded, and returns its status code.
     async fn exit(&mut self) -> Option<i32> {
         let status = tokio::time::timeout(PATIENCE, self.child.wait())
@@ -112,15 +122,29 @@ impl Worker {
             .unwrap();
         status.code()
     }
+
+    /// Whether no line it logged holds a raw escape character (its stderr
+    /// is no terminal, so it writes no colours of its own).
+    fn raw_escape_free(&self) -> bool {
+        !self
+            .log
+            .1
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains('\x1b'))
+    }
 }
 
-/// A process's stderr, line by line (ANSI colours removed).
+/// A process's stderr, line by line (ANSI colours removed), and as
+/// written.
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<String>>>);
+struct Log(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>);
 
 impl Log {
     fn push(&self, line: String) {
         self.0.lock().unwrap().push(without_colours(&line));
+        self.1.lock().unwrap().push(line);
     }
 
     fn text(&self) -> String {
@@ -352,5 +376,95 @@ async fn a_worker_killed_with_sigkill_does_not_hold_the_approval() {
             .flatten()
             .any(|e| e.file_name().to_string_lossy().starts_with(&member)),
         "the crashed worker's file was removed as stale"
+    );
+}
+
+/// The rendezvous subdirectory of the workers watching `imds_url`, as the
+/// runtime names it (every character but letters, digits, `.` and `-` as
+/// `_`).
+fn group_dir(rendezvous: &std::path::Path, imds_url: &str) -> std::path::PathBuf {
+    let name: String = imds_url
+        .trim_end_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    rendezvous.join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_and_a_link_as_member_files_neither_hang_the_worker_nor_let_it_approve_early() {
+    let world = World::start().await;
+    world.queue("alone").await;
+    // What another local user can leave in a shared rendezvous directory:
+    // a FIFO no one writes to (opening it blocked the worker's start) and
+    // a link to /dev/zero (read until memory ran out), one of them named
+    // with an escape sequence that would recolour a terminal.
+    let rendezvous = tempfile::tempdir().unwrap();
+    let group = group_dir(rendezvous.path(), &world.emulator.url());
+    std::fs::create_dir(&group).unwrap();
+    let fifo = group.join("4242-\x1b[31mfifo.working");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", group.join("4243-zero.working")).unwrap();
+
+    let mut worker = {
+        let mut command = world.worker_command("alone", &world.emulator, "cat > /dev/null");
+        command.env("SPOT_WORKER_RUNTIME_DIR", rendezvous.path());
+        Worker::spawn(command)
+    };
+    worker.log.wait_for(&["warmup gate open"]).await;
+    let notice = Duration::from_secs(8);
+    let event = world
+        .emulator
+        .schedule(EventSpec::preempt().notice(notice))
+        .unwrap();
+    let held = worker
+        .log
+        .wait_for(&["approving it once the other workers on this VM have drained"])
+        .await;
+    assert!(
+        held.contains("untrusted member file 4242-\\u{1b}[31mfifo.working")
+            && held.contains("untrusted member file 4243-zero.working"),
+        "holds for both files, named escaped: {held}"
+    );
+    assert_eq!(worker.exit().await, Some(0), "{}", worker.log.text());
+
+    let approvals = world.emulator.approvals();
+    assert_eq!(approvals.len(), 1, "{approvals:?}\n{}", worker.log.text());
+    let not_before = event.not_before.expect("a Preempt has a NotBefore");
+    assert!(
+        approvals[0].at + Duration::from_secs(1) >= not_before,
+        "approved at {:?}, before NotBefore {not_before:?}: an unreadable member file let it \
+         approve early\n{}",
+        approvals[0].at,
+        worker.log.text()
+    );
+    let warnings: Vec<String> = worker
+        .log
+        .text()
+        .lines()
+        .filter(|line| line.contains("cannot be trusted as member files"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(warnings.len(), 1, "said once: {warnings:#?}");
+    assert!(
+        warnings[0].contains("4242-\\u{1b}[31mfifo.working is a FIFO")
+            && warnings[0].contains("4243-zero.working is a symbolic link"),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        worker.raw_escape_free(),
+        "an escape sequence reached the log unescaped:\n{}",
+        worker.log.text()
     );
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::env::{SecretRule, is_secret};
+use crate::program_user::ProgramUser;
 
 /// The default of `--permanent-exit-codes`: `EX_DATAERR` of sysexits.h.
 pub const DEFAULT_PERMANENT_EXIT_CODES: [i32; 1] = [65];
@@ -61,6 +62,8 @@ pub struct CommandConfig {
     /// (`--program-output`); `None`: not logged (stderr's tail still goes
     /// into failure reasons).
     pub output_level: Option<tracing::Level>,
+    /// The user programs run as (`--program-user`); `None`: the runner's.
+    pub program_user: Option<ProgramUser>,
 }
 
 impl fmt::Debug for CommandConfig {
@@ -78,6 +81,7 @@ impl fmt::Debug for CommandConfig {
             .field("pass_env", &self.pass_env)
             .field("work_root", &self.work_root)
             .field("output_level", &self.output_level)
+            .field("program_user", &self.program_user)
             .finish_non_exhaustive()
     }
 }
@@ -102,6 +106,7 @@ impl CommandConfig {
             secret: Arc::new(is_secret),
             work_root: None,
             output_level: Some(tracing::Level::INFO),
+            program_user: None,
         }
     }
 
@@ -174,6 +179,13 @@ impl CommandConfig {
     /// Logs the program's output at `level`, or not at all (`None`).
     pub fn with_output_level(mut self, level: Option<tracing::Level>) -> Self {
         self.output_level = level;
+        self
+    }
+
+    /// Runs programs as `user` instead of the runner's user (check first
+    /// that the runner can: [`ProgramUser::check_runner`]).
+    pub fn with_program_user(mut self, user: ProgramUser) -> Self {
+        self.program_user = Some(user);
         self
     }
 

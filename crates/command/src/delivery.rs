@@ -217,7 +217,6 @@ impl Run<'_> {
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .ok_or_else(|| format!("job {key}: the program has no process id"))?;
-        crate::reaper::program_started(pgid.unsigned_abs());
         let mut guard = GroupGuard { pgid, armed: true };
         let stderr_tail = Tail::default();
         let readers = self.start_io(&mut child, message_id, &stderr_tail);
@@ -385,7 +384,7 @@ impl Run<'_> {
     async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
         let config = &self.handler.config;
         let job = self.job;
-        let contract: Vec<(&'static str, String)> = vec![
+        let mut contract: Vec<(&'static str, String)> = vec![
             ("SPOT_WORKER_JOB_KEY", self.key.clone()),
             ("SPOT_WORKER_MESSAGE_ID", message_id.to_owned()),
             ("SPOT_WORKER_DELIVERY", job.dequeue_count().to_string()),
@@ -403,6 +402,16 @@ impl Run<'_> {
                 interval_seconds(self.save_interval()),
             ),
         ];
+        if let Some(user) = &config.program_user {
+            // Who it is, not who its runner is; and its directories.
+            contract.extend(user.env());
+            self.dir.hand_over(user).map_err(|e| {
+                format!(
+                    "job {}: handing the delivery directory to user {}: {e}",
+                    self.key, user.name
+                )
+            })?;
+        }
         let env = crate::env::child_env(
             std::env::vars_os(),
             &*config.secret,
@@ -419,7 +428,7 @@ impl Run<'_> {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        crate::spawner::spawn_tied_to_runner(command)
+        crate::spawner::spawn_tied_to_runner(command, config.program_user.clone())
             .await
             .map_err(|e| {
                 format!(

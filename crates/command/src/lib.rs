@@ -20,11 +20,14 @@ mod exit;
 mod files;
 mod group;
 mod handler;
+mod inherit;
 mod leftovers;
 mod output;
 mod pace;
+mod program_user;
 mod progress;
 mod reaper;
+mod runner_id;
 mod saving;
 mod spawner;
 mod write_time;
@@ -34,7 +37,7 @@ pub use config::{
     DEFAULT_PERMANENT_EXIT_CODES, DEFAULT_RESULT_NAME,
 };
 pub use delivery::{FIRST_SAVE_LOOK, GRACE_WITHOUT_DEADLINE, SAVE_MARGIN};
-pub use env::{SecretRule, child_env, is_secret};
+pub use env::{SecretRule, child_env, is_secret, withheld_names};
 pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
@@ -43,6 +46,7 @@ pub use handler::CommandHandler;
 pub use leftovers::{Leftovers, sweep_leftovers};
 pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
 pub use pace::{ProgressFileError, parse_progress};
+pub use program_user::{ProgramUser, ProgramUserError};
 pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
 pub use write_time::{Unmeasured, write_duration};

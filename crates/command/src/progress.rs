@@ -1,7 +1,7 @@
 //! The checkpoint file: read it whole and only when it holds still, and
 //! keep its bytes, exactly, in the job's checkpoint.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -9,6 +9,7 @@ use std::path::Path;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
+use spot_worker_untrusted::{Owners, UntrustedError};
 
 /// The checkpoint field that holds the file's bytes, base64-encoded.
 const FILE_FIELD: &str = "file_base64";
@@ -72,10 +73,18 @@ pub fn read_stable_version(
         source,
     };
     for _ in 0..STABLE_TRIES {
-        let mut file = match File::open(path) {
+        // The program's to put anything at: never through a link, never
+        // blocking on a FIFO, a regular file only.
+        let mut file = match spot_worker_untrusted::open(path, &Owners::Any) {
             Ok(file) => file,
-            Err(error) if error.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(io(error)),
+            Err(error) if error.is_not_found() => return Ok(None),
+            Err(UntrustedError::Io { source, .. }) => return Err(io(source)),
+            Err(refused) => {
+                return Err(io(std::io::Error::new(
+                    ErrorKind::InvalidInput,
+                    refused.to_string(),
+                )));
+            }
         };
         let before = file.metadata().map_err(io)?;
         if before.len() > limit {
@@ -141,6 +150,25 @@ pub fn from_progress(progress: &Value) -> Result<Vec<u8>, ProgressError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_or_a_fifo_at_the_files_path_is_refused_without_following_or_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("only-the-runners");
+        std::fs::write(&secret, b"key").unwrap();
+        let link = dir.path().join("checkpoint");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let error = read_stable(&link, 100).unwrap_err().to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        let fifo = dir.path().join("progress");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let error = read_stable(&fifo, 100).unwrap_err().to_string();
+        assert!(error.contains("a FIFO, not a regular file"), "{error}");
+    }
 
     #[test]
     fn bytes_round_trip_exactly() {

@@ -5,37 +5,53 @@
 //! Tokio reaps the programs themselves, by pid; taking one of their
 //! statuses first would lose a program's exit status. So the sweep reaps
 //! only zombies that are the runner's children, are not a running
-//! program's main process ([`Programs`]), and are not in the runner's own
-//! process group (where anything the runner itself spawns outside this
-//! crate lives).
+//! program's main process (the set of [`programs`]), and are not in the
+//! runner's own process group (where anything the runner itself spawns
+//! outside this crate lives).
+//!
+//! A program is in that set from the moment it exists: it is started
+//! ([`spawn_program`]) under the lock the sweep takes before it decides
+//! whom to reap and holds to its last `waitpid`, and entered before the
+//! lock is let go. Marked any later, a program that exits at once could be
+//! a zombie the sweep sees (and reaps) before it is marked.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// How often [`spawn_orphan_reaper`] sweeps.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// The pids of programs whose status Tokio has yet to collect.
-fn programs() -> &'static Mutex<HashSet<u32>> {
-    static PROGRAMS: OnceLock<Mutex<HashSet<u32>>> = OnceLock::new();
+/// The pids of programs whose status Tokio has yet to collect, each with
+/// how many programs hold it (a pid reused by a new program before the
+/// old one was marked collected stays marked for the new one).
+fn programs() -> &'static Mutex<HashMap<u32, usize>> {
+    static PROGRAMS: OnceLock<Mutex<HashMap<u32, usize>>> = OnceLock::new();
     PROGRAMS.get_or_init(Mutex::default)
 }
 
-/// Marks `pid` as a program Tokio waits for.
-pub(crate) fn program_started(pid: u32) {
-    programs()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(pid);
+/// Starts a program with `spawn`, the sweep held off until it is marked
+/// as one Tokio waits for.
+pub(crate) fn spawn_program(
+    spawn: impl FnOnce() -> std::io::Result<tokio::process::Child>,
+) -> std::io::Result<tokio::process::Child> {
+    let mut programs = programs().lock().unwrap_or_else(|p| p.into_inner());
+    let child = spawn()?;
+    if let Some(pid) = child.id() {
+        *programs.entry(pid).or_default() += 1;
+    }
+    Ok(child)
 }
 
 /// Tokio has collected `pid`'s status.
 pub(crate) fn program_reaped(pid: u32) {
-    programs()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
+    let mut programs = programs().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(count) = programs.get_mut(&pid) {
+        *count -= 1;
+        if *count == 0 {
+            programs.remove(&pid);
+        }
+    }
 }
 
 /// Sweeps for orphans every [`SWEEP_EVERY`] for as long as the runtime
@@ -54,6 +70,10 @@ pub fn spawn_orphan_reaper() -> tokio::task::JoinHandle<()> {
 pub fn reap_orphans() -> usize {
     // SAFETY: getpid and getpgrp take no arguments and cannot fail.
     let (own_pid, own_group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+    // The look at /proc runs without the lock (it takes milliseconds, and
+    // programs start meanwhile): a zombie seen here may be a program whose
+    // start has not returned yet, but by the time the lock is taken below
+    // its start has marked it.
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };
@@ -67,10 +87,14 @@ pub fn reap_orphans() -> usize {
                 .is_some()
         })
         .collect();
-    let running = programs().lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if zombies.is_empty() {
+        return 0;
+    }
+    // Held to the last waitpid: no program starts meanwhile unmarked.
+    let running = programs().lock().unwrap_or_else(|p| p.into_inner());
     zombies
         .into_iter()
-        .filter(|pid| !running.contains(&pid.unsigned_abs()))
+        .filter(|pid| !running.contains_key(&pid.unsigned_abs()))
         .filter(|&pid| {
             let mut status = 0;
             // SAFETY: reaps one exited child by pid; `status` is a valid
@@ -93,7 +117,58 @@ fn orphan_zombie(stat: &str, own_pid: i32, own_group: i32) -> Option<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
+
+    /// Programs that exit at once, started while a sweep runs without
+    /// pause: every exit status still reaches Tokio (a sweep that took one
+    /// would make `wait` fail with ECHILD).
+    #[test]
+    fn the_sweep_never_takes_a_programs_exit_status() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let sweeping = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            move || {
+                let mut reaped = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    reaped += reap_orphans();
+                }
+                reaped
+            }
+        });
+        let statuses = runtime.block_on(async {
+            let mut statuses = Vec::new();
+            for _ in 0..300 {
+                let mut command = tokio::process::Command::new("true");
+                // Out of this process's group, as every program is.
+                command.process_group(0);
+                let mut child = crate::spawner::spawn_tied_to_runner(command, None)
+                    .await
+                    .unwrap();
+                let pid = child.id().unwrap();
+                let status = child.wait().await;
+                program_reaped(pid);
+                statuses.push(status.map(|s| s.code()).map_err(|e| e.to_string()));
+            }
+            statuses
+        });
+        stop.store(true, Ordering::Relaxed);
+        let reaped = sweeping.join().unwrap();
+        let lost: Vec<_> = statuses.iter().filter(|s| **s != Ok(Some(0))).collect();
+        assert!(
+            lost.is_empty(),
+            "{} of 300 statuses lost: {lost:?}",
+            lost.len()
+        );
+        assert_eq!(reaped, 0, "the sweep reaped a program");
+    }
 
     #[test]
     fn only_zombie_children_of_other_groups() {

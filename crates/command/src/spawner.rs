@@ -11,12 +11,22 @@
 //! forked on one thread of this module that lives as long as the process
 //! (it waits for requests forever and is never joined), with the requesting
 //! runtime entered so Tokio still waits for the child.
+//!
+//! Between fork and exec the child also sheds what it must not inherit
+//! (`inherit.rs`), and only then asks for the parent-death signal: the
+//! kernel clears that signal whenever the process's credentials change,
+//! which is also why a program that runs `sudo -u` (or any set-user-ID
+//! program) loses it for the rest of its run; `--program-user` switches
+//! the user before the signal is asked for.
 
 use std::io;
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
 use tokio::process::{Child, Command};
+
+use crate::inherit::Inheritance;
+use crate::program_user::ProgramUser;
 use tokio::sync::oneshot;
 
 /// One program to start, on the runtime that will wait for it.
@@ -40,17 +50,23 @@ fn spawner() -> io::Result<mpsc::Sender<Request>> {
             for request in requests {
                 let _entered = request.runtime.enter();
                 let mut command = request.command;
-                let _ = request.started.send(command.spawn());
+                let started = crate::reaper::spawn_program(|| command.spawn());
+                let _ = request.started.send(started);
             }
         })?;
     let kept = SPAWNER.get_or_init(|| Mutex::new(sender));
     Ok(kept.lock().unwrap_or_else(|p| p.into_inner()).clone())
 }
 
-/// Starts `command` with a parent-death SIGKILL, forked on the thread that
-/// lives as long as the runner; Tokio (the current runtime) waits for it.
-pub(crate) async fn spawn_tied_to_runner(mut command: Command) -> io::Result<Child> {
-    die_with_runner(&mut command);
+/// Starts `command` with only what it should inherit and a parent-death
+/// SIGKILL, forked on the thread that lives as long as the runner; Tokio
+/// (the current runtime) waits for it, and the orphan sweep never reaps
+/// it.
+pub(crate) async fn spawn_tied_to_runner(
+    mut command: Command,
+    user: Option<ProgramUser>,
+) -> io::Result<Child> {
+    prepare_child(&mut command, user);
     let runtime = tokio::runtime::Handle::current();
     let (started, spawned) = oneshot::channel();
     spawner()?
@@ -65,17 +81,26 @@ pub(crate) async fn spawn_tied_to_runner(mut command: Command) -> io::Result<Chi
         .map_err(|_| io::Error::other("the spawning thread dropped the request"))?
 }
 
-/// Sets the parent-death signal in the child, before exec.
-fn die_with_runner(command: &mut Command) {
+/// In the child, before exec: what it inherits (`inherit.rs`), its user
+/// (`program_user.rs`), then the parent-death signal (which a change of
+/// user would clear).
+fn prepare_child(command: &mut Command, user: Option<ProgramUser>) {
+    let inheritance = Inheritance::new();
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpid has no arguments and cannot fail.
         let runner = unsafe { libc::getpid() };
         // SAFETY: the closure runs in the forked child before exec and
-        // calls only async-signal-safe system calls (prctl, getppid,
-        // kill), touching no memory shared with the parent.
+        // calls only async-signal-safe system calls (rt_sigaction,
+        // pthread_sigmask, close_range, fcntl, setgroups, setresgid,
+        // setresuid, capset, prctl, getppid, kill), reading memory
+        // allocated before the fork and writing none shared with the parent.
         unsafe {
             command.pre_exec(move || {
+                inheritance.apply()?;
+                if let Some(user) = &user {
+                    user.switch()?;
+                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -89,7 +114,7 @@ fn die_with_runner(command: &mut Command) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = command;
+    let _ = (command, inheritance, user);
 }
 
 #[cfg(test)]
@@ -119,7 +144,7 @@ mod tests {
             handle.block_on(async {
                 let mut command = Command::new("sh");
                 command.args(["-c", &script]);
-                spawn_tied_to_runner(command).await.unwrap()
+                spawn_tied_to_runner(command, None).await.unwrap()
             })
         });
         let mut child = asking.join().unwrap();

@@ -4,7 +4,8 @@
 //! `spot-worker demo` command so its logic lives in one place. A message
 //! `{"job_id":"j1","start":0,"end":50000000}` means: count the primes in
 //! `[start, end)` in chunks, checkpointing the cursor and partial count after
-//! each, then write the result `j1.json` = `{"job_id":"j1","primes":N}`
+//! a chunk when a save is due (and when evicted), then write the result
+//! `j1.json` = `{"job_id":"j1","start":0,"end":50000000,"primes":N}`
 //! create-only. It is real CPU work (a segmented sieve of Eratosthenes, no
 //! sleeps), resumable after an eviction, and its result can be checked
 //! independently ([`expected_result`]).

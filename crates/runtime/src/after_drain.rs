@@ -133,7 +133,7 @@ pub(crate) async fn wait_after_drain(
     rendezvous: &Rendezvous,
     settings: &DrainSettings,
 ) -> Next {
-    rendezvous.set_state(MemberState::Drained);
+    rendezvous.set_state(MemberState::Drained).await;
     let exit = |parked| Next::Exit {
         approve: None,
         parked,
@@ -159,12 +159,13 @@ pub(crate) async fn wait_after_drain(
                 .and_then(|d| d.event(&n.event_id).cloned())
         });
         let vm_name = watcher.health().borrow().vm_name.clone();
+        let peers = rendezvous.view().await;
         let step = after_drain(
             notice.as_ref(),
             event.as_ref(),
             document.as_ref().map(|d| d.incarnation),
             vm_name.as_deref(),
-            &rendezvous.view(),
+            &peers,
             Instant::now(),
             settings,
         );
@@ -180,7 +181,7 @@ pub(crate) async fn wait_after_drain(
                 };
             }
             (AfterDrain::Resume, _) => {
-                rendezvous.set_state(MemberState::Working);
+                rendezvous.set_state(MemberState::Working).await;
                 return Next::Resume;
             }
             (AfterDrain::Wait, _) => {}

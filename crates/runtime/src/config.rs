@@ -298,7 +298,9 @@ impl WorkerConfig {
             return invalid(
                 table::MAX_DELIVERIES.key,
                 "0".into(),
-                "at least 1; keep it high: evictions count towards this crash-loop guard",
+                "at least 1; keep it high: the crash-loop guard counts every delivery that \
+                 left no recorded outcome (a crash, a lost lease, a wait for the store, a \
+                 release not recorded within 1 s), not only the job's own faults",
             );
         }
         if !self.eviction_rate.is_finite() || self.eviction_rate < 0.0 {
@@ -527,6 +529,16 @@ mod tests {
             let err = config(&[(setting, "0")]).unwrap_err();
             assert!(err.to_string().contains(setting), "{err}");
         }
+        // Recorded releases keep evictions from the guard (docs/lifecycle.md):
+        // its error must not say they count.
+        let err = config(&[("SPOT_WORKER_MAX_DELIVERIES", "0")]).unwrap_err();
+        assert!(!err.to_string().contains("evictions count"), "{err}");
+        assert!(err.to_string().contains("no recorded outcome"), "{err}");
+        // The lease's bounds, as people write them (docs/configuration.md).
+        let c = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "7d")]).unwrap();
+        assert_eq!(c.visibility_timeout, MAX_VISIBILITY);
+        let err = config(&[("SPOT_WORKER_VISIBILITY_TIMEOUT", "8d")]).unwrap_err();
+        assert!(err.to_string().contains("between 5 s"), "{err}");
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker.toml");

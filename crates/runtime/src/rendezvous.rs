@@ -14,18 +14,36 @@
 //! reaches only the workers that see the same Scheduled Events (on a VM,
 //! all of them; in tests, those of one emulator).
 //!
+//! The directory is shared, so what is in it is read as someone else's
+//! (`trust.rs`): only directories and member files of this worker's user
+//! or root count, files are opened without following links or blocking
+//! and read with a cap, their text is escaped, and the I/O runs off the
+//! async runtime under a timeout. Whatever cannot be read that way is
+//! *unknown*, and an unknown member holds the approval like a busy one
+//! (until the event's deadline): a worker never approves early on what it
+//! could not read.
+//!
 //! The decision itself ([`busy_peers`]) is a pure function of what the
 //! directory shows.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+mod member;
+mod trust;
+
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use member::Member;
 
 /// The rendezvous directory when none is configured and `/run` is writable
 /// (root, or a systemd unit with `RuntimeDirectory=spot-worker`).
 pub const DEFAULT_DIR: &str = "/run/spot-worker";
+
+/// The longest the rendezvous's file system calls may take (joining,
+/// reading the peers, publishing a state) before their answer is taken as
+/// unknown: they run on a blocking thread, so a hung file system stalls
+/// neither the drain nor the runtime.
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Where a worker's member file says it stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,23 +71,35 @@ impl MemberState {
     }
 }
 
+/// What is known of another member file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Its process holds the file's lock; the file says its state.
+    Live(MemberState),
+    /// Its lock is free: the worker crashed (the file is removed).
+    Gone,
+    /// It could not be read as a member file of a trusted worker (a FIFO,
+    /// a link, another user's file, a lock that cannot be tried).
+    Unknown,
+}
+
 /// Another worker's member file, as read from the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Peer {
-    /// What its file says about it (process id, queue).
+    /// What its file says about it (process id, queue), escaped; for an
+    /// unknown one, what it is and why it is not trusted.
     pub(crate) about: String,
-    /// Its state.
-    pub(crate) state: MemberState,
-    /// Whether its process still holds the file's lock.
-    pub(crate) alive: bool,
+    /// What is known of it.
+    pub(crate) seen: Seen,
 }
 
-/// The workers that still hold an approval: alive and not drained. A
-/// crashed worker (its lock released) never does.
+/// The workers that still hold an approval: those alive and not drained,
+/// and those that could not be read. A crashed worker (its lock released)
+/// never does.
 pub(crate) fn busy_peers(peers: &[Peer]) -> Vec<String> {
     peers
         .iter()
-        .filter(|p| p.alive && p.state == MemberState::Working)
+        .filter(|p| matches!(p.seen, Seen::Live(MemberState::Working) | Seen::Unknown))
         .map(|p| p.about.clone())
         .collect()
 }
@@ -86,14 +116,23 @@ pub(crate) enum Peers {
     Unknown(String),
 }
 
-/// Why the rendezvous could not be joined.
+/// Why a rendezvous directory could not be joined.
 #[derive(Debug, thiserror::Error)]
 #[error("{what} {path}: {source}")]
 pub struct RendezvousError {
     what: &'static str,
-    path: PathBuf,
+    path: String,
     #[source]
     source: std::io::Error,
+}
+
+impl RendezvousError {
+    /// `what` went wrong with `path` (shown escaped: a path in a shared
+    /// directory may hold any byte).
+    fn new(what: &'static str, path: &Path, source: std::io::Error) -> Self {
+        let path = spot_worker_untrusted::escape_line(&path.to_string_lossy()).into_owned();
+        RendezvousError { what, path, source }
+    }
 }
 
 /// The candidate directories, in order: the configured one alone, or
@@ -128,182 +167,33 @@ pub(crate) fn group_name(imds_endpoint: &str) -> String {
         .collect()
 }
 
-/// This worker's membership: its locked file, renamed as its state changes
-/// and removed when it is dropped (a crash leaves it unlocked, which peers
-/// treat the same as gone).
-#[derive(Debug)]
-pub struct Member {
-    group: PathBuf,
-    id: String,
-    /// Held for the lock; the kernel releases it with the process.
-    _file: File,
-    state: Mutex<MemberState>,
-}
-
-impl Member {
-    /// Joins the group of `imds_endpoint` in the first usable candidate
-    /// directory, as a working member described by `about`; with it, why
-    /// the candidates before it were passed over. The error names every
-    /// directory tried.
-    pub(crate) fn join(
-        candidates: &[PathBuf],
-        imds_endpoint: &str,
-        about: &str,
-    ) -> Result<(Member, Vec<RendezvousError>), Vec<RendezvousError>> {
-        let mut errors = Vec::new();
-        for dir in candidates {
-            match Member::join_in(&dir.join(group_name(imds_endpoint)), about) {
-                Ok(member) => return Ok((member, errors)),
-                Err(error) => errors.push(error),
-            }
-        }
-        Err(errors)
-    }
-
-    fn join_in(group: &Path, about: &str) -> Result<Member, RendezvousError> {
-        let fail = |what, path: &Path| {
-            let path = path.to_owned();
-            move |source| RendezvousError { what, path, source }
-        };
-        if !group.is_dir() {
-            let parent = group.parent().filter(|p| !p.exists());
-            std::fs::create_dir_all(group).map_err(fail("cannot create", group))?;
-            // Workers of several users (systemd's DynamicUser=) share what
-            // this worker made, whatever its umask; the sticky bit keeps
-            // each one's files its own.
-            let shared = std::fs::Permissions::from_mode(0o1777);
-            if let Some(parent) = parent {
-                let _ = std::fs::set_permissions(parent, shared.clone());
-            }
-            std::fs::set_permissions(group, shared).map_err(fail("cannot open up", group))?;
-        }
-        let id = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-        // Locked under a hidden name first, so that no reader ever sees the
-        // member unlocked (and removes it as stale).
-        let joining = group.join(format!(".{id}.joining"));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&joining)
-            .map_err(fail("cannot create", &joining))?;
-        file.try_lock().map_err(|e| match e {
-            TryLockError::Error(e) => fail("cannot lock", &joining)(e),
-            TryLockError::WouldBlock => {
-                fail("cannot lock", &joining)(std::io::ErrorKind::WouldBlock.into())
-            }
-        })?;
-        file.write_all(about.as_bytes())
-            .map_err(fail("cannot write", &joining))?;
-        // Readable by workers of other users, whatever the umask: they
-        // open it to try its lock.
-        file.set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(fail("cannot open up", &joining))?;
-        let working = group.join(format!("{id}.{}", MemberState::Working.suffix()));
-        if let Err(source) = std::fs::rename(&joining, &working) {
-            let _ = std::fs::remove_file(&joining);
-            return Err(fail("cannot rename into", &working)(source));
-        }
-        Ok(Member {
-            group: group.to_owned(),
-            id,
-            _file: file,
-            state: Mutex::new(MemberState::Working),
-        })
-    }
-
-    /// The directory this member and its peers are in.
-    pub(crate) fn group(&self) -> &Path {
-        &self.group
-    }
-
-    fn path(&self, state: MemberState) -> PathBuf {
-        self.group.join(format!("{}.{}", self.id, state.suffix()))
-    }
-
-    /// Publishes this worker's state (a rename; the lock moves with the
-    /// file). A failure is logged: peers then see the old state, and wait
-    /// for this worker at most until the event's deadline.
-    pub(crate) fn set_state(&self, state: MemberState) {
-        let mut current = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if *current == state {
-            return;
-        }
-        match std::fs::rename(self.path(*current), self.path(state)) {
-            Ok(()) => *current = state,
-            Err(error) => tracing::warn!(
-                %error,
-                dir = %self.group.display(),
-                "cannot tell the other workers on this VM that this one is {}",
-                state.suffix()
-            ),
-        }
-    }
-
-    /// The other members of the group; stale ones (their lock free) are
-    /// removed on the way and reported as not alive.
-    pub(crate) fn peers(&self) -> std::io::Result<Vec<Peer>> {
-        let mut peers = Vec::new();
-        for entry in std::fs::read_dir(&self.group)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some((id, suffix)) = name.rsplit_once('.') else {
-                continue;
-            };
-            let Some(state) = MemberState::from_suffix(suffix) else {
-                continue;
-            };
-            if id.starts_with('.') || id == self.id {
-                continue;
-            }
-            // Gone between the listing and now: renamed (read next time)
-            // or removed (it left).
-            let Ok(file) = File::open(entry.path()) else {
-                continue;
-            };
-            let alive = match file.try_lock_shared() {
-                Err(TryLockError::WouldBlock) => true,
-                Ok(()) => false,
-                // A lock that cannot be tried is no proof of a crash.
-                Err(TryLockError::Error(_)) => true,
-            };
-            let about = std::io::read_to_string(&file)
-                .ok()
-                .filter(|a| !a.trim().is_empty())
-                .unwrap_or_else(|| format!("member {id}"));
-            if !alive {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            peers.push(Peer {
-                about: about.trim().to_owned(),
-                state,
-                alive,
-            });
-        }
-        Ok(peers)
-    }
-
-    /// What the other workers on this VM say, for the approval.
-    pub(crate) fn view(&self) -> Peers {
-        match self.peers() {
-            Ok(peers) => match busy_peers(&peers) {
-                busy if busy.is_empty() => Peers::Drained,
-                busy => Peers::Busy(busy),
-            },
-            Err(error) => Peers::Unknown(format!(
-                "cannot read the rendezvous directory {}: {error}",
-                self.group.display()
-            )),
-        }
-    }
+/// Why a worker that joined a later candidate directory cannot know its
+/// peers: an earlier candidate exists (other workers may meet there) but
+/// could not be used. `passed_over` holds each earlier candidate, whether
+/// it exists, and why it was passed over.
+pub(crate) fn unseen_peers(
+    joined: &Path,
+    passed_over: &[(PathBuf, bool, String)],
+) -> Option<String> {
+    let unseen: Vec<String> = passed_over
+        .iter()
+        .filter(|(_, exists, _)| *exists)
+        .map(|(dir, _, why)| format!("{} exists but could not be used: {why}", dir.display()))
+        .collect();
+    (!unseen.is_empty()).then(|| {
+        format!(
+            "this worker met the others in {}, but {}; workers meeting there cannot be seen from here",
+            joined.display(),
+            unseen.join("; ")
+        )
+    })
 }
 
 /// This worker's place among the workers on its VM, or why it has none.
 #[derive(Debug)]
 pub(crate) enum Rendezvous {
     /// A member of its VM's group.
-    Joined(Member),
+    Joined(Arc<Member>),
     /// No directory could be used (why): the worker holds every approval
     /// until the event's deadline, since it cannot know its peers.
     Unavailable(String),
@@ -314,8 +204,12 @@ impl Rendezvous {
     /// [`DEFAULT_DIR`] or `$XDG_RUNTIME_DIR/spot-worker`, saying where (or
     /// why nowhere) in the log: a warning for a worker that `approves`
     /// events (it then approves only at their deadline), a note for one
-    /// that does not (its peers cannot wait for it).
-    pub(crate) fn join(
+    /// that does not (its peers cannot wait for it). A worker that joins
+    /// `$XDG_RUNTIME_DIR` while [`DEFAULT_DIR`] exists cannot see the
+    /// workers there: it joins (so that those of its own directory wait
+    /// for it), but holds every approval until the event's deadline, and
+    /// warns.
+    pub(crate) async fn join(
         configured: Option<&Path>,
         imds_endpoint: &str,
         about: &str,
@@ -323,25 +217,52 @@ impl Rendezvous {
     ) -> Rendezvous {
         let xdg = std::env::var("XDG_RUNTIME_DIR").ok();
         let candidates = candidate_dirs(configured, xdg.as_deref());
-        match Member::join(&candidates, imds_endpoint, about) {
-            Ok((member, passed_over)) => {
-                for error in &passed_over {
-                    tracing::info!(%error, "not meeting the other workers there");
-                }
-                let peers = member.peers().map(|p| busy_peers(&p).len()).unwrap_or(0);
-                tracing::info!(
-                    dir = %member.group().display(),
-                    other_workers = peers,
-                    "joined the workers on this VM: events are approved only once all have drained"
-                );
-                Rendezvous::Joined(member)
-            }
-            Err(errors) => {
-                let why = errors
+        let (endpoint, about_text) = (imds_endpoint.to_owned(), about.to_owned());
+        let joining = tokio::task::spawn_blocking(move || {
+            Member::join(&candidates, &endpoint, &about_text).map(|(member, passed_over)| {
+                let others = member.peers().map(|p| busy_peers(&p).len()).unwrap_or(0);
+                (member, passed_over, others)
+            })
+        });
+        let joined = match tokio::time::timeout(IO_TIMEOUT, joining).await {
+            Ok(Ok(joined)) => joined.map_err(|passed_over| {
+                passed_over
                     .iter()
-                    .map(ToString::to_string)
+                    .map(|passed| passed.error.to_string())
                     .collect::<Vec<_>>()
-                    .join("; ");
+                    .join("; ")
+            }),
+            Ok(Err(panicked)) => Err(format!("joining failed: {panicked}")),
+            Err(_) => Err(format!(
+                "joining took longer than {IO_TIMEOUT:?} (a file system that does not answer?)"
+            )),
+        };
+        match joined {
+            Ok((mut member, passed_over, others)) => {
+                for passed in &passed_over {
+                    tracing::info!(error = %passed.error, "not meeting the other workers there");
+                }
+                let passed: Vec<(PathBuf, bool, String)> = passed_over
+                    .into_iter()
+                    .map(|passed| (passed.dir, passed.exists, passed.error.to_string()))
+                    .collect();
+                if let Some(why) = unseen_peers(member.base(), &passed) {
+                    tracing::warn!(
+                        "{why}: this worker approves events only at their deadline (set {} to \
+                         one directory all workers on this VM can use)",
+                        spot_worker_settings::table::RUNTIME_DIR.key
+                    );
+                    member.blind = Some(why);
+                } else {
+                    tracing::info!(
+                        dir = %member.group().display(),
+                        other_workers = others,
+                        "joined the workers on this VM: events are approved only once all have drained"
+                    );
+                }
+                Rendezvous::Joined(Arc::new(member))
+            }
+            Err(why) => {
                 let why = format!(
                     "no rendezvous directory for the workers on this VM ({why}); set {}",
                     spot_worker_settings::table::RUNTIME_DIR.key
@@ -359,25 +280,18 @@ impl Rendezvous {
     }
 
     /// What the other workers on this VM say, for the approval.
-    pub(crate) fn view(&self) -> Peers {
+    pub(crate) async fn view(&self) -> Peers {
         match self {
-            Rendezvous::Joined(member) => member.view(),
+            Rendezvous::Joined(member) => member.view().await,
             Rendezvous::Unavailable(why) => Peers::Unknown(why.clone()),
         }
     }
 
     /// Publishes this worker's state, if it is a member.
-    pub(crate) fn set_state(&self, state: MemberState) {
+    pub(crate) async fn set_state(&self, state: MemberState) {
         if let Rendezvous::Joined(member) = self {
-            member.set_state(state);
+            member.publish(state).await;
         }
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let state = *self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = std::fs::remove_file(self.path(state));
     }
 }
 
@@ -385,32 +299,34 @@ impl Drop for Member {
 mod tests {
     use super::*;
 
-    fn peer(about: &str, state: MemberState, alive: bool) -> Peer {
+    fn peer(about: &str, seen: Seen) -> Peer {
         Peer {
             about: about.into(),
-            state,
-            alive,
+            seen,
         }
     }
 
     #[test]
-    fn only_live_working_peers_hold_the_approval() {
+    fn only_live_working_peers_and_unknown_ones_hold_the_approval() {
         use MemberState::{Drained, Working};
+        use Seen::{Gone, Live, Unknown};
         // (case, peers, busy)
-        let table: [(&str, Vec<Peer>, Vec<&str>); 5] = [
+        let table: [(&str, Vec<Peer>, Vec<&str>); 6] = [
             ("alone", vec![], vec![]),
-            ("a working peer", vec![peer("b", Working, true)], vec!["b"]),
-            ("a drained peer", vec![peer("b", Drained, true)], vec![]),
-            ("a crashed peer", vec![peer("b", Working, false)], vec![]),
+            ("a working peer", vec![peer("b", Live(Working))], vec!["b"]),
+            ("a drained peer", vec![peer("b", Live(Drained))], vec![]),
+            ("a crashed peer", vec![peer("b", Gone)], vec![]),
+            ("an unknown file", vec![peer("fifo", Unknown)], vec!["fifo"]),
             (
                 "one of each",
                 vec![
-                    peer("b", Working, true),
-                    peer("c", Drained, true),
-                    peer("d", Working, false),
-                    peer("e", Working, true),
+                    peer("b", Live(Working)),
+                    peer("c", Live(Drained)),
+                    peer("d", Gone),
+                    peer("e", Live(Working)),
+                    peer("f", Unknown),
                 ],
-                vec!["b", "e"],
+                vec!["b", "e", "f"],
             ),
         ];
         for (case, peers, busy) in table {
@@ -454,54 +370,32 @@ mod tests {
     }
 
     #[test]
-    fn members_see_each_other_drain_and_leave() {
-        let dir = tempfile::tempdir().unwrap();
-        let dirs = [dir.path().to_owned()];
-        let (a, _) = Member::join(&dirs, "http://e", "pid 1, queue a").unwrap();
-        assert_eq!(a.view(), Peers::Drained, "alone");
-        let (b, _) = Member::join(&dirs, "http://e", "pid 2, queue b").unwrap();
-        assert_eq!(a.view(), Peers::Busy(vec!["pid 2, queue b".into()]));
-        assert_eq!(b.view(), Peers::Busy(vec!["pid 1, queue a".into()]));
-        b.set_state(MemberState::Drained);
-        assert_eq!(a.view(), Peers::Drained);
-        b.set_state(MemberState::Working);
-        assert_eq!(a.view(), Peers::Busy(vec!["pid 2, queue b".into()]));
-        drop(b);
-        assert_eq!(a.view(), Peers::Drained, "left");
-        // Another endpoint is another group.
-        let (other, _) = Member::join(&dirs, "http://f", "pid 3").unwrap();
-        assert_eq!(a.view(), Peers::Drained);
-        assert_ne!(other.group(), a.group());
-    }
-
-    #[test]
-    fn an_unlocked_member_file_is_stale_and_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let dirs = [dir.path().to_owned()];
-        let (a, _) = Member::join(&dirs, "http://e", "pid 1").unwrap();
-        // What a crashed worker leaves: its file, no lock on it.
-        let stale = a.group().join("99999-0000abcd.working");
-        std::fs::write(&stale, "pid 99999, queue gone").unwrap();
-        let peers = a.peers().unwrap();
-        assert_eq!(
-            peers,
-            [peer("pid 99999, queue gone", MemberState::Working, false)]
-        );
-        assert_eq!(a.view(), Peers::Drained);
-        assert!(!stale.exists(), "removed");
-    }
-
-    #[test]
-    fn a_directory_that_cannot_be_made_is_named_in_the_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("a-file");
-        std::fs::write(&file, "").unwrap();
-        let errors = Member::join(&[file.join("below")], "http://e", "x").unwrap_err();
-        assert_eq!(errors.len(), 1);
-        assert!(
-            errors[0].to_string().contains("a-file/below"),
-            "{}",
-            errors[0]
-        );
+    fn a_worker_that_falls_back_while_the_first_directory_exists_cannot_see_its_peers() {
+        let xdg = Path::new("/run/user/1000/spot-worker");
+        let run = || PathBuf::from(DEFAULT_DIR);
+        // (case, passed over: (dir, exists, why), blind)
+        let table = [
+            ("the first one joined", vec![], false),
+            (
+                "/run not writable, no /run/spot-worker",
+                vec![(run(), false, "cannot create: Permission denied".to_owned())],
+                false,
+            ),
+            (
+                "/run/spot-worker another user's",
+                vec![(run(), true, "not trusted: owned by uid 0".to_owned())],
+                true,
+            ),
+        ];
+        for (case, passed, blind) in table {
+            let why = unseen_peers(xdg, &passed);
+            assert_eq!(why.is_some(), blind, "{case}: {why:?}");
+            if let Some(why) = why {
+                assert!(
+                    why.contains(DEFAULT_DIR) && why.contains("owned by uid 0"),
+                    "{why}"
+                );
+            }
+        }
     }
 }

@@ -40,20 +40,46 @@ pub use setting::{Describe, Setting};
 pub use source::{CONFIG_FILE, Origin, Source};
 pub use value::{SettingValue, parse_duration, parse_switch, show_duration};
 
+/// Whether a program takes credentials ([`Setting::secret`]) as flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretFlags {
+    /// As any setting (a worker binary such as `examples/primes.rs`).
+    Accepted,
+    /// Refused, as `spot-worker run` refuses them
+    /// ([`Source::without_secret_flags`]): shown as variables only.
+    Refused,
+}
+
 /// `--help` for a worker binary: every setting as a flag, its variable,
 /// its default and what it does.
-pub fn help() -> String {
+///
+/// ```
+/// use spot_worker_settings::{SecretFlags, help};
+///
+/// let text = help(SecretFlags::Refused);
+/// assert!(text.contains("--drain-budget <value>   [SPOT_WORKER_DRAIN_BUDGET; default: 25s]"));
+/// assert!(!text.contains("--azure-storage-connection-string"));
+/// assert!(help(SecretFlags::Accepted).contains("--azure-storage-connection-string"));
+/// ```
+pub fn help(secret_flags: SecretFlags) -> String {
     let mut out = String::from(
         "Settings (highest first: flags, environment, the TOML file named by \
          SPOT_WORKER_CONFIG, defaults):\n\n",
     );
     for setting in table::ALL {
+        let default = setting.default_text().replace('`', "");
+        let doc = setting.doc().replace('`', "");
+        if setting.secret() && secret_flags == SecretFlags::Refused {
+            out.push_str(&format!(
+                "  {} (environment or file only: a credential)   [default: {default}]\n      {doc}\n",
+                setting.key()
+            ));
+            continue;
+        }
         let flag = setting::file_key(setting.key()).replace('_', "-");
         out.push_str(&format!(
-            "  --{flag} <value>   [{}; default: {}]\n      {}\n",
+            "  --{flag} <value>   [{}; default: {default}]\n      {doc}\n",
             setting.key(),
-            setting.default_text().replace('`', ""),
-            setting.doc().replace('`', "")
         ));
     }
     out

@@ -37,7 +37,7 @@ pub const STORAGE_ACCOUNT_URL: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_STORAGE_ACCOUNT_URL",
     default: None,
     default_doc: None,
-    doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), with a managed identity; `https://` only (a local Azurite is reached with the connection string)",
+    doc: "otherwise the account (`https://<acct>.blob.core.windows.net` or its name), `https://` only (a local Azurite is reached with the connection string); reached with the user-assigned managed identity `AZURE_CLIENT_ID` names, else with the Azure CLI's login (`az login`): a VM's system-assigned identity alone is not used",
     secret: false,
 };
 
@@ -46,7 +46,7 @@ pub const CLIENT_ID: Setting<Option<Text>> = Setting {
     key: "AZURE_CLIENT_ID",
     default: None,
     default_doc: None,
-    doc: "the user-assigned managed identity's client id (on AKS: the workload identity's, set by its webhook)",
+    doc: "the user-assigned managed identity's client id (on AKS: the workload identity's, set by its webhook); unset, storage by account URL uses the Azure CLI's login",
     secret: false,
 };
 
@@ -230,7 +230,7 @@ pub const STOP_SIGNAL: Setting<Text> = Setting {
     key: "SPOT_WORKER_STOP_SIGNAL",
     default: text("SIGTERM"),
     default_doc: None,
-    doc: "`run`: the signal the program's process group gets when the drain starts (SIGKILL follows at the release time)",
+    doc: "`run`: the signal the program's process group gets when the drain starts (SIGKILL follows at the release time less 1 s, or less half the time left if that is shorter: the runner saves the checkpoint file in between)",
     secret: false,
 };
 
@@ -248,7 +248,7 @@ pub const EVICTION_RATE: Setting<f64> = Setting {
     key: "SPOT_WORKER_EVICTION_RATE",
     default: 0.05,
     default_doc: None,
-    doc: "evictions per VM-hour the adaptive checkpoint interval assumes until the fleet's own counts outweigh it (it counts as 100 job-hours of observation); from the eviction-rate band of the VM size (docs/checkpoint-interval.md)",
+    doc: "evictions per VM-hour the adaptive checkpoint interval assumes until the fleet's own counts outweigh it (it counts as 100 job-hours of observation); the top of the VM size's eviction-rate band, which Azure quotes per hour: `0.05` for 0–5 % (docs/checkpoint-interval.md)",
     secret: false,
 };
 
@@ -276,6 +276,15 @@ pub const PROGRAM_OUTPUT: Setting<Text> = Setting {
     default: text("info"),
     default_doc: None,
     doc: "`run`: the level of the program's output records in the worker's log (`error`, `warn`, `info`, `debug`, `trace`), or `off`; `\\r` ends a record like `\\n`, and progress records (ended by a lone `\\r`) are logged at most once a second per stream",
+    secret: false,
+};
+
+/// The user programs run as.
+pub const PROGRAM_USER: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_PROGRAM_USER",
+    default: None,
+    default_doc: Some("the runner's user"),
+    doc: "`run`: the user programs run as, a name of `/etc/passwd` or `UID[:GID]`, never root: the only complete separation from the runner's settings file, token file, rendezvous directory and process; the runner keeps its own user and credentials, and needs root's powers to switch (see [Running programs as another user](command.md#running-programs-as-another-user))",
     secret: false,
 };
 
@@ -515,6 +524,7 @@ pub const ALL: &[&dyn Describe] = &[
     &CHECKPOINT_MAX_BYTES,
     &PASS_ENV,
     &PROGRAM_OUTPUT,
+    &PROGRAM_USER,
     &HEALTH_ADDR,
     &GATE_TIMEOUT,
     &IMDS,

@@ -110,7 +110,10 @@ impl SettingValue for SocketAddr {
     }
 }
 
-/// Parses `1s`, `250ms`, `2m` or a bare number of seconds.
+/// Parses a duration: a number (digits, with at most one `.`) and a unit,
+/// `ms`, `s`, `m` or `min`, `h` or `d`; a bare number is seconds. Spaces
+/// around the unit are allowed (`2 s`); nothing else is (`1h30m`, `-1s`,
+/// `1e3s`). docs/configuration.md ("Durations") says the same.
 ///
 /// ```
 /// use std::time::Duration;
@@ -118,6 +121,8 @@ impl SettingValue for SocketAddr {
 ///
 /// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
 /// assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+/// assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
 /// assert!(parse_duration("soon").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -129,9 +134,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => 1_000_000,
         "s" | "" => 1_000_000_000,
         "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
         other => {
             return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s or m)"
+                "unknown unit {other:?} in {text:?} (use ms, s, m, h or d)"
             ));
         }
     };
@@ -139,7 +146,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let nanos = match decimal_times(number, unit_nanos) {
         Ok(nanos) => nanos,
         Err(Decimal::NotANumber) => {
-            return Err(format!("{text:?} is not a duration like 1s, 250ms or 2m"));
+            return Err(format!(
+                "{text:?} is not a duration like 250ms, 30s, 2m, 1h or 7d"
+            ));
         }
         Err(Decimal::Overflow) => return Err(too_long()),
     };
@@ -231,6 +240,40 @@ mod tests {
             assert_eq!(show_duration(duration), text);
             assert_eq!(parse_duration(text), Ok(duration));
         }
+    }
+
+    /// Every unit docs/configuration.md names, as people write them: `1h`
+    /// (`run --help`'s `--timeout` example) and `7d` (the lease's longest)
+    /// were refused before.
+    #[test]
+    fn durations_take_every_documented_unit() {
+        let rows = [
+            ("250ms", Duration::from_millis(250)),
+            ("30", Duration::from_secs(30)),
+            ("30s", Duration::from_secs(30)),
+            ("2 s", Duration::from_secs(2)),
+            ("2m", Duration::from_secs(120)),
+            ("2min", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("24h", Duration::from_secs(86_400)),
+            ("1d", Duration::from_secs(86_400)),
+            ("7d", Duration::from_secs(7 * 86_400)),
+            ("0.5d", Duration::from_secs(43_200)),
+            (" 1h ", Duration::from_secs(3600)),
+        ];
+        for (text, expected) in rows {
+            assert_eq!(parse_duration(text), Ok(expected), "{text}");
+        }
+        for bad in ["1h30m", "1 h 30 m", "1H", "1hr", "1 day", "d", "1w", "-1h"] {
+            let error = parse_duration(bad).unwrap_err();
+            assert!(
+                error.contains("ms, s, m, h or d") || error.contains("1h or 7d"),
+                "{bad}: {error}"
+            );
+        }
+        let huge = format!("{}d", "9".repeat(20));
+        assert!(parse_duration(&huge).unwrap_err().contains("too long"));
     }
 
     /// Through `f64`, `9007256742ms` read as 9007256.742000001 s (found by

@@ -64,7 +64,7 @@ fn value_text() -> impl Strategy<Value = String> {
     let near = prop_oneof![
         (
             any::<u32>(),
-            prop::sample::select(vec!["ms", "s", "m", "min", ""])
+            prop::sample::select(vec!["ms", "s", "m", "min", "h", "d", ""])
         )
             .prop_map(|(n, unit)| format!("{n}{unit}")),
         (any::<u16>(), any::<u16>()).prop_map(|(a, b)| format!("{a}.{b}s")),

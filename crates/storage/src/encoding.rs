@@ -38,9 +38,13 @@ impl MessageEncoding {
     /// ```
     pub fn encode(self, body: &[u8]) -> Result<String, StorageError> {
         match self {
-            MessageEncoding::Text => std::str::from_utf8(body).map(str::to_owned).map_err(|e| {
-                StorageError::InvalidArgument(format!("text message body is not UTF-8: {e}"))
-            }),
+            MessageEncoding::Text => {
+                let text = std::str::from_utf8(body).map_err(|e| {
+                    StorageError::InvalidArgument(format!("text message body is not UTF-8: {e}"))
+                })?;
+                check_sendable(text)?;
+                Ok(text.to_owned())
+            }
             MessageEncoding::Base64 => Ok(STANDARD.encode(body)),
         }
     }
@@ -59,6 +63,40 @@ impl MessageEncoding {
                 })
             }
         }
+    }
+}
+
+/// The first character of `text` (its byte offset, and itself) that a
+/// queue message cannot carry: messages travel in XML 1.0 documents, whose
+/// characters are tab, line feed, carriage return, U+0020 to U+D7FF,
+/// U+E000 to U+FFFD and U+10000 up. Anything else in a message text makes
+/// the message unreadable (Azurite accepts it, then answers every receive
+/// of the queue with HTTP 500, so nothing queued after it runs).
+///
+/// ```
+/// use spot_worker_storage::unsendable_char;
+///
+/// assert_eq!(unsendable_char("tab\tok\r\n"), None);
+/// assert_eq!(unsendable_char("a\u{1}b"), Some((1, '\u{1}')));
+/// assert_eq!(unsendable_char("\u{ffff}"), Some((0, '\u{ffff}')));
+/// ```
+pub fn unsendable_char(text: &str) -> Option<(usize, char)> {
+    text.char_indices().find(|&(_, c)| {
+        !matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+    })
+}
+
+/// An error ([`StorageError::InvalidArgument`]) for a message text that
+/// holds a character [`unsendable_char`] finds, naming it and where.
+pub fn check_sendable(text: &str) -> Result<(), StorageError> {
+    match unsendable_char(text) {
+        None => Ok(()),
+        Some((at, c)) => Err(StorageError::InvalidArgument(format!(
+            "the message text holds U+{:04X} at byte {at}, which a queue message cannot carry (a \
+             message travels as XML 1.0: no control character but tab, line feed and carriage \
+             return, no U+FFFE or U+FFFF)",
+            u32::from(c)
+        ))),
     }
 }
 
@@ -82,5 +120,24 @@ mod tests {
     #[test]
     fn text_rejects_non_utf8_bodies() {
         assert!(MessageEncoding::Text.encode(&[0xff, 0xfe]).is_err());
+        // (text, refused)
+        for (text, refused) in [
+            ("plain \t\r\n text <&> ü 日本 😀", None),
+            ("nul \0", Some("U+0000 at byte 4")),
+            ("\x01", Some("U+0001 at byte 0")),
+            ("esc \x1b[31m", Some("U+001B at byte 4")),
+            ("del \x7f and c1 \u{9b} are XML", None),
+            ("ab\u{fffe}", Some("U+FFFE at byte 2")),
+            ("\u{ffff}", Some("U+FFFF at byte 0")),
+            ("\u{fffd} replacement", None),
+        ] {
+            match (MessageEncoding::Text.encode(text.as_bytes()), refused) {
+                (Ok(sent), None) => assert_eq!(sent, text),
+                (Err(error), Some(what)) => assert!(error.to_string().contains(what), "{error}"),
+                (got, expected) => panic!("{text:?}: {got:?}, expected {expected:?}"),
+            }
+            // Base64 carries any byte.
+            assert!(MessageEncoding::Base64.encode(text.as_bytes()).is_ok());
+        }
     }
 }

@@ -48,7 +48,7 @@ pub use consumer::{
     Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth, handler_fn, permanent,
     poison_body_blob_name, poison_queue_name,
 };
-pub use encoding::{DecodeError, MessageEncoding};
+pub use encoding::{DecodeError, MessageEncoding, check_sendable, unsendable_char};
 pub use error::StorageError;
 pub use fenced_results::FencedResults;
 pub use fleet_ledger::FleetLedger;

@@ -76,6 +76,30 @@ pub use telemetry::Telemetry;
 /// depending on a matching `opentelemetry` version themselves.
 pub use opentelemetry;
 
+/// Installs the stderr logs alone, exactly as [`init`] writes them (the
+/// filter, text or JSON, colours only when stderr is a terminal and
+/// `NO_COLOR` is unset or empty), for a program that exports nothing: the
+/// `spot-worker` command's other subcommands log as its `run` does.
+///
+/// Fails like [`init`] for a bad filter or a global subscriber already set.
+///
+/// ```
+/// use spot_worker_telemetry::{TelemetryConfig, init_logs};
+///
+/// init_logs(&TelemetryConfig::default().with_log_filter("warn"))?;
+/// tracing::warn!("on stderr, without colours unless it is a terminal");
+/// assert!(init_logs(&TelemetryConfig::default()).is_err(), "installed once");
+/// # Ok::<(), spot_worker_telemetry::TelemetryError>(())
+/// ```
+pub fn init_logs(config: &TelemetryConfig) -> Result<(), TelemetryError> {
+    let filter = logging::env_filter(config)?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logging::fmt_layer(config))
+        .try_init()
+        .map_err(|error| TelemetryError::AlreadyInitialized(error.to_string()))
+}
+
 /// Installs telemetry for the whole process: a global `tracing` subscriber
 /// (stderr logs filtered by [`TelemetryConfig::log_filter`], plus the
 /// OpenTelemetry layer when a backend is configured) and the global tracer

@@ -133,6 +133,19 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// The `p`th percentile of `times` (nearest rank; zero for none).
+pub fn percentile(times: &[Duration], p: f64) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted.get(rank).copied().unwrap_or_default()
+}
+
+/// The median of `times` ([`percentile`] 50).
+pub fn median(times: &[Duration]) -> Duration {
+    percentile(times, 50.0)
+}
+
 /// The machine a run's figures come from, for its banner: `N CPUs, load
 /// average A B C`.
 pub fn machine() -> String {

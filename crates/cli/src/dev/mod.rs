@@ -46,7 +46,9 @@ pub struct DevArgs {
     jobs: Vec<String>,
     /// A worker command to run in the environment, after `--` (e.g. `--
     /// spot-worker run -- python3 job.py`, or `-- cargo run --example
-    /// primes`); started again whenever it exits, until Ctrl-C.
+    /// primes`); started again whenever it exits, until Ctrl-C, unless it
+    /// fails 5 times in a row within 10 s of starting (then `dev` stops
+    /// with an error).
     #[arg(last = true, value_name = "WORKER COMMAND")]
     worker: Vec<String>,
 }

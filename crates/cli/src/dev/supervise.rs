@@ -1,7 +1,10 @@
 //! The worker command `spot-worker dev -- COMMAND` runs: in the local
 //! environment, in a process group of its own (Ctrl-C reaches `dev`, which
 //! passes one SIGTERM on, so the worker drains once), and started again
-//! whenever it exits, as systemd's `Restart=always` does on a scale-set VM.
+//! whenever it exits, as systemd's `Restart=always` does on a scale-set VM,
+//! except that `dev` gives up on a worker that fails 5 times in a row within
+//! 10 s of starting (systemd, with the unit's `StartLimitIntervalSec=0`,
+//! never does).
 //! Jobs given with `--job` go through `spot-worker enqueue`.
 
 use std::process::Stdio;
@@ -89,9 +92,6 @@ pub async fn run_worker(
             status = child.wait() => status.context("waiting for the worker")?,
             _ = &mut interrupted => return stop(child).await,
         };
-        eprintln!(
-            "spot-worker dev: the worker exited ({status}); starting it again, as systemd would"
-        );
         if !status.success() && started.elapsed() < QUICK_FAILURE {
             quick_failures += 1;
             if quick_failures >= QUICK_FAILURES_ALLOWED {
@@ -103,6 +103,9 @@ pub async fn run_worker(
         } else {
             quick_failures = 0;
         }
+        eprintln!(
+            "spot-worker dev: the worker exited ({status}); starting it again, as systemd would"
+        );
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
 use spot_worker_storage::{Checkpoint, CheckpointStore as _, StoredCheckpoint};
 use time::OffsetDateTime;
 
+use super::terminal::{shown, shown_json};
 use super::{Fleet, age, confirm, rfc3339, seconds_since};
 
 /// The prefix of the worker's own records in the checkpoint container.
@@ -28,7 +29,9 @@ Examples:
 
 The container is SPOT_WORKER_CHECKPOINT_CONTAINER (default `checkpoints`).
 `show` prints a checkpoint file saved by `spot-worker run` as its text (or,
-if it is not UTF-8, its size and first bytes in hex), not as base64.")]
+if it is not UTF-8, its size and first bytes in hex), not as base64. On a
+terminal, control characters a program wrote (an escape sequence, a carriage
+return) are shown escaped, as \\u{1b}; piped, the text is exact.")]
 pub struct CheckpointsArgs {
     #[command(subcommand)]
     command: CheckpointsCommand,
@@ -209,7 +212,7 @@ async fn list(
         .collect();
     if json {
         let documents: Vec<Value> = rows.iter().map(JobRow::to_json).collect();
-        println!("{}", serde_json::to_string_pretty(&documents)?);
+        println!("{}", shown_json(&serde_json::to_string_pretty(&documents)?));
         return Ok(());
     }
     println!(
@@ -222,13 +225,15 @@ async fn list(
             Ok(Checkpoint::Completed { result }) => ("completed", compact(result, 60)),
             Err(e) => ("unreadable", e.clone()),
         };
-        println!(
+        let line = format!(
             "{:<32}  {:<11}  {:>8}  {:>10}  {detail}",
             row.job,
             status,
             row.len,
             ago(row.last_write)
         );
+        // One row each: a line break in a job key or a value is escaped.
+        println!("{}", shown(&line.replace(['\n', '\t'], " ")));
     }
     println!(
         "{} job checkpoint(s) in container {}",
@@ -257,21 +262,24 @@ async fn show(fleet: &Fleet, store: &BlobCheckpointStore, job: &str) -> Result<(
         Checkpoint::InProgress { progress } => ("in_progress", "progress", progress),
         Checkpoint::Completed { result } => ("completed", "result", result),
     };
-    println!("job:         {job}");
-    println!("status:      {status}");
-    println!("etag:        {}", etag.as_str());
+    let mut out = format!(
+        "job:         {job}\nstatus:      {status}\netag:        {}\n",
+        etag.as_str()
+    );
     if let Some(stamp) = stamp {
-        println!("written by:  {stamp}");
+        out.push_str(&format!("written by:  {stamp}\n"));
     }
     match spot_worker_command::from_progress(value) {
         // A checkpoint file `spot-worker run` saved: its bytes, not their
         // base64.
-        Ok(bytes) => println!("{label}:\n{}", describe_file(&bytes)),
-        Err(_) => {
-            println!("{label}:");
-            println!("{}", serde_json::to_string_pretty(value)?);
-        }
+        Ok(bytes) => out.push_str(&format!("{label}:\n{}\n", describe_file(&bytes))),
+        Err(_) => out.push_str(&format!(
+            "{label}:\n{}\n",
+            serde_json::to_string_pretty(value)?
+        )),
     }
+    // The program's bytes: escaped on a terminal, exact when piped.
+    print!("{}", shown(&out));
     Ok(())
 }
 

@@ -25,6 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
 use spot_worker_storage::{
     CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _, StorageError,
+    unsendable_char,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::sync::Semaphore;
@@ -101,6 +102,15 @@ fn parse_line(raw: &[u8], need_job_id: bool) -> Result<Line, String> {
     }
     let document: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    // Valid JSON may hold U+FFFE or U+FFFF as they are; a queue message
+    // cannot (JSON has no raw control character to refuse).
+    if let Some((at, c)) = unsendable_char(text) {
+        return Err(format!(
+            "not sendable: U+{code:04X} at byte {at} is a character a queue message cannot carry \
+             (XML 1.0); write it escaped in the JSON, as \\u{code:04x}",
+            code = u32::from(c)
+        ));
+    }
     let job_id = match document.get("job_id") {
         Some(serde_json::Value::String(id)) if !id.is_empty() => Some(id.clone()),
         _ if need_job_id => {
@@ -374,8 +384,9 @@ async fn send_raw(
 fn raw_message(body: &[u8], encoding: MessageEncoding) -> Result<String> {
     encoding.encode(body).map_err(|error| {
         anyhow::anyhow!(
-            "{error}: a text queue carries UTF-8 text only; send it to a queue whose workers \
-             read base64 (SPOT_WORKER_MESSAGE_ENCODING=base64 for both)"
+            "{error}: a text queue carries only UTF-8 text that XML 1.0 allows; send it to a queue \
+             whose workers read base64 (SPOT_WORKER_MESSAGE_ENCODING=base64 for both), which \
+             carries any bytes"
         )
     })
 }
@@ -467,6 +478,16 @@ mod tests {
         );
         let refused = raw_message(&bytes, MessageEncoding::Text).unwrap_err();
         assert!(refused.to_string().contains("base64"), "{refused}");
+        for text in ["a\x01b", "esc \x1b[2J", "\u{ffff}"] {
+            let refused = raw_message(text.as_bytes(), MessageEncoding::Text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains("cannot carry") && refused.contains("base64"),
+                "{refused}"
+            );
+            assert!(raw_message(text.as_bytes(), MessageEncoding::Base64).is_ok());
+        }
     }
 
     #[test]
@@ -477,7 +498,7 @@ mod tests {
                 job_id: id.map(str::to_owned),
             })
         };
-        let table: [(&[u8], bool, Result<Line, &str>); 9] = [
+        let table: [(&[u8], bool, Result<Line, &str>); 11] = [
             (
                 b"{\"job_id\":\"j1\"}\n",
                 true,
@@ -495,6 +516,16 @@ mod tests {
             (b"{\"job_id\":\"\"}\n", true, Err("`job_id`")),
             (b"{oops\n", false, Err("not JSON")),
             (b"\xff\n", false, Err("not UTF-8")),
+            (
+                "{\"a\":\"\u{ffff}\"}\n".as_bytes(),
+                false,
+                Err("U+FFFF at byte 6"),
+            ),
+            (
+                b"{\"a\":\"\\uffff\"}\n",
+                false,
+                job("{\"a\":\"\\uffff\"}", None),
+            ),
         ];
         for (raw, need_job_id, expected) in table {
             let parsed = parse_line(raw, need_job_id);

@@ -10,6 +10,7 @@ pub mod poison;
 pub mod results;
 mod scan;
 pub mod status;
+pub mod terminal;
 
 use std::io::IsTerminal as _;
 

@@ -18,6 +18,9 @@ Examples:
   spot-worker results get j1.json                  # a primes result
   spot-worker results get job-42 > job-42.out      # a program's result file, byte for byte
 
+On a terminal, control characters (an escape sequence, a carriage return)
+are shown escaped, as \\u{1b}; redirected or piped, the bytes are exact.
+
 The container is SPOT_WORKER_RESULTS_CONTAINER (default `results`), or
 --container. A result's name is the worker's: `<job_id>.json` for primes; for
 `spot-worker run`, SPOT_WORKER_RESULT_NAME (default `{job_key}`: the job key,
@@ -29,7 +32,8 @@ pub struct ResultsArgs {
 
 #[derive(Debug, Subcommand)]
 enum ResultsCommand {
-    /// Print one result on stdout, exactly as stored.
+    /// Print one result on stdout, exactly as stored (on a terminal, with
+    /// control characters escaped).
     Get {
         /// The result's name in the container.
         name: String,
@@ -56,7 +60,10 @@ pub async fn run(args: ResultsArgs) -> Result<()> {
                 );
             };
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(&bytes).context("writing the result")?;
+            // A program's bytes: exact when redirected, escaped on a terminal.
+            stdout
+                .write_all(&super::terminal::shown_bytes(&bytes))
+                .context("writing the result")?;
             stdout.flush().context("writing the result")?;
             Ok(())
         }

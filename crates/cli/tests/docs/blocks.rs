@@ -13,8 +13,12 @@ pub enum Kind {
     /// ```` ```sh no-ci ````: shown and checked, not run (the test command
     /// itself, runs of many minutes, a second terminal, synopses).
     NoCi,
-    /// ```` ```text ````: output.
+    /// ```` ```text ````: output, compared with what the `sh` block before
+    /// it printed; a `text` block anywhere else is an error.
     Output,
+    /// ```` ```text abridged ````: output shown but not compared (abridged,
+    /// edited, or from a run the runner cannot make); the prose says so.
+    Abridged,
     /// ```` ```LANG FILE ````: a file the page's commands use, written
     /// before they run.
     File(String),
@@ -60,6 +64,11 @@ pub fn kind(info: &str) -> Result<Kind, String> {
             "unknown shell block tag {info:?}: `sh`, `sh azure` or `sh no-ci`"
         )),
         ["text"] => Ok(Kind::Output),
+        ["text", "abridged"] => Ok(Kind::Abridged),
+        ["text", ..] => Err(format!(
+            "unknown text block tag {info:?}: `text` (compared with the `sh` block's \
+             output) or `text abridged` (shown, not compared)"
+        )),
         [_, file] => Ok(Kind::File((*file).to_owned())),
         [_] => Ok(Kind::Other),
         _ => Err(format!("unknown block tag {info:?}")),
@@ -142,6 +151,7 @@ mod tests {
             ("sh azure", Ok(Kind::Azure)),
             ("sh no-ci", Ok(Kind::NoCi)),
             ("text", Ok(Kind::Output)),
+            ("text abridged", Ok(Kind::Abridged)),
             ("python job.py", Ok(Kind::File("job.py".to_owned()))),
             ("rust,no_run", Ok(Kind::Other)),
         ];
@@ -150,6 +160,7 @@ mod tests {
         }
         assert!(kind("").is_err());
         assert!(kind("sh azur").is_err());
+        assert!(kind("text abridge").is_err());
     }
 
     #[test]

@@ -84,6 +84,23 @@ impl Checker {
         help
     }
 
+    /// Every flag of every `spot-worker` command (without its dashes),
+    /// asking each command's `--help` once.
+    pub fn all_flags(&mut self) -> BTreeSet<String> {
+        let mut flags = BTreeSet::new();
+        let mut pending = vec![Vec::new()];
+        while let Some(path) = pending.pop() {
+            let help = self.help(&path);
+            flags.extend(help.flags.iter().cloned());
+            for sub in help.subcommands.iter().filter(|s| *s != "help") {
+                let mut next = path.clone();
+                next.push(sub.clone());
+                pending.push(next);
+            }
+        }
+        flags
+    }
+
     /// Why `args` (what follows `spot-worker`) is not a command the binary
     /// has, if it is not.
     pub fn check(&mut self, args: &[String]) -> Result<(), String> {
@@ -116,7 +133,7 @@ impl Checker {
 
 /// A flag `spot-worker run` reads as a setting (`--job-key` for
 /// `SPOT_WORKER_JOB_KEY`), as `Source::with_args` reads it.
-fn setting_flag(flag: &str) -> bool {
+pub fn setting_flag(flag: &str) -> bool {
     table::ALL.iter().any(|setting| {
         let key = setting.key();
         key.strip_prefix("SPOT_WORKER_")

@@ -268,3 +268,36 @@ pub async fn poison_records(storage: &AzureStorage) -> Vec<(String, PoisonRecord
         })
         .collect()
 }
+
+/// The binary with `args` and [`spot_worker`]'s environment, its stdout a
+/// terminal (util-linux `script` gives it a pseudo-terminal and copies
+/// what it writes, line ends as the terminal sends them: `\r\n`).
+pub async fn run_on_a_terminal(
+    azurite: &Azurite,
+    encoding: MessageEncoding,
+    args: &[&str],
+) -> Output {
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_spot-worker"))
+        .chain(args.iter().copied())
+        .map(|arg| format!("'{}'", arg.replace('\'', r"'\''")))
+        .collect();
+    let binary = spot_worker(azurite, encoding);
+    let mut command = Command::new("script");
+    command
+        .args([
+            "--quiet",
+            "--return",
+            "--command",
+            &quoted.join(" "),
+            "/dev/null",
+        ])
+        .env("SHELL", "/bin/sh");
+    for (name, value) in binary.as_std().get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    command.stdin(Stdio::null()).kill_on_drop(true);
+    run(&mut command).await
+}

@@ -4,6 +4,7 @@
 //! configured only through the worker's environment contract.
 //! One test binary, a module per command.
 
+mod bad_bytes;
 mod checkpoints;
 mod common;
 mod enqueue;

@@ -185,6 +185,15 @@ mod tests {
         let truth = crashes as f64 / (true_seconds / 3600.0);
         let measured = fleet.no_outcome as f64 / fleet.job_hours();
         let before = old_fleet.no_outcome as f64 / old_fleet.job_hours();
+        // docs/checkpoint-interval.md quotes these (`-- --nocapture`).
+        eprintln!(
+            "{CRASHES_PER_HOUR} crashes per job-hour, {} h jobs, {WORKERS} workers, {HOURS} h: \
+             true rate {truth:.5}/h; from the counts {measured:.5}/h ({:+.2} %); counted at \
+             each delivery's end {before:.5}/h ({:.2}x)",
+            JOB_SECONDS / 3600.0,
+            (measured / truth - 1.0) * 100.0,
+            before / truth
+        );
         assert!(
             (truth - CRASHES_PER_HOUR).abs() < 0.1 * CRASHES_PER_HOUR,
             "the trace: {truth}"

@@ -245,7 +245,7 @@ impl Worker {
         }
         // Left (the file removed) when `run` returns; a crash leaves it
         // unlocked, which the other workers treat the same.
-        let rendezvous = self.join_peers();
+        let rendezvous = self.join_peers().await;
 
         let cadence = Arc::clone(&self.cadence);
         self.metrics
@@ -348,7 +348,7 @@ impl Worker {
 
     /// Joins the other workers on this VM (those watching the same IMDS),
     /// unless Scheduled Events are not watched at all.
-    fn join_peers(&self) -> Rendezvous {
+    async fn join_peers(&self) -> Rendezvous {
         if !self.config.imds.enabled {
             return Rendezvous::Unavailable("Scheduled Events are not watched".into());
         }
@@ -359,6 +359,7 @@ impl Worker {
             &about,
             self.config.drain.approve_events,
         )
+        .await
     }
 
     fn imds_config(&self) -> ImdsConfig {

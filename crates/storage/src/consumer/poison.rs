@@ -107,6 +107,7 @@ impl PoisonRecord {
     pub fn to_message_text(&self) -> Result<Option<String>, StorageError> {
         let text = serde_json::to_string(self)
             .map_err(|e| StorageError::InvalidArgument(format!("poison record: {e}")))?;
+        let text = xml_safe_json(text);
         Ok((xml_escaped_len(&text) <= MAX_POISON_MESSAGE_LEN).then_some(text))
     }
 
@@ -125,6 +126,19 @@ impl PoisonRecord {
             reason: e.to_string(),
         })
     }
+}
+
+/// JSON text that a queue message can carry: serde_json writes every
+/// control character escaped, but U+FFFE and U+FFFF as they are, and a
+/// program's stderr in `last_error` may hold them; written as `\ufffe` and
+/// `\uffff` instead, the same JSON. (Outside strings JSON has no such
+/// character, so every one is inside a string.)
+fn xml_safe_json(text: String) -> String {
+    if !text.contains(['\u{fffe}', '\u{ffff}']) {
+        return text;
+    }
+    text.replace('\u{fffe}', "\\ufffe")
+        .replace('\u{ffff}', "\\uffff")
 }
 
 /// The length of `text` once XML-escaped as a queue message is sent.
@@ -168,6 +182,15 @@ pub fn poison_body_blob_name(queue: &str, original_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_of_any_text_is_a_message_the_queue_can_carry() {
+        let mut poisoned = record("body");
+        poisoned.last_error = "stderr: \u{1}\u{1b}[31m \u{fffe}\u{ffff} end".to_owned();
+        let text = poisoned.to_message_text().unwrap().unwrap();
+        assert_eq!(crate::unsendable_char(&text), None, "{text}");
+        assert_eq!(PoisonRecord::from_message_text(&text).unwrap(), poisoned);
+    }
 
     fn record(body: &str) -> PoisonRecord {
         PoisonRecord {

@@ -102,6 +102,17 @@ proptest! {
     fn json_lines_are_sent_as_written(text in document(), crlf in any::<bool>()) {
         let raw = format!("{text}{}", if crlf { "\r\n" } else { "\n" });
         let document: Value = serde_json::from_str(&text).expect("generated valid");
+        // Valid JSON a queue message cannot carry (U+FFFE, U+FFFF as they
+        // are) is refused, saying so.
+        if spot_worker_storage::unsendable_char(&text).is_some() {
+            let refused = parse_line(raw.as_bytes(), false);
+            prop_assert!(
+                matches!(&refused, Err(reason) if reason.starts_with("not sendable: ")),
+                "{:?}",
+                refused
+            );
+            return Ok(());
+        }
         let job_id = document
             .get("job_id")
             .and_then(Value::as_str)
@@ -131,12 +142,14 @@ proptest! {
             }
             Ok(Line::Job { text, job_id }) => {
                 prop_assert!(serde_json::from_str::<Value>(&text).is_ok(), "{}", text);
+                prop_assert_eq!(spot_worker_storage::unsendable_char(&text), None);
                 prop_assert!(!need_job_id || job_id.is_some());
                 prop_assert!(!text.ends_with('\n'));
             }
             Err(reason) => prop_assert!(
                 reason.starts_with("not UTF-8: ")
                     || reason.starts_with("not JSON: ")
+                    || reason.starts_with("not sendable: ")
                     || reason.contains("`job_id`"),
                 "unclear: {}",
                 reason

@@ -13,6 +13,7 @@ use spot_worker_storage::StorageError;
 use record::{Entry, Selection, original_size, original_text, short_reason};
 
 use super::scan::Scan;
+use super::terminal::{shown, shown_json};
 use super::{Fleet, age, encoding_name, rfc3339, seconds_since};
 
 /// Read, requeue or purge the poison queue's records.
@@ -55,7 +56,9 @@ Examples:
   spot-worker poison show --raw ID > original.txt   # only the original, byte for byte
 
 A claim-check original (stored as a blob) is downloaded and checked against
-the length and SHA-256 in the record.")]
+the length and SHA-256 in the record. On a terminal, control characters in
+the reason (a program's stderr) and the original are shown escaped, as
+\\u{1b}; redirected or piped, they are exact.")]
     Show {
         /// The record's id in the poison queue, or the original message id.
         id: String,
@@ -163,7 +166,7 @@ async fn list(fleet: &Fleet, all: bool, json: bool) -> Result<()> {
                 Err(e) => serde_json::json!({"id": entry.id.as_str(), "error": e}),
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&documents)?);
+        println!("{}", shown_json(&serde_json::to_string_pretty(&documents)?));
         return Ok(());
     }
     println!(
@@ -171,7 +174,7 @@ async fn list(fleet: &Fleet, all: bool, json: bool) -> Result<()> {
         "ID", "FAILURES", "DELIVERIES", "AGE", "SIZE", "WHERE"
     );
     for entry in &entries {
-        println!("{}", table_row(entry));
+        println!("{}", shown(&table_row(entry)));
     }
     let total = fleet.poison_queue()?.approximate_message_count().await.ok();
     let more = match total {
@@ -231,7 +234,8 @@ async fn show(fleet: &Fleet, id: &str, raw: bool) -> Result<()> {
     };
     let original = original_text(fleet, &record).await?;
     if raw {
-        print!("{original}");
+        // Exact when piped or redirected; escaped on a terminal.
+        print!("{}", shown(&original));
         return Ok(());
     }
     let (size, place) = original_size(&record);
@@ -242,35 +246,36 @@ async fn show(fleet: &Fleet, id: &str, raw: bool) -> Result<()> {
         ),
         None => place.to_owned(),
     };
-    println!("id:            {}", entry.id);
-    println!("queue:         {}", record.queue);
-    println!("original id:   {}", record.original_id);
-    println!(
-        "failures:      {} (deliveries {})",
-        record.failures, record.dequeue_count
+    let mut out = format!(
+        "id:            {}\nqueue:         {}\noriginal id:   {}\nfailures:      {} (deliveries {})\n",
+        entry.id, record.queue, record.original_id, record.failures, record.dequeue_count
     );
     if let Some(inserted) = record.inserted_at {
-        println!(
-            "first sent:    {} ({} ago)",
+        out.push_str(&format!(
+            "first sent:    {} ({} ago)\n",
             rfc3339(inserted),
             age(seconds_since(inserted))
-        );
+        ));
     }
-    println!(
-        "poisoned:      {} ({} ago)",
+    out.push_str(&format!(
+        "poisoned:      {} ({} ago)\n",
         rfc3339(record.poisoned_at),
         age(seconds_since(record.poisoned_at))
-    );
+    ));
     let truncated = if record.last_error_truncated {
         " [truncated]"
     } else {
         ""
     };
-    println!("reason:        {}{truncated}", record.last_error);
-    println!(
-        "original:      {size} bytes, {}, {place}",
+    out.push_str(&format!(
+        "reason:        {}{truncated}\n",
+        record.last_error
+    ));
+    out.push_str(&format!(
+        "original:      {size} bytes, {}, {place}\n{original}\n",
         encoding_name(record.encoding)
-    );
-    println!("{original}");
+    ));
+    // A program's stderr and a message body: escaped on a terminal.
+    print!("{}", shown(&out));
     Ok(())
 }
