@@ -24,6 +24,7 @@
 //! Under `cargo test --all-targets` (no `--bench`) it runs the smoke
 //! checks in `smoke.rs` on synthetic traces.
 
+mod grid;
 mod learned;
 mod model;
 mod optimum;
@@ -33,11 +34,11 @@ mod report;
 mod smoke;
 mod trace;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use model::{Job, LanePolicy};
-use report::{Runs, gap_closed, json_lines, run_all};
+use report::{json_lines, run_all};
 use trace::Trace;
 
 /// The policies compared, in the order printed (the optimum comes last).
@@ -67,7 +68,8 @@ fn number(args: &[String], flag: &str, default: f64) -> f64 {
     }
 }
 
-fn fail(message: &str) -> ! {
+/// Ends the bench with `message` and exit status 2 (bad arguments or input).
+pub fn fail(message: &str) -> ! {
     eprintln!("deadlines: {message}");
     std::process::exit(2)
 }
@@ -80,7 +82,7 @@ fn main() {
     }
     let starts = number(&args, "--starts", 300.0) as usize;
     if let Some(dir) = value(&args, "--grid") {
-        grid(Path::new(&dir), starts);
+        grid::run(Path::new(&dir), starts);
         return;
     }
     let Some(file) = value(&args, "--trace") else {
@@ -112,100 +114,5 @@ fn main() {
         "deadlines: {} starts in {:.1} s",
         starts,
         started.elapsed().as_secs_f64()
-    );
-}
-
-/// The traces under `dir`, sorted by path.
-fn trace_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        let entries =
-            std::fs::read_dir(&at).unwrap_or_else(|e| fail(&format!("{}: {e}", at.display())));
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "json") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
-/// The grid: every trace × D ∈ {52, 70} h × d ∈ {0.05, 0.2} h,
-/// W = 48 h, k = 3.
-fn grid(dir: &Path, starts: usize) {
-    let started = Instant::now();
-    let mut rows = Vec::new();
-    for file in trace_files(dir) {
-        let trace = Trace::read(&file).unwrap_or_else(|e| fail(&e));
-        for deadline in [52.0, 70.0] {
-            for overhead in [0.05, 0.2] {
-                let job = Job {
-                    work: 48.0 * 3600.0,
-                    deadline: deadline * 3600.0,
-                    overhead: overhead * 3600.0,
-                    price_ratio: 3.0,
-                };
-                let all = run_all(&trace, &job, &trace.starts(starts), &mut policies());
-                for line in json_lines(&trace, &job, &all) {
-                    println!("{line}");
-                }
-                rows.push((
-                    trace.name.clone(),
-                    trace.availability(),
-                    deadline,
-                    overhead,
-                    all,
-                ));
-            }
-        }
-    }
-    println!();
-    println!(
-        "| trace | Spot | D | d | on-demand | greedy | uniform progress | optimum | UP: gap closed | UP missed | UP vs greedy |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut failing = Vec::new();
-    for (name, availability, deadline, overhead, all) in &rows {
-        let get = |n: &str| {
-            all.iter()
-                .find(|r| r.policy == n)
-                .unwrap_or_else(|| fail(n))
-        };
-        let (od, greedy, up, opt): (&Runs, &Runs, &Runs, &Runs) = (
-            get("on-demand"),
-            get("greedy"),
-            get("uniform-progress"),
-            get("optimum"),
-        );
-        let closed = gap_closed(up, greedy, opt);
-        let ok = up.missed() == 0
-            && up.mean_cost() <= greedy.mean_cost() + 1e-9
-            && closed.is_none_or(|c| c >= 0.5);
-        if !ok {
-            failing.push(format!("{name} D={deadline} d={overhead}"));
-        }
-        println!(
-            "| {name} | {availability:.2} | {deadline} | {overhead} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:+.2} |",
-            od.mean_cost(),
-            greedy.mean_cost(),
-            up.mean_cost(),
-            opt.mean_cost(),
-            closed.map_or("—".to_string(), |c| format!("{:.0} %", c * 100.0)),
-            up.missed(),
-            up.mean_cost() - greedy.mean_cost(),
-        );
-    }
-    println!();
-    println!(
-        "{} cells, {starts} starts each, in {:.0} s; the goal (no miss, never dearer than greedy, at least half the gap closed) fails in {}: {:?}",
-        rows.len(),
-        started.elapsed().as_secs_f64(),
-        failing.len(),
-        failing
     );
 }
