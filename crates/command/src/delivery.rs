@@ -20,7 +20,7 @@ use crate::handler::{CommandHandler, key_of};
 use crate::output::{Stream, Tail, forward};
 use crate::pace::{Pace, read_progress};
 use crate::progress::from_progress;
-use crate::saving::{FileVersion, Save, file_stamp};
+use crate::saving::{FileStamp, FileVersion, Save, file_stamp};
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -106,6 +106,7 @@ impl CommandHandler {
             pace: Pace::default(),
             progress_warned: false,
             spread_due: None,
+            stopped: None,
         };
         let ended = run.run_program(&message_id, &mut checkpoint).await?;
         let Ended {
@@ -196,6 +197,26 @@ pub(crate) struct Run<'a> {
     /// What the progress decided at the last look, so the log says each
     /// change once rather than every look.
     spread_due: Option<bool>,
+    /// When the program was sent its stop signal, and the version of the
+    /// checkpoint file there was then: a version other than it was
+    /// written after the signal.
+    pub(crate) stopped: Option<Stopped>,
+}
+
+/// How long a job has left, and who says so (for the log).
+#[derive(Clone, Copy, Debug)]
+struct Left {
+    time: Duration,
+    from: &'static str,
+}
+
+/// The stop signal, as the checkpoint file's versions are weighed against
+/// it.
+pub(crate) struct Stopped {
+    /// When it was sent (after the notice).
+    pub(crate) at: Instant,
+    /// The version of the checkpoint file then; `None` if there was none.
+    pub(crate) version: Option<FileStamp>,
 }
 
 impl Run<'_> {
@@ -212,7 +233,9 @@ impl Run<'_> {
         // Before the start, so a file the program writes at once is new.
         let mut looked_at = file_stamp(&self.dir.checkpoint());
         self.program_started = Some(std::time::Instant::now());
-        let mut child = self.spawn(message_id).await?;
+        let mut child = self
+            .spawn(message_id, self.first_interval(checkpoint))
+            .await?;
         let pgid = child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
@@ -238,6 +261,12 @@ impl Run<'_> {
                     break status.map_err(|e| format!("job {key}: waiting for the program: {e}"))?;
                 }
                 () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {
+                    // The version there is now, before the signal: any
+                    // other was written after it.
+                    self.stopped = Some(Stopped {
+                        at: Instant::now(),
+                        version: file_stamp(&self.dir.checkpoint()),
+                    });
                     kill_at = Some(self.stop_for_notice(pgid));
                     ended = RunnerEnded::ForNotice;
                 }
@@ -254,7 +283,7 @@ impl Run<'_> {
                 () = tokio::time::sleep_until(next_save) => {
                     // Before the first save only for the pace's first reading.
                     let left = if saved_once || !self.pace.started() {
-                        self.progress_left().await
+                        self.time_left(checkpoint).await
                     } else {
                         None
                     };
@@ -323,29 +352,67 @@ impl Run<'_> {
             .unwrap_or_else(|| self.job.cadence().interval())
     }
 
+    /// The interval the program is told (`SPOT_WORKER_CHECKPOINT_INTERVAL`):
+    /// [`Run::save_interval`], or spread over the rest of the job the
+    /// fleet's finished jobs say it has left.
+    fn first_interval(&self, checkpoint: &JobCheckpoint) -> Duration {
+        match self.expected_left(checkpoint) {
+            Some(left) => checkpoint.cadence().interval_before_end(left),
+            None => self.save_interval(),
+        }
+    }
+
     /// Whether the runner saves the checkpoint file (if changed) at a look
-    /// after the first save: always, unless the program's progress says
-    /// how long its job has `left`, when the worker's interval spread over
-    /// the rest of the job decides (docs/checkpoint-interval.md).
-    fn is_due(&mut self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> bool {
+    /// after the first save: always, unless it knows how long the job has
+    /// `left` (the program's progress, or the fleet's finished jobs), when
+    /// the worker's interval spread over the rest of the job decides
+    /// (docs/checkpoint-interval.md).
+    fn is_due(&mut self, checkpoint: &JobCheckpoint, left: Option<Left>) -> bool {
         let Some(left) = left else {
             return true;
         };
-        let due = checkpoint.is_due_before_end(left);
+        let due = checkpoint.is_due_before_end(left.time);
         if self.spread_due.replace(due) != Some(due) {
-            tracing::debug!(job_key = %self.key, ?left, due, since_last_save = ?checkpoint.since_last_save(), "the program's progress spreads the saves over the rest of its job");
+            let (left, from) = (left.time, left.from);
+            tracing::debug!(job_key = %self.key, ?left, from, due, since_last_save = ?checkpoint.since_last_save(), "the saves are spread over the rest of the job");
         }
         due
     }
 
+    /// The time the job has left: from the program's progress file if it
+    /// writes one, else the rest the fleet's finished jobs say a job that
+    /// has done this much has left; `None` with `--checkpoint-every`, or
+    /// when neither can say.
+    async fn time_left(&mut self, checkpoint: &JobCheckpoint) -> Option<Left> {
+        if let Some(time) = self.progress_left().await {
+            return Some(Left {
+                time,
+                from: "the program's progress",
+            });
+        }
+        self.expected_left(checkpoint).map(|time| Left {
+            time,
+            from: "the fleet's finished jobs",
+        })
+    }
+
+    /// [`JobCheckpoint::expected_left`], unless `--checkpoint-every` fixes
+    /// the interval.
+    fn expected_left(&self, checkpoint: &JobCheckpoint) -> Option<Duration> {
+        if self.handler.config.checkpoint_every.is_some() {
+            return None;
+        }
+        checkpoint.expected_left()
+    }
+
     /// How long until the next look after the first save: the time until
     /// the interval spread over the rest of the job has passed since the
-    /// last save if the program's progress says how long it has `left`
+    /// last save if the runner knows how long the job has `left`
     /// (at least [`FIRST_SAVE_LOOK`], as before the first save: a save
     /// due waits only for the program's next version of the file), else
     /// [`Run::save_interval`].
-    fn next_look(&self, checkpoint: &JobCheckpoint, left: Option<Duration>) -> Duration {
-        match left {
+    fn next_look(&self, checkpoint: &JobCheckpoint, left: Option<Left>) -> Duration {
+        match left.map(|left| left.time) {
             Some(left) => {
                 let since = checkpoint.since_last_save();
                 checkpoint
@@ -381,7 +448,7 @@ impl Run<'_> {
 
     /// The program, started in its own process group with the contract's
     /// environment, and tied to the runner's life (`spawner.rs`).
-    async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
+    async fn spawn(&self, message_id: &str, interval: Duration) -> Result<Child, HandlerError> {
         let config = &self.handler.config;
         let job = self.job;
         let mut contract: Vec<(&'static str, String)> = vec![
@@ -399,7 +466,7 @@ impl Run<'_> {
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
             (
                 "SPOT_WORKER_CHECKPOINT_INTERVAL",
-                interval_seconds(self.save_interval()),
+                interval_seconds(interval),
             ),
         ];
         if let Some(user) = &config.program_user {

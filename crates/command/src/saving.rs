@@ -11,7 +11,7 @@ use spot_worker_storage::{
 
 use crate::delivery::Run;
 use crate::progress::{ProgressError, read_stable, read_stable_version, to_progress};
-use crate::write_time::{Unmeasured, write_duration};
+use crate::write_time::{Unmeasured, write_duration, written_at};
 
 /// What one look at the checkpoint file did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +48,9 @@ impl Run<'_> {
         let path = self.dir.checkpoint();
         let limit = self.handler.config.checkpoint_max_bytes;
         let read = tokio::task::spawn_blocking(move || read_stable_version(&path, limit)).await;
+        // Both clocks at once, to put the version's modification time on
+        // the monotonic one.
+        let (wall_now, now) = (std::time::SystemTime::now(), tokio::time::Instant::now());
         let (bytes, meta) = match read {
             Ok(Ok(Some(read))) => read,
             Ok(Ok(None)) => return Ok(Save::Unchanged),
@@ -69,7 +72,15 @@ impl Run<'_> {
         let progress = Checkpoint::InProgress {
             progress: to_progress(&bytes),
         };
-        match checkpoint.save_blocking(progress, blocking).await {
+        let saved = match self.written_at(&meta, wall_now, now) {
+            Some(written_at) => {
+                checkpoint
+                    .save_written(progress, blocking, written_at)
+                    .await
+            }
+            None => checkpoint.save_blocking(progress, blocking).await,
+        };
+        match saved {
             Ok(()) => {
                 tracing::debug!(job_key = %self.key, bytes = bytes.len(), written_in = ?blocking.written_before, "checkpoint file saved");
                 self.last_saved = Some(bytes);
@@ -131,6 +142,28 @@ impl Run<'_> {
                 Blocking::CALL
             }
         }
+    }
+
+    /// When the version `meta` describes was written, on the monotonic
+    /// clock (`wall_now` and `now` read together as it was read): its
+    /// modification time ([`written_at`]); what saving it keeps of the
+    /// program's work. A version that is new since the stop signal was
+    /// written after it, whatever its modification time says: a file
+    /// system stamps times from a clock that ticks only every few
+    /// milliseconds, and a program that saves on the signal may well do
+    /// so within the tick. `None` for a time the clock cannot tell: the
+    /// save then keeps the work up to its call.
+    fn written_at(
+        &self,
+        meta: &std::fs::Metadata,
+        wall_now: std::time::SystemTime,
+        now: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        let mapped = written_at(meta.modified().ok()?, wall_now, now)?;
+        Some(match &self.stopped {
+            Some(stopped) if stopped.version != Some(FileStamp::of(meta)) => mapped.max(stopped.at),
+            _ => mapped,
+        })
     }
 
     /// On a clean exit the file is not saved (the job is marked completed
@@ -245,16 +278,30 @@ fn unmeasured_once(why: Unmeasured) {
     }
 }
 
-/// What identifies a version of the file at `path` without reading it
-/// (device, inode, size, modification time); `None` if there is none.
-pub(crate) fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    Some((
-        meta.dev(),
-        meta.ino(),
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-    ))
+/// What identifies a version of a file without reading it: its device,
+/// inode, birth, size and modification time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    version: FileVersion,
+    len: u64,
+    modified: (i64, i64),
+}
+
+impl FileStamp {
+    /// The stamp of the version `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            version: FileVersion::of(meta),
+            len: meta.len(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
+
+/// The stamp of the file at `path`; `None` if there is none.
+pub(crate) fn file_stamp(path: &std::path::Path) -> Option<FileStamp> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|meta| FileStamp::of(&meta))
 }

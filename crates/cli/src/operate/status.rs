@@ -17,8 +17,10 @@ use time::OffsetDateTime;
 use super::checkpoints::{JobRow, ago, compact, job_rows};
 use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
 use interval::{IntervalStatus, interval_status};
+use notices::{QueueNotices, notices_by_queue};
 
 mod interval;
+mod notices;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -100,6 +102,9 @@ struct Status {
     workers: Vec<WorkerStatus>,
     /// The checkpoint interval and the estimates behind it.
     checkpoint_interval: IntervalStatus,
+    /// Per queue whose fleet counts are in the checkpoint container: the
+    /// share of notices that saved, and the work lost per interruption.
+    notices: Vec<QueueNotices>,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -155,6 +160,7 @@ async fn gather(
     let poison = queue_status(&fleet.poison_queue()?).await?;
     let checkpoints = fleet.checkpoints()?;
     let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let notices = notices_by_queue(&checkpoints).await?;
     let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
         .iter()
@@ -200,6 +206,7 @@ async fn gather(
         goodput,
         workers,
         checkpoint_interval,
+        notices,
     })
 }
 
@@ -292,6 +299,12 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
     print_goodput(&status.goodput);
     for line in interval::lines(&status.checkpoint_interval) {
         println!("{line}");
+    }
+    if !status.notices.is_empty() {
+        println!("notices per queue (the checkpoint container's fleet counts):");
+        for queue in &status.notices {
+            println!("{}", queue.line());
+        }
     }
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };

@@ -63,6 +63,7 @@ fn checkpoint_estimates(view: &CadenceView) -> CheckpointEstimates {
         save_cost_seconds: view.cost.estimate().map(|cost| cost.as_secs_f64()),
         evictions_per_hour: estimates.evictions_per_hour,
         late_per_hour: estimates.evictions_per_hour * estimates.late_share,
+        unsaved_per_hour: estimates.evictions_per_hour * estimates.unsaved_share,
         no_outcome_per_hour: estimates.no_outcome_per_hour,
         losing_per_hour: estimates.losing_per_hour(),
     }
@@ -254,7 +255,7 @@ impl Worker {
         // runs; added to once more as it stops (docs/checkpoint-interval.md).
         let stop_ledger = CancellationToken::new();
         let ledger_task = self.checkpoints.as_ref().map(|store| {
-            let ledger = FleetLedger::new(Arc::clone(store));
+            let ledger = FleetLedger::for_queue(Arc::clone(store), &self.config.queue);
             let (cadence, stop) = (Arc::clone(&self.cadence), stop_ledger.clone());
             let gate_opened = self.gate_opened.clone();
             tokio::spawn(async move {

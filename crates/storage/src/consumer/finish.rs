@@ -2,6 +2,8 @@
 //! stopped (or never started), carried out under the lease: delete,
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
+use std::time::Duration;
+
 use spot_worker_decisions::cadence::Interruption;
 use spot_worker_decisions::goodput::tail;
 
@@ -106,12 +108,21 @@ impl Consumer {
                 }
             }
             Settlement::Release => {
-                // An interruption of a running job: drained in time if the
-                // handler returned (it saved), too late if it was dropped.
-                // Counted once its settling is recorded (`record_tail`).
-                let kind = delivery.handler_started.then_some(match departure.ending {
+                // An interruption of a running job, by what it lost: too
+                // late if the handler was dropped; if it returned, saved at
+                // the notice only if its last save holds data written after
+                // it (a program's new version after its stop signal),
+                // otherwise the work since that save is lost. Counted once
+                // its settling is recorded (`record_tail`).
+                let kind = delivery.handler_started.then(|| match departure.ending {
                     Ending::Dropped => Interruption::Late,
-                    _ => Interruption::Drained,
+                    _ if signals
+                        .noticed_at()
+                        .is_some_and(|notice| delivery.clock.saved_since(notice)) =>
+                    {
+                        Interruption::Drained
+                    }
+                    _ => Interruption::Unsaved,
                 });
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
@@ -184,7 +195,8 @@ impl Consumer {
     /// delivery's redone work goes unreported. A release (`released`:
     /// `Some`, with the interruption's kind if its handler ran) is marked
     /// settled in the same write, and its kind counted once that write
-    /// succeeded, unless the next delivery counted its note already
+    /// succeeded (one that lost work with its loss: the tail's redone
+    /// time), unless the next delivery counted its note already
     /// ([`own_release_uncounted`]): a release whose settling is not
     /// recorded is counted by the next delivery, as a late notice.
     async fn record_tail(
@@ -230,7 +242,13 @@ impl Consumer {
         match tokio::time::timeout(deadline, write).await {
             Ok(Ok(settled)) => {
                 if settled && let Some(Some(kind)) = released {
-                    self.cadence.note(kind);
+                    match kind {
+                        // What it lost is its tail's redone work.
+                        Interruption::Unsaved | Interruption::Late => self
+                            .cadence
+                            .note_loss(kind, Duration::from_millis(tail.redone_ms)),
+                        Interruption::Drained | Interruption::NoOutcome => self.cadence.note(kind),
+                    }
                 }
                 tracing::debug!(redone_ms = tail.redone_ms, settled, "tail recorded");
             }

@@ -121,6 +121,10 @@ impl Consumer {
             job = delivery.leftover.key(),
             "job finished: where its time went"
         );
+        // The job's length, for the interval of jobs that say nothing of
+        // their end: the work it needed, its useful time.
+        self.cadence
+            .note_job_length(Duration::from_millis(ledger.useful_ms));
         if let Some(observer) = &self.goodput_observer {
             observer(&ledger);
         }
