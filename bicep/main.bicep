@@ -2,9 +2,12 @@
 // One resource group: storage (queue, poison queue, checkpoints, results,
 // artifacts), a user-assigned identity with queue- and container-scoped roles,
 // a private network with NAT egress, the scale set, autoscale on the queue, and
-// Log Analytics + Application Insights + a workbook. scripts/deploy.sh runs it
-// twice: first with deployCompute=false (storage exists, the binary can be
-// uploaded), then in full.
+// Log Analytics + Application Insights + a workbook. With regularLane (the
+// default), the regular lane too (docs/deploying.md, "The two lanes"): its queue and a
+// regular-priority scale set of the same image and identity, scaled from zero
+// by its own autoscale. scripts/deploy.sh runs it twice: first with
+// deployCompute=false (storage exists, the binary can be uploaded), then in
+// full.
 
 targetScope = 'resourceGroup'
 
@@ -68,6 +71,41 @@ param backlogPerInstance int = 20
 @description('Workers added per scale-out.')
 @minValue(1)
 param scaleOutStep int = 2
+
+@description('Deploy the regular lane (docs/deploying.md, "The two lanes"): a second queue, and a regular-priority scale set (minimum 0) that jobs with a deadline fall back to when the lane rule says they must. false: Spot only.')
+param regularLane bool = true
+
+@description('The regular lane\'s queue (SPOT_WORKER_REGULAR_QUEUE). Both lanes poison into "<queueName>-poison".')
+@minLength(3)
+@maxLength(56)
+param regularQueueName string = 'jobs-regular'
+
+@description('VM sizes of the regular lane\'s scale set (instance mix), with one local-disk configuration.')
+@minLength(1)
+@maxLength(5)
+param regularVmSizes array = vmSizes
+
+@description('Fewest regular workers: 0 (the regular lane starts at none), or 1 to keep one always: it keeps the lanes and runs regular jobs at once, whatever Azure reads at zero instances (bicep/README.md, "The regular lane\'s autoscale").')
+@minValue(0)
+@maxValue(5)
+param regularMinInstances int = 0
+
+@description('Most regular workers.')
+@minValue(1)
+@maxValue(100)
+param regularMaxInstances int = 5
+
+@description('Regular workers the regular scale set runs now (deploy.sh reads it with az vmss show; 0 = a new scale set or none running). A re-deploy keeps this count, as for the Spot scale set.')
+@minValue(0)
+param currentRegularInstanceCount int = 0
+
+@description('Regular workers added per scale-out of the regular lane.')
+@minValue(1)
+param regularScaleOutStep int = 1
+
+@description('Minutes without any Spot VM running before the regular lane wakes one VM to keep the lanes (docs/deploying.md, "Who keeps the lanes").')
+@minValue(1)
+param keeperWakeMinutes int = 10
 
 @description('Admin user on the VMs (SSH key only; reachable only from inside the virtual network).')
 param adminUsername string = 'azureuser'
@@ -173,6 +211,8 @@ module storage 'modules/storage.bicep' = {
     location: location
     name: storageName
     queueName: queueName
+    regularLane: regularLane
+    regularQueueName: regularQueueName
     checkpointContainer: checkpointContainer
     checkpointRetentionDays: checkpointRetentionDays
     resultsContainer: resultsContainer
@@ -193,6 +233,8 @@ module identity 'modules/identity.bicep' = {
     storageAccountName: storage.outputs.name
     queueName: storage.outputs.jobQueueName
     poisonQueueName: storage.outputs.poisonQueueName
+    regularLane: regularLane
+    regularQueueName: storage.outputs.regularQueueName
     checkpointContainer: storage.outputs.checkpointContainerName
     resultsContainer: storage.outputs.resultsContainerName
     poisonContainer: storage.outputs.poisonContainerName
@@ -219,6 +261,11 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
   params: {
     location: location
     namePrefix: namePrefix
+    priority: 'Spot'
+    lane: 'spot'
+    regularQueueName: regularLane ? storage.outputs.regularQueueName : ''
+    // One per CPU.
+    concurrency: ''
     vmSizes: vmSizes
     allocationStrategy: allocationStrategy
     maxPrice: maxPrice
@@ -247,6 +294,60 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
   }
 }
 
+// The regular lane's scale set: the same worker, image and identity on
+// regular-priority VMs, serving the regular lane's queue, one job per VM.
+module regularCompute 'modules/compute.bicep' = if (deployCompute && regularLane) {
+  name: 'regular-compute'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    priority: 'Regular'
+    lane: 'regular'
+    regularQueueName: storage.outputs.regularQueueName
+    concurrency: '1'
+    vmSizes: regularVmSizes
+    allocationStrategy: allocationStrategy
+    // Not a Spot price: regular VMs have none.
+    maxPrice: '-1'
+    // Never below what runs now, as for the Spot scale set.
+    instanceCount: currentRegularInstanceCount
+    publishScheduledEventsToEventGrid: publishScheduledEventsToEventGrid
+    adminUsername: adminUsername
+    sshPublicKey: sshPublicKey
+    subnetId: network.outputs.subnetId
+    nsgId: network.outputs.nsgId
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageBlobEndpoint: storage.outputs.blobEndpoint
+    queueName: storage.outputs.jobQueueName
+    checkpointContainer: checkpointContainer
+    resultsContainer: resultsContainer
+    workerBinaryUrl: '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBinaryName}'
+    workerBinarySha256: workerBinarySha256
+    workerArgs: empty(workerCommand) ? '' : (empty(workerRunFlags) ? 'run -- ${workerCommand}' : 'run ${workerRunFlags} -- ${workerCommand}')
+    workerBundleUrl: empty(workerBundleName) ? '' : '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBundleName}'
+    workerBundleSha256: workerBundleSha256
+    appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+    tags: tags
+  }
+}
+
+module regularAutoscale 'modules/regular-autoscale.bicep' = if (deployCompute && regularLane) {
+  name: 'regular-autoscale'
+  params: {
+    location: location
+    name: '${namePrefix}-regular-autoscale'
+    vmssId: regularCompute.outputs.id
+    queueMetricsId: '${storage.outputs.id}/services/queue/queues/${regularQueueName}'
+    spotVmssId: compute.outputs.id
+    minInstances: regularMinInstances
+    maxInstances: regularMaxInstances
+    scaleOutStep: regularScaleOutStep
+    keeperWakeMinutes: keeperWakeMinutes
+    tags: tags
+  }
+}
+
 module autoscale 'modules/autoscale.bicep' = if (deployCompute) {
   name: 'autoscale'
   params: {
@@ -271,5 +372,7 @@ output resultsContainer string = resultsContainer
 output workerBinaryName string = workerBinaryName
 output workerBundleName string = workerBundleName
 output vmssName string = deployCompute ? compute.outputs.name : ''
+output regularQueueName string = regularLane ? storage.outputs.regularQueueName : ''
+output regularVmssName string = deployCompute && regularLane ? regularCompute.outputs.name : ''
 output appInsightsName string = monitoring.outputs.appInsightsName
 output natPublicIp string = network.outputs.natPublicIp

@@ -17,6 +17,15 @@ param minInstances = 1
 param maxInstances = 10
 param backlogPerInstance = 20
 param scaleOutStep = 2
+// The regular lane (docs/deploying.md, "The two lanes"): from zero, a VM per job with a deadline
+// that must run on regular capacity, and one to keep the lanes while Spot
+// has no VM.
+param regularLane = true
+param regularQueueName = 'jobs-regular'
+param regularMinInstances = 0
+param regularMaxInstances = 5
+param regularScaleOutStep = 1
+param keeperWakeMinutes = 10
 param adminUsername = 'azureuser'
 // Replace with your key (deploy.sh uses ~/.ssh/id_ed25519.pub or SSH_PUBLIC_KEY).
 param sshPublicKey = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIReplaceWithYourOwnPublicKey0000000000000000 you@example'

@@ -15,9 +15,11 @@
 #      it: namespace, the telemetry Secret (Application Insights' connection
 #      string, never printed), service account, the worker Deployment (no
 #      replica count: a re-run never scales running workers), KEDA's
-#      TriggerAuthentication + ScaledObject;
-#   5. waits for KEDA to read the queue and reports the ScaledObject's READY
-#      and ACTIVE conditions, failing with KEDA's own message if it cannot.
+#      TriggerAuthentication + ScaledObject, and with the regular lane
+#      (docs/deploying.md, "The two lanes") its Deployment and ScaledObject (regular.yaml);
+#   5. waits for KEDA to read the queues and reports each ScaledObject's
+#      READY and ACTIVE conditions, failing with KEDA's own message if it
+#      cannot.
 #
 # Settings (environment): IMAGE (required: the worker image, built with
 # scripts/build-image.sh and pushed to a registry the cluster can pull from,
@@ -29,7 +31,8 @@
 # image that holds it), RESOURCE_GROUP (spot-worker-rg), LOCATION
 # (westeurope), OPERATOR_IP (default: your public address; a single address),
 # PARAMS_FILE (bicep/aks/main.bicepparam), MAX_REPLICAS (20),
-# MESSAGES_PER_POD (20), KEDA_CHECKS (12 checks of the ScaledObject, 5 s
+# MESSAGES_PER_POD (20), REGULAR_MAX_REPLICAS (5: regular-lane pods, one job
+# each), KEDA_CHECKS (12 checks of the ScaledObject, 5 s
 # apart); extra arguments go to `az deployment group create` (e.g.
 # --parameters spotMaxCount=20 spotMaxPrice=0.05).
 set -euo pipefail
@@ -43,6 +46,7 @@ NAMESPACE="${NAMESPACE:-spot-worker}"
 WORKER_ARGS="${WORKER_ARGS:-[\"/usr/local/bin/primes\"]}"
 MAX_REPLICAS="${MAX_REPLICAS:-20}"
 MESSAGES_PER_POD="${MESSAGES_PER_POD:-20}"
+REGULAR_MAX_REPLICAS="${REGULAR_MAX_REPLICAS:-5}"
 
 [[ -n "${IMAGE:-}" ]] || die "set IMAGE to the worker image the cluster pulls (scripts/build-image.sh builds it; push it to your registry: docs/deploying.md, On AKS)"
 KEDA_CHECKS="${KEDA_CHECKS:-12}"
@@ -80,7 +84,8 @@ render() {
   local text name value
   text="$(cat "$1")"
   for name in NAMESPACE WORKER_CLIENT_ID SCALER_CLIENT_ID TENANT_ID IMAGE WORKER_ARGS \
-    STORAGE_ACCOUNT STORAGE_ACCOUNT_URL QUEUE MAX_REPLICAS MESSAGES_PER_POD; do
+    STORAGE_ACCOUNT STORAGE_ACCOUNT_URL QUEUE REGULAR_QUEUE MAX_REPLICAS REGULAR_MAX_REPLICAS \
+    MESSAGES_PER_POD; do
     value="${!name}"
     text="${text//\$\{$name\}/$value}"
   done
@@ -101,9 +106,12 @@ TENANT_ID="$(deployment_output tenantId)"
 STORAGE_ACCOUNT="$(deployment_output storageAccountName)"
 STORAGE_ACCOUNT_URL="$(deployment_output blobEndpoint)"
 QUEUE="$(deployment_output queueName)"
+# Empty without the regular lane: the Spot lane's workers then have no lanes.
+REGULAR_QUEUE="$(deployment_output regularQueueName)"
 APP_INSIGHTS="$(deployment_output appInsightsName)"
 export NAMESPACE WORKER_CLIENT_ID SCALER_CLIENT_ID TENANT_ID IMAGE WORKER_ARGS \
-  STORAGE_ACCOUNT STORAGE_ACCOUNT_URL QUEUE MAX_REPLICAS MESSAGES_PER_POD
+  STORAGE_ACCOUNT STORAGE_ACCOUNT_URL QUEUE REGULAR_QUEUE MAX_REPLICAS REGULAR_MAX_REPLICAS \
+  MESSAGES_PER_POD
 [[ -n "$SCALER_CLIENT_ID" ]] || die "the deployment has no scalerClientId output"
 
 # KEDA's identity (AKS, "Securely scale your applications using the KEDA
@@ -160,45 +168,62 @@ if [[ -n "$APP_INSIGHTS" ]]; then
     "$NAMESPACE" "${connection//\"/\\\"}" | kubectl apply -f -
   unset connection
 fi
-for manifest in serviceaccount deployment keda; do
+manifests=(serviceaccount deployment keda)
+scaled_objects=(spot-worker)
+if [[ -n "$REGULAR_QUEUE" ]]; then
+  manifests+=(regular)
+  scaled_objects+=(spot-worker-regular)
+fi
+for manifest in "${manifests[@]}"; do
   apply_manifest "$manifest"
 done
 
-# KEDA reads the queue every pollingInterval (15 s): a scaler that cannot
+# KEDA reads the queues every pollingInterval (15 s): a scaler that cannot
 # (no token, no role, the firewall) sets READY False or records a
 # KEDAScalerFailed event. Watch a few intervals before calling it done.
-log "waiting for KEDA to read '$QUEUE' (ScaledObject spot-worker)"
-ready="" active="" message=""
-for ((check = 1; check <= KEDA_CHECKS; check++)); do
-  conditions="$(kubectl get scaledobject spot-worker --namespace "$NAMESPACE" \
-    --output jsonpath='{range .status.conditions[*]}{.type}{"|"}{.status}{"|"}{.message}{"\n"}{end}')" || conditions=""
+# usage: wait_for_keda SCALED_OBJECT
+wait_for_keda() {
+  local object="$1" check conditions failure latest type status text when
+  log "waiting for KEDA to read the queues of ScaledObject $object"
   ready="" active="" message=""
-  while IFS='|' read -r type status text; do
-    case "$type" in
-      Ready) ready="$status" message="$text" ;;
-      Active) active="$status" ;;
-    esac
-  done <<<"$conditions"
-  failure="$(kubectl get events --namespace "$NAMESPACE" \
-    --field-selector involvedObject.kind=ScaledObject,involvedObject.name=spot-worker,reason=KEDAScalerFailed \
-    --output jsonpath='{range .items[*]}{.lastTimestamp}{"|"}{.message}{"\n"}{end}')" || failure=""
-  latest=""
-  while IFS='|' read -r when text; do
-    # Only this run's: an event of an earlier run lingers for an hour.
-    if [[ -n "$when" && ! "$when" < "$STARTED" ]]; then
-      latest="$text"
+  for ((check = 1; check <= KEDA_CHECKS; check++)); do
+    conditions="$(kubectl get scaledobject "$object" --namespace "$NAMESPACE" \
+      --output jsonpath='{range .status.conditions[*]}{.type}{"|"}{.status}{"|"}{.message}{"\n"}{end}')" || conditions=""
+    ready="" active="" message=""
+    while IFS='|' read -r type status text; do
+      case "$type" in
+        Ready) ready="$status" message="$text" ;;
+        Active) active="$status" ;;
+      esac
+    done <<<"$conditions"
+    failure="$(kubectl get events --namespace "$NAMESPACE" \
+      --field-selector "involvedObject.kind=ScaledObject,involvedObject.name=$object,reason=KEDAScalerFailed" \
+      --output jsonpath='{range .items[*]}{.lastTimestamp}{"|"}{.message}{"\n"}{end}')" || failure=""
+    latest=""
+    while IFS='|' read -r when text; do
+      # Only this run's: an event of an earlier run lingers for an hour.
+      if [[ -n "$when" && ! "$when" < "$STARTED" ]]; then
+        latest="$text"
+      fi
+    done <<<"$failure"
+    if [[ "$ready" == False || -n "$latest" ]]; then
+      die "KEDA cannot scale $object: READY=${ready:-unknown} ${message:+($message) }${latest:+KEDA: $latest}"
     fi
-  done <<<"$failure"
-  if [[ "$ready" == False || -n "$latest" ]]; then
-    die "KEDA cannot scale the workers: READY=${ready:-unknown} ${message:+($message) }${latest:+KEDA: $latest}"
-  fi
-  if [[ "$ready" == True ]] && ((check * 2 > KEDA_CHECKS)); then
-    break
-  fi
-  sleep 5
+    if [[ "$ready" == True ]] && ((check * 2 > KEDA_CHECKS)); then
+      break
+    fi
+    sleep 5
+  done
+  [[ "$ready" == True ]] || die "KEDA did not report the ScaledObject $object ready after $KEDA_CHECKS checks: kubectl -n $NAMESPACE describe scaledobject $object"
+  log "ScaledObject $object: READY=$ready ACTIVE=${active:-unknown} (ACTIVE is True while messages wait or are leased)"
+}
+for object in "${scaled_objects[@]}"; do
+  wait_for_keda "$object"
 done
-[[ "$ready" == True ]] || die "KEDA did not report the ScaledObject ready after $KEDA_CHECKS checks: kubectl -n $NAMESPACE describe scaledobject spot-worker"
-log "ScaledObject spot-worker: READY=$ready ACTIVE=${active:-unknown} (ACTIVE is True while messages wait or are leased)"
-log "done: KEDA adds worker pods when messages wait in '$QUEUE' (kubectl -n $NAMESPACE get scaledobject,pods)"
-log "next: export SPOT_WORKER_STORAGE_ACCOUNT_URL=$STORAGE_ACCOUNT_URL SPOT_WORKER_QUEUE=$QUEUE"
+queues="'$QUEUE'"
+if [[ -n "$REGULAR_QUEUE" ]]; then
+  queues+=" and '$REGULAR_QUEUE'"
+fi
+log "done: KEDA adds worker pods when messages wait in $queues (kubectl -n $NAMESPACE get scaledobject,pods)"
+log "next: export SPOT_WORKER_STORAGE_ACCOUNT_URL=$STORAGE_ACCOUNT_URL SPOT_WORKER_QUEUE=$QUEUE${REGULAR_QUEUE:+ SPOT_WORKER_REGULAR_QUEUE=$REGULAR_QUEUE}"
 log "  spot-worker enqueue jobs.jsonl; spot-worker status"

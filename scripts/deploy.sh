@@ -13,9 +13,11 @@
 #   4. deploys main.bicep in full: the scale set boots, cloud-init downloads
 #      the binary (and the bundle) with the managed identity, checks their
 #      SHA-256, unpacks the bundle and starts the worker.
-#      A re-deploy keeps the scale set's current instance count (read with
-#      az vmss show just before): resetting sku.capacity to the minimum would
-#      delete running Spot workers, which get no Scheduled Event for it.
+#      A re-deploy keeps each scale set's current instance count, the Spot
+#      lane's and the regular lane's (read with az vmss show just before):
+#      resetting sku.capacity to the minimum would delete running Spot
+#      workers, which get no Scheduled Event for it, and cut regular jobs
+#      short.
 #
 # Settings (environment): RESOURCE_GROUP (spot-worker-rg), LOCATION
 # (westeurope), SSH_PUBLIC_KEY (default: ~/.ssh/id_ed25519.pub or id_rsa.pub),
@@ -166,21 +168,38 @@ deploy() {
     --output none
 }
 
-# The scale set of an earlier deployment, if one still exists: the one the last
-# full deployment's outputs name (read before step 2, whose outputs name none),
-# else the resource group's only scale set (an earlier run stopped early).
+# The scale sets of an earlier deployment, if they still exist: the Spot
+# lane's and the regular lane's (docs/deploying.md, "The two lanes", named *-regular-vmss). Each is
+# the one the last full deployment's outputs name (read before step 2, whose
+# outputs name none), else the resource group's only one of its lane (an
+# earlier run stopped early).
 listed="$(az vmss list --resource-group "$RESOURCE_GROUP" --query "[].name" --output tsv)" ||
   die "could not list the scale sets of $RESOURCE_GROUP; deploying without their instance count could delete running workers"
 mapfile -t scale_sets < <(printf '%s' "$listed" | sed '/^$/d')
-named="$(deployment_output vmssName 2>/dev/null || true)"
-EXISTING_VMSS=""
-if [[ -n "$named" && " ${scale_sets[*]} " == *" $named "* ]]; then
-  EXISTING_VMSS="$named"
-elif ((${#scale_sets[@]} == 1)); then
-  EXISTING_VMSS="${scale_sets[0]}"
-elif ((${#scale_sets[@]} > 1)); then
-  die "resource group $RESOURCE_GROUP holds several scale sets (${scale_sets[*]}): cannot tell which one's instance count to keep"
-fi
+spot_sets=()
+regular_sets=()
+for set in "${scale_sets[@]}"; do
+  if [[ "$set" == *-regular-vmss ]]; then
+    regular_sets+=("$set")
+  else
+    spot_sets+=("$set")
+  fi
+done
+# usage: existing OUTPUT SETS...: the scale set of a lane to keep the count of
+existing() {
+  local named
+  named="$(deployment_output "$1" 2>/dev/null || true)"
+  shift
+  if [[ -n "$named" && " $* " == *" $named "* ]]; then
+    printf '%s' "$named"
+  elif (($# == 1)); then
+    printf '%s' "$1"
+  elif (($# > 1)); then
+    die "resource group $RESOURCE_GROUP holds several scale sets of one lane ($*): cannot tell which one's instance count to keep"
+  fi
+}
+EXISTING_VMSS="$(existing vmssName "${spot_sets[@]}")"
+EXISTING_REGULAR="$(existing regularVmssName "${regular_sets[@]}")"
 
 log "deploying storage, identity, network and telemetry"
 deploy --parameters deployCompute=false "$@"
@@ -204,24 +223,31 @@ fi
 # (cloud-init takes minutes), so undoing them cuts no job, and autoscale adds
 # them again. If the count cannot be read, stop: guessing 0 would reset the
 # scale set to minInstances and delete busy workers.
-CURRENT=0
-if [[ -n "$EXISTING_VMSS" ]]; then
-  CURRENT="$(az vmss show --resource-group "$RESOURCE_GROUP" --name "$EXISTING_VMSS" \
-    --query sku.capacity --output tsv)" ||
-    die "could not read the instance count of scale set $EXISTING_VMSS; deploying without it could delete running workers"
-  [[ "$CURRENT" =~ ^[0-9]+$ ]] || die "scale set $EXISTING_VMSS reports instance count '$CURRENT', not a number"
-  log "scale set $EXISTING_VMSS runs $CURRENT instances: the deployment keeps that count"
-fi
+# usage: capacity SCALE_SET: its instance count now (0 for none)
+capacity() {
+  local count=0
+  if [[ -n "$1" ]]; then
+    count="$(az vmss show --resource-group "$RESOURCE_GROUP" --name "$1" --query sku.capacity --output tsv)" ||
+      die "could not read the instance count of scale set $1; deploying without it could delete running workers"
+    [[ "$count" =~ ^[0-9]+$ ]] || die "scale set $1 reports instance count '$count', not a number"
+    log "scale set $1 runs $count instances: the deployment keeps that count"
+  fi
+  printf '%s' "$count"
+}
+CURRENT="$(capacity "$EXISTING_VMSS")"
+CURRENT_REGULAR="$(capacity "$EXISTING_REGULAR")"
 
-log "deploying the scale set and autoscale"
-deploy --parameters deployCompute=true currentInstanceCount="$CURRENT" "$@"
+log "deploying the scale sets and autoscale"
+deploy --parameters deployCompute=true currentInstanceCount="$CURRENT" \
+  currentRegularInstanceCount="$CURRENT_REGULAR" "$@"
 
 VMSS="$(deployment_output vmssName)"
 QUEUE="$(deployment_output queueName)"
-log "deployed: scale set $VMSS, storage $ACCOUNT, queue $QUEUE"
+REGULAR_QUEUE="$(deployment_output regularQueueName)"
+log "deployed: scale set $VMSS, storage $ACCOUNT, queue $QUEUE${REGULAR_QUEUE:+, regular lane queue $REGULAR_QUEUE}"
 # The operator's commands take the workers' own settings (docs/operating.md).
 # A Flexible scale set's instances are VMs of their own: az vm list --vmss
 # lists them (az vmss list-instances is for Uniform scale sets).
-log "next: export SPOT_WORKER_STORAGE_ACCOUNT_URL=$(deployment_output blobEndpoint) SPOT_WORKER_QUEUE=$QUEUE"
+log "next: export SPOT_WORKER_STORAGE_ACCOUNT_URL=$(deployment_output blobEndpoint) SPOT_WORKER_QUEUE=$QUEUE${REGULAR_QUEUE:+ SPOT_WORKER_REGULAR_QUEUE=$REGULAR_QUEUE}"
 log "  spot-worker enqueue jobs.jsonl; spot-worker status"
 log "  the workers: az vm list -g $RESOURCE_GROUP --vmss $VMSS -o table"

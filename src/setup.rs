@@ -219,10 +219,14 @@ impl AzureSetup {
         Ok(AzureSetup { config, storage })
     }
 
-    /// A worker on the configured queue, its `<queue>-poison` queue, the
-    /// checkpoint container and the poison container (originals too big for
-    /// their poison record). Missing queues and containers are created by
-    /// the warmup gate.
+    /// A worker on the configured queue (its lane's, with lanes:
+    /// `SPOT_WORKER_REGULAR_QUEUE` for a regular-lane worker), the
+    /// `<SPOT_WORKER_QUEUE>-poison` queue (the one poison queue of both
+    /// lanes), the checkpoint container and the poison
+    /// container (originals too big for their poison record); with
+    /// `SPOT_WORKER_REGULAR_QUEUE` set, the two lanes (docs/deploying.md, "The two lanes"), the
+    /// keeper's turns taken by a lease in the checkpoint container. Missing
+    /// queues and containers are created by the warmup gate.
     pub fn worker(&self) -> Result<Worker, SetupError> {
         worker_on(&self.config, &self.storage)
     }
@@ -231,15 +235,25 @@ impl AzureSetup {
 /// A worker configured by `config` on the queues and containers it names in
 /// `storage`.
 fn worker_on(config: &WorkerConfig, storage: &AzureStorage) -> Result<Worker, SetupError> {
-    let queue = storage.queue(&config.queue)?;
+    let consumed = config.consumed_queue();
+    let queue = storage.queue(consumed)?;
+    // One poison queue for both lanes: the operator's poison commands see
+    // every lane's, and a requeued job goes back to the Spot lane, where
+    // the lane rule moves it again if it has no slack.
     let poison = storage.queue(&spot_worker_storage::poison_queue_name(&config.queue))?;
-    let checkpoints = storage.checkpoint_store(&config.checkpoint_container)?;
+    let checkpoints = Arc::new(storage.checkpoint_store(&config.checkpoint_container)?);
     let poison_bodies = storage.result_store(&config.poison_container)?;
-    Ok(
-        Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))
-            .with_checkpoints(Arc::new(checkpoints))
-            .with_poison_bodies(Arc::new(poison_bodies)),
-    )
+    let worker = Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))
+        .with_checkpoints(checkpoints.clone())
+        .with_poison_bodies(Arc::new(poison_bodies));
+    Ok(match &config.lanes.regular_queue {
+        Some(regular) => worker.with_lanes(
+            Arc::new(storage.queue(&config.queue)?),
+            Arc::new(storage.queue(regular)?),
+            checkpoints,
+        ),
+        None => worker,
+    })
 }
 
 /// What the account URL must look like, for error messages.

@@ -148,6 +148,14 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
 /// Skipping the read before a first delivery keeps the invariants: a
 /// duplicate of a finished job is not counted again and overwrites nothing,
 /// and the finished job leaves no checkpoint behind.
+/// Nothing is left in the checkpoint store but the fleet's interruption
+/// counts (written per worker-hour, not per job).
+fn only_the_fleets_counts_are_left(counted: &Counted) {
+    let left = counted.checkpoints.inner();
+    assert_eq!(left.len(), 1);
+    assert!(left.get(&FleetLedger::key_of("jobs")).is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothing() {
     let counted = Counted::new();
@@ -166,9 +174,7 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     counted.run(config(), 1).await;
     assert_eq!(chunks.load(Ordering::SeqCst), 5);
     // Progress was saved after every chunk but the last, then removed.
-    // Nothing left but the fleet's interruption counts (per worker-hour).
-    assert_eq!(counted.checkpoints.inner().len(), 1);
-    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
+    only_the_fleets_counts_are_left(&counted);
     assert_eq!(counted.checkpoints.calls().deletes(), 1);
     let before = counted.results.inner().get("long.json").await.unwrap();
 
@@ -181,7 +187,5 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
         counted.results.inner().get("long.json").await.unwrap(),
         before
     );
-    // Nothing left but the fleet's interruption counts (per worker-hour).
-    assert_eq!(counted.checkpoints.inner().len(), 1);
-    assert!(counted.checkpoints.inner().get(FleetLedger::KEY).is_some());
+    only_the_fleets_counts_are_left(&counted);
 }

@@ -8,11 +8,15 @@
 //! then every operator command of docs/operating.md runs as the unmodified
 //! `spot-worker` binary (`enqueue`, `status`, `poison list/show/requeue/
 //! purge`, `checkpoints list/show/delete`, `enqueue --skip-existing`,
-//! `results get`, `enqueue --raw`), and
-//! the deployed worker (`examples/primes`, with the environment file the
-//! templates render, only its credentials and IMDS swapped as in
+//! `results get`, `enqueue --raw`, `enqueue --deadline --work` to either
+//! lane), and the deployed worker (`examples/primes`, with the environment
+//! file the templates render, only its credentials and IMDS swapped as in
 //! `tests/deploy.rs`) takes jobs: one succeeds, two are poisoned (one
-//! inline, one kept as a claim-check blob), one is drained by SIGTERM. The
+//! inline, one kept as a claim-check blob), one with a deadline it can no
+//! longer make on Spot moves to the regular lane, one is drained by
+//! SIGTERM; then the regular lane's worker (the same files, rendered for
+//! the regular scale set) runs the jobs in the regular lane, taking its
+//! turn at the lane keeper as every worker does (docs/deploying.md, "The two lanes"). The
 //! operations Azurite logged for each (by a marker request between them)
 //! are written as `tools/infra/storage-operations-used.json`: this test
 //! fails if they differ from the file committed, so a command that starts
@@ -26,12 +30,14 @@ mod rendered;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use permissions::{Operation, Recorder, by_command};
 use rendered::{render, repo, sample_deployment_values, swapped_for_azurite, worker_binary};
 use spot_worker::azure::{AzureStorage, StorageConfig};
-use spot_worker::storage::PoisonRecord;
+use spot_worker::decisions::lanes::Deadline;
+use spot_worker::storage::lanes::Enqueued;
+use spot_worker::storage::{MessageEncoding, MessageQueue, PoisonRecord};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::Azurite;
@@ -57,8 +63,15 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
     let checkpoints = env["SPOT_WORKER_CHECKPOINT_CONTAINER"].clone();
     let results = env["SPOT_WORKER_RESULTS_CONTAINER"].clone();
 
-    // The deployment (storage.bicep): the queues and containers exist.
-    for queue in [queue_name.clone(), format!("{queue_name}-poison")] {
+    let regular_name = env["SPOT_WORKER_REGULAR_QUEUE"].clone();
+
+    // The deployment (storage.bicep): the queues (both lanes', and their
+    // one poison queue) and containers exist.
+    for queue in [
+        queue_name.clone(),
+        format!("{queue_name}-poison"),
+        regular_name.clone(),
+    ] {
         storage
             .queue(&queue)
             .unwrap()
@@ -108,10 +121,95 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
     };
     run.record("enqueue", &["enqueue", &file]).await;
 
+    // A job with a deadline it can no longer make on Spot, waiting in the
+    // Spot lane (enqueued when it still could): the worker that claims it,
+    // or the lane keeper before, moves it to the regular lane.
+    let behind = PrimesJob::new("behind", 0, 100_000).unwrap();
+    let now = SystemTime::now();
+    let deadline = Deadline {
+        start: now - Duration::from_secs(3600),
+        due: now + Duration::from_secs(3600),
+        work: Duration::from_secs(3500),
+    };
+    let text = Enqueued::new(
+        behind.to_message().as_bytes(),
+        Some(deadline),
+        MessageEncoding::Text,
+        Duration::from_secs(360),
+        Duration::from_secs(60),
+    )
+    .unwrap()
+    .text;
+    storage
+        .queue(&queue_name)
+        .unwrap()
+        .send(&text, Duration::ZERO)
+        .await
+        .unwrap();
+
     // The deployed worker.
     run.recorder.discard().await;
-    run_worker(&azurite, &env).await;
+    run_worker(&azurite, &env, |log| {
+        log.matches("\"job completed\"").count() >= 1
+            && log.matches("moved to the poison queue").count() >= 2
+            && log.contains("moved to the regular lane")
+    })
+    .await;
     let worker = run.recorder.operations().await;
+
+    // enqueue --deadline: one job with slack (the Spot lane), one without
+    // (straight to the regular lane).
+    let roomy = dir.path().join("roomy.jsonl");
+    std::fs::write(
+        &roomy,
+        format!(
+            "{}\n",
+            PrimesJob::new("roomy", 0, 100_000).unwrap().to_message()
+        ),
+    )
+    .unwrap();
+    run.record(
+        "enqueue --deadline --work (the Spot lane)",
+        &[
+            "enqueue",
+            "--deadline",
+            "52h",
+            "--work",
+            "48h",
+            &roomy.display().to_string(),
+        ],
+    )
+    .await;
+    let urgent = dir.path().join("urgent.jsonl");
+    std::fs::write(
+        &urgent,
+        format!(
+            "{}\n",
+            PrimesJob::new("urgent", 0, 100_000).unwrap().to_message()
+        ),
+    )
+    .unwrap();
+    run.record(
+        "enqueue --deadline --work (the regular lane)",
+        &[
+            "enqueue",
+            "--deadline",
+            "2h",
+            "--work",
+            "119m",
+            &urgent.display().to_string(),
+        ],
+    )
+    .await;
+
+    // The regular lane's worker: the moved job and the urgent one.
+    let regular_env = render(&regular_deployment_values()).env;
+    run.recorder.discard().await;
+    run_worker(&azurite, &regular_env, |log| {
+        log.matches("\"job completed\"").count() >= 2
+    })
+    .await;
+    let regular_worker = run.recorder.operations().await;
 
     // The operator's view and the poison records.
     run.record("status", &["status", "--json"]).await;
@@ -181,10 +279,16 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
         "_comment": "Written by tests/storage_permissions.rs (SPOT_WORKER_UPDATE_OPERATIONS=1): the storage operations each operator command and the deployed worker issued against Azurite, by queue or container. Read by tools/infra/permissions.py, which checks them against the role assignments in bicep/.",
         "principals": {
             "operator": by_command(&operator),
-            "worker": by_command(&BTreeMap::from([(
-                "the worker (examples/primes, the deployed default)".to_owned(),
-                worker,
-            )])),
+            "worker": by_command(&BTreeMap::from([
+                (
+                    "the worker (examples/primes, the deployed default)".to_owned(),
+                    worker,
+                ),
+                (
+                    "the regular lane's worker (examples/primes)".to_owned(),
+                    regular_worker,
+                ),
+            ])),
         }
     });
     let text = format!("{}\n", serde_json::to_string_pretty(&document).unwrap());
@@ -262,11 +366,25 @@ impl Runner<'_, '_> {
     }
 }
 
+/// What `main.bicep` passes to `modules/compute.bicep` for the regular
+/// lane's scale set.
+fn regular_deployment_values() -> BTreeMap<&'static str, String> {
+    let mut values = sample_deployment_values();
+    values.insert("lane", "regular".to_owned());
+    values.insert("concurrency", "1".to_owned());
+    values
+}
+
 /// The deployed worker with the rendered environment (credentials and IMDS
-/// swapped, as in tests/deploy.rs) until the small job succeeded and both
-/// bad ones were poisoned, then stopped by SIGTERM with the long job
-/// running: it drains and exits 0.
-async fn run_worker(azurite: &Azurite, env: &BTreeMap<String, String>) {
+/// swapped, as in tests/deploy.rs) until its log says `settled`, then
+/// stopped by SIGTERM: it drains and exits 0. The Spot lane's worker is
+/// stopped with the long job running (released); the regular lane's with
+/// nothing left.
+async fn run_worker(
+    azurite: &Azurite,
+    env: &BTreeMap<String, String>,
+    settled: impl Fn(&str) -> bool,
+) {
     let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
         .await
         .expect("the emulator starts");
@@ -299,9 +417,7 @@ async fn run_worker(azurite: &Azurite, env: &BTreeMap<String, String>) {
     let started = Instant::now();
     loop {
         let text = log();
-        if text.matches("\"job completed\"").count() >= 1
-            && text.matches("moved to the poison queue").count() >= 2
-        {
+        if settled(&text) {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
@@ -323,9 +439,11 @@ async fn run_worker(azurite: &Azurite, env: &BTreeMap<String, String>) {
         .expect("the worker drains and exits")
         .unwrap();
     assert!(status.success(), "exit {status}; log:\n{}", log());
-    assert!(
-        log().contains("released on shutdown"),
-        "the long job was running and released; log:\n{}",
-        log()
-    );
+    if env.get("SPOT_WORKER_LANE").map(String::as_str) != Some("regular") {
+        assert!(
+            log().contains("released on shutdown"),
+            "the long job was running and released; log:\n{}",
+            log()
+        );
+    }
 }

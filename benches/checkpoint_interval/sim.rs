@@ -8,10 +8,15 @@
 //!
 //! What each interruption does, as in the worker:
 //!
-//! - drained in time: the progress made since the last save is saved (one
-//!   more save), the worker counts it and adds its counts to the fleet's as
-//!   it stops; a fresh worker (nothing measured yet, the fleet's counts
-//!   read) takes the job over;
+//! - a usable notice: a handler that saves at the notice
+//!   ([`Behaviour::SavesAtNotice`]) saves the progress made since the last
+//!   save (one more save), and the worker counts the drain as saved; one
+//!   that saves on its own schedule and dies on the signal
+//!   ([`Behaviour::DiesOnSignal`], a program without a handler for it)
+//!   loses the work since its last save, and the worker counts the drain as
+//!   one that lost work, with that loss. Either way the worker adds its
+//!   counts to the fleet's as it stops, and a fresh worker (nothing measured
+//!   yet, the fleet's counts read) takes the job over;
 //! - notice too late: the work since the last save is lost; counted and
 //!   added likewise;
 //! - no outcome (a crash): the work is lost, and so is what the crashed
@@ -20,9 +25,15 @@
 //!
 //! Restarting (a new VM, the redelivery) takes the same time under every
 //! policy and is left out; so is the time to write a job's final result.
+//!
+//! Jobs are all of one length ([`JobModel::Fixed`]) or of lengths drawn
+//! log-uniformly from a range ([`JobModel::Mixed`]); the k-th job a worker
+//! slot starts has the same length under every policy of a cell. Each
+//! finished job's length (its work) is counted in the fleet's job lengths,
+//! which [`Knows::Lengths`] spreads its saves by.
 
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use spot_worker::decisions::cadence::{
     CheckpointCadence, FLUSH_EVERY, Interruption, InterruptionCounts, IntervalSource, SaveCost,
     adaptive_interval,
@@ -32,20 +43,65 @@ use tokio::time::Instant;
 
 use super::trace::{Cell, Event, cost_noise};
 
+/// What the handler does with a usable notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Behaviour {
+    /// It saves its progress (`primes`, a program that saves on SIGTERM).
+    SavesAtNotice,
+    /// It saves on its own schedule only and dies on the stop signal (a
+    /// training loop saving each epoch): the work since its last save is
+    /// lost, the notice or not.
+    DiesOnSignal,
+}
+
+/// How long jobs are.
+#[derive(Clone, Copy, Debug)]
+pub enum JobModel {
+    /// All of this many seconds of work.
+    Fixed(f64),
+    /// Drawn log-uniformly between these many seconds of work.
+    Mixed { shortest: f64, longest: f64 },
+}
+
+impl JobModel {
+    /// One job's work, in seconds.
+    fn draw(&self, rng: &mut StdRng) -> f64 {
+        match *self {
+            JobModel::Fixed(work) => work,
+            JobModel::Mixed { shortest, longest } => {
+                shortest * (longest / shortest).powf(rng.random::<f64>())
+            }
+        }
+    }
+}
+
+/// What an adaptive policy knows of a job's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Knows {
+    /// Nothing: Daly's interval (`JobCheckpoint::is_due` before the fleet's
+    /// job lengths were learned).
+    Nothing,
+    /// The job's own end: the interval spread over the rest of it
+    /// (`is_due_before_end`, a program's progress file).
+    End,
+    /// The lengths of the jobs the fleet finished: the interval spread over
+    /// the rest a job that has done this much is expected to need
+    /// (`CheckpointCadence::interval_in_job`, what `is_due` does now).
+    Lengths,
+}
+
 /// A checkpoint policy under test.
 #[derive(Clone, Copy, Debug)]
 pub enum Policy {
     /// Save every so many seconds of work.
     Fixed(f64),
     /// The adaptive interval, from this seed rate; `ignore_notice` counts
-    /// every eviction as losing work (Daly without the notice);
-    /// `knows_job`: the handler tells how much work its job has left, and
-    /// the interval is spread evenly over it
-    /// (`CheckpointCadence::interval_before_end`).
+    /// every eviction as losing work (Daly without the notice); `knows`:
+    /// what it knows of the job's end.
     Adaptive {
         seed: f64,
         ignore_notice: bool,
-        knows_job: bool,
+        knows: Knows,
         /// The fleet's counts start with a long history at the cell's
         /// true rates (nothing left to learn; separates learning from the
         /// model).
@@ -95,17 +151,25 @@ impl Totals {
     }
 }
 
-/// A million job-hours of counts at `cell`'s rates and cost.
-fn history_at(cell: &Cell) -> InterruptionCounts {
+/// A million job-hours of counts at `cell`'s rates and cost, for a
+/// handler that behaves as `behaviour` says.
+fn history_at(cell: &Cell, behaviour: Behaviour) -> InterruptionCounts {
     const HOURS: f64 = 1e6;
     let evictions = cell.evictions_per_hour * HOURS;
+    let usable = (evictions * cell.usable_share).round() as u64;
+    let (drained, unsaved) = match behaviour {
+        Behaviour::SavesAtNotice => (usable, 0),
+        Behaviour::DiesOnSignal => (0, usable),
+    };
     InterruptionCounts {
-        drained: (evictions * cell.usable_share).round() as u64,
+        drained,
+        unsaved,
         late: (evictions * (1.0 - cell.usable_share)).round() as u64,
         no_outcome: (cell.crashes_per_hour * HOURS).round() as u64,
         job_seconds: HOURS * 3600.0,
         saves: 1_000_000,
         save_seconds: 1e6 * cell.cost,
+        ..InterruptionCounts::default()
     }
 }
 
@@ -120,18 +184,25 @@ struct Worker {
     phase: Phase,
     /// Work of the current job saved so far.
     banked: f64,
+    /// The current job's work, seconds.
+    job_work: f64,
     tau: f64,
     cadence: Option<CheckpointCadence>,
 }
 
-/// One run of `policy` over `traces`, with jobs of `job_hours` of work.
+/// One run of `policy` over `traces`, for handlers that behave as
+/// `behaviour` says, with jobs as `jobs` says.
 pub struct Sim<'a> {
     cell: Cell,
     policy: Policy,
-    job_work: f64,
+    behaviour: Behaviour,
+    jobs: JobModel,
     fleet: InterruptionCounts,
     totals: Totals,
     rng: StdRng,
+    /// Each worker slot's job lengths, in the order it starts them: the
+    /// same for every policy.
+    job_rngs: Vec<StdRng>,
     traces: &'a [Vec<Event>],
     /// The simulated clock's zero, for the cadence's job time.
     base: Instant,
@@ -141,23 +212,33 @@ impl<'a> Sim<'a> {
     pub fn new(
         cell: Cell,
         policy: Policy,
-        job_hours: f64,
+        behaviour: Behaviour,
+        jobs: JobModel,
         traces: &'a [Vec<Event>],
         seed: u64,
     ) -> Self {
         Sim {
             cell,
             policy,
-            job_work: job_hours * 3600.0,
+            behaviour,
+            jobs,
             fleet: match policy {
-                Policy::Adaptive { history: true, .. } => history_at(&cell),
+                Policy::Adaptive { history: true, .. } => history_at(&cell, behaviour),
                 _ => InterruptionCounts::default(),
             },
             totals: Totals::default(),
             rng: StdRng::seed_from_u64(seed),
+            job_rngs: (0..traces.len() as u64)
+                .map(|slot| StdRng::seed_from_u64(seed ^ 0x10b5 ^ slot.wrapping_mul(0x9e37_79b9)))
+                .collect(),
             traces,
             base: Instant::now(),
         }
+    }
+
+    /// The next job's work for worker slot `slot`.
+    fn next_job(&mut self, slot: usize) -> f64 {
+        self.jobs.draw(&mut self.job_rngs[slot])
     }
 
     /// The simulated time `seconds` as an instant.
@@ -174,7 +255,10 @@ impl<'a> Sim<'a> {
             Policy::Adaptive { .. } => FLUSH_EVERY.as_secs_f64(),
         };
         let mut workers: Vec<Worker> = (0..self.traces.len())
-            .map(|_| self.fresh_worker(0.0))
+            .map(|slot| {
+                let work = self.next_job(slot);
+                self.fresh_worker(0.0, work, 0.0)
+            })
             .collect();
         let traces = self.traces;
         let mut next_event = vec![0_usize; traces.len()];
@@ -184,11 +268,11 @@ impl<'a> Sim<'a> {
             for (index, worker) in workers.iter_mut().enumerate() {
                 let trace = &traces[index];
                 while let Some(event) = trace.get(next_event[index]).filter(|e| e.at < to) {
-                    self.advance(worker, event.at - worker.now);
+                    self.advance(index, worker, event.at - worker.now);
                     self.interrupt(worker, event.kind);
                     next_event[index] += 1;
                 }
-                self.advance(worker, to - worker.now);
+                self.advance(index, worker, to - worker.now);
                 if let Some(cadence) = &worker.cadence {
                     // The running delivery's time so far is added too.
                     self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(to)));
@@ -202,7 +286,9 @@ impl<'a> Sim<'a> {
         self.totals
     }
 
-    fn fresh_worker(&mut self, now: f64) -> Worker {
+    /// A fresh worker taking over (or starting) a job of `job_work` with
+    /// `banked` of it saved.
+    fn fresh_worker(&mut self, now: f64, job_work: f64, banked: f64) -> Worker {
         let cadence = match self.policy {
             Policy::Fixed(_) => None,
             Policy::Adaptive { seed, .. } => {
@@ -217,7 +303,8 @@ impl<'a> Sim<'a> {
         let mut worker = Worker {
             now,
             phase: Phase::Working { done: 0.0 },
-            banked: 0.0,
+            banked,
+            job_work,
             tau: 0.0,
             cadence,
         };
@@ -245,14 +332,34 @@ impl<'a> Sim<'a> {
             }
             (
                 Policy::Adaptive {
-                    knows_job: true, ..
+                    knows: Knows::End, ..
                 },
                 Some(cadence),
             ) => {
                 // The work from the last save to the job's end.
-                let left = self.job_work - worker.banked;
+                let left = worker.job_work - worker.banked;
                 cadence
                     .interval_before_end(Duration::from_secs_f64(left.max(0.0)))
+                    .as_secs_f64()
+            }
+            (
+                Policy::Adaptive {
+                    knows: Knows::Lengths,
+                    ..
+                },
+                Some(cadence),
+            ) => {
+                // What the handle asks: the time since its last save and
+                // the job's work so far.
+                let since = match worker.phase {
+                    Phase::Working { done } => done,
+                    Phase::Saving { covered, .. } => covered,
+                };
+                cadence
+                    .interval_in_job(
+                        Duration::from_secs_f64(since),
+                        Duration::from_secs_f64(worker.banked + since),
+                    )
                     .as_secs_f64()
             }
             (Policy::Adaptive { .. }, Some(cadence)) => cadence.interval().as_secs_f64(),
@@ -281,8 +388,8 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Runs `worker` for `d` seconds without interruption.
-    fn advance(&mut self, worker: &mut Worker, mut d: f64) {
+    /// Runs `worker` (of slot `slot`) for `d` seconds without interruption.
+    fn advance(&mut self, slot: usize, worker: &mut Worker, mut d: f64) {
         let cost = self.cell.cost;
         while d > 0.0 {
             let tau = worker.tau;
@@ -308,7 +415,7 @@ impl<'a> Sim<'a> {
                     self.retune(worker);
                 }
                 Phase::Working { done } => {
-                    let remaining = self.job_work - worker.banked;
+                    let remaining = worker.job_work - worker.banked;
                     // (within a microsecond: an interval spread over the
                     // job divides it exactly, but for rounding)
                     if remaining <= tau.max(done) + 1e-6 {
@@ -323,7 +430,12 @@ impl<'a> Sim<'a> {
                         worker.now += to_end;
                         self.totals.useful += remaining;
                         self.totals.jobs += 1;
+                        if let Some(cadence) = &worker.cadence {
+                            // Its completion record's useful time.
+                            cadence.note_job_length(Duration::from_secs_f64(worker.job_work));
+                        }
                         worker.banked = 0.0;
+                        worker.job_work = self.next_job(slot);
                         worker.phase = Phase::Working { done: 0.0 };
                         self.end_delivery(worker, true);
                         // The next job asks for its interval.
@@ -377,6 +489,12 @@ impl<'a> Sim<'a> {
             Phase::Working { done } => (done, 0.0),
             Phase::Saving { covered, spent } => (covered, spent),
         };
+        // A usable notice saves only for a handler that saves at it; for
+        // one that dies on the signal it is a drain that lost its work.
+        let kind = match (kind, self.behaviour) {
+            (Interruption::Drained, Behaviour::DiesOnSignal) => Interruption::Unsaved,
+            (kind, _) => kind,
+        };
         match kind {
             Interruption::Drained => {
                 if at_risk.0 > 0.0 {
@@ -388,33 +506,36 @@ impl<'a> Sim<'a> {
                     self.record_save(worker);
                 }
             }
-            Interruption::Late | Interruption::NoOutcome => {
+            Interruption::Unsaved | Interruption::Late | Interruption::NoOutcome => {
                 self.totals.lost += at_risk.0 + at_risk.1;
             }
         }
         let now = worker.now;
-        let banked = worker.banked;
+        let (banked, job_work) = (worker.banked, worker.job_work);
         match kind {
-            Interruption::Drained | Interruption::Late => {
+            Interruption::Drained | Interruption::Unsaved | Interruption::Late => {
                 self.end_delivery(worker, false);
                 if let Some(cadence) = &worker.cadence {
-                    cadence.note(kind);
+                    match kind {
+                        // The worker measures what it lost: its tail.
+                        Interruption::Drained => cadence.note(kind),
+                        _ => cadence.note_loss(kind, Duration::from_secs_f64(at_risk.0)),
+                    }
                     self.fleet = self.fleet.plus(&cadence.take_pending_at(self.at(now)));
                 }
-                *worker = self.fresh_worker(now);
+                // The successor resumes the job from what was saved.
+                *worker = self.fresh_worker(now, job_work, banked);
             }
             Interruption::NoOutcome => {
                 // What the crashed worker had not added (its job time since
                 // its last addition, its counts) is gone; its successor
                 // counts the delivery without an outcome.
-                *worker = self.fresh_worker(now);
+                *worker = self.fresh_worker(now, job_work, banked);
                 if let Some(cadence) = &worker.cadence {
                     cadence.note(Interruption::NoOutcome);
                 }
             }
         }
-        worker.banked = banked;
-        // The successor resumes the job from what was saved.
         self.retune(worker);
     }
 }

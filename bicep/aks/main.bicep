@@ -6,7 +6,9 @@
 // worker pods' service account, a scaler identity for KEDA (read the queue's
 // length, nothing else), a private network with NAT egress, the cluster
 // (system pool + Spot user pool from zero, KEDA add-on, OIDC issuer, workload
-// identity), and Log Analytics + Application Insights + the workbook.
+// identity), and Log Analytics + Application Insights + the workbook. With
+// regularLane (the default), the regular lane too (docs/deploying.md, "The two lanes"): its queue
+// and a regular-priority user pool from zero for its worker pods.
 // The pods themselves are deployed with deploy/kubernetes/ (docs/deploying.md,
 // "On AKS").
 
@@ -24,6 +26,14 @@ param namePrefix string = 'spotworker'
 @minLength(3)
 @maxLength(56)
 param queueName string = 'jobs'
+
+@description('Deploy the regular lane (docs/deploying.md, "The two lanes"): a second queue and a regular-priority node pool from zero, where the regular lane\'s worker pods run (deploy/kubernetes/regular.yaml). false: Spot only.')
+param regularLane bool = true
+
+@description('The regular lane\'s queue (SPOT_WORKER_REGULAR_QUEUE). Both lanes poison into "<queueName>-poison".')
+@minLength(3)
+@maxLength(56)
+param regularQueueName string = 'jobs-regular'
 
 @description('Kubernetes version; empty = the region\'s default.')
 param kubernetesVersion string = ''
@@ -50,6 +60,14 @@ param spotMinCount int = 0
 @minValue(1)
 @maxValue(100)
 param spotMaxCount int = 10
+
+@description('VM size of the regular pool (the regular lane\'s workers, one job per pod).')
+param regularVmSize string = 'Standard_D2as_v5'
+
+@description('Most regular nodes; the pool starts at none.')
+@minValue(1)
+@maxValue(100)
+param regularMaxCount int = 5
 
 @description('Namespace of the worker Deployment (deploy/kubernetes/).')
 param namespace string = 'spot-worker'
@@ -127,6 +145,8 @@ module storage '../modules/storage.bicep' = {
     location: location
     name: storageName
     queueName: queueName
+    regularLane: regularLane
+    regularQueueName: regularQueueName
     checkpointContainer: checkpointContainer
     checkpointRetentionDays: checkpointRetentionDays
     resultsContainer: resultsContainer
@@ -147,6 +167,8 @@ module identity '../modules/identity.bicep' = {
     storageAccountName: storage.outputs.name
     queueName: storage.outputs.jobQueueName
     poisonQueueName: storage.outputs.poisonQueueName
+    regularLane: regularLane
+    regularQueueName: storage.outputs.regularQueueName
     checkpointContainer: storage.outputs.checkpointContainerName
     resultsContainer: storage.outputs.resultsContainerName
     poisonContainer: storage.outputs.poisonContainerName
@@ -180,6 +202,9 @@ module cluster '../modules/aks.bicep' = {
     spotMaxPrice: spotMaxPrice
     spotMinCount: spotMinCount
     spotMaxCount: spotMaxCount
+    regularPool: regularLane
+    regularVmSize: regularVmSize
+    regularMaxCount: regularMaxCount
     subnetId: network.outputs.subnetId
     controlPlaneIdentityId: clusterIdentity.outputs.id
     workspaceId: monitoring.outputs.workspaceId
@@ -198,6 +223,8 @@ module workloadIdentity '../modules/workload-identity.bicep' = {
     serviceAccountName: serviceAccountName
     storageAccountName: storage.outputs.name
     queueName: storage.outputs.jobQueueName
+    regularLane: regularLane
+    regularQueueName: storage.outputs.regularQueueName
     tags: tags
   }
   dependsOn: [
@@ -233,6 +260,7 @@ output storageAccountName string = storage.outputs.name
 output blobEndpoint string = storage.outputs.blobEndpoint
 output queueEndpoint string = storage.outputs.queueEndpoint
 output queueName string = queueName
+output regularQueueName string = regularLane ? storage.outputs.regularQueueName : ''
 output resultsContainer string = resultsContainer
 output workerClientId string = identity.outputs.clientId
 output scalerClientId string = workloadIdentity.outputs.scalerClientId

@@ -5,6 +5,9 @@
 // identity let the pods reach Storage with the workers' user-assigned
 // identity, with no secret in the cluster.
 //
+// With the regular lane (docs/deploying.md, "The two lanes"), a regular-priority user pool from
+// zero too, for the regular lane's worker pods only.
+//
 // Why a Spot pool needs nothing more than this: each worker pod reads its
 // node's Scheduled Events itself (IMDS answers pods unless the cluster opts
 // into the IMDS restriction), sees the Preempt, drains and releases its
@@ -43,6 +46,17 @@ param spotMinCount int
 @maxValue(100)
 param spotMaxCount int
 
+@description('Add the regular lane\'s pool (docs/deploying.md, "The two lanes"): regular-priority nodes from zero, tainted and labelled for the regular lane\'s worker pods only.')
+param regularPool bool
+
+@description('VM size of the regular pool.')
+param regularVmSize string
+
+@description('Most regular nodes.')
+@minValue(1)
+@maxValue(100)
+param regularMaxCount int
+
 @description('Subnet of both pools (its NAT gateway is the egress, its service endpoint reaches Storage).')
 param subnetId string
 
@@ -56,6 +70,10 @@ param tags object
 
 var spotTaint = 'kubernetes.azure.com/scalesetpriority=spot:NoSchedule'
 
+// The regular lane's pool: only pods that tolerate this taint and select
+// this label run there (deploy/kubernetes/regular.yaml), so neither the
+// Spot lane's workers nor anything else lands on regular capacity.
+var regularLaneKey = 'spot-worker/lane'
 resource cluster 'Microsoft.ContainerService/managedClusters@2026-05-01' = {
   //checkov:skip=CKV_AZURE_6:The API server is public with Entra ID authentication (local accounts off): the operator applies the manifests from wherever they are; a fixed IP list would lock out the operator's changing address. Narrow it with apiServerAccessProfile.authorizedIPRanges where the operator's range is known.
   //checkov:skip=CKV_AZURE_172:No Secrets Store CSI driver: the workers hold no secrets (workload identity tokens only).
@@ -168,6 +186,37 @@ resource cluster 'Microsoft.ContainerService/managedClusters@2026-05-01' = {
           spotTaint
         ]
       }
+    ]
+  }
+}
+
+// The regular lane's pool (docs/deploying.md, "The two lanes"): regular-priority nodes from zero,
+// scaled by the cluster autoscaler for the regular lane's pods, which KEDA
+// scales (deploy/kubernetes/regular.yaml).
+resource regularAgentPool 'Microsoft.ContainerService/managedClusters/agentPools@2026-05-01' = if (regularPool) {
+  //checkov:skip=CKV_AZURE_168:maxPods is 50 (properties.maxPods below); checkov reads no properties of a conditional resource (`= if (...)`), so it sees none.
+  //checkov:skip=CKV_AZURE_227:Encryption at host needs a subscription feature registration; disks are encrypted at rest by the platform (as for the cluster's own pools).
+  parent: cluster
+  name: 'regular'
+  properties: {
+    mode: 'User'
+    osType: 'Linux'
+    osSKU: 'AzureLinux'
+    type: 'VirtualMachineScaleSets'
+    vmSize: regularVmSize
+    vnetSubnetID: subnetId
+    maxPods: 50
+    enableNodePublicIP: false
+    scaleSetPriority: 'Regular'
+    enableAutoScaling: true
+    count: 0
+    minCount: 0
+    maxCount: regularMaxCount
+    nodeLabels: {
+      '${regularLaneKey}': 'regular'
+    }
+    nodeTaints: [
+      '${regularLaneKey}=regular:NoSchedule'
     ]
   }
 }

@@ -3,9 +3,34 @@
 // Application Health extension probing the worker's liveness (/healthz) with
 // automatic repairs, Scheduled Events published for user reboots and
 // redeploys, and cloud-init installing the worker as a systemd service.
+//
+// The same module deploys the regular lane's scale set (docs/deploying.md, "The two lanes") with
+// priority Regular: the same image, identity and worker, serving the regular
+// lane's queue (SPOT_WORKER_LANE=regular), one job per VM, and a terminate
+// notification, so that a scale-in drains its worker like an eviction does.
 
 param location string
 param namePrefix string
+
+@description('Spot: the Spot lane\'s scale set (the workers of SPOT_WORKER_QUEUE). Regular: the regular lane\'s, regular-priority VMs serving SPOT_WORKER_REGULAR_QUEUE (docs/deploying.md, "The two lanes").')
+@allowed([
+  'Spot'
+  'Regular'
+])
+param priority string
+
+@description('The lane these workers serve (SPOT_WORKER_LANE): spot or regular, as priority.')
+@allowed([
+  'spot'
+  'regular'
+])
+param lane string
+
+@description('The regular lane\'s queue (SPOT_WORKER_REGULAR_QUEUE); empty: no lanes.')
+param regularQueueName string
+
+@description('Messages a worker handles at once (SPOT_WORKER_CONCURRENCY); empty: one per CPU. The regular lane runs one job per VM: its autoscale adds a VM per job waiting.')
+param concurrency string
 
 @description('VM sizes the scale set may use (instance mix, up to five); any of them must run the worker, and all must have the same local (temp) disk configuration, architecture, storage interface and security profile.')
 @minLength(1)
@@ -68,7 +93,10 @@ var env2 = replace(env1, '{{clientId}}', identityClientId)
 var env3 = replace(env2, '{{queueName}}', queueName)
 var env4 = replace(env3, '{{checkpointContainer}}', checkpointContainer)
 var env5 = replace(env4, '{{resultsContainer}}', resultsContainer)
-var workerEnv = replace(env5, '{{appInsightsConnectionString}}', appInsightsConnectionString)
+var env6 = replace(env5, '{{lane}}', lane)
+var env7 = replace(env6, '{{regularQueueName}}', regularQueueName)
+var env8 = replace(env7, '{{concurrency}}', concurrency)
+var workerEnv = replace(env8, '{{appInsightsConnectionString}}', appInsightsConnectionString)
 var unitTemplate = loadTextContent('../cloud-init/spot-worker.service')
 // systemd expands `%x` specifiers and `$VAR` in ExecStart: doubled, both are
 // literal, so the command runs as written.
@@ -99,7 +127,7 @@ var cloudInit = replace(cloudInit2, '{{installScriptB64}}', base64(installScript
 // and the binary download. tools/infra/health_probe.py checks the probe path.
 resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
   //checkov:skip=CKV_AZURE_95:No automatic OS image upgrades: they reimage running workers without a Scheduled Event. Spot VMs with eviction policy Delete are short-lived and every new one boots imageReference version 'latest'; Ubuntu's unattended-upgrades (patchMode ImageDefault) applies security updates meanwhile.
-  name: '${namePrefix}-vmss'
+  name: priority == 'Spot' ? '${namePrefix}-vmss' : '${namePrefix}-regular-vmss'
   location: location
   tags: tags
   identity: {
@@ -132,9 +160,9 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
       repairAction: 'Replace'
     }
     // Scheduled Events: user reboots and redeploys are announced, not auto-
-    // approved (the worker drains, then approves); no terminateNotification-
-    // Profile, which Spot does not have. Publishing every event to Event Grid
-    // and Resource Graph too is a preview behind a feature flag: on request.
+    // approved (the worker drains, then approves). Publishing every event to
+    // Event Grid and Resource Graph too is a preview behind a feature flag: on
+    // request.
     scheduledEventsPolicy: {
       userInitiatedReboot: {
         automaticallyApprove: false
@@ -153,13 +181,23 @@ resource vmss 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
       mode: 'Manual'
     }
     virtualMachineProfile: {
-      priority: 'Spot'
-      evictionPolicy: 'Delete'
-      billingProfile: {
+      priority: priority
+      evictionPolicy: priority == 'Spot' ? 'Delete' : null
+      billingProfile: priority == 'Spot' ? {
         maxPrice: json(maxPrice)
+      } : null
+      // A terminate notification for the regular VMs only (Spot has none):
+      // an autoscale scale-in then posts a Terminate event, which the worker
+      // drains on as on an eviction (its job goes back to its lane's queue,
+      // or where the lane rule says), instead of being cut off.
+      scheduledEventsProfile: priority == 'Spot' ? null : {
+        terminateNotificationProfile: {
+          enable: true
+          notBeforeTimeout: 'PT5M'
+        }
       }
       osProfile: {
-        computerNamePrefix: take(replace(namePrefix, '-', ''), 9)
+        computerNamePrefix: priority == 'Spot' ? take(replace(namePrefix, '-', ''), 9) : '${take(replace(namePrefix, '-', ''), 8)}r'
         adminUsername: adminUsername
         customData: base64(cloudInit)
         allowExtensionOperations: true

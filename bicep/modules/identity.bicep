@@ -14,6 +14,13 @@
 //   write probes, and Create Container (a no-op: the container exists).
 // - Storage Blob Data Reader on the artifacts container: cloud-init downloads
 //   the worker binary with the identity.
+// - The regular lane (docs/deploying.md, "The two lanes"), when deployed: Storage Queue Data
+//   Contributor on its queue too. Workers of both lanes run as this
+//   identity and poison into the one poison queue; each sends a job with a
+//   deadline to the other lane's queue (Put Message) when the lane rule says
+//   so, and the lane keeper, on any worker, peeks at, receives, puts back
+//   and deletes the Spot lane's messages. Its turn is a blob lease in the
+//   checkpoint container (Lease Blob: the Contributor there allows it).
 // Because this template creates the queues and containers, the identity needs
 // no account-level right: the worker's create-if-missing calls are answered
 // "already exists" under the queue/container-scoped assignments above.
@@ -25,6 +32,10 @@ param name string
 param storageAccountName string
 param queueName string
 param poisonQueueName string
+
+@description('Grant the regular lane\'s queue too (docs/deploying.md, "The two lanes").')
+param regularLane bool
+param regularQueueName string
 param checkpointContainer string
 param resultsContainer string
 param poisonContainer string
@@ -70,6 +81,10 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
     resource poisonQueue 'queues' existing = {
       name: poisonQueueName
     }
+
+    resource regularQueue 'queues' existing = {
+      name: regularQueueName
+    }
   }
 
   resource blobService 'blobServices' existing = {
@@ -112,6 +127,17 @@ resource workerPoisonQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' 
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
     description: 'spot-worker: move poison messages aside'
+  }
+}
+
+resource workerRegularQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (regularLane) {
+  name: guid(account::queueService::regularQueue.id, identity.id, roles.storageQueueDataContributor)
+  scope: account::queueService::regularQueue
+  properties: {
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+    description: 'spot-worker: the regular lane: receive, renew, release and delete its messages; send jobs to it'
   }
 }
 
@@ -200,6 +226,32 @@ resource operatorJobQueueRead 'Microsoft.Authorization/roleAssignments@2022-04-0
     principalType: operatorPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataReader)
     description: 'spot-worker operator: queue depth and oldest message (status)'
+  }
+}
+
+// enqueue --deadline: a job with too little slack goes straight to the
+// regular lane (Put Message).
+resource operatorRegularQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId) && regularLane) {
+  name: guid(account::queueService::regularQueue.id, operatorPrincipalId, roles.storageQueueDataMessageSender)
+  scope: account::queueService::regularQueue
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataMessageSender)
+    description: 'spot-worker operator: enqueue jobs with a deadline to the regular lane'
+  }
+}
+
+// status: the regular lane's depth, its oldest and waiting messages (Get
+// Queue Metadata, Peek Messages).
+resource operatorRegularQueueRead 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId) && regularLane) {
+  name: guid(account::queueService::regularQueue.id, operatorPrincipalId, roles.storageQueueDataReader)
+  scope: account::queueService::regularQueue
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataReader)
+    description: 'spot-worker operator: the regular lane\'s depth and waiting jobs (status)'
   }
 }
 

@@ -25,6 +25,12 @@ param name string
 @description('The queue the workers consume; the poison queue is "<queue>-poison".')
 param queueName string
 
+@description('Create the regular lane\'s queue (docs/deploying.md, "The two lanes").')
+param regularLane bool
+
+@description('The regular lane\'s queue. Both lanes poison into "<queueName>-poison".')
+param regularQueueName string
+
 @description('Blob container for checkpoints (SPOT_WORKER_CHECKPOINT_CONTAINER).')
 param checkpointContainer string
 
@@ -145,6 +151,12 @@ resource jobQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-0
 resource poisonQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
   parent: queueService
   name: '${queueName}-poison'
+}
+
+// The regular lane: jobs with a deadline that must run on regular capacity.
+resource regularQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = if (regularLane) {
+  parent: queueService
+  name: regularQueueName
 }
 
 resource checkpoints 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
@@ -270,6 +282,9 @@ output queueEndpoint string = account.properties.primaryEndpoints.queue
 output queueServiceId string = queueService.id
 output jobQueueName string = jobQueue.name
 output poisonQueueName string = poisonQueue.name
+// The regular lane's queue name, whether it is deployed or not (the callers'
+// conditions say).
+output regularQueueName string = regularQueueName
 output checkpointContainerName string = checkpoints.name
 output resultsContainerName string = results.name
 output poisonContainerName string = poisonBodies.name

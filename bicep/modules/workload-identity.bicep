@@ -7,7 +7,8 @@
 //   Data Reader on the job queue (queue properties and peek: the queue's
 //   length), trusted for the managed KEDA operator's service account
 //   (kube-system/keda-operator). It never sees a message body it could act on
-//   and cannot change the queue.
+//   and cannot change the queue. With the regular lane, the same role on its
+//   queue.
 
 param location string
 
@@ -28,6 +29,10 @@ param serviceAccountName string
 
 param storageAccountName string
 param queueName string
+
+@description('Let the scaler read the regular lane\'s queue too (docs/deploying.md, "The two lanes").')
+param regularLane bool
+param regularQueueName string
 param tags object
 
 var tokenExchangeAudience = 'api://AzureADTokenExchange'
@@ -76,6 +81,10 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
     resource jobQueue 'queues' existing = {
       name: queueName
     }
+
+    resource regularQueue 'queues' existing = {
+      name: regularQueueName
+    }
   }
 }
 
@@ -87,6 +96,20 @@ resource scalerReadsQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' =
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageQueueDataReader)
     description: 'spot-worker: KEDA reads the job queue\'s length'
+  }
+}
+
+// The regular lane's ScaledObject reads both queues: the regular one's
+// length, and the Spot one's visible and leased messages (it wakes a regular
+// pod to keep the lanes when no Spot worker holds any: docs/deploying.md, "The two lanes").
+resource scalerReadsRegularQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (regularLane) {
+  name: guid(account::queueService::regularQueue.id, scalerIdentity.id, storageQueueDataReader)
+  scope: account::queueService::regularQueue
+  properties: {
+    principalId: scalerIdentity.properties.principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageQueueDataReader)
+    description: 'spot-worker: KEDA reads the regular lane\'s queue length'
   }
 }
 

@@ -46,6 +46,11 @@ pub fn sample_deployment_values() -> BTreeMap<&'static str, String> {
         ("workerArgs", String::new()),
         ("workerBundleUrl", String::new()),
         ("workerBundleSha256", String::new()),
+        // The Spot lane's scale set, with the regular lane deployed (the
+        // default), one job per CPU.
+        ("lane", "spot".to_owned()),
+        ("regularQueueName", "jobs-regular".to_owned()),
+        ("concurrency", String::new()),
     ])
 }
 

@@ -15,7 +15,9 @@
    autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
    of (backlog, in flight, instances) cases: scale-in never removes an
    instance while any message is held, a backlog scales out
-   (autoscale_model.py).
+   (autoscale_model.py); the regular lane's too
+   (modules/regular-autoscale.bicep, regular_autoscale.py): from zero, one
+   VM to keep the lanes while no Spot VM runs, back to zero when idle.
 4. The cloud-init document is rendered the way modules/compute.bicep renders
    it (its `var x = replace(...)` chain is evaluated literally, with sample
    values for the deployment's outputs) and nothing is left unfilled: twice,
@@ -60,6 +62,7 @@ import bicep_wiring
 import health_probe
 import kubectl_permissions
 import permissions
+import regular_autoscale
 from findings import KINDS, Report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -84,7 +87,16 @@ SAMPLE_PARAMS = {
     "workerArgs": "",
     "workerBundleUrl": "",
     "workerBundleSha256": "",
+    # The Spot lane's scale set, with the regular lane deployed (main.bicep's
+    # default), one job per CPU.
+    "lane": "spot",
+    "regularQueueName": "jobs-regular",
+    "concurrency": "",
 }
+
+# The regular lane's scale set: the same worker, serving the regular queue,
+# one job per VM.
+REGULAR_PARAMS = {**SAMPLE_PARAMS, "lane": "regular", "concurrency": "1"}
 
 # The command path: what main.bicep passes for workerCommand and a bundle.
 # The command has a `%` and a `$`, which systemd must not expand.
@@ -236,6 +248,26 @@ def check_autoscale() -> None:
         fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
     done(started, f"{len(rows)} cases, each under the {len(autoscale_model.READINGS)} readings of the per-instance queue metric; "
                   f"the old rule ('< 1') fails it in {len(old_problems)} places")
+    started = step("autoscale: the regular lane's rules (modules/regular-autoscale.bicep), from zero, on their table")
+    rows, problems = regular_autoscale.run_table(BICEP)
+    for line in regular_autoscale.format_table(rows):
+        print(f"    {line}")
+    for problem in problems:
+        fail(f"regular autoscale: {problem}")
+    # Negative control: without the scale-in rule on the Spot VMs, the
+    # keeper's VM would flap while Spot is away.
+    profile = regular_autoscale.render(BICEP)
+    flapping = [
+        case for case in regular_autoscale.cases(profile, 0)
+        if "keeper's VM while Spot stays away" in case.name
+        and any(regular_autoscale.decide(regular_autoscale.without_spot_guard(profile), case, *combo) == 0
+                for combo in regular_autoscale.readings(case))
+    ]
+    if not flapping:
+        fail("regular autoscale: the table no longer catches a keeper VM scaled in while Spot is away: it proves nothing")
+    done(started, f"{len(rows)} cases, each under every combination of the readings of the per-instance queue metric, "
+                  "of it at zero instances, and of a Spot scale set without VMs; without the Spot guard on scale-in "
+                  "the keeper's VM flaps")
 
 
 # The job queue's message time-to-live in days: the service default (7 days),
@@ -452,6 +484,7 @@ def main() -> int:
     for variant, params, exec_start in (
         ("the worker binary", SAMPLE_PARAMS, "/opt/spot-worker/bin/worker"),
         ("the command path with a bundle", COMMAND_PARAMS, COMMAND_EXEC_START),
+        ("the regular lane's scale set", REGULAR_PARAMS, "/opt/spot-worker/bin/worker"),
     ):
         values = render_cloud_init(params, variant)
         with tempfile.TemporaryDirectory(prefix="spot-worker-infra-") as tmp:

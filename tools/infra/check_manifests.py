@@ -8,12 +8,17 @@
    the AKS deployment targets.
 3. Every KEDA object validates against KEDA's own types
    (@kubernetes-models/keda, tools/infra/keda/check_keda.mjs), also strictly.
-4. The worker's rules: the Deployment tolerates the Spot taint and prefers
-   Spot nodes, probes /readyz and /healthz on the worker's health port, runs
-   non-root, gives the drain its time (terminationGracePeriodSeconds), never
-   approves Scheduled Events (a node may hold other workers), gets workload
-   identity, and KEDA scales exactly it with workload identity, counting
-   leased messages too (queueLengthStrategy: all). A Deployment that a
+4. The worker's rules: a Spot-lane Deployment tolerates the Spot taint and
+   prefers Spot nodes, a regular-lane one (docs/deploying.md, "The two lanes") runs only on the
+   regular pool, never on Spot nodes, one job per pod; both lanes' workers
+   name the same two queues; every worker probes /readyz and /healthz on
+   its health port, runs non-root, gives the drain its time
+   (terminationGracePeriodSeconds), never approves Scheduled Events (a node
+   may hold other workers), gets workload identity; KEDA scales each
+   Deployment with workload identity, counting its queue's leased messages
+   too (queueLengthStrategy: all; a visibleonly count only inside a
+   scalingModifiers formula), and the regular lane's ScaledObject also wakes
+   a pod to keep the lanes from the Spot queue. A Deployment that a
    ScaledObject or an HPA scales has no `replicas`: every `kubectl apply`
    would set the count to it, stopping running workers (Kubernetes' HPA
    docs: omit it when an autoscaler owns the count).
@@ -57,11 +62,15 @@ SAMPLE_VALUES = {
     "STORAGE_ACCOUNT": "spotworkerabc123",
     "STORAGE_ACCOUNT_URL": "https://spotworkerabc123.blob.core.windows.net/",
     "QUEUE": "jobs",
+    "REGULAR_QUEUE": "jobs-regular",
     "MAX_REPLICAS": "20",
+    "REGULAR_MAX_REPLICAS": "5",
     "MESSAGES_PER_POD": "20",
 }
 
 SPOT_TAINT_KEY = "kubernetes.azure.com/scalesetpriority"
+# bicep/modules/aks.bicep labels and taints the regular pool's nodes so.
+REGULAR_LANE_KEY = "spot-worker/lane"
 # Seconds the worker needs after its drain to flush telemetry and exit.
 EXIT_SECONDS = 2
 
@@ -167,12 +176,13 @@ def worker_findings(objects: list[tuple[str, dict[str, Any]]], drain_seconds: in
         findings.append("no worker Deployment")
     for file, deployment in deployments:
         findings += deployment_findings(where(file, deployment), deployment, accounts, drain_seconds)
+    findings += lanes_findings(deployments)
     scaled = by_kind.get("ScaledObject", [])
     if not scaled:
         findings.append("no KEDA ScaledObject")
-    names = {d["metadata"]["name"] for _, d in deployments}
+    by_name = {d["metadata"]["name"]: d for _, d in deployments}
     for file, obj in scaled:
-        findings += scaled_object_findings(where(file, obj), obj, names, auths)
+        findings += scaled_object_findings(where(file, obj), obj, by_name, auths)
     findings += autoscaled_replicas_findings(deployments, scaled + by_kind.get("HorizontalPodAutoscaler", []))
     return findings
 
@@ -199,15 +209,33 @@ def autoscaled_replicas_findings(
     return findings
 
 
-def deployment_findings(at: str, deployment: dict[str, Any], accounts: dict[str, Any], drain_seconds: int) -> list[str]:
-    findings: list[str] = []
-    pod = deployment.get("spec", {}).get("template", {})
-    spec = pod.get("spec", {})
-    tolerated = any(
-        t.get("key") == SPOT_TAINT_KEY and t.get("value") == "spot" and t.get("effect") == "NoSchedule"
+def worker_env(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The worker container's environment (the first container's)."""
+    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []) or [{}]
+    return env_of(containers[0])
+
+
+def lane_of(deployment: dict[str, Any]) -> str:
+    """The lane a worker Deployment serves (SPOT_WORKER_LANE, default spot)."""
+    return str(worker_env(deployment).get("SPOT_WORKER_LANE") or "spot")
+
+
+def consumed_queue(deployment: dict[str, Any]) -> str | None:
+    """The queue its workers take messages from: their lane's."""
+    env = worker_env(deployment)
+    return env.get("SPOT_WORKER_REGULAR_QUEUE") if lane_of(deployment) == "regular" else env.get("SPOT_WORKER_QUEUE")
+
+
+def tolerates(spec: dict[str, Any], key: str, value: str) -> bool:
+    return any(
+        t.get("key") == key and t.get("value") == value and t.get("effect") == "NoSchedule"
         for t in spec.get("tolerations", []) or []
     )
-    if not tolerated:
+
+
+def spot_lane_findings(at: str, spec: dict[str, Any]) -> list[str]:
+    findings = []
+    if not tolerates(spec, SPOT_TAINT_KEY, "spot"):
         findings.append(f"{at}: does not tolerate {SPOT_TAINT_KEY}=spot:NoSchedule (it would never run on a Spot node)")
     preferred = spec.get("affinity", {}).get("nodeAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", [])
     prefers_spot = any(
@@ -217,6 +245,55 @@ def deployment_findings(at: str, deployment: dict[str, Any], accounts: dict[str,
     )
     if not prefers_spot:
         findings.append(f"{at}: does not prefer Spot nodes (nodeAffinity on {SPOT_TAINT_KEY})")
+    return findings
+
+
+def regular_lane_findings(at: str, spec: dict[str, Any], env: dict[str, Any]) -> list[str]:
+    """A regular-lane worker runs the jobs that must not be evicted: on the
+    regular pool only, one job per pod (its ScaledObject adds a pod per job)."""
+    findings = []
+    if tolerates(spec, SPOT_TAINT_KEY, "spot"):
+        findings.append(f"{at}: a regular-lane worker tolerates the Spot taint: its jobs, which must not be "
+                        "evicted, could land on Spot nodes")
+    if (spec.get("nodeSelector") or {}).get(REGULAR_LANE_KEY) != "regular" or not tolerates(spec, REGULAR_LANE_KEY, "regular"):
+        findings.append(f"{at}: does not select the regular pool (nodeSelector {REGULAR_LANE_KEY}: regular and "
+                        f"a toleration of {REGULAR_LANE_KEY}=regular:NoSchedule)")
+    if str(env.get("SPOT_WORKER_CONCURRENCY")) != "1":
+        findings.append(f"{at}: SPOT_WORKER_CONCURRENCY must be 1 on the regular lane (a pod per job)")
+    if not env.get("SPOT_WORKER_REGULAR_QUEUE"):
+        findings.append(f"{at}: a regular-lane worker without SPOT_WORKER_REGULAR_QUEUE")
+    return findings
+
+
+def lanes_findings(deployments: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Both lanes' workers name the same two queues, or jobs never move."""
+    regular = [(f, d) for f, d in deployments if lane_of(d) == "regular"]
+    if not regular:
+        return []
+    findings = []
+    wanted = {(worker_env(d).get("SPOT_WORKER_QUEUE"), worker_env(d).get("SPOT_WORKER_REGULAR_QUEUE")) for _, d in regular}
+    for file, deployment in deployments:
+        env = worker_env(deployment)
+        named = (env.get("SPOT_WORKER_QUEUE"), env.get("SPOT_WORKER_REGULAR_QUEUE"))
+        if lane_of(deployment) == "spot" and not named[1]:
+            findings.append(f"{where(file, deployment)}: the Spot lane's workers do not name the regular lane's "
+                            "queue (SPOT_WORKER_REGULAR_QUEUE): their jobs never move to it")
+        elif named not in wanted or len(wanted) > 1:
+            findings.append(f"{where(file, deployment)}: names the queues {named}, the lanes' other workers {sorted(wanted)}")
+    return findings
+
+
+def deployment_findings(at: str, deployment: dict[str, Any], accounts: dict[str, Any], drain_seconds: int) -> list[str]:
+    findings: list[str] = []
+    pod = deployment.get("spec", {}).get("template", {})
+    spec = pod.get("spec", {})
+    lane = lane_of(deployment)
+    if lane == "spot":
+        findings += spot_lane_findings(at, spec)
+    elif lane == "regular":
+        findings += regular_lane_findings(at, spec, worker_env(deployment))
+    else:
+        findings.append(f"{at}: SPOT_WORKER_LANE {lane!r} is neither spot nor regular")
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if grace < drain_seconds + EXIT_SECONDS:
         findings.append(
@@ -258,24 +335,42 @@ def container_findings(at: str, container: dict[str, Any]) -> list[str]:
     return findings
 
 
-def scaled_object_findings(at: str, obj: dict[str, Any], deployments: set[str], auths: dict[str, Any]) -> list[str]:
+def scaled_object_findings(at: str, obj: dict[str, Any], deployments: dict[str, Any], auths: dict[str, Any]) -> list[str]:
     findings: list[str] = []
     spec = obj.get("spec", {})
     target = spec.get("scaleTargetRef", {}).get("name")
-    if target not in deployments:
+    deployment = deployments.get(target)
+    if deployment is None:
         findings.append(f"{at}: scales {target!r}, which is not the worker Deployment")
+    formula = str(((spec.get("advanced") or {}).get("scalingModifiers") or {}).get("formula") or "")
+    in_formula = lambda trigger: bool(trigger.get("name")) and re.search(rf"\b{re.escape(trigger['name'])}\b", formula) is not None  # noqa: E731
+    queue = consumed_queue(deployment) if deployment else None
+    counted = False
     for trigger in spec.get("triggers", []):
+        metadata = trigger.get("metadata") or {}
         if trigger.get("type") != "azure-queue":
             findings.append(f"{at}: trigger {trigger.get('type')!r} is not azure-queue")
-        elif (trigger.get("metadata") or {}).get("queueLengthStrategy") != "all":
-            findings.append(
-                f"{at}: its azure-queue trigger does not say queueLengthStrategy: all "
-                "(leased messages must count, or busy pods are scaled to zero)"
-            )
+        elif metadata.get("queueLengthStrategy") == "all":
+            on_queue = queue is None or metadata.get("queueName") == queue
+            counted = counted or (on_queue and (not formula or in_formula(trigger)))
+        elif metadata.get("queueLengthStrategy") == "visibleonly" and not in_formula(trigger):
+            findings.append(f"{at}: its azure-queue trigger on {metadata.get('queueName')} counts visible messages "
+                            "only, outside a scalingModifiers formula: busy pods would be scaled to zero")
         auth = auths.get(trigger.get("authenticationRef", {}).get("name"))
         provider = (auth or {}).get("spec", {}).get("podIdentity", {}).get("provider")
         if provider != "azure-workload":
             findings.append(f"{at}: its trigger does not authenticate with a TriggerAuthentication of provider azure-workload")
+    if not counted:
+        findings.append(
+            f"{at}: its azure-queue trigger does not say queueLengthStrategy: all on its workers' queue "
+            f"{queue or '?'} (leased messages must count, or busy pods are scaled to zero)"
+        )
+    if deployment is not None and lane_of(deployment) == "regular":
+        spot_queue = worker_env(deployment).get("SPOT_WORKER_QUEUE")
+        wakes = [t for t in spec.get("triggers", []) if (t.get("metadata") or {}).get("queueName") == spot_queue and in_formula(t)]
+        if not wakes:
+            findings.append(f"{at}: nothing wakes a regular pod to keep the lanes when no Spot worker runs: no "
+                            f"trigger on the Spot queue {spot_queue} in its scalingModifiers formula (docs/deploying.md, 'The two lanes')")
     return findings
 
 

@@ -65,6 +65,10 @@ DECLARED = [
     # peeks. From KEDA's scaler documentation, not observed here.
     ("scaler", "KEDA azure-queue scaler: queue length", "Get Queue Metadata", "queue", "jobs"),
     ("scaler", "KEDA azure-queue scaler: visible messages (queueLengthStrategy visibleonly)", "Peek Messages", "queue", "jobs"),
+    # The regular lane's ScaledObject (deploy/kubernetes/regular.yaml): the
+    # regular queue's length, and the Spot queue's visible and leased
+    # messages (the keeper's wake, docs/deploying.md, "The two lanes") as above.
+    ("scaler", "KEDA azure-queue scaler: the regular lane's length", "Get Queue Metadata", "queue", "jobs-regular"),
 ]
 
 ACCOUNT_ONLY = {"List Containers", "List Queues"}

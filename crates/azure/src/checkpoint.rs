@@ -28,7 +28,7 @@ use crate::error::{Operation, map_error};
 /// [`AzureStorage::checkpoint_store`](crate::AzureStorage::checkpoint_store).
 #[derive(Clone)]
 pub struct BlobCheckpointStore {
-    container: Container,
+    pub(crate) container: Container,
     chunks: Arc<BlobChunkStore>,
 }
 

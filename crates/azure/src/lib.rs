@@ -12,6 +12,9 @@
 //! - [`BlobResultStore`] implements
 //!   [`ResultStore`](spot_worker_storage::ResultStore) on Blob Storage,
 //!   create-only (`If-None-Match: *`).
+//! - [`BlobCheckpointStore`] also implements
+//!   [`LeaseStore`](spot_worker_storage::LeaseStore) with Lease Blob, for
+//!   the lane keeper's turns.
 //! - [`AzureStorage`] builds them from a [`StorageConfig`]: a connection
 //!   string (an account key signs short-lived account SAS tokens, since the
 //!   1.x crates have no shared-key auth), a managed identity, or the Azure CLI.
@@ -56,6 +59,7 @@ mod container;
 mod credentials;
 mod error;
 mod identity;
+mod lease;
 mod listing;
 mod queue;
 mod redact;

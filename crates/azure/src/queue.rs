@@ -19,6 +19,7 @@ use azure_storage_queue::models::{
 };
 use spot_worker_storage::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
+    VisibleMessage,
 };
 
 use time::OffsetDateTime;
@@ -356,6 +357,20 @@ impl MessageQueue for AzureQueue {
                 .map_err(|e| map_error(e, Operation::Message(id)))
         })
         .await
+    }
+
+    /// [`AzureQueue::peek`], as the trait has it (the lane keeper's).
+    async fn peek(&self, max_messages: u8) -> Result<Vec<VisibleMessage>, StorageError> {
+        Ok(AzureQueue::peek(self, max_messages)
+            .await?
+            .into_iter()
+            .map(|m| VisibleMessage {
+                id: m.id,
+                body: m.body,
+                dequeue_count: m.dequeue_count,
+                inserted_at: m.inserted_at,
+            })
+            .collect())
     }
 
     /// Sends a message with this client's [`MessageTtl`]; a missing queue

@@ -143,6 +143,7 @@ impl CommandHandler {
             progress_warned: false,
             spread_due: None,
             last_left: None,
+            stopped: None,
         };
         let ended = run.run_program(&message_id).await?;
         let Ended {
@@ -244,8 +245,30 @@ pub(crate) struct Run<'a> {
     /// What the progress decided at the last look, so the log says each
     /// change once rather than every look.
     spread_due: Option<bool>,
-    /// What the progress file said was left at the last look.
-    last_left: Option<Duration>,
+    /// How long the job had left at the last look.
+    last_left: Option<Left>,
+    /// When the program was sent its stop signal, and the checkpoint's
+    /// fingerprint then: a version other than it was written after the
+    /// signal.
+    pub(crate) stopped: Option<Stopped>,
+}
+
+/// How long a job has left, and who says so (for the log).
+#[derive(Clone, Copy, Debug)]
+struct Left {
+    time: Duration,
+    from: &'static str,
+}
+
+/// The stop signal, as the checkpoint's versions are weighed against it.
+pub(crate) struct Stopped {
+    /// When it was sent (after the notice).
+    pub(crate) at: Instant,
+    /// The fingerprint of the checkpoint (file and directory) then
+    /// ([`CheckpointFiles::fingerprint`]); `None` if there was none.
+    ///
+    /// [`CheckpointFiles::fingerprint`]: spot_worker_storage::files::CheckpointFiles::fingerprint
+    pub(crate) fingerprint: Option<[u8; 32]>,
 }
 
 impl Run<'_> {
@@ -258,7 +281,7 @@ impl Run<'_> {
         // Before the start, so a file the program writes at once is new.
         let mut looked_at = self.roots().fingerprint().ok().flatten();
         self.program_started = Some(std::time::Instant::now());
-        let mut child = self.spawn(message_id).await?;
+        let mut child = self.spawn(message_id, self.first_interval()).await?;
         let pgid = child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
@@ -284,6 +307,12 @@ impl Run<'_> {
                     break status.map_err(|e| format!("job {key}: waiting for the program: {e}"))?;
                 }
                 () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {
+                    // The version there is now, before the signal: any
+                    // other was written after it.
+                    self.stopped = Some(Stopped {
+                        at: Instant::now(),
+                        fingerprint: self.roots().fingerprint().ok().flatten(),
+                    });
                     kill_at = Some(self.stop_for_notice(pgid));
                     ended = RunnerEnded::ForNotice;
                 }
@@ -332,7 +361,7 @@ impl Run<'_> {
                 () = tokio::time::sleep_until(next_save), if self.saving.is_none() && ended == RunnerEnded::No => {
                     // Before the first save only for the pace's first reading.
                     let left = if saved_once || !self.pace.started() {
-                        self.progress_left().await
+                        self.time_left().await
                     } else {
                         None
                     };
@@ -387,30 +416,68 @@ impl Run<'_> {
             .unwrap_or_else(|| self.job.cadence().interval())
     }
 
+    /// The interval the program is told (`SPOT_WORKER_CHECKPOINT_INTERVAL`):
+    /// [`Run::save_interval`], or spread over the rest of the job the
+    /// fleet's finished jobs say it has left.
+    fn first_interval(&self) -> Duration {
+        match (self.expected_left(), self.checkpoint.as_ref()) {
+            (Some(left), Some(checkpoint)) => checkpoint.cadence().interval_before_end(left),
+            _ => self.save_interval(),
+        }
+    }
+
     /// Whether the runner saves the checkpoint file (if changed) at a look
-    /// after the first save: always, unless the program's progress says
-    /// how long its job has `left`, when the worker's interval spread over
-    /// the rest of the job decides (docs/checkpoint-interval.md).
-    fn is_due(&mut self, left: Option<Duration>) -> bool {
+    /// after the first save: always, unless it knows how long the job has
+    /// `left` (the program's progress, or the fleet's finished jobs), when
+    /// the worker's interval spread over the rest of the job decides
+    /// (docs/checkpoint-interval.md).
+    fn is_due(&mut self, left: Option<Left>) -> bool {
         let (Some(left), Some(checkpoint)) = (left, self.checkpoint.as_ref()) else {
             return true;
         };
-        let due = checkpoint.is_due_before_end(left);
+        let due = checkpoint.is_due_before_end(left.time);
         let since_last_save = checkpoint.since_last_save();
         if self.spread_due.replace(due) != Some(due) {
-            tracing::debug!(job_key = %self.key, ?left, due, ?since_last_save, "the program's progress spreads the saves over the rest of its job");
+            let (left, from) = (left.time, left.from);
+            tracing::debug!(job_key = %self.key, ?left, from, due, ?since_last_save, "the saves are spread over the rest of the job");
         }
         due
     }
 
+    /// The time the job has left: from the program's progress file if it
+    /// writes one, else the rest the fleet's finished jobs say a job that
+    /// has done this much has left; `None` with `--checkpoint-every`, or
+    /// when neither can say.
+    async fn time_left(&mut self) -> Option<Left> {
+        if let Some(time) = self.progress_left().await {
+            return Some(Left {
+                time,
+                from: "the program's progress",
+            });
+        }
+        self.expected_left().map(|time| Left {
+            time,
+            from: "the fleet's finished jobs",
+        })
+    }
+
+    /// [`JobCheckpoint::expected_left`], unless `--checkpoint-every` fixes
+    /// the interval (or a save holds the handle).
+    fn expected_left(&self) -> Option<Duration> {
+        if self.handler.config.checkpoint_every.is_some() {
+            return None;
+        }
+        self.checkpoint.as_ref()?.expected_left()
+    }
+
     /// How long until the next look after the first save: the time until
     /// the interval spread over the rest of the job has passed since the
-    /// last save if the program's progress says how long it has `left`
+    /// last save if the runner knows how long the job has `left`
     /// (at least [`FIRST_SAVE_LOOK`], as before the first save: a save
     /// due waits only for the program's next version of the file), else
     /// [`Run::save_interval`].
-    fn next_look(&self, left: Option<Duration>) -> Duration {
-        match (left, self.checkpoint.as_ref()) {
+    fn next_look(&self, left: Option<Left>) -> Duration {
+        match (left.map(|left| left.time), self.checkpoint.as_ref()) {
             (Some(left), Some(checkpoint)) => {
                 let since = checkpoint.since_last_save();
                 checkpoint
@@ -425,16 +492,28 @@ impl Run<'_> {
 
     /// Reads the progress file (`SPOT_WORKER_PROGRESS`): the time the rest
     /// of the job takes at this delivery's pace, `None` without a file, a
-    /// pace, or with `--checkpoint-every` (a fixed interval wins). A
-    /// malformed file is said once per delivery in the log and ignored.
+    /// pace, or with `--checkpoint-every` (a fixed interval wins). The
+    /// share read is reported to the job ([`Job::report_progress`]: the
+    /// lane rule of a job with a deadline reads it). A malformed file is
+    /// said once per delivery in the log and ignored.
     async fn progress_left(&mut self) -> Option<Duration> {
-        if self.handler.config.checkpoint_every.is_some() {
+        // A job with a deadline reports its progress to the lane rule
+        // (docs/deploying.md, "The two lanes") whatever the interval.
+        let fixed = self.handler.config.checkpoint_every.is_some();
+        if fixed && self.job.due().is_none() {
             return None;
         }
         let path = self.dir.progress();
         let read = tokio::task::spawn_blocking(move || read_progress(&path)).await;
         let reason = match read {
-            Ok(Ok(done)) => return self.pace.left(done?, std::time::Instant::now()),
+            Ok(Ok(done)) => {
+                let done = done?;
+                self.job.report_progress(done);
+                if fixed {
+                    return None;
+                }
+                return self.pace.left(done, std::time::Instant::now());
+            }
             Ok(Err(error)) => error.to_string(),
             Err(error) => error.to_string(),
         };
@@ -446,7 +525,7 @@ impl Run<'_> {
 
     /// The program, started in its own process group with the contract's
     /// environment, and tied to the runner's life (`spawner.rs`).
-    async fn spawn(&self, message_id: &str) -> Result<Child, HandlerError> {
+    async fn spawn(&self, message_id: &str, interval: Duration) -> Result<Child, HandlerError> {
         let config = &self.handler.config;
         let job = self.job;
         let mut contract: Vec<(&'static str, String)> = vec![
@@ -468,7 +547,7 @@ impl Run<'_> {
             ("SPOT_WORKER_NOTICE", path_text(self.dir.notice())),
             (
                 "SPOT_WORKER_CHECKPOINT_INTERVAL",
-                interval_seconds(self.save_interval()),
+                interval_seconds(interval),
             ),
         ];
         if let Some(user) = &config.program_user {

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::delivery::Run;
-use crate::write_time::{Unmeasured, write_duration};
+use crate::write_time::{Unmeasured, write_duration, written_at};
 
 /// What one save did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,9 @@ struct SaveContext {
     saved_file: Option<FileVersion>,
     ran_for: Duration,
     awaited: bool,
+    /// When the stop signal was sent, if the checkpoint has changed since:
+    /// what this save reads was written after it.
+    written_after: Option<Instant>,
 }
 
 impl Run<'_> {
@@ -98,6 +101,11 @@ impl Run<'_> {
         };
         let roots = self.roots();
         let fingerprint = roots.fingerprint().ok().flatten();
+        let written_after = self
+            .stopped
+            .as_ref()
+            .filter(|stopped| stopped.fingerprint != fingerprint)
+            .map(|stopped| stopped.at);
         let context = SaveContext {
             roots,
             limit: self.handler.config.checkpoint_max_bytes,
@@ -107,6 +115,7 @@ impl Run<'_> {
                 .map(|started| started.elapsed())
                 .unwrap_or_default(),
             awaited,
+            written_after,
         };
         tracing::debug!(job_key = %self.key, awaited, "saving the checkpoint beside the program");
         let abandon = CancellationToken::new();
@@ -418,8 +427,12 @@ async fn save_once(
     if context.awaited {
         blocking.written_before += started.elapsed();
     }
+    // Both clocks at once, to put the version's modification time on the
+    // monotonic one.
+    let clocks = (std::time::SystemTime::now(), Instant::now());
+    let written_at = version_written_at(&staged, context.written_after, clocks);
     let stats = staged.stats;
-    match checkpoint.commit_files(staged, blocking).await {
+    match checkpoint.commit_files(staged, blocking, written_at).await {
         Ok(Committed::Saved(stats)) => {
             tracing::debug!(job_key = %key, bytes = stats.bytes, sent_bytes = stats.sent_bytes, sent_blobs = stats.sent_blobs, took_ms = stats.took.as_millis() as u64, written_in = ?blocking.written_before, "checkpoint saved");
             Ok(Done {
@@ -492,6 +505,40 @@ fn blocking(staged: &spot_worker_storage::files::Staged, context: &SaveContext) 
             Blocking::CALL
         }
     }
+}
+
+/// When the version `staged` read was written, on the monotonic clock
+/// (`clocks`: the wall clock and the monotonic one, read together): what
+/// saving it keeps of the program's work ([`written_at`]), however it is
+/// uploaded, in chunks or whole. The checkpoint file's modification time
+/// if there is one (the contract's version: the program renames it over
+/// the path once its state is complete). A checkpoint directory alone has
+/// no such mark of a complete version (the program writes its files one
+/// by one, and nothing says which was last), so its newest modification
+/// time among the files read stands for it: nothing in the version is
+/// younger.
+///
+/// A version new since the stop signal (`written_after`) was written
+/// after it, whatever its modification time says: a file system stamps
+/// times from a clock that ticks only every few milliseconds, and a
+/// program that saves on the signal may well do so within the tick.
+/// `None` for a time the clock cannot tell: the save then keeps the work
+/// up to its call.
+fn version_written_at(
+    staged: &spot_worker_storage::files::Staged,
+    written_after: Option<Instant>,
+    (wall_now, now): (std::time::SystemTime, Instant),
+) -> Option<Instant> {
+    let versions = staged.versions();
+    let modified = match versions.iter().find(|(path, _)| path == "file") {
+        Some((_, meta)) => meta.modified().ok()?,
+        None => versions
+            .iter()
+            .filter_map(|(_, meta)| meta.modified().ok())
+            .max()?,
+    };
+    let mapped = written_at(modified, wall_now, now)?;
+    Some(written_after.map_or(mapped, |after| mapped.max(after)))
 }
 
 /// A version of the checkpoint file: its device, inode and birth time, so

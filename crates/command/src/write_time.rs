@@ -8,8 +8,26 @@
 //! runner's upload (beside the program) is not. [`write_duration`] is the
 //! decision, pure; what the runner does when it says
 //! [`Unmeasured`] is in `saving.rs`.
+//!
+//! The modification time is also when the version's data was written, so
+//! what saving it keeps: the program's work up to then. [`written_at`]
+//! puts it on the monotonic clock the job's goodput is measured on (the
+//! file and the runner are on the same machine).
 
 use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+/// When a version of the checkpoint file modified at `modified` (the wall
+/// clock, as the file says) was written, on the monotonic clock, with
+/// `wall_now` and `now` the two clocks read together: `now` less the
+/// version's age. A modification time ahead of `wall_now` (the wall clock
+/// stepped back since) is `now`; `None` if it is older than the monotonic
+/// clock can tell (before the machine started).
+pub fn written_at(modified: SystemTime, wall_now: SystemTime, now: Instant) -> Option<Instant> {
+    let age = wall_now.duration_since(modified).unwrap_or(Duration::ZERO);
+    now.checked_sub(age)
+}
 
 /// Why a version's write could not be measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +86,34 @@ pub fn write_duration(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_versions_modification_is_put_on_the_monotonic_clock() {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let now = Instant::now();
+        let s = Duration::from_millis;
+        // (modified, relative to the wall clock now, in ms; expected ms before now)
+        let rows = [
+            (-2500_i64, Some(s(2500))),
+            (0, Some(s(0))),
+            // Modified "in the future": the wall clock stepped back.
+            (700, Some(s(0))),
+        ];
+        for (modified, before) in rows {
+            let modified = if modified < 0 {
+                wall - s(modified.unsigned_abs())
+            } else {
+                wall + s(modified as u64)
+            };
+            assert_eq!(
+                written_at(modified, wall, now),
+                before.map(|before| now - before),
+                "{modified:?}"
+            );
+        }
+        // Older than the machine: long before now, or not on the clock.
+        assert!(written_at(SystemTime::UNIX_EPOCH, wall, now).is_none_or(|at| at < now));
+    }
 
     #[test]
     fn the_write_is_from_birth_to_modification() {

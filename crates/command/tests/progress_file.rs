@@ -122,7 +122,7 @@ async fn a_job_about_to_end_puts_off_the_runners_next_save() {
     let put_off = within("the runner putting off its save", async {
         loop {
             let said = captured.lines().into_iter().find(|line| {
-                line.contains("the program's progress spreads the saves")
+                line.contains("the saves are spread over the rest of the job")
                     && line.contains("due=false")
             });
             if let Some(line) = said {

@@ -5,12 +5,16 @@
 //!   mean time between interruptions that lose work, clamped; pure.
 //! - [`estimate`]: the interruption rates from a fleet's counts and a seed,
 //!   as Gamma–Poisson and Beta posterior means; pure.
-//! - [`counts`]: the counts by kind (drained in time, notice too late, no
-//!   outcome) against the worker time observed, which each worker adds to
-//!   the fleet's every [`FLUSH_EVERY`].
+//! - [`counts`]: the counts by kind (saved at the notice, drained without a
+//!   save after it, notice too late, no outcome) against the worker time
+//!   observed, with the work the losing ones lost, which each worker adds
+//!   to the fleet's every [`FLUSH_EVERY`].
 //! - [`exposure`]: the running deliveries' job time, counted as it accrues.
 //! - [`finite`]: the interval spread evenly over a job's remaining work,
 //!   for a handler that knows it; pure.
+//! - [`job_length`]: the lengths of the fleet's finished jobs, and the
+//!   work a job that says nothing of its end is expected to have left;
+//!   pure.
 //! - [`pace`]: the time a job's rest takes at its pace so far; pure.
 //! - [`policy`]: one worker's live interval, which handlers and the
 //!   command runner ask whether a checkpoint is due.
@@ -28,6 +32,7 @@ mod daly;
 mod estimate;
 mod exposure;
 mod finite;
+mod job_length;
 mod pace;
 mod policy;
 
@@ -40,5 +45,6 @@ pub use estimate::{
 };
 pub use exposure::Exposure;
 pub use finite::spread_over_job;
+pub use job_length::{JobLengths, MIN_JOBS};
 pub use pace::time_left;
 pub use policy::{CadenceView, CheckpointCadence, IntervalSource, RunningJob, adaptive_interval};

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use spot_worker_decisions::cadence::IntervalSource;
+use spot_worker_decisions::lanes::Lane;
 use spot_worker_settings::{Source, table};
 use spot_worker_storage::MessageEncoding;
 
@@ -94,6 +95,36 @@ pub struct WorkerConfig {
     /// fleet's own counts outweigh it (`SPOT_WORKER_EVICTION_RATE`,
     /// default 0.05).
     pub eviction_rate: f64,
+    /// The two lanes of jobs with a deadline (docs/deploying.md, "The two lanes").
+    pub lanes: LaneSettings,
+}
+
+/// The lanes: Spot capacity, and regular capacity for jobs with a deadline
+/// that must (docs/deploying.md, "The two lanes").
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneSettings {
+    /// The lane this worker serves (`SPOT_WORKER_LANE`: `spot`, the
+    /// default, or `regular`).
+    pub lane: Lane,
+    /// The regular lane's queue (`SPOT_WORKER_REGULAR_QUEUE`); `None`: no
+    /// lanes.
+    pub regular_queue: Option<String>,
+    /// Whether this worker takes turns at keeping the lanes
+    /// (`SPOT_WORKER_LANE_KEEPER`, default on).
+    pub keeper: bool,
+    /// How often the keeper looks and a job on regular capacity is checked
+    /// (`SPOT_WORKER_LANE_KEEPER_EVERY`, default 60s).
+    pub keeper_every: Duration,
+    /// d until the fleet measured its own (`SPOT_WORKER_SWITCH_COST`,
+    /// default 6 minutes).
+    pub switch_cost: Duration,
+}
+
+impl LaneSettings {
+    /// Whether the worker serves one of two lanes.
+    pub fn enabled(&self) -> bool {
+        self.regular_queue.is_some()
+    }
 }
 
 /// Scheduled Events settings.
@@ -189,6 +220,14 @@ impl Default for WorkerConfig {
             gate_timeout: table::GATE_TIMEOUT.default,
             checkpoint_every: table::CHECKPOINT_EVERY.default,
             eviction_rate: table::EVICTION_RATE.default,
+            lanes: LaneSettings {
+                // table::LANE's default, `spot` (checked by a test).
+                lane: Lane::Spot,
+                regular_queue: None,
+                keeper: table::LANE_KEEPER.default,
+                keeper_every: table::LANE_KEEPER_EVERY.default,
+                switch_cost: table::SWITCH_COST.default,
+            },
         }
     }
 }
@@ -249,6 +288,15 @@ impl WorkerConfig {
             gate_timeout: source.get(&table::GATE_TIMEOUT)?,
             checkpoint_every: source.get(&table::CHECKPOINT_EVERY)?,
             eviction_rate: source.get(&table::EVICTION_RATE)?,
+            lanes: LaneSettings {
+                lane: lane(source)?,
+                regular_queue: source
+                    .get(&table::REGULAR_QUEUE)?
+                    .map(|name| name.into_owned()),
+                keeper: source.get(&table::LANE_KEEPER)?,
+                keeper_every: source.get(&table::LANE_KEEPER_EVERY)?,
+                switch_cost: source.get(&table::SWITCH_COST)?,
+            },
         };
         config.validate()?;
         Ok(config)
@@ -303,6 +351,7 @@ impl WorkerConfig {
                  release not recorded within 1 s), not only the job's own faults",
             );
         }
+        self.validate_lanes()?;
         if !self.eviction_rate.is_finite() || self.eviction_rate < 0.0 {
             return invalid(
                 table::EVICTION_RATE.key,
@@ -311,6 +360,44 @@ impl WorkerConfig {
             );
         }
         self.drain.validate()
+    }
+
+    /// The queue this worker consumes: its lane's (`SPOT_WORKER_QUEUE` for
+    /// the Spot lane, `SPOT_WORKER_REGULAR_QUEUE` for the regular one).
+    pub fn consumed_queue(&self) -> &str {
+        match (self.lanes.lane, &self.lanes.regular_queue) {
+            (Lane::Regular, Some(regular)) => regular,
+            _ => &self.queue,
+        }
+    }
+
+    fn validate_lanes(&self) -> Result<(), ConfigError> {
+        let lanes = &self.lanes;
+        let invalid = |setting: &str, value: String, reason: &str| {
+            Err(ConfigError::Invalid {
+                setting: setting.to_owned(),
+                value,
+                reason: reason.to_owned(),
+            })
+        };
+        match &lanes.regular_queue {
+            None if lanes.lane == Lane::Regular => invalid(
+                table::LANE.key,
+                "regular".into(),
+                "a regular-lane worker needs the regular lane's queue: set SPOT_WORKER_REGULAR_QUEUE",
+            ),
+            Some(regular) if regular.is_empty() || *regular == self.queue => invalid(
+                table::REGULAR_QUEUE.key,
+                regular.clone(),
+                "the regular lane needs a queue of its own, not SPOT_WORKER_QUEUE's",
+            ),
+            _ if lanes.keeper_every < Duration::from_secs(1) => invalid(
+                table::LANE_KEEPER_EVERY.key,
+                format!("{:?}", lanes.keeper_every),
+                "at least 1s",
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Where the checkpoint interval comes from: the fixed one if set,
@@ -384,6 +471,18 @@ impl DrainSettings {
             );
         }
         Ok(())
+    }
+}
+
+/// The lane this worker serves, from `SPOT_WORKER_LANE`.
+fn lane(source: &Source) -> Result<Lane, ConfigError> {
+    let name = source.get(&table::LANE)?;
+    match name.to_ascii_lowercase().as_str() {
+        "spot" => Ok(Lane::Spot),
+        "regular" => Ok(Lane::Regular),
+        _ => Err(source
+            .invalid(&table::LANE, "use `spot` or `regular`")
+            .into()),
     }
 }
 
@@ -496,6 +595,44 @@ mod tests {
         }
         let err = config(&[("SPOT_WORKER_DRAIN_BUDGET", "27s")]).unwrap_err();
         assert!(err.to_string().contains("TimeoutStopSec=28s"), "{err}");
+    }
+
+    #[test]
+    fn lanes_are_off_until_a_regular_queue_is_named() {
+        let c = config(&[]).unwrap();
+        assert!(!c.lanes.enabled());
+        assert_eq!((c.lanes.lane, c.consumed_queue()), (Lane::Spot, "jobs"));
+        let regular = config(&[
+            ("SPOT_WORKER_REGULAR_QUEUE", "jobs-regular"),
+            ("SPOT_WORKER_LANE", "Regular"),
+            ("SPOT_WORKER_LANE_KEEPER_EVERY", "2s"),
+            ("SPOT_WORKER_SWITCH_COST", "3s"),
+        ])
+        .unwrap();
+        assert!(regular.lanes.enabled());
+        assert_eq!(regular.consumed_queue(), "jobs-regular");
+        assert_eq!(regular.lanes.keeper_every, Duration::from_secs(2));
+        assert_eq!(regular.lanes.switch_cost, Duration::from_secs(3));
+        // (settings, the setting the error names)
+        let rows: [(&[(&str, &str)], &str); 4] = [
+            (&[("SPOT_WORKER_LANE", "regular")], "SPOT_WORKER_LANE"),
+            (&[("SPOT_WORKER_LANE", "ondemand")], "SPOT_WORKER_LANE"),
+            (
+                &[("SPOT_WORKER_REGULAR_QUEUE", "jobs")],
+                "SPOT_WORKER_REGULAR_QUEUE",
+            ),
+            (
+                &[
+                    ("SPOT_WORKER_REGULAR_QUEUE", "jobs-regular"),
+                    ("SPOT_WORKER_LANE_KEEPER_EVERY", "100ms"),
+                ],
+                "SPOT_WORKER_LANE_KEEPER_EVERY",
+            ),
+        ];
+        for (vars, named) in rows {
+            let err = config(vars).unwrap_err();
+            assert!(err.to_string().contains(named), "{vars:?}: {err}");
+        }
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub(crate) struct Checks {
     pub(crate) poison: Arc<dyn MessageQueue>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) poison_bodies: Option<Arc<dyn ResultStore>>,
+    /// The other lane's queue, for a worker with lanes: it sends jobs there.
+    pub(crate) other_lane: Option<Arc<dyn MessageQueue>>,
     pub(crate) warmup: Option<WarmupFn>,
 }
 
@@ -50,6 +52,9 @@ pub(crate) async fn open(checks: Checks, readiness: &watch::Sender<Readiness>) {
             }
             if let Some(store) = &checks.poison_bodies {
                 store.prepare().await?;
+            }
+            if let Some(queue) = &checks.other_lane {
+                queue.prepare().await?;
             }
             Ok::<(), spot_worker_storage::StorageError>(())
         },

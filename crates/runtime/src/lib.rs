@@ -29,7 +29,9 @@ pub mod shutdown;
 mod store_health;
 mod worker;
 
-pub use config::{DrainSettings, EXIT_MARGIN, ImdsSettings, STOP_TIMEOUT, WorkerConfig};
+pub use config::{
+    DrainSettings, EXIT_MARGIN, ImdsSettings, LaneSettings, STOP_TIMEOUT, WorkerConfig,
+};
 pub use error::{ConfigError, WorkerError};
 pub use gate::WarmupFn;
 pub use health::{Gate, Readiness};

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, DeliveryOutcome, ETag, GoodputObserver, HandlerError, Job,
-    MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage, SettlementObserver,
-    StorageError, StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, ETag,
+    GoodputObserver, HandlerError, Job, MessageHandler, MessageId, MessageQueue, PopReceipt,
+    QueueMessage, SettlementObserver, StorageError, StoredCheckpoint, VisibleMessage,
+    WritePrecondition,
 };
 use spot_worker_telemetry::{
     CheckpointOutcome, JobTimeKind, LeaseOutcome, MessageOutcome, Metrics, record_error,
@@ -95,6 +96,10 @@ impl MessageQueue for MeteredQueue {
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
         self.inner.send(body, initial_visibility_delay).await
+    }
+
+    async fn peek(&self, max_messages: u8) -> Result<Vec<VisibleMessage>, StorageError> {
+        self.inner.peek(max_messages).await
     }
 }
 
@@ -211,6 +216,19 @@ pub(crate) fn goodput_observer(metrics: Metrics, queue: String) -> GoodputObserv
     })
 }
 
+/// Records each finished job with a deadline: met or missed, and its
+/// hours by lane.
+pub(crate) fn deadline_observer(metrics: Metrics, queue: String) -> DeadlineObserver {
+    Arc::new(move |outcome: &DeadlineOutcome, ledger: &Ledger| {
+        metrics.deadline_job_finished(
+            &queue,
+            outcome.met,
+            ledger.spot_ms() as f64 / 1000.0,
+            ledger.regular_ms as f64 / 1000.0,
+        );
+    })
+}
+
 /// The telemetry attribute for a kind of job time.
 fn job_time_kind(kind: TimeKind) -> JobTimeKind {
     match kind {
@@ -232,6 +250,8 @@ fn message_outcome(outcome: DeliveryOutcome) -> MessageOutcome {
         DeliveryOutcome::WaitedForPeer => MessageOutcome::WaitedForPeer,
         DeliveryOutcome::WaitedForStore => MessageOutcome::WaitedForStore,
         DeliveryOutcome::LeaseLost => MessageOutcome::LeaseLost,
+        DeliveryOutcome::Moved => MessageOutcome::Moved,
+        DeliveryOutcome::Superseded => MessageOutcome::Superseded,
     }
 }
 
@@ -275,6 +295,8 @@ mod tests {
             (WaitedForPeer, "waited_for_peer", None),
             (WaitedForStore, "waited_for_store", None),
             (LeaseLost, "lease_lost", None),
+            (Moved, "moved", None),
+            (Superseded, "superseded", None),
         ];
         for (outcome, attribute, error) in table {
             assert_eq!(message_outcome(outcome).as_str(), attribute, "{outcome:?}");

@@ -156,7 +156,64 @@ pub const PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_PRICE_PER_HOUR",
     default: None,
     default_doc: None,
-    doc: "`status`: a worker VM's price per hour in US dollars (a number, e.g. `0.0125`), shared by its `SPOT_WORKER_CONCURRENCY` slots; with it each job's time is also shown as money, storage requests included (see [Goodput](goodput.md))",
+    doc: "`status`: a Spot worker VM's price per hour in US dollars (a number, e.g. `0.0125`), shared by its `SPOT_WORKER_CONCURRENCY` slots; with it each job's time is also shown as money, storage requests included (see [Goodput](goodput.md)); a regular VM's is `SPOT_WORKER_REGULAR_PRICE_PER_HOUR`",
+    secret: false,
+};
+
+// Lanes: jobs with a deadline on Spot, or regular capacity when they must
+// (docs/deploying.md, "The two lanes").
+
+/// The lane this worker serves.
+pub const LANE: Setting<Text> = Setting {
+    key: "SPOT_WORKER_LANE",
+    default: text("spot"),
+    default_doc: None,
+    doc: "the lane this worker serves: `spot` (it consumes `SPOT_WORKER_QUEUE`) or `regular` (it consumes `SPOT_WORKER_REGULAR_QUEUE`, on regular-priority VMs); see [the two lanes](deploying.md#the-two-lanes)",
+    secret: false,
+};
+
+/// The regular lane's queue.
+pub const REGULAR_QUEUE: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_REGULAR_QUEUE",
+    default: None,
+    default_doc: None,
+    doc: "the regular lane's queue (e.g. `jobs-regular`; both lanes poison into `<SPOT_WORKER_QUEUE>-poison`), where jobs with a deadline go when the lane rule says they must; unset: no lanes, and a job with a deadline runs where it was sent",
+    secret: false,
+};
+
+/// Take part in keeping the lanes.
+pub const LANE_KEEPER: Setting<bool> = Setting {
+    key: "SPOT_WORKER_LANE_KEEPER",
+    default: true,
+    default_doc: None,
+    doc: "with lanes: take turns (one worker of the fleet at a time, by a blob lease) at moving the jobs waiting in the Spot lane that fall behind their line to the regular lane",
+    secret: false,
+};
+
+/// How often the lanes are looked at.
+pub const LANE_KEEPER_EVERY: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_LANE_KEEPER_EVERY",
+    default: seconds(60),
+    default_doc: None,
+    doc: "with lanes: how often the lane keeper looks at the Spot lane, and a job running on regular capacity is checked (back to Spot once ahead of its line); the lane rule keeps this much more slack",
+    secret: false,
+};
+
+/// The switch cost assumed until the fleet measured its own.
+pub const SWITCH_COST: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_SWITCH_COST",
+    default: seconds(360),
+    default_doc: None,
+    doc: "with lanes: d, what one switch of lane costs a job (queue wait, start-up, restore, lost work), assumed until the fleet's own measurements outweigh it; split in the proportions of the default",
+    secret: false,
+};
+
+/// What a regular VM costs.
+pub const REGULAR_PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_REGULAR_PRICE_PER_HOUR",
+    default: None,
+    default_doc: None,
+    doc: "`status`: a regular-priority worker VM's price per hour in US dollars, for the jobs' hours in the regular lane (with `SPOT_WORKER_PRICE_PER_HOUR` for their Spot hours)",
     secret: false,
 };
 
@@ -529,6 +586,12 @@ pub const ALL: &[&dyn Describe] = &[
     &IDLE_POLL_MAX,
     &STORAGE_REFUSAL_GRACE,
     &PRICE_PER_HOUR,
+    &LANE,
+    &REGULAR_QUEUE,
+    &LANE_KEEPER,
+    &LANE_KEEPER_EVERY,
+    &SWITCH_COST,
+    &REGULAR_PRICE_PER_HOUR,
     &CHECKPOINT_CONTAINER,
     &POISON_CONTAINER,
     &RESULTS_CONTAINER,

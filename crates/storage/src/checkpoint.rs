@@ -12,7 +12,7 @@ use serde_json::Value;
 use spot_worker_decisions::cadence::{
     CheckpointCadence, DEFAULT_SEED_EVICTIONS_PER_HOUR, IntervalSource,
 };
-use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with};
+use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with_progress};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::Leftover;
@@ -407,8 +407,35 @@ impl JobCheckpoint {
     /// handler that asks this after each unit of work and saves when it
     /// says so saves exactly as often as the interruptions that lose work
     /// make worthwhile; on cancellation it saves regardless.
+    ///
+    /// A handle on the job's own key ([`Job::checkpoint`](crate::Job::checkpoint))
+    /// also knows how much work the job has done, across its deliveries;
+    /// once the fleet has finished enough jobs longer than that, the
+    /// interval is spread over the rest they say it has left
+    /// ([`CheckpointCadence::is_due_in_job`]; "Jobs that end" in
+    /// docs/checkpoint-interval.md), so no save falls just before the
+    /// typical job's end.
     pub fn is_due(&self) -> bool {
-        self.cadence.is_due(self.last_saved.elapsed())
+        let since = self.last_saved.elapsed();
+        match self.job_work() {
+            Some(done) => self.cadence.is_due_in_job(since, done),
+            None => self.cadence.is_due(since),
+        }
+    }
+
+    /// The work the job is expected to have left, from the lengths of the
+    /// jobs the fleet finished and the work this job has done so far
+    /// ([`CheckpointCadence::expected_left`]); `None` for a handle not on
+    /// the job's own key, with an explicit interval, or while the fleet
+    /// cannot say.
+    pub fn expected_left(&self) -> Option<std::time::Duration> {
+        self.cadence.expected_left(self.job_work()?)
+    }
+
+    /// The job's work so far, all its deliveries', for a handle timed by
+    /// its delivery's clock.
+    fn job_work(&self) -> Option<std::time::Duration> {
+        self.clock.as_ref().map(|clock| clock.job_work())
     }
 
     /// [`JobCheckpoint::is_due`] for a handler that knows it has about
@@ -540,16 +567,36 @@ impl JobCheckpoint {
         checkpoint: Checkpoint,
         blocking: Blocking,
     ) -> Result<(), StorageError> {
-        self.save_costing(checkpoint, blocking, (0, 0)).await
+        self.save_measured(checkpoint, blocking, (0, 0), None).await
     }
 
-    /// [`JobCheckpoint::save_blocking`] of a save that sent `sent`
-    /// (requests, bytes) before this write: the chunks of its files.
-    async fn save_costing(
+    /// [`JobCheckpoint::save_blocking`] of data written before the call,
+    /// at `written_at` on this machine's monotonic clock: a program's
+    /// checkpoint file, whose version's modification time the runner maps
+    /// onto it. The save keeps the job's work up to then, not up to the
+    /// call: in the job's goodput ledger the work after it is redone if
+    /// this delivery ends without finishing the job, however late the
+    /// version is uploaded; and a drain whose last save holds data written
+    /// before the notice saved nothing at it (docs/goodput.md).
+    pub async fn save_written(
+        &mut self,
+        checkpoint: Checkpoint,
+        blocking: Blocking,
+        written_at: tokio::time::Instant,
+    ) -> Result<(), StorageError> {
+        self.save_measured(checkpoint, blocking, (0, 0), Some(written_at))
+            .await
+    }
+
+    /// The one measured save: `sent` (requests, bytes) went out before
+    /// this write (the chunks of its files), and `written_at`, if known,
+    /// is when its data was written (else the call).
+    async fn save_measured(
         &mut self,
         checkpoint: Checkpoint,
         blocking: Blocking,
         sent: (u64, u64),
+        written_at: Option<tokio::time::Instant>,
     ) -> Result<(), StorageError> {
         let bytes = checkpoint
             .to_json_bytes()
@@ -557,10 +604,17 @@ impl JobCheckpoint {
             .saturating_add(sent.1);
         // The one measurement of this save, from here to the return,
         // retries and conflict reads included.
-        let measurement =
-            SaveMeasurement::start(blocking, self.clock.as_ref(), self.requests, bytes);
+        let measurement = SaveMeasurement::start(
+            blocking,
+            self.clock.as_ref(),
+            self.requests,
+            bytes,
+            written_at,
+        );
         self.requests = self.requests.saturating_add(sent.0);
-        let saved = self.save_fenced(checkpoint, measurement.ledger()).await;
+        let saved = self
+            .save_fenced(checkpoint, measurement.ledger(), measurement.progress())
+            .await;
         let ended = measurement.finish(self.requests, saved.is_ok(), &self.cadence);
         if saved.is_ok() {
             self.last_saved = ended;
@@ -578,6 +632,7 @@ impl JobCheckpoint {
         &mut self,
         checkpoint: Checkpoint,
         ledger: Option<Ledger>,
+        progress: Option<f64>,
     ) -> Result<(), StorageError> {
         // One retry at most: after an earlier write of ours is adopted, a
         // second conflict can only be another writer's.
@@ -598,7 +653,7 @@ impl JobCheckpoint {
             self.writes += 1;
             self.requests += 1;
             let stamp = match &ledger {
-                Some(ledger) => stamp_with(&self.stamp(self.writes), ledger),
+                Some(ledger) => stamp_with_progress(&self.stamp(self.writes), ledger, progress),
                 None => self.stamp(self.writes),
             };
             if let Some(leftover) = &self.leftover {

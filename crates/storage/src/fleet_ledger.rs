@@ -2,7 +2,11 @@
 //! checkpoint store beside the checkpoints so that every worker estimates
 //! from the same history.
 //!
-//! The counts live under [`FleetLedger::KEY`] as an in-progress checkpoint
+//! The counts are per queue: the workers of one queue run one kind of job,
+//! and what the counts learn is partly the job's (whether it saves at the
+//! notice, how often it crashes, how long it runs), so two queues sharing
+//! a checkpoint container keep apart. They live under
+//! [`FleetLedger::PREFIX`] and the queue's name as an in-progress checkpoint
 //! whose progress is the counts. A worker adds what it saw since its last
 //! addition with an ETag-fenced read and rewrite, like every checkpoint
 //! write; a conflict (another worker added at the same moment) is read
@@ -28,19 +32,37 @@ use crate::error::StorageError;
 /// How many times an addition is retried after losing a race.
 const MAX_ATTEMPTS: u32 = 8;
 
-/// The fleet's counts in a checkpoint store.
+/// One queue's fleet counts in a checkpoint store.
 #[derive(Clone, Debug)]
 pub struct FleetLedger {
     store: Arc<dyn CheckpointStore>,
+    key: String,
 }
 
 impl FleetLedger {
-    /// The checkpoint key the counts are kept under.
-    pub const KEY: &'static str = ".spot-worker/fleet/interruptions";
+    /// Where every queue's counts are kept: the checkpoint key of a
+    /// queue's is this and the queue's name
+    /// (`.spot-worker/fleet/queues/jobs`). Before they were per queue,
+    /// one document (`.spot-worker/fleet/interruptions`) counted every
+    /// drain in time as saved at the notice; it is no longer read.
+    pub const PREFIX: &'static str = ".spot-worker/fleet/queues/";
 
-    /// The ledger in `store`.
-    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
-        FleetLedger { store }
+    /// The ledger of `queue`'s fleet in `store`.
+    pub fn for_queue(store: Arc<dyn CheckpointStore>, queue: &str) -> Self {
+        FleetLedger {
+            store,
+            key: Self::key_of(queue),
+        }
+    }
+
+    /// The checkpoint key of `queue`'s counts.
+    pub fn key_of(queue: &str) -> String {
+        format!("{}{queue}", Self::PREFIX)
+    }
+
+    /// The checkpoint key this ledger's counts are kept under.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// The fleet's counts (all zero if nothing was added yet).
@@ -69,7 +91,7 @@ impl FleetLedger {
             match self
                 .store
                 .write(
-                    Self::KEY,
+                    &self.key,
                     &Checkpoint::InProgress { progress },
                     precondition,
                     None,
@@ -82,7 +104,7 @@ impl FleetLedger {
             }
         }
         Err(StorageError::Conflict {
-            key: Self::KEY.to_owned(),
+            key: self.key.clone(),
         })
     }
 
@@ -145,11 +167,11 @@ impl FleetLedger {
     async fn read_stored(
         &self,
     ) -> Result<(InterruptionCounts, Option<StoredCheckpoint>), StorageError> {
-        let Some(stored) = self.store.read(Self::KEY).await? else {
+        let Some(stored) = self.store.read(&self.key).await? else {
             return Ok((InterruptionCounts::default(), None));
         };
         let invalid = |reason: String| StorageError::InvalidData {
-            what: format!("fleet interruption counts {}", Self::KEY),
+            what: format!("fleet interruption counts {}", self.key),
             reason,
         };
         let Checkpoint::InProgress { progress } = &stored.checkpoint else {
@@ -194,7 +216,7 @@ mod tests {
     #[tokio::test]
     async fn additions_from_many_workers_at_once_all_count() {
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
-        let ledger = FleetLedger::new(store);
+        let ledger = FleetLedger::for_queue(store, "jobs");
         assert!(ledger.read().await.unwrap().is_empty());
         let one = InterruptionCounts {
             drained: 1,
@@ -224,7 +246,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keeping_adds_every_period_and_once_more_when_stopped() {
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
-        let ledger = FleetLedger::new(store);
+        let ledger = FleetLedger::for_queue(store, "jobs");
         // Another worker's history is there already.
         ledger
             .add(&InterruptionCounts {
@@ -259,11 +281,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_queue_keeps_its_own_counts() {
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        let (saving, dying) = (
+            FleetLedger::for_queue(store.clone(), "renders"),
+            FleetLedger::for_queue(store.clone(), "training"),
+        );
+        assert_eq!(saving.key(), ".spot-worker/fleet/queues/renders");
+        let mut saved = InterruptionCounts::default();
+        saved.count(Interruption::Drained);
+        let mut lost = InterruptionCounts::default();
+        lost.count(Interruption::Unsaved);
+        lost.count_loss(Duration::from_secs(2));
+        lost.job_lengths.add(Duration::from_secs(3600));
+        saving.add(&saved).await.unwrap();
+        dying.add(&lost).await.unwrap();
+        dying.add(&lost).await.unwrap();
+        assert_eq!(saving.read().await.unwrap(), saved);
+        let read = dying.read().await.unwrap();
+        assert_eq!((read.drained, read.unsaved, read.losses), (0, 2, 2));
+        assert_eq!(read.lost_seconds, 4.0);
+        assert_eq!(read.job_lengths.jobs(), 2);
+    }
+
+    #[tokio::test]
     async fn a_completed_checkpoint_under_the_key_is_reported_not_overwritten() {
         let store = Arc::new(InMemoryCheckpointStore::new());
         store
             .write(
-                FleetLedger::KEY,
+                &FleetLedger::key_of("jobs"),
                 &Checkpoint::Completed {
                     result: serde_json::json!(1),
                 },
@@ -272,7 +318,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let ledger = FleetLedger::new(store.clone());
+        let ledger = FleetLedger::for_queue(store.clone(), "jobs");
         let err = ledger
             .add(&InterruptionCounts::default())
             .await
@@ -286,7 +332,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_running_jobs_time_reaches_the_fleet_at_each_addition() {
         let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
-        let ledger = FleetLedger::new(store);
+        let ledger = FleetLedger::for_queue(store, "jobs");
         let (cadence, stop, keeper) = keeping(&ledger);
         tokio::task::yield_now().await;
         let job = cadence.running_job();

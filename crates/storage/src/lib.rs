@@ -20,6 +20,10 @@
 //!   Azure implementations live in `spot-worker-azure`.
 //! - [`FleetLedger`]: the fleet's interruption counts, which the checkpoint
 //!   interval rests on, kept in the checkpoint store.
+//! - [`lanes`]: jobs with a deadline, on Spot capacity or regular capacity
+//!   as the lane rule says: the deadline's envelope, moves between the two
+//!   lanes' queues, the lane keeper, the fleet's switch cost.
+//! - [`LeaseStore`]: named leases that run out (the lane keeper's turn).
 //!
 //! The decisions these act on (the checkpoint interval, the cost of a
 //! save, the goodput ledger) are pure arithmetic in
@@ -34,7 +38,10 @@ mod encoding;
 mod error;
 mod fenced_results;
 pub mod files;
+mod fleet_document;
 mod fleet_ledger;
+pub mod lanes;
+mod lease_store;
 pub mod memory;
 mod queue;
 mod result;
@@ -45,19 +52,23 @@ pub use checkpoint::{
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
-    ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeliveryOutcome, DrainSignals, FnHandler,
-    GoodputObserver, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan,
-    Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth, handler_fn, permanent,
-    poison_body_blob_name, poison_queue_name,
+    ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeadlineObserver, DeadlineOutcome,
+    DeliveryOutcome, DrainSignals, FnHandler, GoodputObserver, HandlerError, Job,
+    MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, ResultMarker,
+    SettlementObserver, StoreHealth, handler_fn, permanent, poison_body_blob_name,
+    poison_queue_name,
 };
 pub use encoding::{DecodeError, MessageEncoding, check_sendable, unsendable_char};
 pub use error::StorageError;
 pub use fenced_results::FencedResults;
 pub use fleet_ledger::FleetLedger;
+pub use lease_store::{InMemoryLeases, LeaseId, LeaseStore, MAX_LEASE, MIN_LEASE};
 pub use memory::{
     InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue, InMemoryResultStore, StoredMessage,
 };
-pub use queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
+pub use queue::{
+    MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, VisibleMessage,
+};
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
 
 // Re-exported so users name the same types the traits use.

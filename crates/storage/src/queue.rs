@@ -77,6 +77,20 @@ impl QueueMessage {
     pub const UNKNOWN_DEQUEUE_COUNT: u32 = 0;
 }
 
+/// A message seen at the front of a queue without receiving it
+/// ([`MessageQueue::peek`]): nothing was hidden or counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VisibleMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The message text exactly as stored.
+    pub body: String,
+    /// How many times it was received so far.
+    pub dequeue_count: u32,
+    /// When it was sent, if the queue reports it.
+    pub inserted_at: Option<OffsetDateTime>,
+}
+
 /// A storage queue with visibility-timeout leases (the Azure Storage Queue
 /// model). Implementations: `InMemoryQueue` here, `AzureQueue` in
 /// `spot-worker-azure`.
@@ -127,4 +141,16 @@ pub trait MessageQueue: Send + Sync + 'static {
         body: &str,
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError>;
+
+    /// Up to `max_messages` (1 to [`MAX_RECEIVE_BATCH`]) visible messages
+    /// from the front of the queue, without receiving them (the lane keeper
+    /// looks at the jobs waiting this way). A queue that cannot be looked
+    /// at says so with an error: the default.
+    async fn peek(&self, max_messages: u8) -> Result<Vec<VisibleMessage>, StorageError> {
+        let _ = max_messages;
+        Err(StorageError::InvalidArgument(format!(
+            "queue {} cannot be peeked",
+            self.name()
+        )))
+    }
 }

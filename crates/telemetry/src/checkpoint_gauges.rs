@@ -26,6 +26,9 @@ pub struct CheckpointEstimates {
     pub evictions_per_hour: f64,
     /// Evictions whose notice came too late, per job-hour.
     pub late_per_hour: f64,
+    /// Evictions drained in time that saved nothing after the notice (a
+    /// program that dies on its stop signal), per job-hour.
+    pub unsaved_per_hour: f64,
     /// Deliveries that ended with no outcome, per job-hour.
     pub no_outcome_per_hour: f64,
     /// Interruptions that lose work, per job-hour.
@@ -33,7 +36,7 @@ pub struct CheckpointEstimates {
 }
 
 /// The values of the `kind` attribute of `spot_worker.interruptions.rate`.
-pub const INTERRUPTION_KINDS: [&str; 4] = ["evicted", "late", "no_outcome", "losing"];
+pub const INTERRUPTION_KINDS: [&str; 5] = ["evicted", "late", "unsaved", "no_outcome", "losing"];
 
 /// Reads the estimates at an export.
 pub type EstimatesSource = Arc<dyn Fn() -> CheckpointEstimates + Send + Sync>;
@@ -85,13 +88,14 @@ impl CheckpointGauges {
                 .f64_observable_gauge(names::INTERRUPTION_RATE)
                 .with_unit("{interruption}/h")
                 .with_description(
-                    "Estimated interruptions per job-hour, by kind: evicted, late (notice too late to save), no_outcome (crash, kill, lost VM), losing (late + no_outcome).",
+                    "Estimated interruptions per job-hour, by kind: evicted, late (notice too late to save), unsaved (drained in time, nothing saved after the notice), no_outcome (crash, kill, lost VM), losing (late + unsaved + no_outcome).",
                 )
                 .with_callback(move |observer| {
                     if let Some(e) = read(&for_rates) {
                         let rates = [
                             e.evictions_per_hour,
                             e.late_per_hour,
+                            e.unsaved_per_hour,
                             e.no_outcome_per_hour,
                             e.losing_per_hour,
                         ];

@@ -45,6 +45,7 @@ mod checkpoint_gauges;
 mod config;
 mod error;
 mod export;
+mod lane_metrics;
 mod logging;
 mod metrics;
 mod outcomes;
@@ -60,6 +61,7 @@ pub use appinsights::{
 pub use checkpoint_gauges::{CheckpointEstimates, INTERRUPTION_KINDS};
 pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
+pub use lane_metrics::{DEADLINE_OUTCOMES, LANES};
 pub use metrics::{Metrics, attributes, names};
 pub use outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,

@@ -14,6 +14,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
 use crate::checkpoint_gauges::{CheckpointEstimates, CheckpointGauges, EstimatesSource};
+use crate::lane_metrics::{LaneInstruments, SwitchCostSource};
 use crate::outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
 };
@@ -62,8 +63,21 @@ pub mod names {
     /// (`{interruption}/h`).
     pub const INTERRUPTION_RATE: &str = "spot_worker.interruptions.rate";
 
+    /// Counter of finished jobs with a deadline, by `deadline`: `met` or
+    /// `missed` (`{job}`).
+    pub const JOB_DEADLINES: &str = "spot_worker.job.deadlines";
+    /// Counter of finished jobs' time by `lane`: `spot`, `regular` (`s`).
+    pub const JOB_LANE_TIME: &str = "spot_worker.job.lane_time";
+    /// Counter of jobs the lane keeper moved to the regular lane (`{job}`).
+    pub const LANES_KEEPER_MOVED: &str = "spot_worker.lanes.keeper_moved";
+    /// Gauge: jobs with a deadline waiting in the Spot lane at risk of
+    /// missing it, as the lane keeper last saw them (`{job}`).
+    pub const LANES_AT_RISK: &str = "spot_worker.lanes.at_risk";
+    /// Gauge: d, the switch cost the lane rule uses (`s`).
+    pub const LANES_SWITCH_COST: &str = "spot_worker.lanes.switch_cost";
+
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 21] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -80,6 +94,11 @@ pub mod names {
         CHECKPOINT_INTERVAL,
         CHECKPOINT_COST,
         INTERRUPTION_RATE,
+        JOB_DEADLINES,
+        JOB_LANE_TIME,
+        LANES_KEEPER_MOVED,
+        LANES_AT_RISK,
+        LANES_SWITCH_COST,
     ];
 }
 
@@ -101,9 +120,17 @@ pub mod attributes {
     /// interruption, on `spot_worker.interruptions.rate`
     /// ([`INTERRUPTION_KINDS`](crate::INTERRUPTION_KINDS)).
     pub const KIND: &str = "kind";
+    /// The lane a job's time ran in, on `spot_worker.job.lane_time`
+    /// ([`LANES`](crate::LANES)).
+    pub const LANE: &str = "lane";
+    /// Whether a job met its deadline, on `spot_worker.job.deadlines`
+    /// ([`DEADLINE_OUTCOMES`](crate::DEADLINE_OUTCOMES)).
+    pub const DEADLINE: &str = "deadline";
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 6] = [QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND];
+    pub const ALL: [&str; 8] = [
+        QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND, LANE, DEADLINE,
+    ];
 }
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
@@ -173,6 +200,7 @@ struct Instruments {
     job_goodput: Histogram<f64>,
     job_unaccounted: Counter<u64>,
     checkpoint_gauges: CheckpointGauges,
+    lanes: LaneInstruments,
 }
 
 impl Metrics {
@@ -205,7 +233,8 @@ impl Metrics {
                 names::MESSAGES_SETTLED,
                 "{message}",
                 "Deliveries settled, by outcome: succeeded, skipped_completed, retried, \
-                 poisoned, released, waited_for_peer, waited_for_store, lease_lost.",
+                 poisoned, released, waited_for_peer, waited_for_store, lease_lost, moved, \
+                 superseded.",
             ),
             failed: counter(
                 names::MESSAGES_FAILED,
@@ -291,6 +320,7 @@ impl Metrics {
                  time is missing from spot_worker.job.time.",
             ),
             checkpoint_gauges: CheckpointGauges::new(meter),
+            lanes: LaneInstruments::new(meter),
         };
         Self {
             inner: Arc::new(inner),
@@ -437,6 +467,32 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
 
+    /// A job with a deadline finished: whether it `met` it, and its
+    /// seconds on Spot and on regular capacity.
+    pub fn deadline_job_finished(&self, queue: &str, met: bool, spot_s: f64, regular_s: f64) {
+        self.inner
+            .lanes
+            .deadline_job_finished(queue, met, spot_s, regular_s);
+    }
+
+    /// The lane keeper made a pass: it `moved` jobs to the regular lane and
+    /// saw `at_risk` jobs waiting at risk.
+    pub fn lane_keeper_pass(&self, moved: u64, at_risk: u64) {
+        self.inner.lanes.keeper_pass(moved, at_risk);
+    }
+
+    /// Reports d, in seconds, from `source` at every export
+    /// (`spot_worker.lanes.switch_cost`).
+    pub fn observe_switch_cost(&self, source: impl Fn() -> f64 + Send + Sync + 'static) {
+        let source: SwitchCostSource = Arc::new(source);
+        *self
+            .inner
+            .lanes
+            .switch_cost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).
     pub fn is_ready(&self) -> bool {
         self.inner.ready.load(Ordering::Relaxed)
@@ -490,6 +546,9 @@ mod tests {
         metrics.eviction_notice("Preempt");
         metrics.drained(Duration::from_secs(12));
         metrics.job_finished("q", &[(JobTimeKind::Useful, 1.5)], 1);
+        metrics.deadline_job_finished("q", false, 10.0, 2.5);
+        metrics.lane_keeper_pass(2, 1);
+        metrics.observe_switch_cost(|| 360.0);
         assert!(!clone.is_ready());
         metrics.set_ready(true);
         assert!(clone.is_ready());

@@ -101,11 +101,16 @@ pub enum MessageOutcome {
     WaitedForStore,
     /// Another consumer took the message.
     LeaseLost,
+    /// A job with a deadline handed to the other lane (sent to its queue,
+    /// deleted here), uncounted.
+    Moved,
+    /// An older copy of a job moved between lanes, deleted unrun.
+    Superseded,
 }
 
 impl MessageOutcome {
     /// Every outcome, in the order the docs list them.
-    pub const ALL: [MessageOutcome; 8] = [
+    pub const ALL: [MessageOutcome; 10] = [
         Self::Succeeded,
         Self::SkippedCompleted,
         Self::Retried,
@@ -114,6 +119,8 @@ impl MessageOutcome {
         Self::WaitedForPeer,
         Self::WaitedForStore,
         Self::LeaseLost,
+        Self::Moved,
+        Self::Superseded,
     ];
 
     /// The `outcome` attribute value.
@@ -127,6 +134,8 @@ impl MessageOutcome {
             Self::WaitedForPeer => "waited_for_peer",
             Self::WaitedForStore => "waited_for_store",
             Self::LeaseLost => "lease_lost",
+            Self::Moved => "moved",
+            Self::Superseded => "superseded",
         }
     }
 }
@@ -202,6 +211,8 @@ pub fn values(key: &str) -> Vec<&'static str> {
             .into_iter()
             .chain(crate::INTERRUPTION_KINDS.iter().copied())
             .collect(),
+        attributes::LANE => crate::LANES.to_vec(),
+        attributes::DEADLINE => crate::DEADLINE_OUTCOMES.to_vec(),
         _ => Vec::new(),
     }
 }

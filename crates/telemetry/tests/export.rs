@@ -71,8 +71,9 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
         save_cost_seconds: Some(60.0),
         evictions_per_hour: 0.2,
         late_per_hour: 0.02,
+        unsaved_per_hour: 0.01,
         no_outcome_per_hour: 0.004,
-        losing_per_hour: 0.024,
+        losing_per_hour: 0.034,
     });
 }
 
@@ -279,9 +280,11 @@ async fn otlp_receives_the_message_span_and_metrics() {
             let cost = f64_gauge(&metrics, names::CHECKPOINT_COST)?;
             assert_eq!(cost, [(String::new(), 60.0)]);
             let rates = f64_gauge(&metrics, names::INTERRUPTION_RATE)?;
-            assert_eq!(rates.len(), 4, "{rates:?}");
+            assert_eq!(rates.len(), 5, "{rates:?}");
             let losing = rates.iter().find(|(kind, _)| kind.contains("\"losing\""));
-            assert_eq!(losing.map(|(_, rate)| *rate), Some(0.024), "{rates:?}");
+            assert_eq!(losing.map(|(_, rate)| *rate), Some(0.034), "{rates:?}");
+            let unsaved = rates.iter().find(|(kind, _)| kind.contains("\"unsaved\""));
+            assert_eq!(unsaved.map(|(_, rate)| *rate), Some(0.01), "{rates:?}");
 
             // Bounded cardinality: message ids never reach metric attributes.
             for metric in &metrics {

@@ -44,7 +44,7 @@ pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
 /// twice.
 async fn fleet_counts_added_at_once_by_many_workers_all_count(store: Arc<dyn CheckpointStore>) {
     const WORKERS: u64 = 4;
-    let ledger = FleetLedger::new(store);
+    let ledger = FleetLedger::for_queue(store, "jobs");
     let mut racing = tokio::task::JoinSet::new();
     for worker in 0..WORKERS {
         let ledger = ledger.clone();
@@ -56,7 +56,13 @@ async fn fleet_counts_added_at_once_by_many_workers_all_count(store: Arc<dyn Che
             delta.count(Interruption::Drained);
             if worker % 2 == 0 {
                 delta.count(Interruption::NoOutcome);
+            } else {
+                delta.count(Interruption::Unsaved);
+                delta.count_loss(std::time::Duration::from_millis(2500));
             }
+            delta
+                .job_lengths
+                .add(std::time::Duration::from_secs(8 * 3600));
             ledger.add(&delta).await
         });
     }
@@ -71,6 +77,13 @@ async fn fleet_counts_added_at_once_by_many_workers_all_count(store: Arc<dyn Che
         (WORKERS, WORKERS / 2, WORKERS as f64),
         "every racing addition counts once: {total:?}"
     );
+    // What the losing ones lost, and the finished jobs' lengths, too.
+    assert_eq!(
+        (total.unsaved, total.losses, total.lost_seconds),
+        (WORKERS / 2, WORKERS / 2, 2.5 * (WORKERS / 2) as f64),
+        "{total:?}"
+    );
+    assert_eq!(total.job_lengths.jobs(), WORKERS, "{total:?}");
 }
 
 /// Runs the [`ResultStore`] contract against `store`, fresh and empty:

@@ -79,7 +79,7 @@ impl StoreCalls {
     }
 
     /// Requests on the fleet's interruption counts
-    /// ([`FleetLedger::KEY`]), counted apart from all the others: a worker
+    /// ([`FleetLedger::PREFIX`]), counted apart from all the others: a worker
     /// makes them per hour it runs, not per job.
     pub fn fleet(&self) -> u64 {
         self.fleet.load(Ordering::SeqCst)
@@ -154,7 +154,7 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
     }
 
     async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        if key == FleetLedger::KEY {
+        if key.starts_with(FleetLedger::PREFIX) {
             StoreCalls::count(&self.calls.fleet);
             return self.inner.read(key).await;
         }
@@ -174,7 +174,7 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
         precondition: WritePrecondition,
         stamp: Option<&str>,
     ) -> Result<ETag, StorageError> {
-        if key == FleetLedger::KEY {
+        if key.starts_with(FleetLedger::PREFIX) {
             StoreCalls::count(&self.calls.fleet);
             return self.inner.write(key, checkpoint, precondition, stamp).await;
         }
@@ -186,7 +186,7 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        StoreCalls::count(if key == FleetLedger::KEY {
+        StoreCalls::count(if key.starts_with(FleetLedger::PREFIX) {
             &self.calls.fleet
         } else {
             &self.calls.deletes

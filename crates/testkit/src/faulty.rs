@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use spot_worker_storage::{
-    MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError, async_trait,
+    MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError, VisibleMessage, async_trait,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -56,6 +56,9 @@ pub struct QueueFaults {
     pub receive_delay_ms: AtomicU64,
     /// Sends answer after this many milliseconds.
     pub send_delay_ms: AtomicU64,
+    /// A send lands, then never answers: the sender was killed right
+    /// after it (the lane keeper's mid-move crash).
+    pub sends_hang_after_landing: AtomicBool,
     /// Renewals asked for (counted before any fault applies).
     pub renewals: AtomicU32,
     receives_at: Mutex<Vec<Instant>>,
@@ -285,7 +288,16 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
                 message: format!("message of {} bytes is over 64 KiB", body.len()),
             });
         }
-        self.inner.send(body, delay).await
+        let sent = self.inner.send(body, delay).await;
+        if QueueFaults::on(&self.faults.sends_hang_after_landing) {
+            std::future::pending::<()>().await;
+        }
+        sent
+    }
+
+    async fn peek(&self, max: u8) -> Result<Vec<VisibleMessage>, StorageError> {
+        self.unavailable_if(false, "peek")?;
+        self.inner.peek(max).await
     }
 }
 

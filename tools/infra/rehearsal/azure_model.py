@@ -69,11 +69,25 @@ def az_deploy(world: dict, options: dict[str, list[str]]) -> Any:
                     f"deployment {name} set the scale set's capacity from {running} to {capacity}: "
                     f"{running - capacity} busy Spot VMs deleted without a Scheduled Event")
             vmss.update(exists=True, capacity=capacity)
+            if params.get("regularLane", "true") == "true":
+                regular = world["regular_set"]
+                running = regular["capacity"] if regular["exists"] else 0
+                capacity = max(int(params.get("regularMinInstances", "0")),
+                               int(params.get("currentRegularInstanceCount", "0")))
+                if running > capacity:
+                    world["violations"].append(
+                        f"deployment {name} set the regular scale set's capacity from {running} to {capacity}: "
+                        f"{running - capacity} regular VMs running jobs with a deadline cut short")
+                regular.update(exists=True, capacity=capacity)
+            else:
+                outputs["regularVmssName"] = ""
+                outputs["regularQueueName"] = ""
             blob = params.get("workerBinaryName", "spot-worker-primes")
             if blob not in world["blobs"]:
                 world["violations"].append(f"the scale set boots before the worker binary {blob} is uploaded")
         else:
             outputs["vmssName"] = ""
+            outputs["regularVmssName"] = ""
     else:
         outputs = dict(world["outputs"]["aks"])
         world["cluster"]["exists"] = True
@@ -81,8 +95,11 @@ def az_deploy(world: dict, options: dict[str, list[str]]) -> Any:
     return None
 
 
-def az_vmss(world: dict) -> dict:
-    vmss = world["scale_set"]
+SETS = {"scale_set": "Spot", "regular_set": "Regular"}
+
+
+def az_vmss(world: dict, which: str = "scale_set") -> dict:
+    vmss = world[which]
     group = world["resource_group"]
     return {
         "id": f"/subscriptions/{world['account']['id']}/resourceGroups/{group}/providers/"
@@ -93,10 +110,17 @@ def az_vmss(world: dict) -> dict:
     }
 
 
+def existing_sets(world: dict) -> list[str]:
+    return [which for which in SETS if world[which]["exists"]]
+
+
 def az_vms(world: dict) -> list[dict]:
-    vmss = az_vmss(world)
-    return [{"name": f"{vmss['name']}_{i:08x}", "virtualMachineScaleSet": {"id": vmss["id"]},
-             "priority": "Spot"} for i in range(world["scale_set"]["capacity"])]
+    vms = []
+    for which in existing_sets(world):
+        vmss = az_vmss(world, which)
+        vms += [{"name": f"{vmss['name']}_{i:08x}", "virtualMachineScaleSet": {"id": vmss["id"]},
+                 "priority": SETS[which]} for i in range(world[which]["capacity"])]
+    return vms
 
 
 def az(world: dict, command: str, options: dict[str, list[str]]) -> Any:
@@ -133,19 +157,21 @@ def az(world: dict, command: str, options: dict[str, list[str]]) -> Any:
             "provisioningState": "Succeeded",
             "outputs": {k: {"type": "String", "value": v} for k, v in found["outputs"].items()}}}
     if command == "vmss list":
-        return [az_vmss(world)] if world["scale_set"]["exists"] else []
+        return [az_vmss(world, which) for which in existing_sets(world)]
     if command == "vmss show":
-        if not world["scale_set"]["exists"] or one(options, "--name") != world["scale_set"]["name"]:
-            raise Failed(3, f"(ResourceNotFound) scale set {one(options, '--name')} not found")
-        return az_vmss(world)
+        for which in existing_sets(world):
+            if one(options, "--name") == world[which]["name"]:
+                return az_vmss(world, which)
+        raise Failed(3, f"(ResourceNotFound) scale set {one(options, '--name')} not found")
     if command == "vmss list-instances":
         raise Failed(1, "(stand-in) the scale set is Flexible: az's help for vmss list-instances "
                         "says to use 'az vm list' for Flexible orchestration")
     if command == "vm list":
-        vms = az_vms(world) if world["scale_set"]["exists"] else []
+        vms = az_vms(world)
         wanted = one(options, "--vmss")
         if wanted is not None:
-            vms = [vm for vm in vms if wanted in (world["scale_set"]["name"], vm["virtualMachineScaleSet"]["id"])]
+            vms = [vm for vm in vms if wanted == vm["virtualMachineScaleSet"]["id"]
+                   or vm["virtualMachineScaleSet"]["id"].endswith(f"/{wanted}")]
         return vms
     if command == "vm simulate-eviction":
         name = one(options, "--name")

@@ -68,18 +68,19 @@ def keda_problem(world: dict, scaled: dict) -> str:
     live = [p for p in cluster["keda_pods"] if not p.get("terminating")]
     if not live or any("AZURE_FEDERATED_TOKEN_FILE" not in p["env"] for p in live):
         return "error resolving auth params: sources must contain at least one TokenCredential"
-    (trigger,) = scaled["spec"]["triggers"]
-    auth = cluster["objects"].get(("TriggerAuthentication", scaled["metadata"]["namespace"],
-                                   trigger["authenticationRef"]["name"]))
-    identity = (auth or {}).get("spec", {}).get("podIdentity", {}).get("identityId")
-    if identity != world["outputs"]["aks"]["scalerClientId"] or any(
-            p["env"].get("AZURE_CLIENT_ID") != identity for p in live):
-        return "ChainedTokenCredential authentication failed: AADSTS70021: No matching federated identity record found"
-    if not cluster["scaler_role"]:
-        return ("GET https://{0}.queue.core.windows.net/{1}: 403 AuthorizationPermissionMismatch: This request is "
-                "not authorized to perform this operation using this permission.").format(
-                    trigger["metadata"]["accountName"], trigger["metadata"]["queueName"])
-    if trigger["metadata"].get("queueLengthStrategy") != "all":
+    triggers = scaled["spec"]["triggers"]
+    for trigger in triggers:
+        auth = cluster["objects"].get(("TriggerAuthentication", scaled["metadata"]["namespace"],
+                                       trigger["authenticationRef"]["name"]))
+        identity = (auth or {}).get("spec", {}).get("podIdentity", {}).get("identityId")
+        if identity != world["outputs"]["aks"]["scalerClientId"] or any(
+                p["env"].get("AZURE_CLIENT_ID") != identity for p in live):
+            return "ChainedTokenCredential authentication failed: AADSTS70021: No matching federated identity record found"
+        if not cluster["scaler_role"]:
+            return ("GET https://{0}.queue.core.windows.net/{1}: 403 AuthorizationPermissionMismatch: This request is "
+                    "not authorized to perform this operation using this permission.").format(
+                        trigger["metadata"]["accountName"], trigger["metadata"]["queueName"])
+    if not any(t["metadata"].get("queueLengthStrategy") == "all" for t in triggers):
         world["violations"].append("the ScaledObject does not count leased messages (queueLengthStrategy)")
     return ""
 

@@ -57,11 +57,15 @@ def creates(run: Run) -> list[dict[str, Any]]:
 
 SCALE_SET_FIRST = [
     "az account show", "az feature show", "az feature show", "az group create", "az ad signed-in-user show",
-    "az vmss list", "az deployment group show", "az deployment group create",
+    # The scale sets of an earlier deployment: the Spot lane's and the
+    # regular lane's names in its outputs.
+    "az vmss list", "az deployment group show", "az deployment group show", "az deployment group create",
     "az deployment group show", "az deployment group show", "az deployment group show",
     "az storage blob upload", "az deployment group create",
-    "az deployment group show", "az deployment group show", "az deployment group show",
+    "az deployment group show", "az deployment group show", "az deployment group show", "az deployment group show",
 ]
+# Where a re-deploy reads the running counts: before the full deployment.
+FULL_DEPLOY = 13
 
 
 def scale_set_env(box: Sandbox) -> dict[str, str]:
@@ -78,7 +82,7 @@ def check_deploy_first(box: Sandbox) -> tuple[Run, list[str]]:
     wanted = {"deployCompute": "false", "operatorIpRanges": '["203.0.113.7"]', "workerBinarySha256": sha,
               "operatorPrincipalId": box.world["signed_in_user"]["id"], "operatorPrincipalType": "User"}
     problems += [f"first deployment: {k}={param(first, k)!r}, want {v!r}" for k, v in wanted.items() if param(first, k) != v]
-    wanted.update(deployCompute="true", currentInstanceCount="0")
+    wanted.update(deployCompute="true", currentInstanceCount="0", currentRegularInstanceCount="0")
     problems += [f"full deployment: {k}={param(full, k)!r}, want {v!r}" for k, v in wanted.items() if param(full, k) != v]
     if run.world["blobs"].get("my-worker") != sha or param(full, "workerBinaryName") != "my-worker":
         problems.append("the worker binary was not uploaded as my-worker, the blob the scale set is told to fetch")
@@ -89,11 +93,14 @@ def check_deploy_first(box: Sandbox) -> tuple[Run, list[str]]:
 
 def check_deploy_again(box: Sandbox) -> tuple[Run, list[str]]:
     box.world["scale_set"]["capacity"] = 4  # autoscale added workers since
+    box.world["regular_set"]["capacity"] = 2  # and two regular ones
     run = box.run(["bash", "scripts/deploy.sh"], scale_set_env(box))
-    expected = SCALE_SET_FIRST[:12] + ["az vmss show"] + SCALE_SET_FIRST[12:]
+    expected = SCALE_SET_FIRST[:FULL_DEPLOY] + ["az vmss show", "az vmss show"] + SCALE_SET_FIRST[FULL_DEPLOY:]
     problems = succeeded(run) + common_problems(run) + expect_sequence(run, expected)
     if not problems and param(creates(run)[1], "currentInstanceCount") != "4":
         problems.append("the re-deploy did not keep the 4 running instances")
+    if not problems and param(creates(run)[1], "currentRegularInstanceCount") != "2":
+        problems.append("the re-deploy did not keep the 2 running regular instances")
     return run, problems
 
 
@@ -119,27 +126,29 @@ def check_operator_range(box: Sandbox) -> tuple[Run, list[str]]:
 def aks_steps(first: bool, checks: int) -> list[str]:
     steps = ["az account show", "az group create", "az ad signed-in-user show", "az deployment group create",
              "az deployment group show", "az aks update", "az aks get-credentials", "kubelogin convert-kubeconfig"]
-    steps += ["az deployment group show"] * 7
+    steps += ["az deployment group show"] * 8
     steps += ["kubectl get"]  # the keda-operator service account's annotation
     if first:
         steps += ["kubectl annotate", "kubectl rollout restart", "kubectl rollout status", "kubectl get"]
     else:
         steps += ["kubectl get"]  # its pods already have the token
     steps += ["kubectl apply", "az resource show", "kubectl apply", "kubectl apply", "kubectl apply", "kubectl apply"]
-    for check in range(1, checks + 1):
-        steps += ["kubectl get", "kubectl get"]
-        if check < checks:
-            steps += ["sleep 5"]
+    steps += ["kubectl apply"]  # the regular lane (regular.yaml)
+    for _scaled_object in ("spot-worker", "spot-worker-regular"):
+        for check in range(1, checks + 1):
+            steps += ["kubectl get", "kubectl get"]
+            if check < checks:
+                steps += ["sleep 5"]
     return steps
 
 
 AKS_ENV = {"IMAGE": "myregistry.azurecr.io/spot-worker:1", "ACR_NAME": "myregistry"}
 
 
-def applied(run: Run, kind: str) -> dict[str, Any] | None:
+def applied(run: Run, kind: str, name: str | None = None) -> dict[str, Any] | None:
     for call in run.calls:
         for doc in yaml.safe_load_all(call.get("stdin") or ""):
-            if doc and doc.get("kind") == kind:
+            if doc and doc.get("kind") == kind and name in (None, doc.get("metadata", {}).get("name")):
                 return doc
     return None
 
@@ -177,6 +186,13 @@ def check_aks_first(box: Sandbox) -> tuple[Run, list[str]]:
         problems.append("the ScaledObject applied does not count leased messages")
     if "READY=True ACTIVE=False" not in run.stderr:
         problems.append("the ScaledObject's READY/ACTIVE conditions were not reported")
+    regular = applied(run, "ScaledObject", "spot-worker-regular")
+    queues = {t["metadata"]["queueName"] for t in (regular or {}).get("spec", {}).get("triggers", [])}
+    if queues != {"jobs", "jobs-regular"}:
+        problems.append(f"the regular lane's ScaledObject reads the queues {sorted(queues)}, want the regular "
+                        "one (its jobs) and the Spot one (the keeper's wake)")
+    if "ScaledObject spot-worker-regular: READY=True" not in run.stderr:
+        problems.append("the regular lane's ScaledObject was not waited for")
     return run, problems
 
 
@@ -237,16 +253,17 @@ def manual_path(root: pathlib.Path) -> str:
 
 
 MANUAL_STEPS = ["az group create", "az ad signed-in-user show", "az deployment group create",
-                "az deployment group show", "az storage blob upload", "az vmss list"]
+                "az deployment group show", "az storage blob upload"]
 
 
 def check_manual(box: Sandbox) -> tuple[Run, list[str]]:
     run = box.run(["bash", "-euo", "pipefail"], {"OPERATOR_IP": "203.0.113.7"}, script=manual_path(box.root))
-    expected = MANUAL_STEPS + ["az deployment group create"]
+    expected = MANUAL_STEPS + ["az vmss list", "az vmss list", "az deployment group create"]
     problems = succeeded(run) + common_problems(run) + expect_sequence(run, expected)
     if not problems:
         first, full = creates(run)
-        if param(first, "deployCompute") != "false" or param(full, "currentInstanceCount") != "0":
+        if (param(first, "deployCompute") != "false" or param(full, "currentInstanceCount") != "0"
+                or param(full, "currentRegularInstanceCount") != "0"):
             problems.append("the manual path does not deploy without compute first, then with currentInstanceCount")
         if param(first, "operatorPrincipalId") is None:
             problems.append("the manual path does not pass operatorPrincipalId")
@@ -255,9 +272,15 @@ def check_manual(box: Sandbox) -> tuple[Run, list[str]]:
 
 def check_manual_again(box: Sandbox) -> tuple[Run, list[str]]:
     box.world["scale_set"]["capacity"] = 4
+    box.world["regular_set"]["capacity"] = 2
     run = box.run(["bash", "-euo", "pipefail"], {"OPERATOR_IP": "203.0.113.7"}, script=manual_path(box.root))
-    expected = MANUAL_STEPS + ["az vmss show", "az deployment group create"]
+    expected = MANUAL_STEPS + ["az vmss list", "az vmss show", "az vmss list", "az vmss show",
+                               "az deployment group create"]
     problems = succeeded(run) + common_problems(run) + expect_sequence(run, expected)
+    if not problems:
+        _, full = creates(run)
+        if (param(full, "currentInstanceCount"), param(full, "currentRegularInstanceCount")) != ("4", "2"):
+            problems.append("the manual path did not keep the 4 Spot and 2 regular instances running")
     return run, problems
 
 

@@ -8,6 +8,11 @@
 //! exits non-zero. Sends run concurrently, so messages reach the queue in
 //! roughly, not exactly, the file's order.
 //!
+//! With `--deadline` and `--work` every job carries a deadline (in an
+//! envelope around its body, which the worker unwraps: the program reads
+//! the body as written) and goes to the lane the lane rule picks
+//! (`lanes.rs`, docs/deploying.md, "The two lanes").
+//!
 //! It never creates the queue: the deployment does (or a worker, at its
 //! start), and a mistyped `SPOT_WORKER_QUEUE` must not send jobs into a new
 //! queue no worker reads. Sending is also all the operator's role on the
@@ -16,13 +21,13 @@
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use spot_worker_azure::{AzureQueue, BlobCheckpointStore, BlobResultStore};
+use spot_worker_azure::{BlobCheckpointStore, BlobResultStore};
+use spot_worker_decisions::lanes::Lane;
 use spot_worker_storage::{
     CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _, StorageError,
     unsendable_char,
@@ -32,6 +37,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::{Fleet, encoding_name};
+use lanes::{Routing, deadline_of, rfc3339};
+
+mod lanes;
 
 /// Put jobs on the queue: one message per line of JSON Lines.
 #[derive(Debug, Args)]
@@ -41,6 +49,7 @@ Examples:
   generate-jobs | spot-worker enqueue -
   spot-worker enqueue --skip-existing --results results jobs.jsonl   # a safe re-run
   spot-worker enqueue --queue texts --raw chapter-1.txt              # one message, any text
+  spot-worker enqueue --deadline 52h --work 48h jobs.jsonl           # due in 52 h, 48 h of work each
 
 Each line is one JSON document, sent as is. With --skip-existing every line
 needs a string `job_id` field (as the worker's job key), and a line whose job
@@ -54,7 +63,12 @@ worker's per-job checkpoint fencing lets only one of the two run it.
 With --raw the whole input, whatever it holds, is one message, byte for byte
 (line breaks included): what `spot-worker run` gives its program on stdin. A
 text queue carries UTF-8 only; SPOT_WORKER_MESSAGE_ENCODING=base64 carries any
-bytes.")]
+bytes.
+
+With --deadline and --work (needs SPOT_WORKER_REGULAR_QUEUE) every job carries
+its deadline in an envelope the worker takes off before the program reads the
+body, and goes to the Spot lane, or straight to the regular lane if even
+running from now on leaves less slack than the lane rule keeps (docs/deploying.md, \"The two lanes\").")]
 pub struct EnqueueArgs {
     /// JSON Lines file (with --raw: any file); `-` or nothing reads stdin.
     input: Option<PathBuf>,
@@ -78,6 +92,14 @@ pub struct EnqueueArgs {
     /// Name of a job's result blob in --results; `{job_id}` is replaced.
     #[arg(long, default_value = "{job_id}.json", requires = "results")]
     result_name: String,
+    /// When each job must be done: a time (2026-12-01T18:00:00Z) or a
+    /// duration from now (52h).
+    #[arg(long, value_name = "WHEN", requires = "work")]
+    deadline: Option<String>,
+    /// Each job's work, as the time it takes on one VM once started (an
+    /// estimate; e.g. 48h). Goes with --deadline.
+    #[arg(long, value_name = "DURATION", value_parser = spot_worker_runtime::parse_duration, requires = "deadline")]
+    work: Option<std::time::Duration>,
 }
 
 /// One line of input, understood.
@@ -126,7 +148,12 @@ fn parse_line(raw: &[u8], need_job_id: bool) -> Result<Line, String> {
 
 /// What became of one job line.
 enum Outcome {
-    Sent,
+    /// Sent to `lane`'s queue; `late`: its work no longer fits before its
+    /// deadline.
+    Sent {
+        lane: Lane,
+        late: bool,
+    },
     Skipped,
     Failed(String),
 }
@@ -162,11 +189,10 @@ impl Existing {
 
 /// Everything a send task needs.
 struct Sender {
-    queue: AzureQueue,
-    encoding: MessageEncoding,
+    routing: Routing,
     existing: Option<Existing>,
-    /// Set once a send found the queue missing: nothing more is read.
-    queue_missing: AtomicBool,
+    /// Set once a send found a queue missing: nothing more is read.
+    queue_missing: Mutex<Option<String>>,
 }
 
 impl Sender {
@@ -178,21 +204,37 @@ impl Sender {
                 Err(e) => return Outcome::Failed(format!("{e:#}")),
             }
         }
-        let sent = async {
-            let body = self.encoding.encode(text.as_bytes())?;
-            self.queue
-                .send_to_existing(&body, std::time::Duration::ZERO)
-                .await
+        let routed = match self.routing.route(text.as_bytes()) {
+            Ok(routed) => routed,
+            Err(e) => return Outcome::Failed(format!("not sent: {e:#}")),
         };
-        match sent.await {
-            Ok(_) => Outcome::Sent,
+        let sent = routed
+            .queue
+            .send_to_existing(&routed.text, std::time::Duration::ZERO)
+            .await;
+        match sent {
+            Ok(_) => Outcome::Sent {
+                lane: routed.lane,
+                late: routed.late,
+            },
             Err(StorageError::NotFound { .. }) => {
-                self.queue_missing.store(true, Ordering::Relaxed);
-                Outcome::Failed(format!("not sent: {}", missing_queue(self.queue.name())))
+                let missing = missing_queue(routed.queue.name());
+                *lock(&self.queue_missing) = Some(missing.clone());
+                Outcome::Failed(format!("not sent: {missing}"))
             }
             Err(e) => Outcome::Failed(format!("not sent: {e}")),
         }
     }
+
+    fn queue_missing(&self) -> Option<String> {
+        lock(&self.queue_missing).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Why nothing more is sent once the queue turned out to be missing.
@@ -207,6 +249,10 @@ fn missing_queue(name: &str) -> String {
 #[derive(Default)]
 struct Summary {
     sent: u64,
+    /// Of those, sent to the regular lane.
+    regular: u64,
+    /// Of those, whose work no longer fits before the deadline.
+    late: u64,
     skipped: u64,
     blank: u64,
     bad: u64,
@@ -218,7 +264,11 @@ struct Summary {
 impl Summary {
     fn count(&mut self, outcome: &Outcome) {
         match outcome {
-            Outcome::Sent => self.sent += 1,
+            Outcome::Sent { lane, late } => {
+                self.sent += 1;
+                self.regular += u64::from(*lane == Lane::Regular);
+                self.late += u64::from(*late);
+            }
             Outcome::Skipped => self.skipped += 1,
             Outcome::Failed(_) => self.failed += 1,
         }
@@ -272,9 +322,10 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         }
         fleet.config.queue.clone_from(name);
     }
-    let queue = fleet.queue()?;
+    let deadline = deadline_of(args.deadline.as_deref(), args.work)?;
+    let routing = Routing::new(&fleet, deadline).await?;
     if args.raw {
-        return send_raw(&fleet, &queue, args.input.as_deref()).await;
+        return send_raw(&fleet, &routing, args.input.as_deref()).await;
     }
     let existing = if args.skip_existing {
         let results = match &args.results {
@@ -289,10 +340,9 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         None
     };
     let sender = Arc::new(Sender {
-        queue,
-        encoding: fleet.config.encoding,
+        routing,
         existing,
-        queue_missing: AtomicBool::new(false),
+        queue_missing: Mutex::new(None),
     });
     let (input, total): (Box<dyn AsyncRead + Unpin + Send>, Option<u64>) = match &args.input {
         Some(path) if path.as_os_str() != "-" => {
@@ -312,16 +362,35 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         &Progress::new(total),
     )
     .await?;
+    let sent = match (sender.routing.deadline(), sender.routing.regular()) {
+        (Some(deadline), Some(regular)) => format!(
+            "{} sent, due {} with {} of work each: {} to queue {} (the Spot lane), {} to queue {} \
+             (the regular lane)",
+            summary.sent,
+            rfc3339(deadline.due),
+            spot_worker_runtime::settings::show_duration(deadline.work),
+            summary.sent - summary.regular,
+            fleet.config.queue,
+            summary.regular,
+            regular.name()
+        ),
+        _ => format!("{} sent to queue {}", summary.sent, fleet.config.queue),
+    };
     println!(
-        "{} sent to queue {} ({}), {} skipped as already done, {} bad, {} failed, {} blank",
-        summary.sent,
-        fleet.config.queue,
+        "{sent} ({}), {} skipped as already done, {} bad, {} failed, {} blank",
         encoding_name(fleet.config.encoding),
         summary.skipped,
         summary.bad,
         summary.failed,
         summary.blank
     );
+    if summary.late > 0 {
+        eprintln!(
+            "warning: for {} job(s) the time left is less than the work: sent to the regular \
+             lane, they may still miss their deadline",
+            summary.late
+        );
+    }
     if let Some(reason) = &summary.unread {
         bail!("{reason}; nothing after it was read (the summary above counts what was)");
     }
@@ -337,11 +406,7 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
 }
 
 /// `--raw`: the whole input as one message, byte for byte.
-async fn send_raw(
-    fleet: &Fleet,
-    queue: &AzureQueue,
-    input: Option<&std::path::Path>,
-) -> Result<()> {
+async fn send_raw(fleet: &Fleet, routing: &Routing, input: Option<&std::path::Path>) -> Result<()> {
     let body = match input {
         Some(path) if path.as_os_str() != "-" => tokio::fs::read(path)
             .await
@@ -358,37 +423,54 @@ async fn send_raw(
         bail!("the input is empty: nothing to send");
     }
     let encoding = fleet.config.encoding;
-    let text = raw_message(&body, encoding)?;
+    let routed = routing.route(&body)?;
+    let queue = routed.queue;
     let id = match queue
-        .send_to_existing(&text, std::time::Duration::ZERO)
+        .send_to_existing(&routed.text, std::time::Duration::ZERO)
         .await
     {
         Ok(id) => id,
         Err(StorageError::NotFound { .. }) => bail!("{}", missing_queue(queue.name())),
         Err(error) => {
-            return Err(error)
-                .with_context(|| format!("sending to queue {:?}", fleet.config.queue));
+            return Err(error).with_context(|| format!("sending to queue {:?}", queue.name()));
         }
     };
+    let lane = match routing.deadline() {
+        Some(deadline) => format!(
+            ", the {} lane, due {}",
+            routed.lane.as_str(),
+            rfc3339(deadline.due)
+        ),
+        None => String::new(),
+    };
     println!(
-        "sent 1 message of {} byte(s) to queue {} ({}) as {}",
+        "sent 1 message of {} byte(s) to queue {} ({}) as {}{lane}",
         body.len(),
-        fleet.config.queue,
+        queue.name(),
         encoding_name(encoding),
         id.as_str()
     );
+    if routed.late {
+        eprintln!(
+            "warning: the time left is less than the work: sent to the regular lane, it may \
+             still miss its deadline"
+        );
+    }
     Ok(())
 }
 
 /// The message text that carries `body` exactly on a queue of `encoding`.
 fn raw_message(body: &[u8], encoding: MessageEncoding) -> Result<String> {
-    encoding.encode(body).map_err(|error| {
-        anyhow::anyhow!(
-            "{error}: a text queue carries only UTF-8 text that XML 1.0 allows; send it to a queue \
-             whose workers read base64 (SPOT_WORKER_MESSAGE_ENCODING=base64 for both), which \
-             carries any bytes"
-        )
-    })
+    encoding.encode(body).map_err(encoding_refused)
+}
+
+/// Why a body cannot go on the queue, and the way out.
+fn encoding_refused(error: StorageError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{error}: a text queue carries only UTF-8 text that XML 1.0 allows; send it to a queue \
+         whose workers read base64 (SPOT_WORKER_MESSAGE_ENCODING=base64 for both), which \
+         carries any bytes"
+    )
 }
 
 /// Reads every line, sending jobs with at most `parallel` in flight.
@@ -406,8 +488,8 @@ async fn send_all(
     let mut consumed = 0u64;
     let mut raw = Vec::new();
     for number in 1u64.. {
-        if sender.queue_missing.load(Ordering::Relaxed) {
-            summary.unread = Some(missing_queue(sender.queue.name()));
+        if let Some(missing) = sender.queue_missing() {
+            summary.unread = Some(missing);
             break;
         }
         raw.clear();

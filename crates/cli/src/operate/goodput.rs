@@ -1,7 +1,8 @@
 //! The fleet's goodput for `spot-worker status`: the completion records
 //! the workers left (`.spot-worker/goodput/<job>`, see
 //! `spot_worker_storage::CompletionRecord`) summed up by kind of time, and,
-//! with a price per VM hour, what that time cost in money.
+//! with a price per VM hour, what that time cost in money; and the lanes'
+//! part of them: hours and money by lane, deadlines met and missed.
 
 use std::time::Duration;
 
@@ -138,12 +139,76 @@ pub fn sum_up(
     fleet
 }
 
+/// The finished jobs' hours by lane, their money by lane, and how those
+/// with a deadline met it (docs/deploying.md, "The two lanes").
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct LaneAccounting {
+    /// Hours on Spot capacity, all finished jobs read.
+    pub spot_hours: f64,
+    /// Hours on regular capacity.
+    pub regular_hours: f64,
+    /// Spot hours at `SPOT_WORKER_PRICE_PER_HOUR` (US dollars, the VMs'
+    /// share only), if set.
+    pub spot_cost: Option<f64>,
+    /// Regular hours at `SPOT_WORKER_REGULAR_PRICE_PER_HOUR`, if set.
+    pub regular_cost: Option<f64>,
+    /// Finished jobs with a deadline that met it.
+    pub deadlines_met: usize,
+    /// Finished jobs with a deadline that missed it.
+    pub deadlines_missed: usize,
+    /// Moves between lanes of the finished jobs with a deadline.
+    pub moves: u64,
+}
+
+/// Sums the lanes' part of `records`: each job's time split by lane, at
+/// each lane's price per VM hour shared by `slots`.
+pub fn lane_accounting(
+    records: &[Option<CompletionRecord>],
+    spot_price: Option<f64>,
+    regular_price: Option<f64>,
+    slots: usize,
+) -> LaneAccounting {
+    let mut sum = LaneAccounting::default();
+    for record in records.iter().flatten() {
+        let ledger = &record.goodput;
+        sum.spot_hours += ledger.spot_ms() as f64 / 3_600_000.0;
+        sum.regular_hours += ledger.regular_ms as f64 / 3_600_000.0;
+        if let Some(deadline) = &record.deadline {
+            if deadline.met {
+                sum.deadlines_met += 1;
+            } else {
+                sum.deadlines_missed += 1;
+            }
+            sum.moves += u64::from(deadline.moves);
+        }
+    }
+    let slots = slots.max(1) as f64;
+    sum.spot_cost = spot_price.map(|price| sum.spot_hours * price / slots);
+    sum.regular_cost = regular_price.map(|price| sum.regular_hours * price / slots);
+    sum
+}
+
+/// The price per hour a job's time is charged at: the Spot price for its
+/// Spot time and the regular price for its regular time, weighed by each;
+/// the Spot price alone for a job that never ran on regular capacity (or
+/// without a regular price).
+pub fn blended_price(ledger: &Ledger, spot_price: f64, regular_price: Option<f64>) -> f64 {
+    let total = ledger.total_ms();
+    match regular_price {
+        Some(regular) if total > 0 && ledger.regular_ms > 0 => {
+            let regular_share = ledger.regular_ms.min(total) as f64 / total as f64;
+            spot_price * (1.0 - regular_share) + regular * regular_share
+        }
+        _ => spot_price,
+    }
+}
+
 /// The completion records in `store`, the `max_reads` most recent of them
 /// read (one request each), and how many were left unread.
 pub async fn read_records(
     store: &BlobCheckpointStore,
     max_reads: usize,
-) -> Result<(Vec<Option<Ledger>>, usize)> {
+) -> Result<(Vec<Option<CompletionRecord>>, usize)> {
     let mut blobs: Vec<StoredBlob> = store
         .list()
         .await
@@ -158,9 +223,7 @@ pub async fn read_records(
         .map(|blob| async move {
             match store.read(&blob.name).await {
                 Ok(Some(stored)) => {
-                    CompletionRecord::from_checkpoint(&stored.checkpoint, &blob.name)
-                        .ok()
-                        .map(|record| record.goodput)
+                    CompletionRecord::from_checkpoint(&stored.checkpoint, &blob.name).ok()
                 }
                 _ => None,
             }
@@ -221,6 +284,55 @@ mod tests {
         ] {
             assert_eq!(parse_price(text).is_ok(), accepted, "{text:?}");
         }
+    }
+
+    #[test]
+    fn hours_and_money_by_lane_and_the_deadlines_met() {
+        use spot_worker_decisions::lanes::Lane;
+        use spot_worker_storage::DeadlineOutcome;
+        let hours = |h: u64| h * 3_600_000;
+        let record = |spot_h: u64, regular_h: u64, met: Option<bool>| {
+            Some(CompletionRecord {
+                job: "j".into(),
+                message_id: "m".into(),
+                finished_at: String::new(),
+                goodput: Ledger {
+                    useful_ms: hours(spot_h + regular_h),
+                    regular_ms: hours(regular_h),
+                    deliveries: 1,
+                    ..Ledger::default()
+                },
+                deadline: met.map(|met| DeadlineOutcome {
+                    start: time::OffsetDateTime::UNIX_EPOCH,
+                    due: time::OffsetDateTime::UNIX_EPOCH,
+                    work_s: 1.0,
+                    met,
+                    lane: Lane::Regular,
+                    moves: 2,
+                }),
+            })
+        };
+        let records = [
+            record(3, 1, Some(true)),
+            record(2, 0, None),
+            None,
+            record(0, 2, Some(false)),
+        ];
+        let sum = lane_accounting(&records, Some(0.02), Some(0.06), 2);
+        assert_eq!((sum.spot_hours, sum.regular_hours), (5.0, 3.0));
+        assert!((sum.spot_cost.unwrap() - 0.05).abs() < 1e-12, "{sum:?}");
+        assert!((sum.regular_cost.unwrap() - 0.09).abs() < 1e-12, "{sum:?}");
+        assert_eq!(
+            (sum.deadlines_met, sum.deadlines_missed, sum.moves),
+            (1, 1, 4)
+        );
+        assert_eq!(lane_accounting(&records, None, None, 1).spot_cost, None);
+        // A job a quarter on regular capacity is charged a quarter at its price.
+        let ledger = records[0].as_ref().unwrap().goodput;
+        assert!((blended_price(&ledger, 0.02, Some(0.06)) - 0.03).abs() < 1e-12);
+        assert_eq!(blended_price(&ledger, 0.02, None), 0.02);
+        let spot_only = records[1].as_ref().unwrap().goodput;
+        assert_eq!(blended_price(&spot_only, 0.02, Some(0.06)), 0.02);
     }
 
     #[test]

@@ -15,11 +15,18 @@ use spot_worker_storage::StorageError;
 use time::OffsetDateTime;
 
 use super::checkpoints::{JobRow, ago, job_rows};
-use super::goodput::{FleetGoodput, job_cost, parse_price, read_records, sum_up};
+use super::goodput::{
+    FleetGoodput, LaneAccounting, blended_price, job_cost, lane_accounting, parse_price,
+    read_records, sum_up,
+};
 use super::saved_files;
 use interval::{IntervalStatus, interval_status};
+use lanes::{LanesStatus, lanes_status};
+use notices::{QueueNotices, notices_by_queue};
 
 mod interval;
+mod lanes;
+mod notices;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -92,6 +99,10 @@ struct Status {
     at: String,
     queue: QueueStatus,
     poison: QueueStatus,
+    /// The regular lane's queue, with lanes (both lanes poison into the
+    /// one poison queue above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regular: Option<QueueStatus>,
     jobs_in_progress: Vec<JobStatus>,
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
@@ -101,6 +112,15 @@ struct Status {
     workers: Vec<WorkerStatus>,
     /// The checkpoint interval and the estimates behind it.
     checkpoint_interval: IntervalStatus,
+    /// With lanes: d, the jobs with a deadline not finished yet, and the
+    /// finished jobs' hours and money by lane.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lanes: Option<LanesStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lane_accounting: Option<LaneAccounting>,
+    /// Per queue whose fleet counts are in the checkpoint container: the
+    /// share of notices that saved, and the work lost per interruption.
+    notices: Vec<QueueNotices>,
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -156,6 +176,7 @@ async fn gather(
     let poison = queue_status(&fleet.poison_queue()?).await?;
     let checkpoints = fleet.checkpoints()?;
     let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let notices = notices_by_queue(&checkpoints).await?;
     let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
         .iter()
@@ -174,19 +195,62 @@ async fn gather(
         })
         .collect();
     let (records, records_not_read) = read_records(&fleet.checkpoints()?, max_reads).await?;
-    let price = spot_worker::settings::Source::from_env()
-        .context("reading the settings")?
+    let settings = spot_worker::settings::Source::from_env().context("reading the settings")?;
+    let price = settings
         .get(&spot_worker::settings::table::PRICE_PER_HOUR)
         .context("reading SPOT_WORKER_PRICE_PER_HOUR")?
         .map(|text| parse_price(&text))
         .transpose()?;
+    let regular_price = settings
+        .get(&spot_worker::settings::table::REGULAR_PRICE_PER_HOUR)
+        .context("reading SPOT_WORKER_REGULAR_PRICE_PER_HOUR")?
+        .map(|text| parse_price(&text))
+        .transpose()?;
     let (slots, lease) = (fleet.config.concurrency, fleet.config.visibility_timeout);
-    let pricing = price.map(|price| move |ledger: &_| job_cost(ledger, price, slots, lease));
+    // A job's regular time is charged at the regular price.
+    let pricing = price.map(|price| {
+        move |ledger: &_| {
+            job_cost(
+                ledger,
+                blended_price(ledger, price, regular_price),
+                slots,
+                lease,
+            )
+        }
+    });
+    let ledgers: Vec<_> = records
+        .iter()
+        .map(|record| record.as_ref().map(|record| record.goodput))
+        .collect();
     let goodput = sum_up(
-        &records,
+        &ledgers,
         records_not_read,
         pricing.as_ref().map(|f| f as &dyn Fn(&_) -> _),
     );
+    let (regular, lanes, lane_accounting) = match &fleet.config.lanes.regular_queue {
+        Some(name) => {
+            let regular_queue = fleet.queue_named(name)?;
+            let queues = queue_status(&regular_queue).await?;
+            let lanes = lanes_status(
+                &fleet.checkpoints()?,
+                &fleet.config.lanes,
+                [
+                    (&fleet.queue()?, spot_worker_decisions::lanes::Lane::Spot),
+                    (&regular_queue, spot_worker_decisions::lanes::Lane::Regular),
+                ],
+                fleet.config.encoding,
+                settings
+                    .get(&spot_worker::settings::table::JOB_KEY)
+                    .context("reading SPOT_WORKER_JOB_KEY")?
+                    .as_deref(),
+                max_reads,
+            )
+            .await?;
+            let accounting = lane_accounting(&records, price, regular_price, slots);
+            (Some(queues), Some(lanes), Some(accounting))
+        }
+        None => (None, None, None),
+    };
     let mut workers = Vec::with_capacity(health.len());
     for url in health {
         workers.push(worker_status(http, url).await);
@@ -201,6 +265,10 @@ async fn gather(
         goodput,
         workers,
         checkpoint_interval,
+        regular,
+        lanes,
+        lane_accounting,
+        notices,
     })
 }
 
@@ -262,7 +330,11 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         print!("\x1b[2J\x1b[H");
     }
     println!("{}", status.at);
-    for (label, queue) in [("queue", &status.queue), ("poison", &status.poison)] {
+    let mut queues = vec![("queue", &status.queue), ("poison", &status.poison)];
+    if let Some(regular) = &status.regular {
+        queues.push(("regular", regular));
+    }
+    for (label, queue) in queues {
         let oldest = queue
             .oldest_visible_age_seconds
             .map_or_else(|| "-".to_owned(), age);
@@ -291,14 +363,43 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         );
     }
     print_goodput(&status.goodput);
+    if let Some(accounting) = &status.lane_accounting {
+        println!("{}", accounting_line(accounting));
+    }
+    if let Some(lanes) = &status.lanes {
+        for line in lanes::lines(lanes) {
+            println!("{line}");
+        }
+    }
     for line in interval::lines(&status.checkpoint_interval) {
         println!("{line}");
+    }
+    if !status.notices.is_empty() {
+        println!("notices per queue (the checkpoint container's fleet counts):");
+        for queue in &status.notices {
+            println!("{}", queue.line());
+        }
     }
     for worker in &status.workers {
         let state = if worker.ready { "ready" } else { "NOT READY" };
         println!("worker  {:<40} {state} ({})", worker.url, worker.detail);
     }
     Ok(())
+}
+
+/// The finished jobs' hours and money by lane, and their deadlines.
+fn accounting_line(sum: &LaneAccounting) -> String {
+    let money = |cost: Option<f64>| cost.map_or_else(String::new, |c| format!(" (${c:.4})"));
+    format!(
+        "  by lane: Spot {:.2} h{}, regular {:.2} h{}; deadlines {} met, {} missed ({} move(s) between lanes)",
+        sum.spot_hours,
+        money(sum.spot_cost),
+        sum.regular_hours,
+        money(sum.regular_cost),
+        sum.deadlines_met,
+        sum.deadlines_missed,
+        sum.moves
+    )
 }
 
 /// The goodput lines: seconds by kind and the share of each, and money

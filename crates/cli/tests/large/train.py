@@ -104,11 +104,20 @@ def stopped():
     sys.exit(143)
 
 
+def initial(size):
+    # In pieces: one randbytes call of 1 GiB or more overflows (it asks
+    # getrandbits for more bits than a C int counts).
+    r, state = random.Random(1), bytearray()
+    while len(state) < size:
+        state += r.randbytes(min(1 << 26, size - len(state)))
+    return state
+
+
 loaded = load()
 if loaded:
     state, epoch = loaded
 else:
-    state, epoch = bytearray(random.Random(1).randbytes(SIZE)), 0
+    state, epoch = initial(SIZE), 0
 region = SIZE // 100
 while epoch < EPOCHS:
     epoch += 1

@@ -7,6 +7,7 @@
 mod bad_bytes;
 mod checkpoints;
 mod common;
+mod deadline;
 mod enqueue;
 mod log_level;
 mod poison;

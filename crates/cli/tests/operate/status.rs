@@ -49,13 +49,17 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     // The fleet's interruption counts, as workers left them.
     let history = InterruptionCounts {
         drained: 3,
+        unsaved: 1,
         late: 1,
         no_outcome: 2,
         job_seconds: 50.0 * 3600.0,
         saves: 4,
         save_seconds: 2.0,
+        losses: 2,
+        lost_seconds: 5.0,
+        ..InterruptionCounts::default()
     };
-    FleetLedger::new(Arc::new(store.clone()))
+    FleetLedger::for_queue(Arc::new(store.clone()), QUEUE)
         .add(&history)
         .await
         .unwrap();
@@ -80,7 +84,13 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     assert!(text.contains(&format!("{nobody}/readyz")), "{text}");
     assert!(text.contains("NOT READY (unreachable)"), "{text}");
     assert!(
-        text.contains("fleet: 50.0 job-hours; 3 evictions drained in time, 1 with a notice too late, 2 deliveries with no outcome"),
+        text.contains("fleet: 50.0 job-hours; 3 evictions saved at the notice, 1 drained without a save after it, 1 with a notice too late, 2 deliveries with no outcome"),
+        "{text}"
+    );
+    // Per queue: the share of notices that saved, the work lost per
+    // interruption.
+    assert!(
+        text.contains("60.0 % of notices saved (3 of 5 evictions; 1 drained without a save after the notice, 1 too late); 2.5 s of work lost per interruption that lost work (2 measured)"),
         "{text}"
     );
     assert!(
@@ -167,6 +177,12 @@ async fn status_shows_the_queues_the_jobs_in_progress_and_the_workers_readiness(
     let after: serde_json::Value = serde_json::from_str(&after.stdout).unwrap();
     let counts = &after["checkpoint_interval"]["counts"];
     assert_eq!(counts["drained"], 3, "{after}");
+    assert_eq!(after["notices"][0]["queue"], QUEUE, "{after}");
+    assert_eq!(after["notices"][0]["saved_share"], 0.6, "{after}");
+    assert_eq!(
+        after["notices"][0]["lost_per_interruption_seconds"], 2.5,
+        "{after}"
+    );
     assert!(
         counts["job_seconds"].as_f64().unwrap() > history.job_seconds,
         "{after}"

@@ -11,10 +11,18 @@
 //!   seed counts as much as W job-hours of observation. After k
 //!   evictions in T job-hours the posterior mean is
 //!   (seed · W + k) / (W + T).
-//! - The share of evictions whose notice came too late to save:
-//!   Beta–binomial with the uniform prior Beta(1, 1): (1 + late) /
+//! - The share of evictions that lose work (a notice too late to save, or
+//!   a drain in time that saved nothing after the notice): Beta–binomial
+//!   with the uniform prior Beta(1, 1): (1 + late + unsaved) /
 //!   (2 + evictions). Before any eviction is seen it is ½: an even chance,
-//!   not the optimism that every notice will be usable.
+//!   not the optimism that every notice will be usable, nor that every
+//!   program saves on its stop signal. A fleet whose programs never save
+//!   on it converges to every eviction losing work (Daly's interval as if
+//!   there were no notice); one whose notices always save, to none.
+//!   For reports the two ways of losing are told apart as one
+//!   Dirichlet(½, ½, 1) over (too late, unsaved, saved): (½ + late) /
+//!   (2 + evictions) and (½ + unsaved) / (2 + evictions), which sum to
+//!   the share above.
 //! - Deliveries that ended with no outcome (a crash, a kill, a lost VM)
 //!   per job-hour: Gamma–Poisson with no prior events and the same
 //!   weight W: k / (W + T). No setting says how often a program crashes;
@@ -64,6 +72,10 @@ pub struct RateEstimates {
     pub evictions_per_hour: f64,
     /// The share of evictions whose notice came too late to save progress.
     pub late_share: f64,
+    /// The share of evictions drained in time that saved nothing after the
+    /// notice (the program died on its stop signal, the handler returned
+    /// without saving).
+    pub unsaved_share: f64,
     /// Deliveries that ended with no outcome per job-hour.
     pub no_outcome_per_hour: f64,
 }
@@ -81,7 +93,9 @@ impl RateEstimates {
                 evictions,
                 hours,
             ),
-            late_share: beta_mean(1.0, 1.0, counts.late as f64, evictions),
+            // Beta(½, 1½) each: the marginals of Dirichlet(½, ½, 1).
+            late_share: beta_mean(0.5, 1.5, counts.late as f64, evictions),
+            unsaved_share: beta_mean(0.5, 1.5, counts.unsaved as f64, evictions),
             no_outcome_per_hour: gamma_poisson_mean(
                 0.0,
                 SEED_WEIGHT_HOURS,
@@ -91,11 +105,18 @@ impl RateEstimates {
         }
     }
 
+    /// The share of evictions that lose work: too late, or not saved at
+    /// the notice.
+    pub fn losing_share(&self) -> f64 {
+        self.late_share + self.unsaved_share
+    }
+
     /// Interruptions that lose work, per job-hour: evictions whose
-    /// notice came too late, and deliveries with no outcome. An eviction
-    /// drained in time saves its progress and loses nothing.
+    /// notice came too late or whose drain saved nothing after it, and
+    /// deliveries with no outcome. An eviction saved at the notice loses
+    /// nothing.
     pub fn losing_per_hour(&self) -> f64 {
-        self.evictions_per_hour * self.late_share + self.no_outcome_per_hour
+        self.evictions_per_hour * self.losing_share() + self.no_outcome_per_hour
     }
 
     /// The same rate if the notice were ignored: every eviction counted as
@@ -166,7 +187,8 @@ mod tests {
     #[test]
     fn estimates_from_counts_combine_the_kinds() {
         let counts = InterruptionCounts {
-            drained: 97,
+            drained: 96,
+            unsaved: 1,
             late: 1,
             no_outcome: 4,
             job_seconds: 900.0 * 3600.0,
@@ -175,11 +197,13 @@ mod tests {
         let estimates = RateEstimates::from_counts(0.2, &counts);
         // (0.2·100 + 98)/(100 + 900) = 0.118
         assert!(close(estimates.evictions_per_hour, 0.118));
-        // (1 + 1)/(2 + 98) = 0.02
-        assert!(close(estimates.late_share, 0.02));
+        // (½ + 1)/(2 + 98) = 0.015 each; together (1 + 2)/(2 + 98) = 0.03
+        assert!(close(estimates.late_share, 0.015));
+        assert!(close(estimates.unsaved_share, 0.015));
+        assert!(close(estimates.losing_share(), 0.03));
         // 4/(100 + 900) = 0.004
         assert!(close(estimates.no_outcome_per_hour, 0.004));
-        assert!(close(estimates.losing_per_hour(), 0.118 * 0.02 + 0.004));
+        assert!(close(estimates.losing_per_hour(), 0.118 * 0.03 + 0.004));
         assert!(close(
             estimates.losing_per_hour_ignoring_the_notice(),
             0.118 + 0.004
@@ -187,5 +211,39 @@ mod tests {
         // A new fleet: the seed, half of it losing work, no crashes yet.
         let new = RateEstimates::from_counts(0.2, &InterruptionCounts::default());
         assert!(close(new.losing_per_hour(), 0.1));
+    }
+
+    /// A fleet of programs that never save on the stop signal learns that
+    /// every eviction loses work (the interval as if there were no
+    /// notice); one whose notices always save, that none does. No setting
+    /// says which: the counts do.
+    #[test]
+    fn the_share_of_notices_that_save_is_learned() {
+        let hours = 1000.0;
+        let fleet = |drained: u64, unsaved: u64| InterruptionCounts {
+            drained,
+            unsaved,
+            job_seconds: hours * 3600.0,
+            ..InterruptionCounts::default()
+        };
+        // (saved at the notice, drained unsaved, losing share)
+        let rows = [
+            (0, 0, 0.5),
+            (0, 500, 501.0 / 502.0),
+            (500, 0, 1.0 / 502.0),
+            (250, 250, 251.0 / 502.0),
+        ];
+        for (drained, unsaved, share) in rows {
+            let estimates = RateEstimates::from_counts(0.5, &fleet(drained, unsaved));
+            assert!(
+                close(estimates.losing_share(), share),
+                "{drained} saved, {unsaved} unsaved: {estimates:?}"
+            );
+        }
+        let never = RateEstimates::from_counts(0.5, &fleet(0, 500));
+        let blind = never.losing_per_hour_ignoring_the_notice();
+        assert!((never.losing_per_hour() / blind - 1.0).abs() < 0.0025);
+        let always = RateEstimates::from_counts(0.5, &fleet(500, 0));
+        assert!(always.losing_per_hour() < blind / 400.0);
     }
 }

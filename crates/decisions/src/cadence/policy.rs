@@ -119,6 +119,20 @@ impl CheckpointCadence {
         self.lock().pending.count(kind);
     }
 
+    /// Counts one interruption this worker saw that lost `lost` of work,
+    /// measured (see [`InterruptionCounts::losses`]).
+    pub fn note_loss(&self, kind: Interruption, lost: Duration) {
+        let mut observed = self.lock();
+        observed.pending.count(kind);
+        observed.pending.count_loss(lost);
+    }
+
+    /// Counts one finished job of `work` (its useful time) in the fleet's
+    /// job lengths, which [`CheckpointCadence::expected_left`] goes by.
+    pub fn note_job_length(&self, work: Duration) {
+        self.lock().pending.job_lengths.add(work);
+    }
+
     /// Counts `ran` more job time at once (job time that was not timed
     /// with [`CheckpointCadence::job_started`]).
     pub fn add_job_time(&self, ran: Duration) {
@@ -257,6 +271,45 @@ impl CheckpointCadence {
         since_last_save >= self.interval_before_end(since_last_save + left)
     }
 
+    /// The work a job that has done `done` so far (all its deliveries'
+    /// useful work, this one's included) is expected to have left, from
+    /// the lengths of the jobs the fleet finished
+    /// ([`JobLengths::expected_left`](super::JobLengths::expected_left));
+    /// `None` with an explicit interval, or when the fleet has not
+    /// finished enough jobs longer than that.
+    pub fn expected_left(&self, done: Duration) -> Option<Duration> {
+        if let IntervalSource::Explicit(_) = self.source {
+            return None;
+        }
+        let lengths = {
+            let observed = self.lock();
+            observed
+                .fleet
+                .job_lengths
+                .plus(&observed.pending.job_lengths)
+        };
+        lengths.expected_left(done)
+    }
+
+    /// The interval for a job that says nothing about its end, counted
+    /// from its last save, `since_last_save` ago, when it has done `done`
+    /// so far: spread over the rest the fleet's finished jobs say it has
+    /// left ([`CheckpointCadence::expected_left`]), or Daly's while they
+    /// cannot say.
+    pub fn interval_in_job(&self, since_last_save: Duration, done: Duration) -> Duration {
+        match self.expected_left(done) {
+            Some(left) => self.interval_before_end(since_last_save.saturating_add(left)),
+            None => self.interval(),
+        }
+    }
+
+    /// [`CheckpointCadence::is_due`] for a job that has done `done` so far
+    /// and says nothing about its end: due when `since_last_save` reaches
+    /// [`CheckpointCadence::interval_in_job`].
+    pub fn is_due_in_job(&self, since_last_save: Duration, done: Duration) -> bool {
+        since_last_save >= self.interval_in_job(since_last_save, done)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
         // Nothing panics while holding it: the counts stay consistent.
         self.observed.lock().unwrap_or_else(PoisonError::into_inner)
@@ -381,6 +434,66 @@ mod tests {
         let explicit = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(7)));
         explicit.record_save(save(30));
         assert_eq!(explicit.interval_before_end(left), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn a_job_that_says_nothing_of_its_end_is_spread_over_what_the_fleet_s_jobs_took() {
+        let cadence = adaptive(0.2);
+        cadence.record_save(save(30));
+        let tau = cadence.interval();
+        let hours = |h: f64| Duration::from_secs_f64(h * 3600.0);
+        // No finished job seen: Daly's interval.
+        assert_eq!(cadence.expected_left(Duration::ZERO), None);
+        assert_eq!(cadence.interval_in_job(Duration::ZERO, Duration::ZERO), tau);
+        // The fleet finished twenty 8-hour jobs (ten of them reported by
+        // other workers): a job at its start is spread over 8 hours, as
+        // one that knows its end.
+        let mut fleet = InterruptionCounts::default();
+        for _ in 0..10 {
+            fleet.job_lengths.add(hours(8.0));
+            cadence.note_job_length(hours(8.0));
+        }
+        cadence.set_fleet(fleet);
+        assert_eq!(cadence.expected_left(hours(2.0)), Some(hours(6.0)));
+        assert_eq!(
+            cadence.interval_in_job(Duration::ZERO, Duration::ZERO),
+            cadence.interval_before_end(hours(8.0))
+        );
+        // Half an hour after its last save, 6.5 hours in.
+        let since = hours(0.5);
+        assert_eq!(
+            cadence.interval_in_job(since, hours(6.5)),
+            cadence.interval_before_end(since + hours(1.5))
+        );
+        assert_eq!(
+            cadence.is_due_in_job(since, hours(6.5)),
+            cadence.is_due_before_end(since, hours(1.5))
+        );
+        // Longer than every job seen: Daly's again.
+        assert_eq!(cadence.interval_in_job(since, hours(9.0)), tau);
+        // An explicit interval is kept.
+        let explicit = CheckpointCadence::new(IntervalSource::Explicit(Duration::from_secs(7)));
+        explicit.set_fleet(fleet.plus(&fleet));
+        assert_eq!(explicit.expected_left(Duration::ZERO), None);
+        assert_eq!(
+            explicit.interval_in_job(Duration::ZERO, Duration::ZERO),
+            Duration::from_secs(7)
+        );
+    }
+
+    #[test]
+    fn losses_are_counted_with_their_kind() {
+        let cadence = adaptive(0.1);
+        cadence.note_loss(Interruption::Unsaved, Duration::from_millis(2500));
+        cadence.note_loss(Interruption::Late, Duration::from_millis(500));
+        cadence.note(Interruption::Drained);
+        let counts = cadence.view().counts;
+        assert_eq!(
+            (counts.drained, counts.unsaved, counts.late, counts.losses),
+            (1, 1, 1, 2)
+        );
+        assert_eq!(counts.mean_loss_seconds(), Some(1.5));
+        assert_eq!(counts.saved_share(), Some(1.0 / 3.0));
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //! alive without finishing. The delivery that finishes the job adds its own
 //! time to both ([`finished`]).
 //!
+//! Each delivery runs in one lane (docs/deadlines.md): on a Spot VM, or on
+//! regular capacity. [`Ledger::regular_ms`] is the part of the job's time,
+//! all four kinds together, that its deliveries on regular capacity held
+//! it; the rest was on Spot ([`Ledger::spot_ms`]). A job that never ran on
+//! regular capacity has none, and its ledger reads and stamps exactly as
+//! before lanes existed.
+//!
 //! What it cannot see: a delivery cut without a word (a VM lost or killed
 //! without notice, a lost lease) loses its tail, so its redone work goes
 //! unmeasured; it is at most what that delivery did since its last save
@@ -38,7 +45,7 @@ use serde::{Deserialize, Serialize};
 
 mod stamp;
 
-pub use stamp::{split_stamp, stamp_with};
+pub use stamp::{split_stamp, stamp_progress, stamp_with, stamp_with_progress};
 
 /// A job's time by kind, in milliseconds, and how many deliveries it
 /// covers.
@@ -68,9 +75,18 @@ pub struct Ledger {
     /// their first save. Set by [`finished`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unaccounted: u32,
+    /// Of all the time above (every kind), the milliseconds its deliveries
+    /// on regular (not Spot) capacity held the job; see
+    /// [`Ledger::spot_ms`] for the rest.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub regular_ms: u64,
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_ms(n: &u64) -> bool {
     *n == 0
 }
 
@@ -130,6 +146,12 @@ impl Ledger {
             .fold(0u64, |sum, kind| sum.saturating_add(self.ms(*kind)))
     }
 
+    /// The milliseconds of all four kinds spent on Spot capacity: the
+    /// total less [`Ledger::regular_ms`].
+    pub fn spot_ms(&self) -> u64 {
+        self.total_ms().saturating_sub(self.regular_ms)
+    }
+
     /// Useful time over all time; `None` for a ledger with no time.
     pub fn goodput(&self) -> Option<f64> {
         let total = self.total_ms();
@@ -146,7 +168,15 @@ impl Ledger {
             deliveries: self.deliveries.saturating_add(other.deliveries),
             saves: self.saves.saturating_add(other.saves),
             unaccounted: self.unaccounted.saturating_add(other.unaccounted),
+            regular_ms: self.regular_ms.saturating_add(other.regular_ms),
         }
+    }
+
+    /// This ledger, one delivery's part of a job, with all its time
+    /// counted as regular capacity's when the delivery ran there.
+    fn in_lane(mut self, regular: bool) -> Ledger {
+        self.regular_ms = if regular { self.total_ms() } else { 0 };
+        self
     }
 }
 
@@ -163,6 +193,9 @@ pub struct DeliveryTimes {
     pub checkpointing: Duration,
     /// Saves attempted.
     pub saves: u32,
+    /// Whether the delivery ran on regular capacity (the regular lane),
+    /// not on a Spot VM.
+    pub regular: bool,
 }
 
 fn ms(duration: Duration) -> u64 {
@@ -173,14 +206,17 @@ fn ms(duration: Duration) -> u64 {
 /// the checkpoint this delivery resumed from said) plus this delivery up
 /// to the save's start (`so_far`), all of whose work the save keeps.
 pub fn at_save(carried: &Ledger, so_far: &DeliveryTimes) -> Ledger {
-    carried.plus(&Ledger {
-        useful_ms: ms(so_far.work),
-        checkpointing_ms: ms(so_far.checkpointing),
-        waiting_ms: ms(so_far.waiting),
-        deliveries: 1,
-        saves: so_far.saves,
-        ..Ledger::default()
-    })
+    carried.plus(
+        &Ledger {
+            useful_ms: ms(so_far.work),
+            checkpointing_ms: ms(so_far.checkpointing),
+            waiting_ms: ms(so_far.waiting),
+            deliveries: 1,
+            saves: so_far.saves,
+            ..Ledger::default()
+        }
+        .in_lane(so_far.regular),
+    )
 }
 
 /// What a delivery that ends without finishing the job adds after its
@@ -201,7 +237,9 @@ pub fn tail(total: &DeliveryTimes, saved: Option<&DeliveryTimes>) -> Ledger {
             .saves
             .saturating_sub(saved.map(|s| s.saves).unwrap_or_default()),
         unaccounted: 0,
+        regular_ms: 0,
     }
+    .in_lane(total.regular)
 }
 
 /// The finished job's ledger: what the checkpoint the finishing delivery
@@ -215,14 +253,17 @@ pub fn finished(
     last: &DeliveryTimes,
     dequeue_count: u32,
 ) -> Ledger {
-    let mut ledger = carried.plus(tails).plus(&Ledger {
-        useful_ms: ms(last.work),
-        checkpointing_ms: ms(last.checkpointing),
-        waiting_ms: ms(last.waiting),
-        deliveries: 1,
-        saves: last.saves,
-        ..Ledger::default()
-    });
+    let mut ledger = carried.plus(tails).plus(
+        &Ledger {
+            useful_ms: ms(last.work),
+            checkpointing_ms: ms(last.checkpointing),
+            waiting_ms: ms(last.waiting),
+            deliveries: 1,
+            saves: last.saves,
+            ..Ledger::default()
+        }
+        .in_lane(last.regular),
+    );
     ledger.unaccounted = dequeue_count.saturating_sub(ledger.deliveries);
     ledger
 }
@@ -237,6 +278,7 @@ mod tests {
             work: Duration::from_millis(work),
             checkpointing: Duration::from_millis(checkpointing),
             saves: 0,
+            regular: false,
         }
     }
 
@@ -250,6 +292,7 @@ mod tests {
             deliveries: d,
             saves: 0,
             unaccounted: 0,
+            regular_ms: 0,
         }
     }
 
@@ -334,6 +377,32 @@ mod tests {
                 "{carried} {tails} {dequeue_count}"
             );
         }
+    }
+
+    #[test]
+    fn time_on_regular_capacity_is_counted_per_delivery() {
+        let on = |regular, t: DeliveryTimes| DeliveryTimes { regular, ..t };
+        // Delivery 1 on Spot saves at work 1000, is evicted at 1300.
+        let saved = times(10, 1000, 50);
+        let carried = at_save(&Ledger::default(), &saved);
+        assert_eq!((carried.regular_ms, carried.spot_ms()), (0, 1060));
+        let tails = tail(&times(10, 1300, 80), Some(&saved));
+        assert_eq!(tails.regular_ms, 0);
+        // Delivery 2, on regular capacity, saves at work 500 and finishes
+        // at 900: all of its 20 + 900 + 40 ms are regular.
+        let carried = at_save(&carried, &on(true, times(20, 500, 40)));
+        assert_eq!(carried.regular_ms, 560);
+        let done = finished(&carried, &tails, &on(true, times(20, 900, 40)), 2);
+        assert_eq!(done.regular_ms, 560 + 960);
+        assert_eq!(done.spot_ms() + done.regular_ms, done.total_ms());
+        // A delivery's tail on regular capacity is regular too.
+        let regular_tail = tail(&on(true, times(5, 100, 0)), None);
+        assert_eq!(regular_tail.regular_ms, 105);
+        // Without any regular time the ledger serializes as before.
+        let text = serde_json::to_string(&done.plus(&Ledger::default())).unwrap();
+        assert!(text.contains("regular_ms"), "{text}");
+        let spot_only = serde_json::to_string(&tails).unwrap();
+        assert!(!spot_only.contains("regular_ms"), "{spot_only}");
     }
 
     #[test]

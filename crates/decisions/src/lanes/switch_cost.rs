@@ -55,6 +55,37 @@ pub struct SwitchCostParts {
 }
 
 impl SwitchCostParts {
+    /// These parts in the same proportions, scaled so that they add up to
+    /// `total`: a seed of another size than the default's 6 minutes (the
+    /// `SPOT_WORKER_SWITCH_COST` setting). Parts that add up to nothing
+    /// are split like [`DEFAULT_SWITCH_COST_SEED`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spot_worker_decisions::lanes::DEFAULT_SWITCH_COST_SEED;
+    ///
+    /// let seed = DEFAULT_SWITCH_COST_SEED.scaled_to(Duration::from_secs(36));
+    /// assert_eq!(seed.queue_wait, Duration::from_secs(18));
+    /// assert_eq!(seed.total(), Duration::from_secs(36));
+    /// ```
+    pub fn scaled_to(&self, total: Duration) -> SwitchCostParts {
+        let base = if self.total().is_zero() {
+            DEFAULT_SWITCH_COST_SEED
+        } else {
+            *self
+        };
+        let ratio = total.as_secs_f64() / base.total().as_secs_f64();
+        let scale = |part: Duration| {
+            Duration::try_from_secs_f64(part.as_secs_f64() * ratio).unwrap_or(Duration::MAX)
+        };
+        SwitchCostParts {
+            queue_wait: scale(base.queue_wait),
+            start_up: scale(base.start_up),
+            restore: scale(base.restore),
+            lost_work: scale(base.lost_work),
+        }
+    }
+
     /// d: the four parts together.
     pub fn total(&self) -> Duration {
         self.queue_wait
@@ -122,6 +153,24 @@ pub struct SwitchSamples {
     /// Work lost per interruption.
     #[serde(default)]
     pub lost_work: Samples,
+}
+
+impl SwitchSamples {
+    /// Whether no part has a sample.
+    pub fn is_empty(&self) -> bool {
+        *self == SwitchSamples::default()
+    }
+
+    /// These samples and `other`'s, part by part, as one fleet adds up
+    /// its workers'.
+    pub fn plus(&self, other: &SwitchSamples) -> SwitchSamples {
+        SwitchSamples {
+            queue_wait: self.queue_wait.plus(other.queue_wait),
+            start_up: self.start_up.plus(other.start_up),
+            restore: self.restore.plus(other.restore),
+            lost_work: self.lost_work.plus(other.lost_work),
+        }
+    }
 }
 
 /// d by part: each part's posterior mean, the `seed` counting as
@@ -201,6 +250,38 @@ mod tests {
                 seed.total().as_secs_f64() - 180.0
             );
         }
+    }
+
+    #[test]
+    fn a_seed_scales_in_proportion_and_samples_add_up_by_part() {
+        // (total asked, seconds) → the parts in the default's proportions
+        let rows = [
+            (360.0, [180.0, 60.0, 30.0, 90.0]),
+            (3.6, [1.8, 0.6, 0.3, 0.9]),
+            (0.0, [0.0, 0.0, 0.0, 0.0]),
+        ];
+        for (total, [q, s, r, l]) in rows {
+            let parts = DEFAULT_SWITCH_COST_SEED.scaled_to(Duration::from_secs_f64(total));
+            let got = [
+                parts.queue_wait.as_secs_f64(),
+                parts.start_up.as_secs_f64(),
+                parts.restore.as_secs_f64(),
+                parts.lost_work.as_secs_f64(),
+            ];
+            for (got, want) in got.into_iter().zip([q, s, r, l]) {
+                assert!((got - want).abs() < 1e-6, "{total}: {got} vs {want}");
+            }
+        }
+        // A zero seed scales like the default one.
+        let from_zero = SwitchCostParts::default().scaled_to(Duration::from_secs(36));
+        assert_eq!(from_zero.queue_wait, Duration::from_secs(18));
+        let one = SwitchSamples {
+            restore: samples(2, 1),
+            ..SwitchSamples::default()
+        };
+        assert!(SwitchSamples::default().is_empty() && !one.is_empty());
+        assert_eq!(one.plus(&one).restore, samples(2, 2));
+        assert_eq!(one.plus(&one).queue_wait, Samples::default());
     }
 
     #[test]

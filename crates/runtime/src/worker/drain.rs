@@ -1,23 +1,34 @@
 //! One drain: consume until the first trigger, then stop intake, wind
 //! handlers down and release what is left, to the plan.
 
+use std::sync::Arc;
+
+use spot_worker_storage::lanes::LaneKeeper;
 use spot_worker_storage::{Consumer, DrainSignals, MessageHandler};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::{DrainReport, RunReport, Worker};
 use crate::shutdown::{DrainPlan, DrainTrigger, Triggers, Watchdog};
 
 impl Worker {
-    /// Runs the consumer until the first trigger, then drains it to the plan.
+    /// Runs the consumer (and its turns at the lane keeper) until the first
+    /// trigger, then drains it to the plan.
     pub(super) async fn consume<H: MessageHandler>(
         &self,
         consumer: &Consumer,
         handler: H,
         triggers: &Triggers,
+        keeper: Option<&Arc<LaneKeeper>>,
     ) -> Drained {
         let signals = DrainSignals::new();
         let consuming = consumer.run_until(handler, signals.clone());
         tokio::pin!(consuming);
+        // The keeper stops as the drain begins: its lease goes to a worker
+        // that stays.
+        let stop_keeper = CancellationToken::new();
+        let _keeper = super::lanes::run_keeper(keeper, &stop_keeper);
+        let _stop_keeper = stop_keeper.clone().drop_guard();
 
         let trigger = tokio::select! {
             // The consumer only returns once told to stop.
@@ -28,6 +39,7 @@ impl Worker {
             }
             trigger = triggers.first() => trigger,
         };
+        stop_keeper.cancel();
         let noticed_at = Instant::now();
         let plan = DrainPlan::new(&trigger, noticed_at, &self.config.drain);
         self.readiness

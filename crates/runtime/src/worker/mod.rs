@@ -17,6 +17,7 @@
 
 mod drain;
 mod finish;
+mod lanes;
 mod process;
 mod report;
 
@@ -42,13 +43,16 @@ use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
 use crate::metered::{
-    MeteredCheckpoints, MeteredHandler, MeteredQueue, goodput_observer, settlement_observer,
+    MeteredCheckpoints, MeteredHandler, MeteredQueue, deadline_observer, goodput_observer,
+    settlement_observer,
 };
 use crate::rendezvous::Rendezvous;
 use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
+use lanes::LaneQueues;
 pub use report::{DrainReport, RunReport};
+use spot_worker_storage::lanes::SwitchCost;
 
 /// The longest the last addition to the fleet's interruption counts may
 /// take as the worker stops: it runs beside the approval and the telemetry
@@ -63,6 +67,7 @@ fn checkpoint_estimates(view: &CadenceView) -> CheckpointEstimates {
         save_cost_seconds: view.cost.estimate().map(|cost| cost.as_secs_f64()),
         evictions_per_hour: estimates.evictions_per_hour,
         late_per_hour: estimates.evictions_per_hour * estimates.late_share,
+        unsaved_per_hour: estimates.evictions_per_hour * estimates.unsaved_share,
         no_outcome_per_hour: estimates.no_outcome_per_hour,
         losing_per_hour: estimates.losing_per_hour(),
     }
@@ -121,6 +126,11 @@ pub struct Worker {
     cadence: Arc<CheckpointCadence>,
     /// Cancelled when the warmup gate opens: the store is ready then.
     gate_opened: CancellationToken,
+    /// The two lanes, for a worker that serves one of them.
+    lanes: Option<LaneQueues>,
+    /// d, the switch cost the lane rule uses, kept in step with the
+    /// fleet's measurements.
+    switch_cost: Arc<SwitchCost>,
 }
 
 impl Worker {
@@ -131,6 +141,7 @@ impl Worker {
         poison: Arc<dyn MessageQueue>,
     ) -> Self {
         let cadence = Arc::new(CheckpointCadence::new(config.interval_source()));
+        let switch_cost = lanes::seeded_switch_cost(config.lanes.switch_cost);
         Worker {
             config,
             queue,
@@ -146,6 +157,8 @@ impl Worker {
             owns_process: false,
             cadence,
             gate_opened: CancellationToken::new(),
+            lanes: None,
+            switch_cost,
         }
     }
 
@@ -254,7 +267,7 @@ impl Worker {
         // runs; added to once more as it stops (docs/checkpoint-interval.md).
         let stop_ledger = CancellationToken::new();
         let ledger_task = self.checkpoints.as_ref().map(|store| {
-            let ledger = FleetLedger::new(Arc::clone(store));
+            let ledger = FleetLedger::for_queue(Arc::clone(store), &self.config.queue);
             let (cadence, stop) = (Arc::clone(&self.cadence), stop_ledger.clone());
             let gate_opened = self.gate_opened.clone();
             tokio::spawn(async move {
@@ -272,6 +285,7 @@ impl Worker {
                     .await;
             })
         });
+        let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
@@ -298,7 +312,7 @@ impl Worker {
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
-        if let Some(task) = ledger_task {
+        for task in [ledger_task, switch_cost_task].into_iter().flatten() {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
@@ -379,6 +393,7 @@ impl Worker {
             poison: Arc::clone(&self.poison),
             checkpoints: self.checkpoints.clone(),
             poison_bodies: self.poison_bodies.clone(),
+            other_lane: self.other_lane_queue(),
             warmup: self.warmup.clone(),
         };
         let gate = gate::open(checks, &self.readiness);
@@ -495,13 +510,14 @@ impl Worker {
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
         });
+        let keeper = self.lane_keeper(&handler);
         let mut resumed = 0;
         loop {
             self.readiness.send_modify(|r| r.shutting_down = None);
             // Not while the checkpoint store refuses (see `store_health`).
             self.metrics.set_ready(self.readiness.borrow().is_ready());
             let mut drained = self
-                .consume(&consumer, Arc::clone(&handler), triggers)
+                .consume(&consumer, Arc::clone(&handler), triggers, keeper.as_ref())
                 .await;
             drained.report.drain.resumed = resumed;
             let next = wait_after_drain(
@@ -568,7 +584,14 @@ impl Worker {
                 metrics.clone(),
                 self.queue.name().to_owned(),
             ))
+            .with_deadline_observer(deadline_observer(
+                metrics.clone(),
+                self.queue.name().to_owned(),
+            ))
             .with_cadence(Arc::clone(&self.cadence));
+        if let Some(lanes) = self.consumer_lanes() {
+            consumer = consumer.with_lanes(lanes);
+        }
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

@@ -107,7 +107,7 @@ impl JobCheckpoint {
             written_before: started.elapsed(),
             awaited: true,
         };
-        match self.commit_files(staged, blocking).await? {
+        match self.commit_files(staged, blocking, None).await? {
             Committed::Saved(stats) => Ok(stats),
             Committed::Unchanged => Ok(stats),
         }
@@ -152,10 +152,16 @@ impl JobCheckpoint {
     /// it blocked); then deletes, beside, the chunks only the manifest it
     /// replaces named. Unchanged if the job's checkpoint is that manifest
     /// already.
+    ///
+    /// `written_at`, if known, is when the files' data was written, on
+    /// this machine's monotonic clock: the save keeps the job's work up to
+    /// then, however long the chunks took to send
+    /// ([`JobCheckpoint::save_written`]); `None` keeps it up to this call.
     pub async fn commit_files(
         &mut self,
         staged: Staged,
         blocking: Blocking,
+        written_at: Option<Instant>,
     ) -> Result<Committed, StorageError> {
         let progress = staged.manifest.to_progress();
         if self.progress() == Some(&progress) {
@@ -163,7 +169,12 @@ impl JobCheckpoint {
         }
         let sent = (staged.stats.sent_blobs as u64, staged.stats.sent_bytes);
         let saved = self
-            .save_costing(Checkpoint::InProgress { progress }, blocking, sent)
+            .save_measured(
+                Checkpoint::InProgress { progress },
+                blocking,
+                sent,
+                written_at,
+            )
             .await;
         match saved {
             Ok(()) => {

@@ -62,15 +62,22 @@ pub(crate) struct SaveMeasurement {
 impl SaveMeasurement {
     /// Starts measuring a save of `bytes` at its call, by a handle that
     /// sent `requests_before` requests so far, timed on the delivery's
-    /// `clock` if it has one.
+    /// `clock` if it has one; the data it stores was written at
+    /// `written_at` (`None`: at the call).
     pub(crate) fn start(
         blocking: Blocking,
         clock: Option<&Arc<SaveClock>>,
         requests_before: u64,
         bytes: u64,
+        written_at: Option<Instant>,
     ) -> Self {
         let started = Instant::now();
-        let clock = clock.map(|clock| (Arc::clone(clock), clock.save_started(started, blocking)));
+        let clock = clock.map(|clock| {
+            (
+                Arc::clone(clock),
+                clock.save_started(started, blocking, written_at),
+            )
+        });
         SaveMeasurement {
             blocking,
             started,
@@ -84,6 +91,12 @@ impl SaveMeasurement {
     /// without a clock.
     pub(crate) fn ledger(&self) -> Option<Ledger> {
         self.clock.as_ref().map(|(_, start)| start.ledger)
+    }
+
+    /// The progress this save stamps: a job with a deadline's, as it last
+    /// reported it; `None` otherwise.
+    pub(crate) fn progress(&self) -> Option<f64> {
+        self.clock.as_ref().and_then(|(_, start)| start.progress)
     }
 
     /// Ends the measurement at the save's return, by a handle that has
@@ -151,7 +164,7 @@ mod tests {
             written_before: Duration::from_millis(300),
             awaited: false,
         };
-        let save = SaveMeasurement::start(blocking, Some(&clock), 5, 123);
+        let save = SaveMeasurement::start(blocking, Some(&clock), 5, 123, None);
         let stamped = save.ledger().unwrap();
         assert_eq!((stamped.useful_ms, stamped.checkpointing_ms), (700, 300));
         tokio::time::advance(Duration::from_millis(50)).await;
@@ -165,7 +178,7 @@ mod tests {
             (Duration::from_millis(750), Duration::from_millis(300))
         );
         // A Rust handler's save: the call is the blocked time, in both.
-        let save = SaveMeasurement::start(Blocking::CALL, Some(&clock), 7, 10);
+        let save = SaveMeasurement::start(Blocking::CALL, Some(&clock), 7, 10, None);
         tokio::time::advance(Duration::from_millis(80)).await;
         save.finish(8, true, &cadence);
         let cost = cadence.view().cost;
@@ -173,7 +186,7 @@ mod tests {
         assert_eq!(clock.now().checkpointing, Duration::from_millis(380));
         // A failed save is in the ledger's time (the job waited) but not a
         // measured cost.
-        let save = SaveMeasurement::start(Blocking::CALL, Some(&clock), 8, 10);
+        let save = SaveMeasurement::start(Blocking::CALL, Some(&clock), 8, 10, None);
         tokio::time::advance(Duration::from_millis(20)).await;
         save.finish(9, false, &cadence);
         assert_eq!(cadence.view().cost.saves, 2);

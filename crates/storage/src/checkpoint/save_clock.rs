@@ -12,6 +12,15 @@
 //! the job is blocked, not twice blocked), and the writing a save stores
 //! for the time it took, once the save succeeded (so a version saved again
 //! after a failed save is not counted twice).
+//!
+//! What a save keeps is the work up to when its data was written: for a
+//! Rust handler, its call (the state it hands over is the state then); for
+//! a program's checkpoint file, the version's modification time, which the
+//! runner maps onto this clock and passes as the save's `written_at`. The
+//! reading a save stamps is taken there, so the work after it is redone if
+//! the delivery ends without finishing the job, whenever the runner
+//! uploads the version ([`SaveClock::saved_since`] tells a save made after
+//! the notice from one before it).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -43,17 +52,34 @@ struct State {
     blocked_since: Option<Instant>,
     /// The reading the latest successful save stamped.
     last_saved: Option<DeliveryTimes>,
+    /// When the data of the latest successful save was written (what it
+    /// keeps the work up to).
+    last_written: Option<Instant>,
     /// Saves attempted (each at least one write request).
     saves: u32,
+    /// Whether the delivery runs on regular capacity (the regular lane).
+    regular: bool,
+    /// Whether saves stamp the job's reported progress (a job with a
+    /// deadline: the lane rule reads it).
+    stamps_progress: bool,
+    /// The share of its work the job last reported done.
+    progress: Option<f64>,
+    /// The share reported as of the latest successful save (or what the
+    /// checkpoint this delivery resumed from carried).
+    saved_progress: Option<f64>,
 }
 
 /// A save under way: the reading at its call, and the ledger it stamps.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SaveStart {
     reading: DeliveryTimes,
+    /// When the data it stores was written.
+    written_at: Instant,
     blocking: Blocking,
     /// The job's ledger as of this save's call.
     pub(crate) ledger: Ledger,
+    /// The progress this save stamps, if it stamps any.
+    pub(crate) progress: Option<f64>,
 }
 
 impl SaveClock {
@@ -77,6 +103,45 @@ impl SaveClock {
     /// What the job's earlier deliveries left in the checkpoint.
     pub(crate) fn carried(&self) -> Ledger {
         self.state().carried
+    }
+
+    /// Counts this delivery's time as regular capacity's (the worker serves
+    /// the regular lane).
+    pub(crate) fn on_regular_capacity(&self) {
+        self.state().regular = true;
+    }
+
+    /// Has saves stamp the progress the job reports ([`report_progress`]),
+    /// starting from `carried` (what the checkpoint resumed from stamped).
+    ///
+    /// [`report_progress`]: SaveClock::report_progress
+    pub(crate) fn track_progress(&self, carried: Option<f64>) {
+        let mut state = self.state();
+        state.stamps_progress = true;
+        state.saved_progress = carried;
+    }
+
+    /// The share of its work the job says is done now (0 to 1).
+    pub(crate) fn report_progress(&self, done: f64) {
+        if done.is_finite() {
+            self.state().progress = Some(done.clamp(0.0, 1.0));
+        }
+    }
+
+    /// The share of its work the job had reported done as of its latest
+    /// successful save.
+    pub(crate) fn saved_progress(&self) -> Option<f64> {
+        self.state().saved_progress
+    }
+
+    /// The job's ledger as of its latest successful save (what the
+    /// checkpoint keeps): the useful time the lane rule falls back on.
+    pub(crate) fn saved_ledger(&self) -> Ledger {
+        let state = self.state();
+        match state.last_saved {
+            Some(saved) => at_save(&state.carried, &saved),
+            None => state.carried,
+        }
     }
 
     /// Marks the handler's start: waiting ends, work begins.
@@ -103,9 +168,24 @@ impl SaveClock {
         self.reading(&state, at, Duration::ZERO)
     }
 
+    /// The job's work so far: what the checkpoint this delivery resumed
+    /// from kept of its earlier deliveries, and this delivery's work.
+    pub(crate) fn job_work(&self) -> Duration {
+        let carried = Duration::from_millis(self.carried().useful_ms);
+        carried.saturating_add(self.now().work)
+    }
+
     /// The reading the latest successful save stamped, if any.
     pub(crate) fn last_saved(&self) -> Option<DeliveryTimes> {
         self.state().last_saved
+    }
+
+    /// Whether the latest successful save stored data written at or after
+    /// `notice` (a handler that saved after its cancellation, a program
+    /// that wrote a new version after its stop signal): the drain saved at
+    /// the notice. False without any save.
+    pub(crate) fn saved_since(&self, notice: Instant) -> bool {
+        self.state().last_written.is_some_and(|at| at >= notice)
     }
 
     /// The reading at `now`, with `written` more blocked time than
@@ -114,6 +194,7 @@ impl SaveClock {
         let Some(started) = state.handler_started else {
             return DeliveryTimes {
                 waiting: now.saturating_duration_since(self.received_at),
+                regular: state.regular,
                 ..DeliveryTimes::default()
             };
         };
@@ -130,16 +211,25 @@ impl SaveClock {
                 .saturating_sub(checkpointing),
             checkpointing,
             saves: state.saves,
+            regular: state.regular,
         }
     }
 
-    /// The hook at a save's call, `now`: an awaited save starts blocking;
-    /// says what ledger the save stamps (the writing it stores counted as
+    /// The hook at a save's call, `now`, of data written at `written_at`
+    /// (`None`: at the call; never later than it): an awaited save starts
+    /// blocking; says what ledger the save stamps: the job's time up to
+    /// when its data was written (the writing it stores counted as
     /// checkpointing).
-    pub(crate) fn save_started(&self, now: Instant, blocking: Blocking) -> SaveStart {
+    pub(crate) fn save_started(
+        &self,
+        now: Instant,
+        blocking: Blocking,
+        written_at: Option<Instant>,
+    ) -> SaveStart {
         let mut state = self.state();
         state.saves = state.saves.saturating_add(1);
-        let reading = self.reading(&state, now, blocking.written_before);
+        let written_at = written_at.map_or(now, |at| at.min(now));
+        let reading = self.reading(&state, written_at, blocking.written_before);
         if blocking.awaited {
             state.in_flight += 1;
             if state.blocked_since.is_none() {
@@ -148,8 +238,13 @@ impl SaveClock {
         }
         SaveStart {
             reading,
+            written_at,
             blocking,
             ledger: at_save(&state.carried, &reading),
+            progress: state
+                .stamps_progress
+                .then_some(state.progress.or(state.saved_progress))
+                .flatten(),
         }
     }
 
@@ -169,6 +264,10 @@ impl SaveClock {
         if saved {
             state.blocked += start.blocking.written_before;
             state.last_saved = Some(start.reading);
+            if start.progress.is_some() {
+                state.saved_progress = start.progress;
+            }
+            state.last_written = Some(start.written_at);
         }
     }
 }
@@ -184,12 +283,12 @@ mod tests {
         assert_eq!(clock.now().waiting, Duration::from_millis(30));
         clock.handler_started();
         tokio::time::advance(Duration::from_millis(100)).await;
-        let first = clock.save_started(Instant::now(), Blocking::CALL);
+        let first = clock.save_started(Instant::now(), Blocking::CALL, None);
         assert_eq!(first.ledger.useful_ms, 100);
         assert_eq!(first.ledger.waiting_ms, 30);
         tokio::time::advance(Duration::from_millis(10)).await;
         // A second save in flight at the same time blocks no more.
-        let second = clock.save_started(Instant::now(), Blocking::CALL);
+        let second = clock.save_started(Instant::now(), Blocking::CALL, None);
         tokio::time::advance(Duration::from_millis(10)).await;
         clock.save_ended(first, Instant::now(), true);
         clock.save_ended(second, Instant::now(), false);
@@ -210,6 +309,53 @@ mod tests {
         assert_eq!(now.saves, 2);
     }
 
+    /// A program's version saved 2.5 s after it was written keeps the
+    /// work up to its writing, not up to the upload: the 2.5 s after it
+    /// are lost if the delivery ends here; and it was saved before the
+    /// notice that came 2 s after it was written.
+    #[tokio::test(start_paused = true)]
+    async fn a_save_keeps_the_work_up_to_when_its_data_was_written() {
+        let clock = SaveClock::new(Instant::now());
+        clock.handler_started();
+        tokio::time::advance(Duration::from_millis(4000)).await;
+        let written_at = Instant::now();
+        // The file took 100 ms to write, before its modification time.
+        let blocking = Blocking {
+            written_before: Duration::from_millis(100),
+            awaited: false,
+        };
+        tokio::time::advance(Duration::from_millis(2000)).await;
+        let notice = Instant::now();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let save = clock.save_started(Instant::now(), blocking, Some(written_at));
+        assert_eq!(
+            (save.ledger.useful_ms, save.ledger.checkpointing_ms),
+            (3900, 100)
+        );
+        clock.save_ended(save, Instant::now(), true);
+        assert!(!clock.saved_since(notice));
+        clock.handler_ended();
+        let tail = spot_worker_decisions::goodput::tail(&clock.now(), clock.last_saved().as_ref());
+        assert_eq!((tail.redone_ms, tail.checkpointing_ms), (2500, 0));
+        // A version written after the notice, or a handler's save after
+        // it: saved at the notice. A time after the call is the call's.
+        let clock = SaveClock::new(Instant::now());
+        clock.handler_started();
+        assert!(!clock.saved_since(notice), "nothing saved");
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let later = Instant::now() + Duration::from_secs(60);
+        let save = clock.save_started(Instant::now(), Blocking::CALL, Some(later));
+        assert_eq!(save.ledger.useful_ms, 300);
+        clock.save_ended(save, Instant::now(), true);
+        assert!(clock.saved_since(notice));
+        // A failed save changes nothing.
+        let clock = SaveClock::new(Instant::now());
+        clock.handler_started();
+        let save = clock.save_started(Instant::now(), Blocking::CALL, None);
+        clock.save_ended(save, Instant::now(), false);
+        assert!(!clock.saved_since(notice));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_write_saved_beside_the_job_counts_once_it_is_saved() {
         let clock = SaveClock::new(Instant::now());
@@ -221,14 +367,14 @@ mod tests {
         };
         // Its upload fails: the stamp it carried counted the write, the
         // clock does not keep it.
-        let failed = clock.save_started(Instant::now(), written);
+        let failed = clock.save_started(Instant::now(), written, None);
         assert_eq!(failed.ledger.checkpointing_ms, 200);
         tokio::time::advance(Duration::from_millis(30)).await;
         clock.save_ended(failed, Instant::now(), false);
         assert_eq!(clock.now().checkpointing, Duration::ZERO);
         // The same version saved again: counted once, and the uploads
         // themselves (beside the job) are work.
-        let again = clock.save_started(Instant::now(), written);
+        let again = clock.save_started(Instant::now(), written, None);
         tokio::time::advance(Duration::from_millis(30)).await;
         clock.save_ended(again, Instant::now(), true);
         let now = clock.now();

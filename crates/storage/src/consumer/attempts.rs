@@ -63,6 +63,10 @@ pub(crate) struct Attempts {
     /// later delivery.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) unsettled_counted: u32,
+    /// Receives by the lane keeper, which looked at the message and put it
+    /// back: no delivery of the job, but each raised its dequeue count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) looks: u32,
 }
 
 fn is_empty(ledger: &Ledger) -> bool {
@@ -75,13 +79,23 @@ fn is_zero(n: &u32) -> bool {
 
 impl Attempts {
     /// Deliveries, of `dequeue_count`, that left no recorded outcome:
-    /// `dequeue_count - (failures + waits + releases)`, never below zero.
+    /// `dequeue_count - (failures + waits + releases + looks)`, never below
+    /// zero.
     pub(crate) fn unexplained(&self, dequeue_count: u32) -> u32 {
         let explained = self
             .failures
             .saturating_add(self.waits)
-            .saturating_add(self.releases);
+            .saturating_add(self.releases)
+            .saturating_add(self.looks);
         dequeue_count.saturating_sub(explained)
+    }
+
+    /// This record with one more look by the lane keeper.
+    pub(crate) fn looked(&self) -> Attempts {
+        Attempts {
+            looks: self.looks.saturating_add(1),
+            ..self.clone()
+        }
     }
 
     /// This record with one more failure.
@@ -281,6 +295,7 @@ mod tests {
             no_outcome_counted: 0,
             released_settled: 0,
             unsettled_counted: 0,
+            looks: 0,
         }
         .failed(&huge)
         .released();
@@ -319,6 +334,9 @@ mod tests {
                 "dequeue count {dequeue_count}, failures {failures}, waits {waits}, releases {releases}"
             );
         }
+        // The lane keeper's looks explain the receives they made.
+        let looked = record(1, 0, 2).looked().looked();
+        assert_eq!((looked.looks, looked.unexplained(6)), (2, 1));
     }
 
     #[test]

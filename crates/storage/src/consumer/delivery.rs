@@ -10,18 +10,21 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt as _;
-use spot_worker_decisions::goodput::split_stamp;
+use spot_worker_decisions::goodput::{split_stamp, stamp_progress};
+use spot_worker_decisions::lanes::Lane;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::checkpoint::{CheckpointNotes, SaveClock};
+use crate::lanes::Envelope;
 use crate::queue::QueueMessage;
 
 use super::Consumer;
 use super::attempts::ReadAttempts;
 use super::handler::{EarlierRead, HandlerError, Job, MessageHandler, Permanent};
+use super::lane_delivery::{LaneDelivery, LaneStart};
 use super::lease::{Lease, Renewal};
 use super::leftover::Leftover;
 use super::panics::{HandlerPart, catching, panic_error};
@@ -51,6 +54,8 @@ pub(super) struct Delivery {
     /// Whether the handler was started: only then can its release be an
     /// interruption of work (see `cadence`).
     pub(super) handler_started: bool,
+    /// The job's deadline and lane, for a message that carries one.
+    pub(super) lane: Option<Arc<LaneDelivery>>,
 }
 
 impl Delivery {
@@ -104,7 +109,15 @@ impl Consumer {
             signals.wind_down.clone(),
             self.note_deadline(),
         );
-        let decoded = self.config.encoding.decode(&message.body);
+        // A deadline travels in an envelope around the body: the handler
+        // reads the body as the producer sent it.
+        let (decoded, envelope) = match self.config.encoding.decode(&message.body) {
+            Ok(bytes) => match open_envelope(bytes) {
+                Ok((body, envelope)) => (Ok(body), envelope),
+                Err(error) => (Err(error), None),
+            },
+            Err(error) => (Err(error.to_string()), None),
+        };
         // The handler's own reading of the body, before the delivery is
         // built around its key; a panic in it is settled as a failure once
         // the delivery exists.
@@ -126,8 +139,17 @@ impl Consumer {
             }
             Err(panicked) => (None, None, Some(panicked)),
         };
-        let keyed_by_message_id = body_key.is_none();
-        let key = body_key.unwrap_or_else(|| message.id.to_string());
+        // A job keyed by its first message's id keeps that key on the
+        // messages that carry it on after a move.
+        let carried_key = envelope.as_ref().and_then(|e| e.key.clone());
+        let keyed_by_message_id = body_key.is_none() && carried_key.is_none();
+        let key = body_key
+            .or(carried_key)
+            .unwrap_or_else(|| message.id.to_string());
+        let lane = match (envelope, &decoded) {
+            (Some(envelope), Ok(body)) => Some(Arc::new(LaneDelivery::new(envelope, body.clone()))),
+            _ => None,
+        };
         let mut delivery = Delivery {
             message,
             lease,
@@ -138,7 +160,19 @@ impl Consumer {
             note,
             clock: Arc::new(SaveClock::new(received_at)),
             handler_started: false,
+            lane,
         };
+        if self
+            .lanes
+            .as_ref()
+            .is_some_and(|lanes| lanes.lane == Lane::Regular)
+        {
+            delivery.clock.on_regular_capacity();
+        }
+        if delivery.lane.is_some() {
+            delivery.clock.track_progress(None);
+            self.sample_queue_wait(&delivery);
+        }
         if let Some(panicked) = panicked {
             return self.panicked(delivery, &signals, &panicked).await;
         }
@@ -161,12 +195,15 @@ impl Consumer {
             keyed_by_message_id,
             marker.is_some(),
         );
+        let read_started = Instant::now();
         let pre_check = match reads {
             PreRead::Nothing => PreCheck::NotCompleted(None),
             PreRead::Checkpoint | PreRead::CheckpointAndMarker => {
                 self.check_completed(&key, &delivery).await
             }
         };
+        let restore = read_started.elapsed();
+        let mut resumed = false;
         match &pre_check {
             PreCheck::NotCompleted(latest) => {
                 delivery
@@ -199,13 +236,16 @@ impl Consumer {
             PreCheck::NotCompleted(latest) => {
                 // The job's time so far, as the checkpoint it resumes from
                 // carries it.
-                if let Some(ledger) = latest
-                    .as_ref()
-                    .and_then(|stored| stored.stamp.as_deref())
-                    .and_then(|stamp| split_stamp(stamp).1)
-                {
+                let stamp = latest.as_ref().and_then(|stored| stored.stamp.as_deref());
+                if let Some(ledger) = stamp.and_then(|stamp| split_stamp(stamp).1) {
                     delivery.clock.carry(ledger);
                 }
+                if delivery.lane.is_some() {
+                    delivery
+                        .clock
+                        .track_progress(stamp.and_then(stamp_progress));
+                }
+                resumed = latest.is_some();
                 earlier_read = EarlierRead::new(key.clone(), latest);
                 Completion::NotCompleted
             }
@@ -271,7 +311,7 @@ impl Consumer {
             record_unread,
         };
         let failures = earlier.attempts.failures;
-        let body = match (admit(&arrival, self.limits()), decoded) {
+        let body = match (admit(&arrival, self.limits_for(&delivery)), decoded) {
             (Admission::Run, Ok(body)) => body,
             (Admission::DeleteCompleted, _) => {
                 return self.delete_completed(delivery).await;
@@ -285,6 +325,25 @@ impl Consumer {
                 return self.poison(delivery, cause, failures).await;
             }
         };
+        match self.lane_arrival(&mut delivery).await {
+            LaneStart::Run => {}
+            LaneStart::Settled => return,
+            LaneStart::StoreDown(error) => {
+                let notes = CheckpointNotes::default();
+                notes.note(&error);
+                let error = format!("reading the job's lane record failed: {error}");
+                let ending = Ending::Failed {
+                    error: &error,
+                    permanent: false,
+                };
+                return self
+                    .finish(delivery, &signals, ending, &notes, earlier)
+                    .await;
+            }
+        }
+        if resumed {
+            self.sample_resume(&delivery, restore);
+        }
         let notes = Arc::new(CheckpointNotes::for_job(key.clone()));
         let handler_fence = fence.clone();
         let job = Job {
@@ -297,6 +356,10 @@ impl Consumer {
                 || delivery.message.dequeue_count > self.config.max_deliveries)
                 .then_some(failures),
             attempts: self.attempts.clone(),
+            carried_failures: delivery
+                .lane
+                .as_ref()
+                .map_or(0, |lane| lane.envelope.carried.failures),
             inserted_at: delivery.message.inserted_at,
             body,
             cancelled: delivery.job_token.clone(),
@@ -308,12 +371,18 @@ impl Consumer {
             leftover: Arc::clone(&delivery.leftover),
             clock: Arc::clone(&delivery.clock),
             cadence: Arc::clone(&self.cadence),
+            due: delivery.lane.as_ref().map(|lane| lane.envelope.deadline),
+            lane: self.lanes.as_ref().map(|lanes| lanes.lane),
         };
         // Job time: what the interruption rates are per (see `cadence`),
         // counted as it accrues, so a crash loses at most an hour of it.
         let running = self.cadence.running_job();
         delivery.handler_started = true;
+        let watch = self
+            .watch_running_lane(&delivery)
+            .map(|task| AbortOnDrop(task.abort_handle()));
         let result = self.run_handler(handler, job, &delivery, &signals).await;
+        drop(watch);
         delivery.clock.handler_ended();
         drop(running);
         // The handler returned or was abandoned: whatever it left running
@@ -399,6 +468,16 @@ impl Consumer {
         let notes = CheckpointNotes::default();
         self.finish(delivery, signals, ending, &notes, ReadAttempts::default())
             .await;
+    }
+}
+
+/// The body of decoded message bytes, and the envelope around it if the
+/// message carries a deadline; `Err` says why a header does not read.
+fn open_envelope(bytes: Vec<u8>) -> Result<(Vec<u8>, Option<Envelope>), String> {
+    match Envelope::unwrap(&bytes) {
+        Ok((None, _)) => Ok((bytes, None)),
+        Ok((Some(envelope), body)) => Ok((body.to_vec(), Some(envelope))),
+        Err(error) => Err(error.to_string()),
     }
 }
 

@@ -2,6 +2,8 @@
 //! stopped (or never started), carried out under the lease: delete,
 //! release, wait for a peer or the store, retry, poison, or leave it.
 
+use std::time::Duration;
+
 use spot_worker_decisions::cadence::Interruption;
 use spot_worker_decisions::goodput::tail;
 
@@ -13,7 +15,7 @@ use super::backoff::retry_delay;
 use super::delivery::Delivery;
 use super::interruption_kind::own_release_uncounted;
 use super::outcome::DeliveryOutcome;
-use super::settlement::{Departure, Ending, PoisonCause, Settlement, settle};
+use super::settlement::{Departure, Ending, Limits, PoisonCause, Settlement, settle};
 use super::signals::DrainSignals;
 
 impl Consumer {
@@ -32,6 +34,27 @@ impl Consumer {
         let noting = delivery.note.close();
         let shutting_down = signals.wind_down.is_cancelled();
         let lease_lost = delivery.lease.is_lost();
+        // A job on regular capacity that got ahead of its line was asked
+        // to stop: it goes back to Spot, whatever it returned on the way
+        // out (unless it finished, or failed for good).
+        let stopped_for_lane = matches!(
+            ending,
+            Ending::Dropped
+                | Ending::Failed {
+                    permanent: false,
+                    ..
+                }
+        );
+        if let Some((to, _)) = delivery.lane.as_ref().and_then(|lane| lane.requested())
+            && stopped_for_lane
+            && !lease_lost
+            && !shutting_down
+        {
+            if !self.move_on(&mut delivery, to, None).await {
+                self.release_in_place(&mut delivery).await;
+            }
+            return;
+        }
         let store_unreachable = notes.unreachable.get();
         // The record is read when it decides something: after a failure that
         // is not shutdown's doing, while its store can be reached.
@@ -52,7 +75,7 @@ impl Consumer {
             store_unreachable: store_unreachable.is_some(),
             attempts: &record.attempts,
         };
-        match settle(&departure, self.limits()) {
+        match settle(&departure, self.limits_for(&delivery)) {
             Settlement::Poison(cause) => {
                 let failures = match &cause {
                     PoisonCause::Failed { failures, .. } => *failures,
@@ -103,16 +126,40 @@ impl Consumer {
                     self.job_finished(&delivery).await;
                     self.forget_attempts(&mut delivery).await;
                     self.remove_leftover(&delivery).await;
+                    self.finish_lane(&delivery).await;
                 }
             }
             Settlement::Release => {
-                // An interruption of a running job: drained in time if the
-                // handler returned (it saved), too late if it was dropped.
-                // Counted once its settling is recorded (`record_tail`).
-                let kind = delivery.handler_started.then_some(match departure.ending {
+                // An interruption of a running job, by what it lost: too
+                // late if the handler was dropped; if it returned, saved at
+                // the notice only if its last save holds data written after
+                // it (a program's new version after its stop signal),
+                // otherwise the work since that save is lost. Counted once
+                // its settling is recorded (`record_tail`).
+                let kind = delivery.handler_started.then(|| match departure.ending {
                     Ending::Dropped => Interruption::Late,
-                    _ => Interruption::Drained,
+                    _ if signals
+                        .noticed_at()
+                        .is_some_and(|notice| delivery.clock.saved_since(notice)) =>
+                    {
+                        Interruption::Drained
+                    }
+                    _ => Interruption::Unsaved,
                 });
+                // A job with a deadline goes to the lane the rule picks.
+                let own = self.lanes.as_ref().map(|lanes| lanes.lane);
+                if let Some(to) = self.lane_at_release(&delivery)
+                    && Some(to) != own
+                {
+                    if noting {
+                        // Its record is forgotten with the move: let the
+                        // note land first, so it cannot bring it back.
+                        delivery.note.written().await;
+                    }
+                    if self.move_on(&mut delivery, to, kind).await {
+                        return;
+                    }
+                }
                 delivery.stop_renewing().await;
                 if self.settled_lease(&delivery) {
                     self.release_noted(&mut delivery, noting, signals).await;
@@ -168,6 +215,51 @@ impl Consumer {
             tracing::info!("the job is completed already; deleted without running it");
             self.forget_attempts(&mut delivery).await;
             self.remove_leftover(&delivery).await;
+            self.finish_lane(&delivery).await;
+        }
+    }
+
+    /// The limits for `delivery`: a job moved between lanes counts the
+    /// failures its earlier messages recorded, which its envelope carries.
+    pub(super) fn limits_for(&self, delivery: &Delivery) -> Limits {
+        let carried = delivery
+            .lane
+            .as_ref()
+            .map_or(0, |lane| lane.envelope.carried.failures);
+        let limits = self.limits();
+        Limits {
+            max_failures: limits.max_failures.saturating_sub(carried).max(1),
+            ..limits
+        }
+    }
+
+    /// Hands a job that was asked to stop for a move back to its own lane
+    /// when the move could not be made: visible again at once, its release
+    /// recorded and settled (no failure, no interruption).
+    async fn release_in_place(&self, delivery: &mut Delivery) {
+        let id = delivery.message.id.clone();
+        let note = async {
+            let read = self.attempts.read(&id).await?;
+            let attempts = read
+                .attempts
+                .released()
+                .settled_release()
+                .with_tail(&delivery_tail(delivery));
+            self.attempts.write(&id, &read, &attempts).await
+        };
+        if tokio::time::timeout(self.note_deadline(), note)
+            .await
+            .is_err()
+        {
+            tracing::warn!("recording the release in the attempt record timed out");
+        }
+        delivery.stop_renewing().await;
+        if self.settled_lease(delivery)
+            && self
+                .make_visible_after(&delivery.lease, Duration::ZERO)
+                .await
+        {
+            self.settled(DeliveryOutcome::Released);
         }
     }
 }
@@ -184,7 +276,8 @@ impl Consumer {
     /// delivery's redone work goes unreported. A release (`released`:
     /// `Some`, with the interruption's kind if its handler ran) is marked
     /// settled in the same write, and its kind counted once that write
-    /// succeeded, unless the next delivery counted its note already
+    /// succeeded (one that lost work with its loss: the tail's redone
+    /// time), unless the next delivery counted its note already
     /// ([`own_release_uncounted`]): a release whose settling is not
     /// recorded is counted by the next delivery, as a late notice.
     async fn record_tail(
@@ -230,7 +323,13 @@ impl Consumer {
         match tokio::time::timeout(deadline, write).await {
             Ok(Ok(settled)) => {
                 if settled && let Some(Some(kind)) = released {
-                    self.cadence.note(kind);
+                    match kind {
+                        // What it lost is its tail's redone work.
+                        Interruption::Unsaved | Interruption::Late => self
+                            .cadence
+                            .note_loss(kind, Duration::from_millis(tail.redone_ms)),
+                        Interruption::Drained | Interruption::NoOutcome => self.cadence.note(kind),
+                    }
                 }
                 tracing::debug!(redone_ms = tail.redone_ms, settled, "tail recorded");
             }
@@ -246,6 +345,6 @@ impl Consumer {
 
 /// What `delivery` did after its last saved checkpoint, for the attempt
 /// record of a delivery that ends without finishing its job.
-fn delivery_tail(delivery: &Delivery) -> spot_worker_decisions::goodput::Ledger {
+pub(super) fn delivery_tail(delivery: &Delivery) -> spot_worker_decisions::goodput::Ledger {
     tail(&delivery.clock.now(), delivery.clock.last_saved().as_ref())
 }

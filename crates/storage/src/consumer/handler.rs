@@ -7,6 +7,7 @@ use std::str::Utf8Error;
 use std::sync::{Arc, Mutex};
 
 use spot_worker_decisions::cadence::CheckpointCadence;
+use spot_worker_decisions::lanes::{Deadline, Lane};
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -326,6 +327,9 @@ pub struct Job {
     pub(crate) failures: Option<u32>,
     /// Where the message's attempt record is, for [`Job::failures`].
     pub(crate) attempts: AttemptLog,
+    /// Failures the job's earlier messages recorded, before it moved
+    /// between lanes.
+    pub(crate) carried_failures: u32,
     pub(crate) inserted_at: Option<OffsetDateTime>,
     pub(crate) body: Vec<u8>,
     pub(crate) cancelled: CancellationToken,
@@ -344,6 +348,10 @@ pub struct Job {
     /// The worker's checkpoint interval, which this job's checkpoint
     /// handles follow.
     pub(crate) cadence: Arc<CheckpointCadence>,
+    /// The job's deadline, if its message carries one.
+    pub(crate) due: Option<Deadline>,
+    /// The lane the consumer serves, if it serves one of two.
+    pub(crate) lane: Option<Lane>,
 }
 
 impl Job {
@@ -366,16 +374,18 @@ impl Job {
         self.dequeue_count
     }
 
-    /// How many failures the consumer recorded for this message before
-    /// this delivery (evictions and waits are not failures); it is poisoned
-    /// when failures reach `max_failures`. On a redelivery this reads the
+    /// How many failures the consumer recorded for this job before this
+    /// delivery (evictions and waits are not failures; a job moved between
+    /// lanes counts those of its earlier messages); it is poisoned when
+    /// failures reach `max_failures`. On a redelivery this reads the
     /// message's attempt record (one request) unless the consumer has read
     /// it already; a first delivery costs nothing.
     pub async fn failures(&self) -> Result<u32, StorageError> {
-        match self.failures {
-            Some(failures) => Ok(failures),
-            None => Ok(self.attempts.read(&self.id).await?.attempts.failures),
-        }
+        let own = match self.failures {
+            Some(failures) => failures,
+            None => self.attempts.read(&self.id).await?.attempts.failures,
+        };
+        Ok(own.saturating_add(self.carried_failures))
     }
 
     /// When the message was first sent, if known.
@@ -415,6 +425,45 @@ impl Job {
     /// after it. The way handlers should write their results.
     pub fn results(&self, store: Arc<dyn ResultStore>) -> FencedResults {
         FencedResults::new(store, self.key.clone(), self.fence.clone())
+    }
+
+    /// The job's deadline (when it started, when it is due, its work), if
+    /// its producer gave it one ([`lanes`](crate::lanes)).
+    pub fn due(&self) -> Option<Deadline> {
+        self.due
+    }
+
+    /// The lane this delivery runs in (Spot or regular capacity), for a
+    /// worker that serves one of two lanes.
+    pub fn lane(&self) -> Option<Lane> {
+        self.lane
+    }
+
+    /// Tells the worker how much of its work the job has done: a share from
+    /// 0 to 1 (values outside are clamped; not a number is ignored). The
+    /// next checkpoint save on the job's key records it, and the lane rule
+    /// of a job with a deadline reads it from there: where the job is let
+    /// go, and when the lane keeper looks at it waiting. A job that never
+    /// reports is measured by the useful time its saves kept. Without a
+    /// deadline nothing is recorded.
+    ///
+    /// ```
+    /// use spot_worker_storage::{HandlerError, Job};
+    ///
+    /// async fn handle(job: Job, items: &[u64]) -> Result<(), HandlerError> {
+    ///     let mut checkpoint = job.checkpoint().await?;
+    ///     for (done, _item) in items.iter().enumerate() {
+    ///         // ... one item of work ...
+    ///         job.report_progress((done + 1) as f64 / items.len() as f64);
+    ///         if checkpoint.is_due() {
+    ///             checkpoint.save_progress(serde_json::json!({ "done": done + 1 })).await?;
+    ///         }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn report_progress(&self, done: f64) {
+        self.clock.report_progress(done);
     }
 
     /// The worker's checkpoint interval, which this job's checkpoint

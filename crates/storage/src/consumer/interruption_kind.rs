@@ -8,9 +8,11 @@
 //! 1. its **release note** (`releases`), written as the wind-down begins,
 //!    within a second of the notice being seen, the handler still running;
 //! 2. its **settling** (`released_settled`), written with its tail after
-//!    the release: the worker knew then whether its handler had saved
-//!    (drained in time) or was dropped at the release (notice too late),
-//!    and counts that kind itself, only once this write has succeeded.
+//!    the release: the worker knew then whether its handler had returned
+//!    having saved after the notice (saved at the notice), returned without
+//!    (drained without a save after it) or was dropped at the release
+//!    (notice too late), and counts that kind itself, with what it lost,
+//!    only once this write has succeeded.
 //!
 //! A worker killed between the two (a notice seen already `Started`, the
 //! VM gone seconds later) leaves a note nobody settled: a notice was seen,

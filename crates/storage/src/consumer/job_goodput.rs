@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use spot_worker_decisions::goodput::{Ledger, TimeKind, finished};
+use spot_worker_decisions::lanes::Lane;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -21,6 +22,10 @@ use super::delivery::Delivery;
 /// Hears of every job a consumer finished, with its ledger (the runtime
 /// records its goodput metrics this way).
 pub type GoodputObserver = Arc<dyn Fn(&Ledger) + Send + Sync>;
+
+/// Hears of every job with a deadline a consumer finished: whether it met
+/// its deadline, with its ledger (hours by lane).
+pub type DeadlineObserver = Arc<dyn Fn(&DeadlineOutcome, &Ledger) + Send + Sync>;
 
 /// Where completion records live in the checkpoint store.
 pub const COMPLETION_RECORD_PREFIX: &str = ".spot-worker/goodput/";
@@ -42,9 +47,34 @@ pub struct CompletionRecord {
     pub message_id: String,
     /// RFC 3339, UTC.
     pub finished_at: String,
-    /// Where its time went.
+    /// Where its time went (its time on regular capacity included).
     pub goodput: Ledger,
+    /// For a job with a deadline: the deadline, and whether it met it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineOutcome>,
 }
+
+/// How a job with a deadline ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadlineOutcome {
+    /// When it started (its enqueue).
+    #[serde(with = "time::serde::rfc3339")]
+    pub start: OffsetDateTime,
+    /// When it was due.
+    #[serde(with = "time::serde::rfc3339")]
+    pub due: OffsetDateTime,
+    /// Its work as the producer estimated it, seconds.
+    pub work_s: f64,
+    /// Whether it finished by its deadline (by the finishing VM's clock).
+    pub met: bool,
+    /// The lane it finished in.
+    pub lane: Lane,
+    /// How often it moved between lanes.
+    pub moves: u32,
+}
+
+// `work_s` comes from a `Duration`: never NaN.
+impl Eq for DeadlineOutcome {}
 
 impl CompletionRecord {
     /// The checkpoint key of `job`'s record.
@@ -80,6 +110,7 @@ impl Consumer {
     pub(super) async fn job_finished(&self, delivery: &Delivery) {
         // Earlier deliveries' tails are in the attempt record; a first
         // delivery has none, and costs no read.
+        let mut looks = 0;
         let tails = if delivery.message.dequeue_count == 1 {
             Ledger::default()
         } else {
@@ -89,7 +120,10 @@ impl Consumer {
             )
             .await;
             match read {
-                Ok(Ok(read)) => read.attempts.goodput,
+                Ok(Ok(read)) => {
+                    looks = read.attempts.looks;
+                    read.attempts.goodput
+                }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "could not read the attempt record; the job's redone work is reported without its earlier deliveries' tails");
                     Ledger::default()
@@ -102,11 +136,23 @@ impl Consumer {
                 }
             }
         };
+        // A job moved between lanes carries its earlier messages' tails and
+        // deliveries; the lane keeper's looks were no deliveries.
+        let carried = delivery.lane.as_ref().map(|lane| lane.envelope.carried);
+        let tails = match &carried {
+            Some(carried) => tails.plus(&carried.tails),
+            None => tails,
+        };
+        let deliveries = delivery
+            .message
+            .dequeue_count
+            .saturating_sub(looks)
+            .saturating_add(carried.map_or(0, |carried| carried.deliveries));
         let ledger = finished(
             &delivery.clock.carried(),
             &tails,
             &delivery.clock.now(),
-            delivery.message.dequeue_count,
+            deliveries,
         );
         let seconds = |kind| ledger.seconds(kind);
         tracing::info!(
@@ -121,15 +167,55 @@ impl Consumer {
             job = delivery.leftover.key(),
             "job finished: where its time went"
         );
+        // The job's length, for the interval of jobs that say nothing of
+        // their end: the work it needed, its useful time.
+        self.cadence
+            .note_job_length(Duration::from_millis(ledger.useful_ms));
         if let Some(observer) = &self.goodput_observer {
             observer(&ledger);
         }
-        if worth_a_record(&ledger) {
-            self.write_completion_record(delivery, ledger).await;
+        let deadline = self.deadline_outcome(delivery);
+        if let Some(outcome) = &deadline {
+            tracing::info!(
+                met = outcome.met,
+                lane = outcome.lane.as_str(),
+                moves = outcome.moves,
+                spot_s = ledger.spot_ms() as f64 / 1000.0,
+                regular_s = ledger.regular_ms as f64 / 1000.0,
+                "job with a deadline finished"
+            );
+            if let Some(observer) = &self.deadline_observer {
+                observer(outcome, &ledger);
+            }
+        }
+        // A job with a deadline always gets one: whether it met it.
+        if deadline.is_some() || worth_a_record(&ledger) {
+            self.write_completion_record(delivery, ledger, deadline)
+                .await;
         }
     }
 
-    async fn write_completion_record(&self, delivery: &Delivery, goodput: Ledger) {
+    /// How the job `delivery` finished met its deadline, if it has one.
+    fn deadline_outcome(&self, delivery: &Delivery) -> Option<DeadlineOutcome> {
+        let envelope = &delivery.lane.as_ref()?.envelope;
+        let now = OffsetDateTime::now_utc();
+        let due = OffsetDateTime::from(envelope.deadline.due);
+        Some(DeadlineOutcome {
+            start: OffsetDateTime::from(envelope.deadline.start),
+            due,
+            work_s: envelope.deadline.work.as_secs_f64(),
+            met: now <= due,
+            lane: self.lanes.as_ref().map_or(Lane::Spot, |lanes| lanes.lane),
+            moves: envelope.generation,
+        })
+    }
+
+    async fn write_completion_record(
+        &self,
+        delivery: &Delivery,
+        goodput: Ledger,
+        deadline: Option<DeadlineOutcome>,
+    ) {
         let Some(store) = &self.checkpoints else {
             return;
         };
@@ -141,6 +227,7 @@ impl Consumer {
                 .format(&Rfc3339)
                 .unwrap_or_default(),
             goodput,
+            deadline,
         };
         let result = match serde_json::to_value(&record) {
             Ok(result) => result,
@@ -203,6 +290,7 @@ mod tests {
                 deliveries: 2,
                 ..Ledger::default()
             },
+            deadline: None,
         };
         let checkpoint = Checkpoint::Completed {
             result: serde_json::to_value(&record).unwrap(),

@@ -22,8 +22,11 @@
 //!   deliveries.
 //! - [`no_outcome`]: earlier deliveries that ended with none, counted once
 //!   for the checkpoint interval.
+//! - [`lane_delivery`]: a job with a deadline: its lane record claimed, the
+//!   check of a job running on regular capacity, the move where it is let
+//!   go (see [`lanes`](crate::lanes)).
 
-mod attempts;
+pub(crate) mod attempts;
 mod backoff;
 mod config;
 mod delivery;
@@ -32,6 +35,7 @@ mod handler;
 mod intake;
 mod interruption_kind;
 mod job_goodput;
+mod lane_delivery;
 mod lease;
 mod leftover;
 mod marker;
@@ -61,6 +65,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::checkpoint::CheckpointStore;
+use crate::lanes::Lanes;
 use crate::memory::InMemoryCheckpointStore;
 use crate::queue::{MessageQueue, QueueMessage};
 use crate::result::ResultStore;
@@ -71,7 +76,8 @@ pub use config::{ConsumerConfig, DEFAULT_REFUSAL_GRACE};
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};
 use intake::{LastReceive, SlotWait, slot_wait};
 pub use job_goodput::{
-    COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, GoodputObserver,
+    COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, DeadlineObserver,
+    DeadlineOutcome, GoodputObserver,
 };
 pub(crate) use leftover::Leftover;
 pub use marker::ResultMarker;
@@ -129,8 +135,10 @@ pub struct Consumer {
     counters: Arc<Counters>,
     observer: Option<SettlementObserver>,
     goodput_observer: Option<GoodputObserver>,
+    deadline_observer: Option<DeadlineObserver>,
     monitor: Arc<StoreMonitor>,
     cadence: Arc<CheckpointCadence>,
+    lanes: Option<Lanes>,
 }
 
 /// Makes the one span a delivery runs in, from its queue and message: the
@@ -182,10 +190,12 @@ impl Consumer {
             counters: Arc::default(),
             observer: None,
             goodput_observer: None,
+            deadline_observer: None,
             cadence: Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
                 seed_evictions_per_hour: DEFAULT_SEED_EVICTIONS_PER_HOUR,
             })),
             monitor,
+            lanes: None,
         })
     }
 
@@ -223,6 +233,23 @@ impl Consumer {
         &self.cadence
     }
 
+    /// Serves `lanes.lane` of two lanes ([`lanes`](crate::lanes)): this
+    /// consumer's queue is that lane's, and jobs with a deadline move to
+    /// the other lane's where the lane rule says so (when a worker lets
+    /// them go, and, on regular capacity, once they are ahead of their
+    /// line by two switches). Moves need a checkpoint store
+    /// ([`Consumer::with_checkpoints`]) for the jobs' lane records. Without
+    /// lanes a job with a deadline runs where it was sent.
+    pub fn with_lanes(mut self, lanes: Lanes) -> Self {
+        self.lanes = Some(lanes);
+        self
+    }
+
+    /// The lanes this consumer serves one of, if any.
+    pub fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.as_ref()
+    }
+
     /// Makes each delivery's span with `span` instead of the plain default
     /// (the runtime passes the OpenTelemetry messaging span), so a message
     /// has exactly one span.
@@ -242,6 +269,14 @@ impl Consumer {
     /// finishes (see [`spot_worker_decisions::goodput`]), inside the delivery's span.
     pub fn with_goodput_observer(mut self, observer: GoodputObserver) -> Self {
         self.goodput_observer = Some(observer);
+        self
+    }
+
+    /// Tells `observer` how every job with a deadline this consumer
+    /// finishes met it, with its ledger (hours by lane), inside the
+    /// delivery's span.
+    pub fn with_deadline_observer(mut self, observer: DeadlineObserver) -> Self {
+        self.deadline_observer = Some(observer);
         self
     }
 

@@ -38,6 +38,11 @@ pub enum DeliveryOutcome {
     WaitedForStore,
     /// Another consumer took the message; nothing was written.
     LeaseLost,
+    /// Handed to the other lane (a job with a deadline: sent to the other
+    /// lane's queue, then deleted here), uncounted.
+    Moved,
+    /// Deleted unrun: an older copy of a job moved between lanes.
+    Superseded,
 }
 
 impl DeliveryOutcome {
@@ -73,6 +78,8 @@ impl Consumer {
             DeliveryOutcome::WaitedForPeer => &counters.waited_for_peer,
             DeliveryOutcome::WaitedForStore => &counters.waited_for_store,
             DeliveryOutcome::LeaseLost => &counters.leases_lost,
+            DeliveryOutcome::Moved => &counters.moved,
+            DeliveryOutcome::Superseded => &counters.superseded,
         });
         if let Some(observer) = &self.observer {
             observer(outcome);
@@ -106,6 +113,8 @@ mod tests {
             (DeliveryOutcome::WaitedForPeer, false),
             (DeliveryOutcome::WaitedForStore, false),
             (DeliveryOutcome::LeaseLost, false),
+            (DeliveryOutcome::Moved, false),
+            (DeliveryOutcome::Superseded, false),
         ];
         for (outcome, failure) in table {
             assert_eq!(outcome.is_failure(), failure, "{outcome:?}");

@@ -172,6 +172,8 @@ impl Consumer {
                 "moved to the poison queue"
             );
             self.forget_attempts(&mut delivery).await;
+            // A requeued poison record starts afresh.
+            self.forget_lane(&delivery).await;
         }
     }
 

@@ -1,6 +1,6 @@
 //! [`DrainSignals`]: the three stages of stopping a consumer.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -28,6 +28,9 @@ pub struct DrainSignals {
     pub(crate) wind_down: CancellationToken,
     stop_receiving: CancellationToken,
     pub(crate) deadline: Arc<watch::Sender<Option<Instant>>>,
+    /// When stage 2 (or 3, without it) began: the notice, which a drain's
+    /// last save is weighed against (saved at the notice or before it).
+    noticed_at: Arc<OnceLock<Instant>>,
 }
 
 impl Default for DrainSignals {
@@ -47,6 +50,7 @@ impl DrainSignals {
             wind_down,
             stop_receiving,
             deadline: Arc::new(watch::channel(None).0),
+            noticed_at: Arc::default(),
         }
     }
 
@@ -69,13 +73,22 @@ impl DrainSignals {
     /// [`Job::deadline`]: crate::Job::deadline
     pub fn wind_down(&self, deadline: Option<Instant>) {
         self.deadline.send_replace(deadline);
+        // Before the handlers' tokens: whatever they save after seeing
+        // theirs comes after it.
+        self.noticed_at.get_or_init(Instant::now);
         self.wind_down.cancel();
     }
 
     /// Stage 3: drop every handler still running and make its message
     /// visible again at once, so another worker can take it now.
     pub fn release(&self) {
+        self.noticed_at.get_or_init(Instant::now);
         self.release.cancel();
+    }
+
+    /// When stage 2 began (or stage 3, if it came first); `None` before.
+    pub(crate) fn noticed_at(&self) -> Option<Instant> {
+        self.noticed_at.get().copied()
     }
 
     /// Whether stage 1 (or a later one) has begun.

@@ -36,6 +36,11 @@ pub struct ConsumerStats {
     /// not be reached: put back to be tried again later, without counting
     /// as a failure.
     pub waited_for_store: u64,
+    /// Jobs with a deadline handed to the other lane (see
+    /// [`lanes`](crate::lanes)).
+    pub moved: u64,
+    /// Older copies of jobs moved between lanes, deleted unrun.
+    pub superseded: u64,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +56,8 @@ pub(crate) struct Counters {
     pub(crate) receive_errors: AtomicU64,
     pub(crate) waited_for_peer: AtomicU64,
     pub(crate) waited_for_store: AtomicU64,
+    pub(crate) moved: AtomicU64,
+    pub(crate) superseded: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -72,6 +79,8 @@ impl Counters {
             receive_errors: get(&self.receive_errors),
             waited_for_peer: get(&self.waited_for_peer),
             waited_for_store: get(&self.waited_for_store),
+            moved: get(&self.moved),
+            superseded: get(&self.superseded),
         }
     }
 }

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::error::StorageError;
 use crate::memory::outage::Outage;
-use crate::queue::{MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage};
+use crate::queue::{
+    MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, VisibleMessage,
+};
 
 /// A message held by an [`InMemoryQueue`], as tests see it.
 #[derive(Clone, Debug)]
@@ -203,6 +205,28 @@ impl MessageQueue for InMemoryQueue {
             pop_receipt: None,
         });
         Ok(id)
+    }
+
+    async fn peek(&self, max_messages: u8) -> Result<Vec<VisibleMessage>, StorageError> {
+        self.check_available()?;
+        if max_messages == 0 || max_messages > MAX_RECEIVE_BATCH {
+            return Err(StorageError::InvalidArgument(format!(
+                "max_messages must be 1..={MAX_RECEIVE_BATCH}, got {max_messages}"
+            )));
+        }
+        let now = Instant::now();
+        Ok(self
+            .lock()
+            .iter()
+            .filter(|entry| entry.visible_at <= now)
+            .take(usize::from(max_messages))
+            .map(|entry| VisibleMessage {
+                id: entry.id.clone(),
+                body: entry.body.clone(),
+                dequeue_count: entry.dequeue_count,
+                inserted_at: Some(entry.inserted_at),
+            })
+            .collect())
     }
 }
 

@@ -108,10 +108,12 @@ proptest! {
         no_outcome_counted in any::<u32>(),
         released_settled in any::<u32>(),
         unsettled_counted in any::<u32>(),
+        looks in any::<u32>(),
+        regular_ms in any::<u64>(),
     ) {
-        let goodput = spot_worker_decisions::goodput::Ledger { redone_ms, deliveries, ..Default::default() };
+        let goodput = spot_worker_decisions::goodput::Ledger { redone_ms, deliveries, regular_ms, ..Default::default() };
         let attempts = Attempts {
-            failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted,
+            failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted, looks,
         };
         let progress = serde_json::to_value(&attempts).expect("serializes");
         let read = read_back(&Checkpoint::InProgress { progress }).expect("reads");

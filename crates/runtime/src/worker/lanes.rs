@@ -1,0 +1,150 @@
+//! A worker that serves one of two lanes (docs/deploying.md, "The two lanes"): the lanes its
+//! consumer moves jobs between, the lane keeper it takes turns at, and d,
+//! the switch cost, kept in step with the fleet's measurements.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Lane};
+use spot_worker_storage::lanes::{
+    FleetSwitchCost, JobKeyFn, KeeperPass, LaneKeeper, Lanes, SwitchCost,
+};
+use spot_worker_storage::{CheckpointStore, LeaseStore, MessageHandler, MessageQueue};
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+
+/// The two lanes' queues and the leases the keeper takes turns by.
+#[derive(Clone)]
+pub(crate) struct LaneQueues {
+    pub(crate) spot: Arc<dyn MessageQueue>,
+    pub(crate) regular: Arc<dyn MessageQueue>,
+    pub(crate) leases: Arc<dyn LeaseStore>,
+}
+
+impl Worker {
+    /// Serves one of two lanes (`config.lanes.lane`; docs/deploying.md, "The two lanes"): jobs
+    /// with a deadline move between `spot`'s and `regular`'s queues where
+    /// the lane rule says so, and, with `SPOT_WORKER_LANE_KEEPER` on, this
+    /// worker takes turns at the lane keeper, one worker of the fleet at a
+    /// time by `leases`. The worker's own queue must be its lane's (the one
+    /// [`WorkerConfig::consumed_queue`](crate::WorkerConfig::consumed_queue)
+    /// names); moves and the keeper need a checkpoint store
+    /// ([`Worker::with_checkpoints`]).
+    pub fn with_lanes(
+        mut self,
+        spot: Arc<dyn MessageQueue>,
+        regular: Arc<dyn MessageQueue>,
+        leases: Arc<dyn LeaseStore>,
+    ) -> Self {
+        self.lanes = Some(LaneQueues {
+            spot,
+            regular,
+            leases,
+        });
+        self
+    }
+
+    /// d as this worker knows it: the fleet's measurements over the seed.
+    pub fn switch_cost(&self) -> &Arc<SwitchCost> {
+        &self.switch_cost
+    }
+
+    /// The lanes the consumer serves one of, if this worker has lanes.
+    pub(super) fn consumer_lanes(&self) -> Option<Lanes> {
+        let queues = self.lanes.as_ref()?;
+        Some(Lanes {
+            lane: self.config.lanes.lane,
+            spot: Arc::clone(&queues.spot),
+            regular: Arc::clone(&queues.regular),
+            recheck: self.config.lanes.keeper_every,
+            switch_cost: Arc::clone(&self.switch_cost),
+        })
+    }
+
+    /// The other lane's queue, which the warmup gate prepares too.
+    pub(super) fn other_lane_queue(&self) -> Option<Arc<dyn MessageQueue>> {
+        let queues = self.lanes.as_ref()?;
+        Some(match self.config.lanes.lane {
+            Lane::Spot => Arc::clone(&queues.regular),
+            Lane::Regular => Arc::clone(&queues.spot),
+        })
+    }
+
+    /// The lane keeper of this worker, if it takes turns at it.
+    pub(super) fn lane_keeper<H: MessageHandler>(
+        &self,
+        handler: &Arc<H>,
+    ) -> Option<Arc<LaneKeeper>> {
+        if !self.config.lanes.keeper {
+            return None;
+        }
+        let (lanes, queues, store) = (
+            self.consumer_lanes()?,
+            self.lanes.as_ref()?,
+            self.checkpoints.as_ref()?,
+        );
+        let keys = Arc::clone(handler);
+        let job_key: JobKeyFn = Arc::new(move |body: &[u8]| keys.job_key(body));
+        let metrics = self.metrics.clone();
+        let keeper = LaneKeeper::new(
+            lanes,
+            Arc::clone(store),
+            Arc::clone(&queues.leases),
+            self.config.encoding,
+            job_key,
+            self.config.visibility_timeout,
+        )
+        .observed_by(Arc::new(move |pass: &KeeperPass| {
+            metrics.lane_keeper_pass(pass.moved.len() as u64, pass.at_risk as u64);
+        }));
+        Some(Arc::new(keeper))
+    }
+
+    /// Keeps this worker's d in step with the fleet's measurements until
+    /// `stop`, once the gate opened; `None` without lanes.
+    pub(super) fn keep_switch_cost(
+        &self,
+        stop: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.lanes.as_ref()?;
+        let store: Arc<dyn CheckpointStore> = Arc::clone(self.checkpoints.as_ref()?);
+        let fleet = FleetSwitchCost::new(store);
+        let cost = Arc::clone(&self.switch_cost);
+        let every = self.config.lanes.keeper_every;
+        let gate_opened = self.gate_opened.clone();
+        let observed = Arc::clone(&cost);
+        self.metrics
+            .observe_switch_cost(move || observed.d().as_secs_f64());
+        Some(tokio::spawn(async move {
+            if stop
+                .run_until_cancelled(gate_opened.cancelled())
+                .await
+                .is_none()
+            {
+                return;
+            }
+            fleet.keep(cost, every, stop, LAST_ADD).await;
+        }))
+    }
+}
+
+/// The longest the last addition to the fleet's switch cost may take as
+/// the worker stops.
+const LAST_ADD: Duration = Duration::from_secs(1);
+
+/// A worker's d, seeded from `SPOT_WORKER_SWITCH_COST` (split like the
+/// default seed).
+pub(super) fn seeded_switch_cost(seed: Duration) -> Arc<SwitchCost> {
+    Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED.scaled_to(seed)))
+}
+
+/// Runs `keeper` until `stop` (the drain's start).
+pub(super) fn run_keeper(
+    keeper: Option<&Arc<LaneKeeper>>,
+    stop: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let keeper = Arc::clone(keeper?);
+    let stop = stop.clone();
+    Some(tokio::spawn(async move { keeper.run(stop).await }))
+}

@@ -1,0 +1,159 @@
+//! Lanes: jobs with a deadline run on Spot capacity, and fall back to
+//! regular capacity only when the lane rule says they must (Uniform
+//! Progress, [`spot_worker_decisions::lanes`]; docs/deadlines.md).
+//!
+//! Each lane is an Azure Storage queue served by its own pool of workers
+//! (a Spot scale set or node pool, and a regular one), each scaled by its
+//! own autoscale rule or KEDA trigger: nothing here brokers or schedules.
+//! What this module adds to those queues:
+//!
+//! - [`Envelope`]: the deadline (start, due, work) travels in the message,
+//!   around the body the handler reads unchanged;
+//! - [`LaneRecord`]: which message of a job is the live one, so that a
+//!   move (send to the other queue, then delete) can be cut short by a
+//!   crash anywhere without losing or doubling the job;
+//! - the rule asked where a job is let go: a worker releasing a job (an
+//!   eviction, a drain) sends it to the lane the rule picks; a regular
+//!   worker whose job got ahead of its line by two switches hands it back
+//!   to Spot; and the [lane keeper](LaneKeeper), which any worker runs, one
+//!   at a time by a blob lease, moves the jobs waiting in the Spot lane
+//!   that have fallen behind;
+//! - [`SwitchCost`]: d, what one switch costs a job, as the fleet measures
+//!   it ([`FleetSwitchCost`]);
+//! - [`enqueue`]: how a producer sends a job with a deadline, to the lane
+//!   the rule picks for it.
+//!
+//! A job without a deadline has no envelope, no lane record and no move:
+//! it runs in the Spot lane exactly as it did before lanes existed.
+
+mod envelope;
+mod keeper;
+mod mover;
+mod producer;
+mod record;
+mod switch_cost;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use spot_worker_decisions::goodput::Ledger;
+use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, Phase, Situation, choose_lane};
+
+use crate::queue::MessageQueue;
+
+pub use envelope::{Carried, ENVELOPE_PREFIX, Envelope, EnvelopeError};
+pub use keeper::{JobKeyFn, KEEPER_LEASE, KeeperObserver, KeeperPass, LaneKeeper};
+pub use producer::{Enqueued, enqueue};
+pub use record::{LANE_RECORD_PREFIX, LaneRecord, LaneRecords};
+pub use switch_cost::{FleetSwitchCost, SwitchCost};
+
+pub(crate) use mover::{MoveJob, Moved};
+pub(crate) use record::{Arrival, ReadRecord, arrival};
+pub(crate) use switch_cost::Part;
+
+/// A worker's two lanes: the queue of each, the lane it serves, and what
+/// the rule needs besides a job's own figures.
+#[derive(Clone)]
+pub struct Lanes {
+    /// The lane this worker serves (its queue is the one it consumes).
+    pub lane: Lane,
+    /// The Spot lane's queue.
+    pub spot: Arc<dyn MessageQueue>,
+    /// The regular lane's queue.
+    pub regular: Arc<dyn MessageQueue>,
+    /// How long a job may go without the rule being asked about it again:
+    /// the lane keeper's period, and that of the check of a job running on
+    /// regular capacity. The rule's safety net keeps this much more slack.
+    pub recheck: Duration,
+    /// d, as the fleet measures it.
+    pub switch_cost: Arc<SwitchCost>,
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("lane", &self.lane)
+            .field("spot", &self.spot.name())
+            .field("regular", &self.regular.name())
+            .field("recheck", &self.recheck)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lanes {
+    /// The queue of `lane`.
+    pub fn queue(&self, lane: Lane) -> &Arc<dyn MessageQueue> {
+        match lane {
+            Lane::Spot => &self.spot,
+            Lane::Regular => &self.regular,
+        }
+    }
+
+    /// The lane rule's answer for a job with `deadline` that has done
+    /// `progress` of its work, in `lane` and `phase`, now.
+    pub fn choose(
+        &self,
+        deadline: Deadline,
+        progress: Duration,
+        lane: Lane,
+        phase: Phase,
+    ) -> LaneChoice {
+        choose_lane(&Situation {
+            deadline: Some(deadline),
+            progress,
+            lane,
+            phase,
+            now: SystemTime::now(),
+            switch_cost: self.switch_cost.d(),
+            recheck: self.recheck,
+        })
+    }
+}
+
+/// The work a job has done, as the lane rule takes it: the share of its
+/// work it reported done at its last save (`fraction`), times its work;
+/// else the useful time of its goodput ledger as of that save; else none.
+pub fn progress_of(
+    deadline: &Deadline,
+    fraction: Option<f64>,
+    ledger: Option<&Ledger>,
+) -> Duration {
+    match (fraction, ledger) {
+        (Some(fraction), _) => deadline.work.mul_f64(fraction.clamp(0.0, 1.0)),
+        (None, Some(ledger)) => Duration::from_millis(ledger.useful_ms),
+        (None, None) => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_the_reported_share_else_the_useful_time() {
+        let start = SystemTime::UNIX_EPOCH;
+        let deadline = Deadline {
+            start,
+            due: start + Duration::from_secs(100),
+            work: Duration::from_secs(80),
+        };
+        let ledger = Ledger {
+            useful_ms: 30_000,
+            ..Ledger::default()
+        };
+        // (reported share, ledger, progress in seconds)
+        let rows = [
+            (Some(0.5), Some(&ledger), 40.0),
+            (Some(1.5), None, 80.0),
+            (None, Some(&ledger), 30.0),
+            (None, None, 0.0),
+        ];
+        for (fraction, ledger, seconds) in rows {
+            assert_eq!(
+                progress_of(&deadline, fraction, ledger).as_secs_f64(),
+                seconds,
+                "{fraction:?}"
+            );
+        }
+    }
+}

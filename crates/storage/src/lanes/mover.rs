@@ -1,0 +1,124 @@
+//! Moving a job to the other lane: its lane record says so first, then the
+//! new message goes to the other lane's queue; whoever holds the old
+//! message deletes it after (see [`record`](super::record) for why a crash
+//! between any two steps neither loses the job nor runs it twice).
+
+use spot_worker_decisions::lanes::Lane;
+
+use crate::encoding::MessageEncoding;
+use crate::error::StorageError;
+use crate::queue::MessageId;
+
+use super::Lanes;
+use super::envelope::{Carried, Envelope};
+use super::record::{Arrival, LaneRecord, LaneRecords, ReadRecord, arrival};
+
+/// The job to move: its message as held, and what goes with it.
+pub(crate) struct MoveJob<'a> {
+    /// The job's key.
+    pub(crate) key: &'a str,
+    /// The message held (leased) by the mover.
+    pub(crate) message: &'a MessageId,
+    /// The envelope that message carries.
+    pub(crate) envelope: &'a Envelope,
+    /// The body, as the handler reads it.
+    pub(crate) body: &'a [u8],
+    /// The lane of the held message's queue.
+    pub(crate) from: Lane,
+    /// Where it goes.
+    pub(crate) to: Lane,
+    /// What the new message carries from the held one and those before it.
+    pub(crate) carried: Carried,
+}
+
+/// How a move ended.
+#[derive(Debug)]
+pub(crate) enum Moved {
+    /// The new message is in the other lane's queue: delete the held one.
+    Sent(MessageId),
+    /// The held message turned out to be an old copy: delete it unrun.
+    Stale,
+    /// Nothing was sent (the reason says why): the held message stays the
+    /// job's, in its lane.
+    NotSent(String),
+}
+
+impl Lanes {
+    /// Moves `job`, whose lane record was read as `read`: writes the
+    /// intent, then sends. The caller deletes the held message when this
+    /// says [`Moved::Sent`] or [`Moved::Stale`].
+    pub(crate) async fn send_moved(
+        &self,
+        records: &LaneRecords,
+        encoding: MessageEncoding,
+        job: &MoveJob<'_>,
+        read: ReadRecord,
+    ) -> Moved {
+        let envelope = job.envelope;
+        let mut intent = match &read.record {
+            Some(record) => record.clone(),
+            None => LaneRecord::claimed_by(job.message.as_str(), envelope, job.from, None),
+        };
+        intent.moving = Some(job.to);
+        intent.updated_at = time::OffsetDateTime::now_utc();
+        let etag = match records.write(job.key, &read, &intent).await {
+            Ok(etag) => etag,
+            Err(StorageError::Conflict { .. }) => {
+                // Someone wrote the record since it was read: only an
+                // arrival of a newer copy can have, so look again.
+                return match records.read_fenced(job.key).await {
+                    Ok(now)
+                        if arrival(
+                            now.record.as_ref(),
+                            envelope.generation,
+                            job.message.as_str(),
+                            envelope.moved_from.as_deref(),
+                        ) == Arrival::Stale =>
+                    {
+                        Moved::Stale
+                    }
+                    Ok(_) => Moved::NotSent("its lane record changed meanwhile".into()),
+                    Err(error) => Moved::NotSent(format!("reading its lane record: {error}")),
+                };
+            }
+            Err(error) => return Moved::NotSent(format!("writing its lane record: {error}")),
+        };
+        let moved = Envelope {
+            deadline: envelope.deadline,
+            generation: envelope.generation.saturating_add(1),
+            key: Some(job.key.to_owned()),
+            lane: Some(job.to),
+            moved_from: Some(job.message.as_str().to_owned()),
+            carried: job.carried,
+        };
+        let sent = match encoding.encode(&moved.wrap(job.body)) {
+            Ok(text) => self
+                .queue(job.to)
+                .send(&text, std::time::Duration::ZERO)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match sent {
+            Ok(id) => Moved::Sent(id),
+            Err(reason) => {
+                // Nothing was sent: the held message stays the job's. A
+                // record still saying "moving" would only make its next
+                // delivery try again, which is no harm.
+                intent.moving = None;
+                let written = ReadRecord {
+                    record: Some(intent.clone()),
+                    etag: Some(etag),
+                };
+                if let Err(error) = records.write(job.key, &written, &intent).await {
+                    tracing::warn!(%error, "could not clear the move from the job's lane record; its next delivery tries the move again");
+                }
+                Moved::NotSent(format!(
+                    "sending it to the {} lane's queue {}: {reason}",
+                    job.to.as_str(),
+                    self.queue(job.to).name()
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! How a producer sends a job: without a deadline, its body as it is, to
+//! the Spot lane (as before lanes existed); with one, in an [`Envelope`],
+//! to the lane the rule picks for a job that has not started: the Spot
+//! lane, unless even running from now on regular capacity leaves less
+//! slack than two switches and a recheck (the rule's safety net), when it
+//! goes straight to the regular lane.
+
+use std::time::{Duration, SystemTime};
+
+use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, Phase, Situation, choose_lane};
+
+use crate::encoding::MessageEncoding;
+use crate::error::StorageError;
+use crate::queue::MessageId;
+
+use super::Lanes;
+use super::envelope::Envelope;
+
+/// A job ready to send: the lane it goes to, its message text, and, for a
+/// job with a deadline, the rule's answer (with where the job stands).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Enqueued {
+    /// The lane whose queue the text goes to.
+    pub lane: Lane,
+    /// The message text (encoded).
+    pub text: String,
+    /// The rule's answer; `None` without a deadline.
+    pub choice: Option<LaneChoice>,
+}
+
+impl Enqueued {
+    /// The message for `body`, with `deadline` if it has one, encoded with
+    /// `encoding`, its lane chosen with the switch cost `switch_cost` and
+    /// the keeper's period `recheck`. A deadline not after its start, or
+    /// already past, is refused.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use spot_worker_decisions::lanes::{Deadline, Lane};
+    /// use spot_worker_storage::MessageEncoding;
+    /// use spot_worker_storage::lanes::Enqueued;
+    ///
+    /// let minutes = |m: u64| Duration::from_secs(m * 60);
+    /// let start = SystemTime::now();
+    /// let d = minutes(6);
+    /// // 8 h of work due in 10 h: Spot, with slack to spare.
+    /// let roomy = Deadline { start, due: start + minutes(600), work: minutes(480) };
+    /// let job = Enqueued::new(b"{}", Some(roomy), MessageEncoding::Text, d, minutes(1))?;
+    /// assert_eq!(job.lane, Lane::Spot);
+    /// // 8 h of work due in 8 h 10 min: less slack than two switches.
+    /// let tight = Deadline { due: start + minutes(490), ..roomy };
+    /// let job = Enqueued::new(b"{}", Some(tight), MessageEncoding::Text, d, minutes(1))?;
+    /// assert_eq!(job.lane, Lane::Regular);
+    /// // No deadline: the body as it is, on Spot.
+    /// let plain = Enqueued::new(b"{}", None, MessageEncoding::Text, d, minutes(1))?;
+    /// assert_eq!((plain.lane, plain.text.as_str()), (Lane::Spot, "{}"));
+    /// # Ok::<(), spot_worker_storage::StorageError>(())
+    /// ```
+    pub fn new(
+        body: &[u8],
+        deadline: Option<Deadline>,
+        encoding: MessageEncoding,
+        switch_cost: Duration,
+        recheck: Duration,
+    ) -> Result<Enqueued, StorageError> {
+        let Some(deadline) = deadline else {
+            return Ok(Enqueued {
+                lane: Lane::Spot,
+                text: encoding.encode(body)?,
+                choice: None,
+            });
+        };
+        if deadline.due <= deadline.start {
+            return Err(StorageError::InvalidArgument(
+                "the deadline must come after the job's start".to_owned(),
+            ));
+        }
+        if deadline.due <= SystemTime::now() {
+            return Err(StorageError::InvalidArgument(
+                "the deadline has passed already".to_owned(),
+            ));
+        }
+        let choice = choose_lane(&Situation {
+            deadline: Some(deadline),
+            progress: Duration::ZERO,
+            lane: Lane::Spot,
+            phase: Phase::Waiting,
+            now: deadline.start,
+            switch_cost,
+            recheck,
+        });
+        let envelope = Envelope {
+            lane: Some(choice.lane),
+            ..Envelope::new(deadline)
+        };
+        Ok(Enqueued {
+            lane: choice.lane,
+            text: encoding.encode(&envelope.wrap(body))?,
+            choice: Some(choice),
+        })
+    }
+}
+
+/// Sends `body` (with `deadline`, if any) to the lane the rule picks, from
+/// a producer of `lanes`' fleet; returns the lane and the message id.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use std::time::{Duration, SystemTime};
+/// use spot_worker_decisions::lanes::{Deadline, Lane, DEFAULT_SWITCH_COST_SEED};
+/// use spot_worker_storage::{InMemoryQueue, MessageEncoding};
+/// use spot_worker_storage::lanes::{Lanes, SwitchCost, enqueue};
+///
+/// let (spot, regular) = (InMemoryQueue::new("jobs"), InMemoryQueue::new("jobs-regular"));
+/// let lanes = Lanes {
+///     lane: Lane::Spot,
+///     spot: Arc::new(spot.clone()),
+///     regular: Arc::new(regular.clone()),
+///     recheck: Duration::from_secs(60),
+///     switch_cost: Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED)),
+/// };
+/// let start = SystemTime::now();
+/// let hours = |h: u64| Duration::from_secs(h * 3600);
+/// let deadline = Deadline { start, due: start + hours(70), work: hours(48) };
+/// let (lane, _id) = enqueue(&lanes, MessageEncoding::Text, b"{\"job_id\":\"j1\"}", Some(deadline)).await?;
+/// assert_eq!(lane, Lane::Spot);
+/// assert_eq!((spot.len(), regular.len()), (1, 0));
+/// # Ok::<(), spot_worker_storage::StorageError>(())
+/// # }).unwrap();
+/// ```
+pub async fn enqueue(
+    lanes: &Lanes,
+    encoding: MessageEncoding,
+    body: &[u8],
+    deadline: Option<Deadline>,
+) -> Result<(Lane, MessageId), StorageError> {
+    let job = Enqueued::new(
+        body,
+        deadline,
+        encoding,
+        lanes.switch_cost.d(),
+        lanes.recheck,
+    )?;
+    let id = lanes
+        .queue(job.lane)
+        .send(&job.text, Duration::ZERO)
+        .await?;
+    Ok((job.lane, id))
+}

@@ -1,0 +1,277 @@
+//! The lane keeper: the jobs waiting in the Spot lane behind their line go
+//! to the regular lane, once each, whatever two keepers racing or a keeper
+//! killed mid-move do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use spot_worker_decisions::lanes::Lane;
+use spot_worker_storage::lanes::{Envelope, LaneKeeper, Lanes};
+use spot_worker_storage::{
+    InMemoryLeases, InMemoryQueue, LeaseStore, MessageEncoding, MessageQueue, lanes::enqueue,
+};
+use spot_worker_testkit::faulty::FaultyQueue;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+
+const RECHECK: Duration = Duration::from_secs(1);
+/// How long a keeper holds what it receives.
+const HOLD: Duration = Duration::from_secs(5);
+
+fn job(key: &str) -> String {
+    format!("{{\"job\":\"{key}\"}}")
+}
+
+/// A keeper of `lanes` over the fleet's store, keyed like [`Recorder`].
+fn keeper(fleet: &Fleet, lanes: Lanes, leases: Arc<dyn LeaseStore>) -> LaneKeeper {
+    let store: Arc<dyn spot_worker_storage::CheckpointStore> = fleet.store.clone();
+    LaneKeeper::new(
+        lanes,
+        store,
+        leases,
+        MessageEncoding::Text,
+        Arc::new(|body: &[u8]| body_key(body)),
+        HOLD,
+    )
+}
+
+/// Enqueues `count` jobs j0.. to the Spot lane, each already behind its
+/// line (150 s of work due in 200 s, started 100 s ago), and a plain job.
+async fn behind(fleet: &Fleet, count: usize) {
+    send_plain(&fleet.spot, "plain").await;
+    let lanes = fleet.lanes(Lane::Spot, RECHECK);
+    for i in 0..count {
+        enqueue(
+            &lanes,
+            MessageEncoding::Text,
+            job(&format!("j{i}")).as_bytes(),
+            Some(deadline(100, 200, 150)),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Runs both lanes' consumers until every job ran to the end; returns
+/// how often each job's handler ran.
+async fn drain_lanes(fleet: &Fleet, jobs: usize) -> BTreeMap<String, usize> {
+    let recorder = Recorder::default();
+    let spot = Running::start(fleet.consumer(Lane::Spot, RECHECK), recorder.clone());
+    let regular = Running::start(fleet.consumer(Lane::Regular, RECHECK), recorder.clone());
+    wait_until("every job finished and every copy settled", || {
+        let done = spot.consumer.stats().succeeded + regular.consumer.stats().succeeded;
+        done as usize == jobs + 1 && fleet.spot.is_empty() && fleet.regular.is_empty()
+    })
+    .await;
+    // A copy may be settled just after the last job finished: give it a
+    // moment, then nothing may be left or have run twice.
+    tokio::time::sleep(RECHECK * 3).await;
+    spot.stop().await;
+    regular.stop().await;
+    let mut runs = BTreeMap::new();
+    for run in recorder.runs() {
+        *runs.entry(run.key).or_insert(0) += 1;
+    }
+    runs
+}
+
+fn generations(queue: &InMemoryQueue) -> Vec<(String, u32)> {
+    let mut seen: Vec<(String, u32)> = queue
+        .messages()
+        .iter()
+        .filter_map(|m| {
+            let (envelope, body) = Envelope::unwrap(m.body.as_bytes()).ok()?;
+            let key = body_key(body)?;
+            Some((key, envelope?.generation))
+        })
+        .collect();
+    seen.sort();
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_keeper_moves_the_jobs_behind_their_line_and_leaves_the_rest() {
+    // d of a minute: a job is on its way to a worker for its first 30 s
+    // in the queue (d's queue-wait part), unless it has no slack to spend.
+    let fleet = Fleet::new(Duration::from_secs(60));
+    send_plain(&fleet.spot, "plain").await;
+    let lanes = fleet.lanes(Lane::Spot, RECHECK);
+    // j-late: 50 s of slack, less than two switches: moved at once.
+    enqueue(
+        &lanes,
+        MessageEncoding::Text,
+        job("j-late").as_bytes(),
+        Some(deadline(100, 200, 150)),
+    )
+    .await
+    .unwrap();
+    // j-fresh: slack to spare, just enqueued: left to the Spot workers.
+    enqueue(
+        &lanes,
+        MessageEncoding::Text,
+        job("j-fresh").as_bytes(),
+        Some(deadline(0, 10_000, 100)),
+    )
+    .await
+    .unwrap();
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let pass = keeper(&fleet, lanes, leases).pass().await.unwrap();
+    assert_eq!(
+        (pass.peeked, pass.with_deadline, pass.at_risk),
+        (3, 2, 1),
+        "{pass:?}"
+    );
+    assert_eq!(pass.moved, ["j-late"]);
+    // Received up to j-late: the plain job in front of it was put back.
+    assert_eq!((pass.put_back, pass.discarded), (1, 0));
+    assert_eq!(generations(&fleet.regular), [("j-late".to_owned(), 1)]);
+    assert_eq!(generations(&fleet.spot), [("j-fresh".to_owned(), 0)]);
+    assert_eq!(fleet.spot.len(), 2, "the plain job and j-fresh stay");
+    assert!(fleet.spot.messages().iter().all(|m| m.visible));
+    // The keeper's look is no delivery: the job runs and finishes as ever.
+    let runs = drain_lanes(&fleet, 2).await;
+    assert_eq!(
+        runs.values().copied().collect::<Vec<_>>(),
+        [1, 1, 1],
+        "{runs:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_keepers_at_once_move_each_job_once() {
+    // d of nothing: a job waiting is waiting for Spot at once (the paused
+    // clock stops the wall clock the queue wait is measured on).
+    let fleet = Fleet::new(Duration::ZERO);
+    behind(&fleet, 6).await;
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let stop = CancellationToken::new();
+    let mut keepers = Vec::new();
+    for _ in 0..2 {
+        let keeper = Arc::new(keeper(
+            &fleet,
+            fleet.lanes(Lane::Spot, RECHECK),
+            Arc::clone(&leases),
+        ));
+        let stop = stop.clone();
+        keepers.push(tokio::spawn(async move { keeper.run(stop).await }));
+    }
+    wait_until("all moved", || fleet.regular.len() == 6).await;
+    // A few more passes change nothing.
+    tokio::time::sleep(RECHECK * 5).await;
+    stop.cancel();
+    for keeper in keepers {
+        keeper.await.unwrap();
+    }
+    let moved: Vec<(String, u32)> = (0..6).map(|i| (format!("j{i}"), 1)).collect();
+    assert_eq!(generations(&fleet.regular), moved);
+    assert_eq!(fleet.spot.len(), 1, "only the plain job is left");
+    let runs = drain_lanes(&fleet, 6).await;
+    assert!(runs.values().all(|&n| n == 1), "{runs:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepers_racing_over_one_message_still_run_the_job_once() {
+    // Keeper a's send is so slow that the message it holds reappears and
+    // keeper b takes it over: both send it. The second copy is discarded
+    // unrun.
+    let fleet = Fleet::new(Duration::ZERO);
+    behind(&fleet, 1).await;
+    let slow = FaultyQueue::new(fleet.regular.clone());
+    slow.faults()
+        .send_delay_ms
+        .store(HOLD.as_millis() as u64 * 2, Ordering::SeqCst);
+    let slow_lanes = Lanes {
+        regular: Arc::new(slow),
+        ..fleet.lanes(Lane::Spot, RECHECK)
+    };
+    let (a_leases, b_leases): (Arc<dyn LeaseStore>, Arc<dyn LeaseStore>) = (
+        Arc::new(InMemoryLeases::new()),
+        Arc::new(InMemoryLeases::new()),
+    );
+    let a = keeper(&fleet, slow_lanes, a_leases);
+    let b = keeper(&fleet, fleet.lanes(Lane::Spot, RECHECK), b_leases);
+    let a_pass = tokio::spawn(async move { a.pass().await });
+    tokio::time::sleep(HOLD + Duration::from_secs(1)).await;
+    let b_pass = b.pass().await.unwrap();
+    assert_eq!(b_pass.moved, ["j0"], "b finished the move a began");
+    let a_pass = a_pass.await.unwrap().unwrap();
+    assert_eq!(a_pass.moved, ["j0"], "a sent it too");
+    assert_eq!(
+        generations(&fleet.regular),
+        [("j0".to_owned(), 1), ("j0".to_owned(), 1)]
+    );
+    let runs = drain_lanes(&fleet, 1).await;
+    assert_eq!(runs.get("j0"), Some(&1), "{runs:?}");
+    assert_eq!(fleet.messages(), 0);
+}
+
+/// Kills a keeper's pass at `kill` and checks that the jobs then run once
+/// each, nothing lost, nothing left.
+async fn killed_mid_move(kill: Kill) {
+    let fleet = Fleet::new(Duration::ZERO);
+    behind(&fleet, 3).await;
+    let faulty = FaultyQueue::new(fleet.regular.clone());
+    let regular: Arc<dyn MessageQueue> = match kill {
+        Kill::AfterSend => {
+            faulty
+                .faults()
+                .sends_hang_after_landing
+                .store(true, Ordering::SeqCst);
+            Arc::new(faulty.clone())
+        }
+        // Killed after writing the lane record's intent, before the send.
+        Kill::BeforeSend => {
+            faulty
+                .faults()
+                .send_delay_ms
+                .store(u64::MAX / 4, Ordering::SeqCst);
+            Arc::new(faulty.clone())
+        }
+    };
+    let lanes = Lanes {
+        regular,
+        ..fleet.lanes(Lane::Spot, RECHECK)
+    };
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let doomed = keeper(&fleet, lanes, leases);
+    let pass = tokio::spawn(async move { doomed.pass().await });
+    wait_until("the first move's send began", || {
+        faulty.faults().calls().3 == 1
+    })
+    .await;
+    if kill == Kill::AfterSend {
+        assert_eq!(fleet.regular.len(), 1, "its send landed");
+    }
+    pass.abort();
+    let _ = pass.await;
+    // What it held reappears after its hold; both lanes' workers take over.
+    tokio::time::sleep(HOLD).await;
+    let runs = drain_lanes(&fleet, 3).await;
+    let expected: BTreeMap<String, usize> = (0..3).map(|i| (format!("j{i}"), 1)).collect();
+    assert_eq!(
+        runs.into_iter()
+            .filter(|(k, _)| k.starts_with('j'))
+            .collect::<BTreeMap<_, _>>(),
+        expected
+    );
+    assert_eq!(fleet.messages(), 0, "no copy left anywhere");
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kill {
+    BeforeSend,
+    AfterSend,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keeper_killed_after_its_send_loses_and_duplicates_nothing() {
+    killed_mid_move(Kill::AfterSend).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keeper_killed_before_its_send_loses_and_duplicates_nothing() {
+    killed_mid_move(Kill::BeforeSend).await;
+}

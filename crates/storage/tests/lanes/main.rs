@@ -1,0 +1,11 @@
+//! Lanes (docs/deploying.md, "The two lanes"), in memory on tokio's paused clock: a job with a
+//! deadline reads its body unchanged, moves to the lane the rule picks
+//! where it is let go, comes back to Spot once ahead of its line, and the
+//! lane keeper moves the jobs waiting behind their line, once each, a
+//! keeper killed mid-move losing and doubling nothing. A job without a
+//! deadline does exactly what it did before lanes existed.
+
+mod common;
+mod keeper;
+mod release;
+mod without_deadline;
