@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::delivery::Run;
-use crate::write_time::{Unmeasured, write_duration, written_at};
+use crate::write_time::{Unmeasured, version_modified, write_duration, written_at};
 
 /// What one save did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -529,14 +529,12 @@ fn version_written_at(
     written_after: Option<Instant>,
     (wall_now, now): (std::time::SystemTime, Instant),
 ) -> Option<Instant> {
-    let versions = staged.versions();
-    let modified = match versions.iter().find(|(path, _)| path == "file") {
-        Some((_, meta)) => meta.modified().ok()?,
-        None => versions
+    let modified = version_modified(
+        staged
+            .versions()
             .iter()
-            .filter_map(|(_, meta)| meta.modified().ok())
-            .max()?,
-    };
+            .map(|(path, meta)| (path.as_str(), meta.modified().ok())),
+    )?;
     let mapped = written_at(modified, wall_now, now)?;
     Some(written_after.map_or(mapped, |after| mapped.max(after)))
 }

@@ -29,6 +29,25 @@ pub fn written_at(modified: SystemTime, wall_now: SystemTime, now: Instant) -> O
     now.checked_sub(age)
 }
 
+/// The modification time that dates a version of the checkpoint, from
+/// the files read (`(manifest path, modification time)`): the checkpoint
+/// file's (`file`) if it is among them, the contract's mark of a complete
+/// version; else, for a checkpoint directory alone, the newest among its
+/// files, since nothing marks when a directory's version was complete and
+/// none of its data is younger. `None` if the time that counts is unknown.
+pub fn version_modified<'a>(
+    versions: impl IntoIterator<Item = (&'a str, Option<SystemTime>)>,
+) -> Option<SystemTime> {
+    let mut newest = None;
+    for (path, modified) in versions {
+        if path == "file" {
+            return modified;
+        }
+        newest = newest.max(modified);
+    }
+    newest
+}
+
 /// Why a version's write could not be measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unmeasured {
@@ -113,6 +132,38 @@ mod tests {
         }
         // Older than the machine: long before now, or not on the clock.
         assert!(written_at(SystemTime::UNIX_EPOCH, wall, now).is_none_or(|at| at < now));
+    }
+
+    #[test]
+    fn a_version_is_dated_by_its_file_else_by_its_newest_file() {
+        type Read<'a> = &'a [(&'a str, Option<SystemTime>)];
+        let at = |s: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s));
+        // (the files read, the time that dates the version)
+        let rows: [(Read, Option<SystemTime>); 6] = [
+            // The file's, even when a directory's file is newer.
+            (
+                &[("dir/a", at(9)), ("file", at(3)), ("dir/b", at(1))],
+                at(3),
+            ),
+            (&[("file", at(3))], at(3)),
+            // A directory alone: its newest file.
+            (
+                &[("dir/a", at(2)), ("dir/b/c", at(7)), ("dir/d", at(5))],
+                at(7),
+            ),
+            // The newest known, when a file's time is not.
+            (&[("dir/a", None), ("dir/b", at(4))], at(4)),
+            // The file's time unknown: the version's is.
+            (&[("file", None), ("dir/a", at(4))], None),
+            (&[], None),
+        ];
+        for (versions, expected) in rows {
+            assert_eq!(
+                version_modified(versions.iter().copied()),
+                expected,
+                "{versions:?}"
+            );
+        }
     }
 
     #[test]
