@@ -59,6 +59,18 @@ pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
             format!("{}s", options.visibility_timeout.as_secs()),
         )
         .env("SPOT_WORKER_MAX_FAILURES", options.max_failures.to_string())
+        // The goodput check bounds what a delivery cut without a word lost
+        // by one checkpoint interval, so the interval is fixed at the one it
+        // assumes. Adaptive, it is Daly's from the measured cost of a save
+        // and the fleet's losses, spread over the rest of the job, and can
+        // pass 10 s (a resumed long job once went 15 s without a save).
+        .env(
+            "SPOT_WORKER_CHECKPOINT_EVERY",
+            format!(
+                "{}s",
+                spot_worker_primes::DEFAULT_CHECKPOINT_EVERY.as_secs()
+            ),
+        )
         .env("SPOT_WORKER_LOG_FORMAT", "json")
         // The consumer's debug lines (lease renewals, deletes) name the
         // message each delivery holds: how the harness finds the long job;
