@@ -174,6 +174,9 @@ impl Node {
                 format!("https://{}.blob.core.windows.net/", self.account),
             ),
             ("QUEUE", "jobs".to_owned()),
+            // No regular lane in the box: the deployment's output is empty
+            // then, and an empty setting is an unset one (no lanes).
+            ("REGULAR_QUEUE", String::new()),
         ]);
         let mut env = deployment_env(&values);
         for (key, value) in [
