@@ -244,6 +244,12 @@ impl Node {
             ))
             .unwrap();
         let tokens = self.token_dir("worker-c", Some(3600));
+        // A fixed interval, so the job saves within the wait below: by now
+        // the fleet's counts hold the first pods' cheap saves and their
+        // drains that saved, and the adaptive interval (Daly's) is minutes.
+        let mut env = env.clone();
+        env.insert("SPOT_WORKER_CHECKPOINT_EVERY".to_owned(), "10s".to_owned());
+        let env = &env;
         let mut pod = self.start_pod("worker-c", env, 8083, &tokens, 0);
         pod.until_ready().await;
         let job = PrimesJob::new("scaled-in-job", 0, 200_000_000_000).unwrap();

@@ -250,6 +250,11 @@ pub fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, 
         ("workerArgs", String::new()),
         ("workerBundleUrl", String::new()),
         ("workerBundleSha256", String::new()),
+        // The Spot lane's scale set without the regular lane (empty: no
+        // lanes), one job per CPU.
+        ("lane", "spot".to_owned()),
+        ("regularQueueName", String::new()),
+        ("concurrency", String::new()),
     ])
 }
 
