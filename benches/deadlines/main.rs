@@ -25,7 +25,6 @@
 //! checks in `smoke.rs` on synthetic traces.
 
 mod grid;
-mod learned;
 mod model;
 mod optimum;
 mod ours;
@@ -46,11 +45,10 @@ pub fn policies() -> Vec<Box<dyn LanePolicy>> {
     let mut all: Vec<Box<dyn LanePolicy>> = vec![
         Box::new(policies::OnDemand),
         Box::new(policies::Greedy),
-        Box::new(policies::UniformProgress),
+        Box::new(policies::UniformProgress { sees_spot: false }),
+        Box::new(policies::UniformProgress { sees_spot: true }),
     ];
-    all.push(Box::new(ours::UpSeesSpot));
-    all.push(Box::new(ours::Patient::new(false)));
-    all.push(Box::new(ours::Patient::new(true)));
+    all.push(Box::new(ours::Patient::default()));
     all
 }
 
