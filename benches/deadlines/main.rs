@@ -10,9 +10,11 @@
 //! One job of W hours of work, due D hours after it is enqueued, started
 //! at N ticks spread evenly through the trace, under each policy: on
 //! regular capacity only (`on-demand`), the paper's `greedy`, Uniform
-//! Progress (`uniform-progress`: the workers' own `choose_lane`), and the
-//! omniscient `optimum` (dynamic programming with the trace's future
-//! known). One JSON line per policy: the mean, median and worst cost in
+//! Progress (`uniform-progress`: the workers' own `choose_lane`, told
+//! whether Spot is there; `uniform-progress-blind`, told it always is),
+//! the workers' default `patient` (`choose_lane_patiently`, learning from
+//! the trace's past), and the omniscient `optimum` (dynamic programming
+//! with the trace's future known). One JSON line per policy: the mean, median and worst cost in
 //! Spot-hours, the deadlines missed, the share of the gap between greedy
 //! and the optimum closed, the hours by lane. The model is in `model.rs`.
 //! `--grid DIR` runs every trace under DIR with the settings
