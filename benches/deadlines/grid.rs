@@ -20,12 +20,7 @@ use crate::trace::Trace;
 use crate::{fail, policies};
 
 /// The policies judged against the goal (the baselines are not).
-const JUDGED: [&str; 4] = [
-    "uniform-progress",
-    "up-sees-spot",
-    "patient",
-    "patient-filter",
-];
+const JUDGED: [&str; 3] = ["uniform-progress-blind", "uniform-progress", "patient"];
 
 /// The traces under `dir`, sorted by path.
 fn trace_files(dir: &Path) -> Vec<PathBuf> {

@@ -10,9 +10,11 @@
 //! One job of W hours of work, due D hours after it is enqueued, started
 //! at N ticks spread evenly through the trace, under each policy: on
 //! regular capacity only (`on-demand`), the paper's `greedy`, Uniform
-//! Progress (`uniform-progress`: the workers' own `choose_lane`), and the
-//! omniscient `optimum` (dynamic programming with the trace's future
-//! known). One JSON line per policy: the mean, median and worst cost in
+//! Progress (`uniform-progress`: the workers' own `choose_lane`, told
+//! whether Spot is there; `uniform-progress-blind`, told it always is),
+//! the workers' default `patient` (`choose_lane_patiently`, learning from
+//! the trace's past), and the omniscient `optimum` (dynamic programming
+//! with the trace's future known). One JSON line per policy: the mean, median and worst cost in
 //! Spot-hours, the deadlines missed, the share of the gap between greedy
 //! and the optimum closed, the hours by lane. The model is in `model.rs`.
 //! `--grid DIR` runs every trace under DIR with the settings
@@ -25,7 +27,6 @@
 //! checks in `smoke.rs` on synthetic traces.
 
 mod grid;
-mod learned;
 mod model;
 mod optimum;
 mod ours;
@@ -46,11 +47,10 @@ pub fn policies() -> Vec<Box<dyn LanePolicy>> {
     let mut all: Vec<Box<dyn LanePolicy>> = vec![
         Box::new(policies::OnDemand),
         Box::new(policies::Greedy),
-        Box::new(policies::UniformProgress),
+        Box::new(policies::UniformProgress { sees_spot: false }),
+        Box::new(policies::UniformProgress { sees_spot: true }),
     ];
-    all.push(Box::new(ours::UpSeesSpot));
-    all.push(Box::new(ours::Patient::new(false)));
-    all.push(Box::new(ours::Patient::new(true)));
+    all.push(Box::new(ours::Patient::default()));
     all
 }
 

@@ -22,7 +22,6 @@
 
 use spot_worker::decisions::lanes::{Lane, Phase};
 
-use crate::learned::SpotHistory;
 use crate::trace::Window;
 
 /// How much of the trace before a job's start a policy may learn from.
@@ -73,12 +72,13 @@ pub struct Question {
 pub trait LanePolicy {
     /// Its name in the output.
     fn name(&self) -> &'static str;
-    /// A new job: forget the last one; `history` is what the fleet saw
-    /// of its Spot capacity before this job's start.
-    fn reset(&mut self, _history: SpotHistory) {}
+    /// A new job, started at tick 0 of `window`: forget the last one; the
+    /// ticks before are what the fleet saw of its Spot capacity before.
+    fn reset(&mut self, _window: Window<'_>) {}
     /// Whether Spot capacity was there during the tick just gone (what a
     /// fleet sees of its Spot pool), told once per tick before questions.
-    fn observe(&mut self, _spot_available: bool, _gap: f64) {}
+    /// `at` is when that tick began, in seconds since the job's start.
+    fn observe(&mut self, _spot_available: bool, _at: f64) {}
     /// The lane for the job.
     fn lane(&mut self, job: &Job, question: &Question) -> Lane;
 }
@@ -102,7 +102,7 @@ pub struct Outcome {
 
 /// The job's life under `policy` on the trace `window`.
 pub fn simulate(window: Window<'_>, job: &Job, policy: &mut dyn LanePolicy) -> Outcome {
-    policy.reset(SpotHistory::before(window, HISTORY_HOURS));
+    policy.reset(window);
     let gap = window.gap();
     let mut lane = Lane::Spot;
     let mut running = false;
@@ -132,7 +132,7 @@ pub fn simulate(window: Window<'_>, job: &Job, policy: &mut dyn LanePolicy) -> O
             policy.lane(job, &question)
         };
         if tick > 0 {
-            policy.observe(window.at(tick - 1), gap);
+            policy.observe(window.at(tick - 1), (tick - 1) as f64 * gap);
         }
         if running && lane == Lane::Spot && !spot {
             running = false;

@@ -1,133 +1,50 @@
-//! Policies of ours, beside the paper's.
-//!
-//! - `up-sees-spot`: Uniform Progress, but a regular job goes back to the
-//!   Spot lane only while Spot capacity is there (the paper's policies
-//!   see it); the workers' rule releases it blind, and a job released
-//!   into an outage waits, falls behind and comes back, paying d twice.
-//! - `patient`: spends the slack where waiting is cheap. From the outages
-//!   the fleet has seen (their lengths, how often they come) it computes
-//!   how long a job can afford to wait in each outage to come with the
-//!   slack it has ([`SpotHistory::patience`]); a job waiting for Spot goes
-//!   regular once the outage has lasted that long, and a regular job goes
-//!   back to Spot as soon as Spot is there, if its runs on this fleet are
-//!   long enough to be worth a switch (longer on average than
-//!   2kd / (k − 1), the paper's threshold for a known lifetime). The
-//!   safety net and "never moved while running on Spot" as in Uniform
-//!   Progress; without history, Uniform Progress.
+//! The patient policy, as the workers run it
+//! ([`LanePolicy::Patient`]): it learns from the fleet's Spot history.
+//! The bench feeds that history the trace, tick by tick, as a fleet's
+//! Spot workers and evictions feed it: up to [`HISTORY_HOURS`] before the
+//! job's start, then each tick just gone.
 
-use spot_worker::decisions::lanes::{Lane, Phase, choose_lane};
+use spot_worker::decisions::lanes::{Lane, LanePolicy as Rule, SpotHistory};
 
-use crate::learned::{Plan, SpotHistory};
-use crate::model::{Job, LanePolicy, Question};
-use crate::policies::situation;
+use crate::model::{HISTORY_HOURS, Job, LanePolicy, Question};
+use crate::policies::{at_secs, situation};
+use crate::trace::Window;
 
-/// Uniform Progress that leaves the regular lane only while Spot is there.
-pub struct UpSeesSpot;
-
-impl LanePolicy for UpSeesSpot {
-    fn name(&self) -> &'static str {
-        "up-sees-spot"
-    }
-
-    fn lane(&mut self, job: &Job, q: &Question) -> Lane {
-        let lane = choose_lane(&situation(job, q)).lane;
-        if q.lane == Lane::Regular && lane == Lane::Spot && !q.spot_now {
-            Lane::Regular
-        } else {
-            lane
-        }
-    }
-}
-
-/// The patient policy (see the module documentation).
+/// [`LanePolicy::Patient`] with the fleet's history.
+#[derive(Default)]
 pub struct Patient {
     history: SpotHistory,
-    /// Whether a job whose slack cannot pay two switches per cycle joins
-    /// only the runs of Spot that have lasted ([`SpotHistory::joining_age`]).
-    pub filter: bool,
-}
-
-impl Patient {
-    pub fn new(filter: bool) -> Patient {
-        Patient {
-            history: SpotHistory::default(),
-            filter,
-        }
-    }
 }
 
 impl LanePolicy for Patient {
     fn name(&self) -> &'static str {
-        if self.filter {
-            "patient-filter"
-        } else {
-            "patient"
-        }
+        "patient"
     }
 
-    fn reset(&mut self, history: SpotHistory) {
-        self.history = history;
+    fn reset(&mut self, window: Window<'_>) {
+        self.history = before(window, HISTORY_HOURS);
     }
 
-    fn observe(&mut self, spot_available: bool, gap: f64) {
-        self.history.see(spot_available, gap);
+    fn observe(&mut self, spot_available: bool, at: f64) {
+        self.history.see(spot_available, at_secs(at));
     }
 
     fn lane(&mut self, job: &Job, q: &Question) -> Lane {
-        let d = job.overhead;
-        let time_left = job.deadline - q.now;
-        let slack = time_left - (job.work - q.progress).max(0.0);
-        if q.lane == Lane::Spot && q.phase == Phase::Running {
-            return Lane::Spot;
-        }
-        let reserve = 2.0 * d + q.recheck;
-        if slack < reserve {
-            return Lane::Regular;
-        }
-        let plan = Plan {
-            time_left,
-            work_left: (job.work - q.progress).max(0.0),
-            budget: slack - reserve,
-            overhead: d,
-            price_ratio: job.price_ratio,
-        };
-        let Some(patience) = self.history.patience(&plan) else {
-            // Nothing learned yet: wait for Spot, as greedy does (the
-            // safety net still holds).
-            return if self.filter {
-                Lane::Spot
-            } else {
-                UpSeesSpot.lane(job, q)
-            };
-        };
-        match q.lane {
-            Lane::Regular => {
-                let worth = 2.0 * job.price_ratio * d / (job.price_ratio - 1.0);
-                let runs_last = self.history.mean_run().is_some_and(|run| run > worth);
-                let from_age = if self.filter {
-                    self.history.joining_age(&plan)
-                } else {
-                    0.0
-                };
-                if q.spot_now && runs_last && self.history.run_age() >= from_age {
-                    Lane::Spot
-                } else {
-                    Lane::Regular
-                }
-            }
-            Lane::Spot => {
-                // Released at an eviction: the outage is just beginning.
-                let age = if q.phase == Phase::Released {
-                    0.0
-                } else {
-                    self.history.outage_age()
-                };
-                if q.spot_now || age < patience {
-                    Lane::Spot
-                } else {
-                    Lane::Regular
-                }
-            }
-        }
+        Rule::Patient
+            .choose(&situation(job, q), &self.history, job.price_ratio)
+            .lane
     }
+}
+
+/// What the fleet saw in the `hours` of the trace before tick 0 of
+/// `window` (only ticks the trace has before the job's start: never its
+/// wrapped-around future).
+fn before(window: Window<'_>, hours: f64) -> SpotHistory {
+    let mut history = SpotHistory::default();
+    let gap = window.gap();
+    let ticks = ((hours * 3600.0) / gap) as usize;
+    for back in (1..=ticks.min(window.start())).rev() {
+        history.see(window.at_before(back), at_secs(-(back as f64) * gap));
+    }
+    history
 }

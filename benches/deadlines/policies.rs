@@ -46,11 +46,26 @@ impl LanePolicy for Greedy {
 
 /// Uniform Progress: [`choose_lane`], the function the workers call, with
 /// the job's figures turned into the instants and durations they pass.
-pub struct UniformProgress;
+/// The workers tell it whether Spot capacity is there (a Spot worker was
+/// heard from lately); `sees_spot: false` tells it Spot is always there,
+/// as the workers did before they listened for Spot workers: a regular
+/// job caught up is released to the Spot lane blind.
+pub struct UniformProgress {
+    pub sees_spot: bool,
+}
 
-/// Where a simulated job starts on the wall clock: any instant will do.
+/// Where a simulated job starts on the wall clock, in Unix seconds: any
+/// instant will do.
+const EPOCH_SECS: u64 = 1_700_000_000;
+
 fn epoch() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_SECS)
+}
+
+/// `secs` since the job's start, on the clock the workers keep their Spot
+/// history on (Unix seconds).
+pub fn at_secs(secs: f64) -> f64 {
+    EPOCH_SECS as f64 + secs
 }
 
 /// The situation the workers would build for the job at `q`.
@@ -69,15 +84,22 @@ pub fn situation(job: &Job, q: &Question) -> Situation {
         now: start + secs(q.now),
         switch_cost: secs(job.overhead),
         recheck: secs(q.recheck),
+        spot_there: q.spot_now,
     }
 }
 
 impl LanePolicy for UniformProgress {
     fn name(&self) -> &'static str {
-        "uniform-progress"
+        if self.sees_spot {
+            "uniform-progress"
+        } else {
+            "uniform-progress-blind"
+        }
     }
 
     fn lane(&mut self, job: &Job, q: &Question) -> Lane {
-        choose_lane(&situation(job, q)).lane
+        let mut situation = situation(job, q);
+        situation.spot_there |= !self.sees_spot;
+        choose_lane(&situation).lane
     }
 }

@@ -120,7 +120,11 @@ fn no_policy_is_late_or_beats_the_optimum() {
                 outcome.cost
             );
         }
-        let up = simulate(trace.from(0), &job, &mut UniformProgress);
+        let up = simulate(
+            trace.from(0),
+            &job,
+            &mut UniformProgress { sees_spot: true },
+        );
         assert!(
             up.spot_hours > 0.0 && up.regular_hours > 0.0,
             "this trace makes Uniform Progress use both lanes: {up:?}"

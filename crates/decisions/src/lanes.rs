@@ -12,7 +12,11 @@
 //!   line (the lead, the slack): all the arithmetic, in one place;
 //! - [`choose_lane`]: the rule, one pure function of a [`Situation`];
 //! - [`switch_cost`]: d, the time one switch costs a job, from the fleet's
-//!   measurements and a seed.
+//!   measurements and a seed;
+//! - [`SpotHistory`]: the fleet's Spot capacity as seen (its outages and
+//!   runs), and [`choose_lane_patiently`], the patient policy, which
+//!   spends a job's slack where that history says waiting is cheap;
+//!   [`LanePolicy`] picks between it and [`choose_lane`].
 //!
 //! # How to call this
 //!
@@ -61,6 +65,7 @@
 //!     now: start + hours(10),
 //!     switch_cost: Duration::from_secs(6 * 60),
 //!     recheck: Duration::from_secs(60),
+//!     spot_there: false,
 //! };
 //! let choice = choose_lane(&waiting);
 //! assert_eq!((choice.lane, choice.reason), (Lane::Regular, Reason::BehindTheLine));
@@ -68,11 +73,17 @@
 //! assert!((standing.slack_secs() / 3600.0 - 2.0).abs() < 1e-9); // 42 h left, 40 h of work
 //! ```
 
+mod patient;
 mod rule;
+mod spot_history;
 mod standing;
 mod switch_cost;
 
+pub use patient::{LanePolicy, choose_lane_patiently, unix_secs};
 pub use rule::{Lane, LaneChoice, Phase, Reason, Situation, choose_lane};
+pub use spot_history::{
+    Current, MAX_PERIODS, MIN_HISTORY_HOURS, Period, Plan, SpotHistory, WINDOW_HOURS,
+};
 pub use standing::{Deadline, Standing};
 pub use switch_cost::{
     DEFAULT_SWITCH_COST_SEED, SEED_WEIGHT_SWITCHES, Samples, SwitchCostParts, SwitchSamples,

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use spot_worker_decisions::cadence::IntervalSource;
-use spot_worker_decisions::lanes::Lane;
-use spot_worker_settings::{Source, table};
+use spot_worker_decisions::lanes::{Lane, LanePolicy};
+use spot_worker_settings::{Setting, Source, table};
 use spot_worker_storage::MessageEncoding;
 
 use crate::error::ConfigError;
@@ -118,7 +118,18 @@ pub struct LaneSettings {
     /// d until the fleet measured its own (`SPOT_WORKER_SWITCH_COST`,
     /// default 6 minutes).
     pub switch_cost: Duration,
+    /// The rule that picks a job's lane (`SPOT_WORKER_LANE_POLICY`,
+    /// default `patient`).
+    pub policy: LanePolicy,
+    /// k, a regular hour's price over a Spot hour's: from
+    /// `SPOT_WORKER_REGULAR_PRICE_PER_HOUR` over `SPOT_WORKER_PRICE_PER_HOUR`
+    /// when both are set, else [`DEFAULT_PRICE_RATIO`].
+    pub price_ratio: f64,
 }
+
+/// k when the prices are not set: the paper's 3 (Spot at a third of the
+/// price; Azure's Spot discounts run from about 60 % to 90 %).
+pub const DEFAULT_PRICE_RATIO: f64 = 3.0;
 
 impl LaneSettings {
     /// Whether the worker serves one of two lanes.
@@ -227,6 +238,9 @@ impl Default for WorkerConfig {
                 keeper: table::LANE_KEEPER.default,
                 keeper_every: table::LANE_KEEPER_EVERY.default,
                 switch_cost: table::SWITCH_COST.default,
+                // table::LANE_POLICY's default (checked by a test).
+                policy: LanePolicy::Patient,
+                price_ratio: DEFAULT_PRICE_RATIO,
             },
         }
     }
@@ -296,6 +310,8 @@ impl WorkerConfig {
                 keeper: source.get(&table::LANE_KEEPER)?,
                 keeper_every: source.get(&table::LANE_KEEPER_EVERY)?,
                 switch_cost: source.get(&table::SWITCH_COST)?,
+                policy: lane_policy(source)?,
+                price_ratio: price_ratio(source)?,
             },
         };
         config.validate()?;
@@ -486,6 +502,37 @@ fn lane(source: &Source) -> Result<Lane, ConfigError> {
     }
 }
 
+/// The lane policy, from `SPOT_WORKER_LANE_POLICY`.
+fn lane_policy(source: &Source) -> Result<LanePolicy, ConfigError> {
+    let name = source.get(&table::LANE_POLICY)?;
+    LanePolicy::parse(&name.to_ascii_lowercase()).ok_or_else(|| {
+        source
+            .invalid(&table::LANE_POLICY, "use `patient` or `uniform-progress`")
+            .into()
+    })
+}
+
+/// k from the two lanes' prices, when both are set.
+fn price_ratio(source: &Source) -> Result<f64, ConfigError> {
+    let price = |setting: &Setting<Option<std::borrow::Cow<'static, str>>>| -> Result<Option<f64>, ConfigError> {
+        let Some(text) = source.get(setting)? else {
+            return Ok(None);
+        };
+        match text.trim().parse::<f64>() {
+            Ok(price) if price.is_finite() && price > 0.0 => Ok(Some(price)),
+            _ => Err(source
+                .invalid(setting, "a price per hour: a positive number such as 0.0125")
+                .into()),
+        }
+    };
+    let spot = price(&table::PRICE_PER_HOUR)?;
+    let regular = price(&table::REGULAR_PRICE_PER_HOUR)?;
+    Ok(match (spot, regular) {
+        (Some(spot), Some(regular)) => regular / spot,
+        _ => DEFAULT_PRICE_RATIO,
+    })
+}
+
 /// How message text encodes bodies, from `SPOT_WORKER_MESSAGE_ENCODING`.
 fn encoding(source: &Source) -> Result<MessageEncoding, ConfigError> {
     let name = source.get(&table::MESSAGE_ENCODING)?;
@@ -613,8 +660,31 @@ mod tests {
         assert_eq!(regular.consumed_queue(), "jobs-regular");
         assert_eq!(regular.lanes.keeper_every, Duration::from_secs(2));
         assert_eq!(regular.lanes.switch_cost, Duration::from_secs(3));
+        // The policy and k: the table's default, and k from the two prices.
+        assert_eq!(c.lanes.policy, WorkerConfig::default().lanes.policy);
+        assert_eq!(
+            LanePolicy::parse(&table::LANE_POLICY.default),
+            Some(c.lanes.policy)
+        );
+        assert_eq!(c.lanes.price_ratio, DEFAULT_PRICE_RATIO);
+        let priced = config(&[
+            ("SPOT_WORKER_LANE_POLICY", "Uniform-Progress"),
+            ("SPOT_WORKER_PRICE_PER_HOUR", "0.5"),
+            ("SPOT_WORKER_REGULAR_PRICE_PER_HOUR", "2.5"),
+        ])
+        .unwrap();
+        assert_eq!(priced.lanes.policy, LanePolicy::UniformProgress);
+        assert_eq!(priced.lanes.price_ratio, 5.0);
         // (settings, the setting the error names)
-        let rows: [(&[(&str, &str)], &str); 4] = [
+        let rows: [(&[(&str, &str)], &str); 6] = [
+            (
+                &[("SPOT_WORKER_LANE_POLICY", "greedy")],
+                "SPOT_WORKER_LANE_POLICY",
+            ),
+            (
+                &[("SPOT_WORKER_PRICE_PER_HOUR", "-1")],
+                "SPOT_WORKER_PRICE_PER_HOUR",
+            ),
             (&[("SPOT_WORKER_LANE", "regular")], "SPOT_WORKER_LANE"),
             (&[("SPOT_WORKER_LANE", "ondemand")], "SPOT_WORKER_LANE"),
             (

@@ -208,6 +208,15 @@ pub const SWITCH_COST: Setting<Duration> = Setting {
     secret: false,
 };
 
+/// Which rule picks a job's lane.
+pub const LANE_POLICY: Setting<Text> = Setting {
+    key: "SPOT_WORKER_LANE_POLICY",
+    default: text("patient"),
+    default_doc: None,
+    doc: "with lanes: the rule that picks a job's lane: `patient` (Uniform Progress that learns from the fleet's Spot outages how long a job can afford to wait one out, and goes back to Spot only for runs worth a switch) or `uniform-progress` (the paper's rule as it stands); both keep the safety net and never move a job that runs on Spot; see [Deadlines](deadlines.md#the-policies)",
+    secret: false,
+};
+
 /// What a regular VM costs.
 pub const REGULAR_PRICE_PER_HOUR: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_REGULAR_PRICE_PER_HOUR",
@@ -590,6 +599,7 @@ pub const ALL: &[&dyn Describe] = &[
     &REGULAR_QUEUE,
     &LANE_KEEPER,
     &LANE_KEEPER_EVERY,
+    &LANE_POLICY,
     &SWITCH_COST,
     &REGULAR_PRICE_PER_HOUR,
     &CHECKPOINT_CONTAINER,

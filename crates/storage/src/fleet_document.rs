@@ -5,7 +5,8 @@
 //! no addition is lost or counted twice. The figures only grow: adding is
 //! the whole merge.
 //!
-//! The fleet's switch cost (the lanes' d) is kept this way.
+//! The fleet's switch cost (the lanes' d) and its Spot sightings are kept
+//! this way.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -69,9 +70,17 @@ where
         delta: &T,
         plus: impl Fn(&T, &T) -> T,
     ) -> Result<T, StorageError> {
+        self.update(|current| Some(plus(current, delta))).await
+    }
+
+    /// Rewrites the figures as `change` says (`None`: leave them as they
+    /// are) and returns them, retrying after a concurrent change.
+    pub(crate) async fn update(&self, change: impl Fn(&T) -> Option<T>) -> Result<T, StorageError> {
         for _ in 0..MAX_ATTEMPTS {
             let (current, stored) = self.read_stored().await?;
-            let sum = plus(&current, delta);
+            let Some(sum) = change(&current) else {
+                return Ok(current);
+            };
             let precondition = match stored {
                 Some(stored) => WritePrecondition::IfMatch(stored.etag),
                 None => WritePrecondition::Create,

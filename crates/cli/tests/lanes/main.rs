@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use fleet::{Fleet, REGULAR_QUEUE, SPOT_QUEUE, Vm};
 use spot_worker_azure::{AzureStorage, StorageConfig};
 use spot_worker_decisions::lanes::Lane;
-use spot_worker_storage::lanes::LaneRecords;
+use spot_worker_decisions::lanes::unix_secs;
+use spot_worker_storage::lanes::{FleetSpotCapacity, LaneRecords};
 use spot_worker_storage::{
     CheckpointStore as _, CompletionRecord, MessageQueue as _, ResultStore as _,
 };
@@ -397,6 +398,19 @@ async fn jobs_fall_back_to_the_regular_lane_only_when_their_deadline_needs_it() 
             "{plain:?}"
         );
     }
+    // The fleet saw the reclaim: Spot capacity gone from the notices until
+    // a replacement Spot VM said it ran, at least as long as it was away.
+    let sightings = FleetSpotCapacity::new(std::sync::Arc::new(checkpoints.clone()))
+        .read()
+        .await
+        .unwrap();
+    let now = unix_secs(std::time::SystemTime::now());
+    let longest = sightings.history.outages(now).last().copied();
+    assert!(
+        longest.is_some_and(|outage| outage >= SPOT_RECLAIM.as_secs_f64() - 1.0),
+        "the reclaim in the fleet's Spot sightings: {sightings:?}\n{}",
+        fleet.logs()
+    );
     let tight_lane = records.read("tight").await.unwrap().unwrap();
     assert!(tight_lane.finished, "{tight_lane:?}");
     assert_eq!(tight_lane.generation, tight_outcome.moves, "{tight_lane:?}");

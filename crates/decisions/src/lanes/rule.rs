@@ -60,9 +60,27 @@ pub enum Reason {
     /// In the regular lane and not yet ahead of the line by two switches:
     /// stays.
     CatchingUp,
-    /// In the regular lane and ahead of the line by two switches: back to
-    /// Spot.
+    /// In the regular lane and ahead of the line by two switches, with
+    /// Spot capacity there: back to Spot.
     CaughtUp,
+    /// In the regular lane and ahead of the line by two switches, but no
+    /// Spot capacity is seen: stays until a Spot worker is heard from
+    /// (released into an outage, the job would wait, fall behind and come
+    /// back, paying two switches for nothing).
+    SpotAway,
+    /// The patient policy: not running on Spot and behind the line, but the
+    /// outage is younger than the slack can afford to wait out: Spot.
+    WaitingOutOutage,
+    /// The patient policy: the outage has outlasted what the slack can
+    /// afford to wait: regular capacity.
+    OutageOutlasted,
+    /// The patient policy: in the regular lane, and Spot is there with runs
+    /// worth a switch: back to Spot.
+    SpotRunJoined,
+    /// The patient policy: in the regular lane, and Spot is away, or its
+    /// runs are too short to be worth two switches, or the current run is
+    /// younger than those the job's slack can pay for: stays.
+    WaitingForSpotRun,
 }
 
 impl Reason {
@@ -76,6 +94,11 @@ impl Reason {
             Reason::OnTheLine => "on_the_line",
             Reason::CatchingUp => "catching_up",
             Reason::CaughtUp => "caught_up",
+            Reason::SpotAway => "spot_away",
+            Reason::WaitingOutOutage => "waiting_out_outage",
+            Reason::OutageOutlasted => "outage_outlasted",
+            Reason::SpotRunJoined => "spot_run_joined",
+            Reason::WaitingForSpotRun => "waiting_for_spot_run",
         }
     }
 }
@@ -103,6 +126,10 @@ pub struct Situation {
     /// more slack, so that a job that waits one more period still has its
     /// two switches; zero for a rule asked continuously.
     pub recheck: Duration,
+    /// Whether Spot capacity is there now: a Spot worker of the fleet was
+    /// heard from lately (the paper's policies are told this at every
+    /// step). A job in the regular lane goes back to Spot only while it is.
+    pub spot_there: bool,
 }
 
 /// The answer: the lane, why, and where the job stands.
@@ -125,7 +152,7 @@ pub struct LaneChoice {
 ///    2·d (plus [`Situation::recheck`]): regular;
 /// 4. in the regular lane: regular until the job is ahead of the line by
 ///    2·d (its progress at least what the line expects 2·d from now),
-///    then Spot;
+///    then Spot, if Spot capacity is there ([`Situation::spot_there`]);
 /// 5. in the Spot lane, waiting or just released: regular when behind
 ///    the straight line from start to deadline, else Spot.
 ///
@@ -151,6 +178,7 @@ pub struct LaneChoice {
 ///     now: start + hours(35),
 ///     switch_cost: Duration::from_secs(360),
 ///     recheck: Duration::from_secs(60),
+///     spot_there: false,
 /// };
 /// let choice = choose_lane(&evicted);
 /// assert_eq!((choice.lane, choice.reason), (Lane::Regular, Reason::BehindTheLine));
@@ -175,10 +203,12 @@ pub fn choose_lane(situation: &Situation) -> LaneChoice {
     } else if standing.slack_below(two_switches.saturating_add(situation.recheck)) {
         (Lane::Regular, Reason::SafetyNet)
     } else if situation.lane == Lane::Regular {
-        if standing.is_ahead_by(two_switches) {
+        if !standing.is_ahead_by(two_switches) {
+            (Lane::Regular, Reason::CatchingUp)
+        } else if situation.spot_there {
             (Lane::Spot, Reason::CaughtUp)
         } else {
-            (Lane::Regular, Reason::CatchingUp)
+            (Lane::Regular, Reason::SpotAway)
         }
     } else if standing.is_behind() {
         (Lane::Regular, Reason::BehindTheLine)

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use spot_worker_imds::EventType;
 use spot_worker_storage::lanes::LaneKeeper;
 use spot_worker_storage::{Consumer, DrainSignals, MessageHandler};
 use tokio::time::Instant;
@@ -28,6 +29,8 @@ impl Worker {
         // that stays.
         let stop_keeper = CancellationToken::new();
         let _keeper = super::lanes::run_keeper(keeper, &stop_keeper);
+        // A Spot worker stops saying it runs as its drain begins.
+        let _capacity = self.keep_spot_capacity(&stop_keeper);
         let _stop_keeper = stop_keeper.clone().drop_guard();
 
         let trigger = tokio::select! {
@@ -47,6 +50,9 @@ impl Worker {
         self.metrics.set_ready(false);
         if let DrainTrigger::Event(notice) = &trigger {
             self.metrics.eviction_notice(notice.event_type.as_str());
+            if notice.event_type == EventType::Preempt {
+                self.spot_lost();
+            }
         }
         tracing::warn!(
             %trigger,

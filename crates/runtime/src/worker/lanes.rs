@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Lane};
 use spot_worker_storage::lanes::{
-    FleetSwitchCost, JobKeyFn, KeeperPass, LaneKeeper, Lanes, SwitchCost,
+    FleetSpotCapacity, FleetSwitchCost, JobKeyFn, KeeperPass, LaneKeeper, Lanes, SpotCapacity,
+    SwitchCost,
 };
 use spot_worker_storage::{CheckpointStore, LeaseStore, MessageHandler, MessageQueue};
 use tokio_util::sync::CancellationToken;
@@ -59,7 +60,63 @@ impl Worker {
             regular: Arc::clone(&queues.regular),
             recheck: self.config.lanes.keeper_every,
             switch_cost: Arc::clone(&self.switch_cost),
+            spot_capacity: self.spot_capacity()?,
+            policy: self.config.lanes.policy,
+            price_ratio: self.config.lanes.price_ratio,
         })
+    }
+
+    /// This worker's view of the fleet's Spot capacity; `None` without
+    /// lanes or a checkpoint store.
+    pub(super) fn spot_capacity(&self) -> Option<Arc<SpotCapacity>> {
+        self.lanes.as_ref()?;
+        let store = self.checkpoints.as_ref()?;
+        let view = self.spot_capacity.get_or_init(|| {
+            Arc::new(SpotCapacity::new(
+                FleetSpotCapacity::new(Arc::clone(store)),
+                self.config.lanes.keeper_every,
+            ))
+        });
+        Some(Arc::clone(view))
+    }
+
+    /// Keeps this worker's view of the fleet's Spot capacity until `stop`
+    /// (the drain's start): a Spot worker also says, every recheck, that
+    /// it runs. `None` without lanes.
+    pub(super) fn keep_spot_capacity(
+        &self,
+        stop: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let view = self.spot_capacity()?;
+        let spot_worker = self.config.lanes.lane == Lane::Spot;
+        let stop = stop.clone();
+        Some(tokio::spawn(
+            async move { view.keep(spot_worker, stop).await },
+        ))
+    }
+
+    /// A Spot worker got an eviction notice: the fleet's Spot capacity is
+    /// going. Written in the background, within [`LAST_ADD`], so that the
+    /// drain never waits for it.
+    pub(super) fn spot_lost(&self) {
+        if self.config.lanes.lane != Lane::Spot {
+            return;
+        }
+        let Some(view) = self.spot_capacity() else {
+            return;
+        };
+        let at = std::time::SystemTime::now();
+        tokio::spawn(async move {
+            match tokio::time::timeout(LAST_ADD, view.evicted(at)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not note the eviction in the fleet's Spot sightings")
+                }
+                Err(_) => tracing::warn!(
+                    "noting the eviction in the fleet's Spot sightings took longer than {LAST_ADD:?}"
+                ),
+            }
+        });
     }
 
     /// The other lane's queue, which the warmup gate prepares too.

@@ -52,7 +52,7 @@ use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 use finish::{Finished, final_step, wrong_vm_name};
 use lanes::LaneQueues;
 pub use report::{DrainReport, RunReport};
-use spot_worker_storage::lanes::SwitchCost;
+use spot_worker_storage::lanes::{SpotCapacity, SwitchCost};
 
 /// The longest the last addition to the fleet's interruption counts may
 /// take as the worker stops: it runs beside the approval and the telemetry
@@ -131,6 +131,9 @@ pub struct Worker {
     /// d, the switch cost the lane rule uses, kept in step with the
     /// fleet's measurements.
     switch_cost: Arc<SwitchCost>,
+    /// Whether the fleet's Spot capacity is there, made with the
+    /// checkpoint store on first use.
+    spot_capacity: std::sync::OnceLock<Arc<SpotCapacity>>,
 }
 
 impl Worker {
@@ -159,6 +162,7 @@ impl Worker {
             gate_opened: CancellationToken::new(),
             lanes: None,
             switch_cost,
+            spot_capacity: std::sync::OnceLock::new(),
         }
     }
 

@@ -88,6 +88,9 @@ impl Consumer {
         signals: DrainSignals,
         _slot: OwnedSemaphorePermit,
     ) {
+        if self.is_probe(&message) {
+            return self.take_probe(&message).await;
+        }
         let lease = Lease::new(message.id.clone(), message.pop_receipt.clone());
         // Checkpoint writes stop when the delivery is no longer ours (the
         // renewal cancels this fence when it finds the lease lost) or handed

@@ -14,7 +14,7 @@ use crate::checkpoint::store_unreachable;
 use crate::error::StorageError;
 use crate::lanes::{
     Arrival, Carried, Envelope, LaneRecord, LaneRecords, MoveJob, Moved, Part, ReadRecord, arrival,
-    progress_of,
+    progress_of, waits_for_spot,
 };
 
 use super::Consumer;
@@ -293,6 +293,7 @@ impl Consumer {
         }
         let (lane, lanes) = (Arc::clone(lane), lanes.clone());
         let (clock, token) = (Arc::clone(&delivery.clock), delivery.job_token.clone());
+        let encoding = self.config.encoding;
         Some(tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -306,6 +307,9 @@ impl Consumer {
                     Some(&clock.saved_ledger()),
                 );
                 let choice = lanes.choose(deadline, progress, Lane::Regular, Phase::Running);
+                if waits_for_spot(choice.reason) && !lanes.spot_capacity.there() {
+                    lanes.ask_for_spot(encoding).await;
+                }
                 if choice.lane == Lane::Spot {
                     tracing::info!(
                         reason = choice.reason.as_str(),

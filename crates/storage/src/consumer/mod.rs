@@ -45,6 +45,7 @@ mod panics;
 mod poison;
 mod pre_check;
 mod pre_read;
+mod probe;
 mod release_note;
 mod settlement;
 mod settling;

@@ -231,6 +231,7 @@ impl LaneKeeper {
             ..KeeperPass::default()
         };
         self.forget_unseen(&peeked);
+        self.note_unmet_demand(&peeked).await;
         let mut candidates = Vec::new();
         let mut reach = 0;
         for (index, message) in peeked.iter().enumerate() {
@@ -279,6 +280,42 @@ impl LaneKeeper {
             }
         }
         Ok(pass)
+    }
+
+    /// Notes Spot capacity as gone when a message at the front of the Spot
+    /// queue has waited longer than the fleet's usual queue wait with no
+    /// Spot worker heard from since it was sent: the Spot pool was asked
+    /// for a VM and none came. (All Spot workers busy is not that: they
+    /// are heard from.) A failure is logged.
+    async fn note_unmet_demand(&self, peeked: &[VisibleMessage]) {
+        let usual = self.lanes.switch_cost.estimate().queue_wait;
+        let heard_at = self.lanes.spot_capacity.heard_at();
+        let unmet = peeked
+            .iter()
+            .filter(|message| message.dequeue_count == 0)
+            .filter_map(|message| message.inserted_at)
+            .filter(|inserted| {
+                let inserted = inserted.unix_timestamp_nanos() as f64 / 1e9;
+                heard_at.is_none_or(|heard| heard < inserted)
+            })
+            .map(|inserted| inserted + usual)
+            .filter(|since| *since <= OffsetDateTime::now_utc())
+            .min();
+        let Some(since) = unmet else {
+            return;
+        };
+        let since = std::time::SystemTime::from(since);
+        let capacity = &self.lanes.spot_capacity;
+        match capacity
+            .fleet()
+            .lost(None, since, capacity.fresh_for())
+            .await
+        {
+            Ok(sightings) => self.lanes.spot_capacity.set(sightings),
+            Err(error) => {
+                tracing::warn!(%error, "lane keeper: could not note that no Spot worker came")
+            }
+        }
     }
 
     /// The envelope and body of a message text; `None` for a job without

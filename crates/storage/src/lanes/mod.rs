@@ -31,13 +31,14 @@ mod keeper;
 mod mover;
 mod producer;
 mod record;
+mod spot_capacity;
 mod switch_cost;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use spot_worker_decisions::goodput::Ledger;
-use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, Phase, Situation, choose_lane};
+use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, LanePolicy, Phase, Situation};
 
 use crate::queue::MessageQueue;
 
@@ -45,6 +46,10 @@ pub use envelope::{Carried, ENVELOPE_PREFIX, Envelope, EnvelopeError};
 pub use keeper::{JobKeyFn, KEEPER_LEASE, KeeperObserver, KeeperPass, LaneKeeper};
 pub use producer::{Enqueued, enqueue};
 pub use record::{LANE_RECORD_PREFIX, LaneRecord, LaneRecords};
+pub use spot_capacity::{
+    FRESH_FOR_RECHECKS, FleetSpotCapacity, PROBE_BODY, SpotCapacity, SpotSightings, probe_every,
+    waits_for_spot,
+};
 pub use switch_cost::{FleetSwitchCost, SwitchCost};
 
 pub(crate) use mover::{MoveJob, Moved};
@@ -67,6 +72,12 @@ pub struct Lanes {
     pub recheck: Duration,
     /// d, as the fleet measures it.
     pub switch_cost: Arc<SwitchCost>,
+    /// Whether Spot capacity is there, and what the fleet has seen of it.
+    pub spot_capacity: Arc<SpotCapacity>,
+    /// The rule that picks a job's lane (`SPOT_WORKER_LANE_POLICY`).
+    pub policy: LanePolicy,
+    /// k: a regular hour's price over a Spot hour's.
+    pub price_ratio: f64,
 }
 
 impl std::fmt::Debug for Lanes {
@@ -76,6 +87,8 @@ impl std::fmt::Debug for Lanes {
             .field("spot", &self.spot.name())
             .field("regular", &self.regular.name())
             .field("recheck", &self.recheck)
+            .field("policy", &self.policy)
+            .field("price_ratio", &self.price_ratio)
             .finish_non_exhaustive()
     }
 }
@@ -89,8 +102,9 @@ impl Lanes {
         }
     }
 
-    /// The lane rule's answer for a job with `deadline` that has done
-    /// `progress` of its work, in `lane` and `phase`, now.
+    /// The lane policy's answer for a job with `deadline` that has done
+    /// `progress` of its work, in `lane` and `phase`, now, with Spot
+    /// capacity as the fleet last saw it.
     pub fn choose(
         &self,
         deadline: Deadline,
@@ -98,7 +112,7 @@ impl Lanes {
         lane: Lane,
         phase: Phase,
     ) -> LaneChoice {
-        choose_lane(&Situation {
+        let situation = Situation {
             deadline: Some(deadline),
             progress,
             lane,
@@ -106,7 +120,10 @@ impl Lanes {
             now: SystemTime::now(),
             switch_cost: self.switch_cost.d(),
             recheck: self.recheck,
-        })
+            spot_there: self.spot_capacity.there(),
+        };
+        self.policy
+            .choose(&situation, &self.spot_capacity.history(), self.price_ratio)
     }
 }
 

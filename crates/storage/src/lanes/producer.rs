@@ -88,6 +88,8 @@ impl Enqueued {
             now: deadline.start,
             switch_cost,
             recheck,
+            // Only the regular lane looks at it: a new job is in the Spot lane.
+            spot_there: false,
         });
         let envelope = Envelope {
             lane: Some(choice.lane),
@@ -108,17 +110,22 @@ impl Enqueued {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// use std::sync::Arc;
 /// use std::time::{Duration, SystemTime};
-/// use spot_worker_decisions::lanes::{Deadline, Lane, DEFAULT_SWITCH_COST_SEED};
-/// use spot_worker_storage::{InMemoryQueue, MessageEncoding};
-/// use spot_worker_storage::lanes::{Lanes, SwitchCost, enqueue};
+/// use spot_worker_decisions::lanes::{Deadline, Lane, LanePolicy, DEFAULT_SWITCH_COST_SEED};
+/// use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue, MessageEncoding};
+/// use spot_worker_storage::lanes::{FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost, enqueue};
 ///
 /// let (spot, regular) = (InMemoryQueue::new("jobs"), InMemoryQueue::new("jobs-regular"));
+/// let recheck = Duration::from_secs(60);
+/// let sightings = FleetSpotCapacity::new(Arc::new(InMemoryCheckpointStore::new()));
 /// let lanes = Lanes {
 ///     lane: Lane::Spot,
 ///     spot: Arc::new(spot.clone()),
 ///     regular: Arc::new(regular.clone()),
-///     recheck: Duration::from_secs(60),
+///     recheck,
 ///     switch_cost: Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED)),
+///     spot_capacity: Arc::new(SpotCapacity::new(sightings, recheck)),
+///     policy: LanePolicy::Patient,
+///     price_ratio: 3.0,
 /// };
 /// let start = SystemTime::now();
 /// let hours = |h: u64| Duration::from_secs(h * 3600);

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane};
-use spot_worker_storage::lanes::{Lanes, SwitchCost};
+use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
+use spot_worker_storage::lanes::{FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost};
 use spot_worker_storage::{
     Consumer, HandlerError, InMemoryCheckpointStore, InMemoryQueue, Job, MessageHandler,
     MessageQueue,
@@ -27,18 +27,38 @@ pub struct Fleet {
     pub poison: InMemoryQueue,
     pub store: Arc<InMemoryCheckpointStore>,
     pub switch_cost: Arc<SwitchCost>,
+    /// The fleet's Spot sightings, as every worker of the test sees them
+    /// (nothing seen until a test says a Spot worker runs).
+    pub spot_capacity: Arc<SpotCapacity>,
 }
 
 impl Fleet {
     /// Empty queues; d of `d` (split like the default seed).
     pub fn new(d: Duration) -> Fleet {
+        let store = Arc::new(InMemoryCheckpointStore::new());
         Fleet {
             spot: InMemoryQueue::new("jobs"),
             regular: InMemoryQueue::new("jobs-regular"),
             poison: InMemoryQueue::new("jobs-poison"),
-            store: Arc::new(InMemoryCheckpointStore::new()),
+            spot_capacity: Arc::new(SpotCapacity::new(
+                FleetSpotCapacity::new(store.clone()),
+                Duration::from_secs(1),
+            )),
+            store,
             switch_cost: Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED.scaled_to(d))),
         }
+    }
+
+    /// A Spot worker runs now: the fleet's sightings say so, and every
+    /// worker of the test sees it.
+    pub async fn spot_worker_runs(&self) {
+        let sightings = self
+            .spot_capacity
+            .fleet()
+            .heard("a Spot worker", Duration::ZERO)
+            .await
+            .unwrap();
+        self.spot_capacity.set(sightings);
     }
 
     pub fn lanes(&self, lane: Lane, recheck: Duration) -> Lanes {
@@ -48,6 +68,9 @@ impl Fleet {
             regular: Arc::new(self.regular.clone()),
             recheck,
             switch_cost: Arc::clone(&self.switch_cost),
+            spot_capacity: Arc::clone(&self.spot_capacity),
+            policy: LanePolicy::default(),
+            price_ratio: 3.0,
         }
     }
 

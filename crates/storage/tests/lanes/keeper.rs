@@ -275,3 +275,30 @@ async fn a_keeper_killed_after_its_send_loses_and_duplicates_nothing() {
 async fn a_keeper_killed_before_its_send_loses_and_duplicates_nothing() {
     killed_mid_move(Kill::BeforeSend).await;
 }
+
+/// A job that waits in the Spot lane longer than the usual queue wait (0
+/// here) with no Spot worker heard from since it was sent tells the keeper
+/// the Spot pool was asked for a VM and none came: Spot capacity is gone.
+/// One sent before a Spot worker was last heard from says nothing.
+#[tokio::test]
+async fn a_job_nobody_takes_tells_the_keeper_spot_is_gone() {
+    let fleet = Fleet::new(Duration::ZERO);
+    send_plain(&fleet.spot, "before").await;
+    fleet.spot_worker_runs().await;
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let keeper = keeper(&fleet, fleet.lanes(Lane::Spot, RECHECK), leases);
+    keeper.pass().await.unwrap();
+    let seen = fleet.spot_capacity.fleet().read().await.unwrap();
+    assert!(
+        seen.history.is_there(),
+        "sent before the last word: {seen:?}"
+    );
+    // Sent now, after the word (at least a millisecond on).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    send_plain(&fleet.spot, "after").await;
+    keeper.pass().await.unwrap();
+    let seen = fleet.spot_capacity.fleet().read().await.unwrap();
+    assert!(!seen.history.is_there(), "nobody took it: {seen:?}");
+    assert!(!fleet.spot_capacity.there());
+    assert_eq!(fleet.spot.len(), 2, "nothing moved or taken");
+}

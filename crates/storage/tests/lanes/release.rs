@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use spot_worker_decisions::lanes::Lane;
-use spot_worker_storage::lanes::{Envelope, LaneRecords, enqueue};
+use spot_worker_storage::lanes::{Envelope, LaneRecords, PROBE_BODY, enqueue};
 use spot_worker_storage::{
     CheckpointStore, CompletionRecord, DrainSignals, MessageEncoding, StoredMessage,
 };
@@ -196,7 +196,32 @@ async fn a_job_on_regular_capacity_goes_back_to_spot_once_ahead_of_its_line() {
     *recorder.progress.lock().unwrap() = Some(0.5);
 
     let running = Running::start(fleet.consumer(Lane::Regular, RECHECK), recorder.clone());
+    // No Spot worker in sight: the job stays, and one probe asks the Spot
+    // pool for a worker (however many rechecks pass).
+    wait_until("a probe for Spot capacity", || fleet.spot.len() == 1).await;
+    tokio::time::sleep(RECHECK * 5).await;
+    assert_eq!(running.consumer.stats().moved, 0);
+    let probes = fleet.spot.messages();
+    assert_eq!(probes.len(), 1, "one probe at a time");
+    assert_eq!(probes[0].body.as_bytes(), PROBE_BODY);
+    // A Spot worker comes and takes the probe (unrun: its handler sees
+    // nothing); the job goes back to Spot, where that worker takes it.
+    let spot_recorder = Recorder::default();
+    spot_recorder.hold.store(true, Ordering::SeqCst);
+    let spot_worker = Running::start(fleet.consumer(Lane::Spot, RECHECK), spot_recorder.clone());
     running.wait_for("moved back", |s| s.moved == 1).await;
+    wait_until("the Spot worker runs the job", || {
+        spot_recorder.runs().len() == 1
+    })
+    .await;
+    assert_eq!(
+        spot_recorder.runs()[0].body,
+        BODY.as_bytes(),
+        "only the job ran"
+    );
+    let sightings = fleet.spot_capacity.fleet().read().await.unwrap();
+    assert!(sightings.probe_taken_at.is_some(), "{sightings:?}");
+    spot_worker.stop().await;
     let stats = running.stop().await;
     assert_eq!(
         (stats.retried, stats.released, stats.poisoned),

@@ -32,6 +32,7 @@ fn situation(lane: Lane, phase: Phase, progress: f64, now: f64) -> Situation {
         now: at(now),
         switch_cost: hours(0.2),
         recheck: Duration::ZERO,
+        spot_there: true,
     }
 }
 
@@ -111,6 +112,33 @@ fn uniform_progress() {
             situation(Regular, Released, 30.0, 35.0),
             Spot,
             Reason::CaughtUp,
+        ),
+        (
+            "regular, running, ahead by 2d, no Spot seen",
+            Situation {
+                spot_there: false,
+                ..situation(Regular, Running, 24.3, 35.0)
+            },
+            Regular,
+            Reason::SpotAway,
+        ),
+        (
+            "regular, released, ahead by 2d, no Spot seen",
+            Situation {
+                spot_there: false,
+                ..situation(Regular, Released, 30.0, 35.0)
+            },
+            Regular,
+            Reason::SpotAway,
+        ),
+        (
+            "Spot, waiting, on the line, no Spot seen: it waits",
+            Situation {
+                spot_there: false,
+                ..situation(Spot, Waiting, 30.0, 35.0)
+            },
+            Spot,
+            Reason::OnTheLine,
         ),
     ]);
 }

@@ -1,0 +1,51 @@
+//! Probes for Spot capacity ([`PROBE_BODY`], and the fleet's view of its
+//! Spot capacity in [`SpotCapacity`](crate::lanes::SpotCapacity)): a
+//! regular worker whose job waits for Spot sends one to the Spot lane, and
+//! the Spot worker the pool starts for it takes it here, before anything
+//! else a delivery does.
+
+use spot_worker_decisions::lanes::Lane;
+
+use crate::lanes::PROBE_BODY;
+use crate::queue::QueueMessage;
+
+use super::Consumer;
+
+impl Consumer {
+    /// Whether `message` is a probe for Spot capacity
+    /// ([`PROBE_BODY`]), on a worker with lanes.
+    pub(super) fn is_probe(&self, message: &QueueMessage) -> bool {
+        self.lanes.is_some()
+            && self
+                .config
+                .encoding
+                .decode(&message.body)
+                .is_ok_and(|body| body == PROBE_BODY)
+    }
+
+    /// A probe asked the Spot pool for a worker, and this one came: it
+    /// says so to the fleet (a regular worker whose job waits for Spot
+    /// then releases it here) and deletes the probe. Nothing runs. A
+    /// failure is logged: the probe comes back after its hold, or expires.
+    pub(super) async fn take_probe(&self, message: &QueueMessage) {
+        let Some(lanes) = &self.lanes else {
+            return;
+        };
+        if lanes.lane == Lane::Spot {
+            match lanes.spot_capacity.took_probe().await {
+                Ok(()) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "a probe for Spot capacity came, but saying so to the fleet failed");
+                    return;
+                }
+            }
+        }
+        tracing::info!(
+            lane = lanes.lane.as_str(),
+            "a probe for Spot capacity came: deleted"
+        );
+        if let Err(error) = self.queue.delete(&message.id, &message.pop_receipt).await {
+            tracing::warn!(%error, "deleting a probe for Spot capacity failed; it comes back or expires");
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Whether the fleet's Spot capacity is there, as its workers see it, and
+//! what they have seen of it ([`SpotHistory`]): one document in the
+//! checkpoint store, [`FleetSpotCapacity`] (`.spot-worker/fleet/
+//! spot-capacity`), kept like the switch cost (an ETag-fenced read and
+//! rewrite).
+//!
+//! Azure says nothing of Spot capacity until a VM is asked for, so the
+//! fleet learns it from its own Spot workers:
+//!
+//! - **there**: a Spot worker is running. Each one says so every
+//!   [`Lanes::recheck`](super::Lanes::recheck) ([`FleetSpotCapacity::heard`]);
+//!   Spot counts as there while the last word is fresher than
+//!   [`FRESH_FOR_RECHECKS`] rechecks;
+//! - **gone**: a Spot worker got an eviction notice
+//!   ([`FleetSpotCapacity::lost`]), or a job has waited in the Spot lane
+//!   longer than the fleet's usual queue wait with no Spot worker heard
+//!   from since it was sent (the lane keeper sees that).
+//!
+//! A Spot pool scaled to zero says neither. A regular worker whose job
+//! could go back to Spot but sees no Spot worker **asks for one**: it sends
+//! a probe ([`PROBE_BODY`]) to the Spot lane, which the Spot pool's
+//! autoscale rule or KEDA trigger answers like any job. A Spot worker that
+//! receives a probe says it is there and deletes it; the regular worker
+//! hears of it at its next recheck and releases its job to the Spot worker
+//! now running. While Spot capacity is away, the probe waits in the queue
+//! (it costs nothing) and the job keeps running on regular capacity,
+//! instead of being released into an outage to wait, fall behind and come
+//! back. One probe at a time per fleet: the document says when the last
+//! was sent and taken; another goes out only once it was taken (at most
+//! one per [`probe_every`]), or after [`PROBE_LOST_AFTER`] periods without
+//! a taker (it may have been cleared from the queue). A probe left over
+//! after its job finished starts one Spot VM for nothing, which takes it,
+//! idles and is scaled in.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use spot_worker_decisions::lanes::{Reason, SpotHistory, unix_secs};
+use tokio_util::sync::CancellationToken;
+
+use crate::checkpoint::CheckpointStore;
+use crate::encoding::MessageEncoding;
+use crate::error::StorageError;
+use crate::fleet_document::FleetDocument;
+
+use super::Lanes;
+
+/// The body of a probe: a message that asks the Spot pool for a worker.
+/// A Spot worker deletes it unrun; no handler ever sees it.
+pub const PROBE_BODY: &[u8] = b"spot-worker-probe/1";
+
+/// How many rechecks a Spot worker's word stays fresh: it says it every
+/// recheck, so two may be missed (a slow write, a worker between jobs).
+pub const FRESH_FOR_RECHECKS: u32 = 3;
+
+/// How often a fleet may send a probe: five rechecks (five minutes by
+/// default), long enough for an autoscale evaluation and a VM's start.
+pub fn probe_every(recheck: Duration) -> Duration {
+    recheck.saturating_mul(5)
+}
+
+/// How long a Spot worker not heard from stays in the sightings.
+pub const FORGET_WORKERS_AFTER: Duration = Duration::from_secs(3600);
+
+/// The most Spot workers the sightings name (the longest silent go first).
+pub const MAX_WORKERS: usize = 1024;
+
+/// After how many [`probe_every`] periods a probe nobody took is sent
+/// again: twelve (an hour by default).
+pub const PROBE_LOST_AFTER: u32 = 12;
+
+/// Whether the lane policy kept a job in the regular lane only for want
+/// of Spot capacity (or of a run of it worth joining): then a worker
+/// without a Spot worker in sight asks for one ([`Lanes::ask_for_spot`]).
+pub fn waits_for_spot(reason: Reason) -> bool {
+    matches!(reason, Reason::SpotAway | Reason::WaitingForSpotRun)
+}
+
+impl Lanes {
+    /// Asks the Spot pool for a worker: sends a probe (text in
+    /// `encoding`) to the Spot lane, unless one is waiting there already or
+    /// went out within [`probe_every`] ([`SpotSightings`] says). A failure
+    /// is logged; the next recheck asks again.
+    pub async fn ask_for_spot(&self, encoding: MessageEncoding) {
+        let every = probe_every(self.recheck);
+        match self.spot_capacity.fleet().claim_probe(every).await {
+            Ok(false) => {}
+            Ok(true) => {
+                let text = match encoding.encode(PROBE_BODY) {
+                    Ok(text) => text,
+                    Err(error) => {
+                        tracing::warn!(%error, "could not encode a probe for Spot capacity");
+                        return;
+                    }
+                };
+                match self.spot.send(&text, Duration::ZERO).await {
+                    Ok(_) => tracing::info!(
+                        "no Spot worker in sight: a probe asks the Spot pool for one"
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "sending a probe for Spot capacity failed; asking again at the next recheck")
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not claim a probe for Spot capacity; asking again at the next recheck")
+            }
+        }
+    }
+}
+
+/// What the fleet has seen of its Spot capacity.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpotSightings {
+    /// Its outages and runs, and whether it is there now (Unix seconds).
+    pub history: SpotHistory,
+    /// When a Spot worker last said it was running, Unix seconds.
+    pub heard_at: Option<f64>,
+    /// When each Spot worker last said it was running, Unix seconds, by
+    /// worker (those heard from within [`FORGET_WORKERS_AFTER`]).
+    #[serde(default)]
+    pub workers: BTreeMap<String, f64>,
+    /// When the last probe was sent, Unix seconds.
+    pub probe_sent_at: Option<f64>,
+    /// When a Spot worker last took a probe, Unix seconds.
+    #[serde(default)]
+    pub probe_taken_at: Option<f64>,
+}
+
+impl SpotSightings {
+    /// Whether Spot capacity is there at `now`: the last sighting says so,
+    /// and a Spot worker was heard from within `fresh_for`.
+    pub fn there(&self, now: SystemTime, fresh_for: Duration) -> bool {
+        let now = unix_secs(now);
+        self.history.is_there()
+            && self
+                .heard_at
+                .is_some_and(|heard| now - heard <= fresh_for.as_secs_f64())
+    }
+
+    /// Spot `worker` is running at `now`; `None` when the document says
+    /// so already, fresher than `every` / 2 (nothing to write).
+    fn heard(&self, worker: &str, now: f64, every: Duration) -> Option<SpotSightings> {
+        let recent = self
+            .workers
+            .get(worker)
+            .is_some_and(|heard| now - heard < every.as_secs_f64() / 2.0);
+        if recent && self.history.is_there() {
+            return None;
+        }
+        let mut next = self.clone();
+        next.history.see(true, now);
+        next.heard_at = Some(self.heard_at.map_or(now, |heard| heard.max(now)));
+        next.workers.insert(worker.to_owned(), now);
+        next.workers
+            .retain(|_, heard| now - *heard < FORGET_WORKERS_AFTER.as_secs_f64());
+        while next.workers.len() > MAX_WORKERS {
+            let oldest = next
+                .workers
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                next.workers.remove(&oldest);
+            }
+        }
+        Some(next)
+    }
+
+    /// Spot capacity went at `at`: `worker` was evicted, or (`None`) a job
+    /// waited for a Spot worker in vain. An evicted worker is forgotten;
+    /// the capacity counts as gone only if no other Spot worker was heard
+    /// from within `fresh_for` (one VM of a pool evicted is not an outage),
+    /// nor any since `at` (the word is stale). `None`: nothing to write.
+    fn lost(&self, worker: Option<&str>, at: f64, fresh_for: Duration) -> Option<SpotSightings> {
+        let mut next = self.clone();
+        let forgot = worker.is_some_and(|worker| next.workers.remove(worker).is_some());
+        let others_run = next.workers.values().any(|heard| {
+            *heard > at || (worker.is_some() && at - heard <= fresh_for.as_secs_f64())
+        });
+        let known_gone = !self.history.is_there() && self.history.current().is_some();
+        if others_run || known_gone {
+            return forgot.then_some(next);
+        }
+        next.history.see(false, at);
+        Some(next)
+    }
+
+    /// A Spot worker took a probe at `now` (and so runs).
+    fn took_probe(&self, worker: &str, now: f64) -> SpotSightings {
+        let mut next = self
+            .heard(worker, now, Duration::ZERO)
+            .unwrap_or_else(|| self.clone());
+        next.probe_taken_at = Some(now);
+        next
+    }
+
+    /// A probe is sent at `now`; `None` while one waits (for up to
+    /// [`PROBE_LOST_AFTER`] × `every`) or one was sent within `every`.
+    fn probe(&self, now: f64, every: Duration) -> Option<SpotSightings> {
+        if let Some(sent) = self.probe_sent_at {
+            let waiting = self.probe_taken_at.is_none_or(|taken| taken < sent);
+            let age = now - sent;
+            let every = every.as_secs_f64();
+            if age < every || (waiting && age < every * f64::from(PROBE_LOST_AFTER)) {
+                return None;
+            }
+        }
+        Some(SpotSightings {
+            probe_sent_at: Some(now),
+            ..self.clone()
+        })
+    }
+}
+
+/// The fleet's Spot sightings in a checkpoint store.
+#[derive(Clone, Debug)]
+pub struct FleetSpotCapacity {
+    document: FleetDocument<SpotSightings>,
+}
+
+impl FleetSpotCapacity {
+    /// The checkpoint key the sightings are kept under.
+    pub const KEY: &'static str = ".spot-worker/fleet/spot-capacity";
+
+    /// The sightings in `store`.
+    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
+        FleetSpotCapacity {
+            document: FleetDocument::new(store, Self::KEY, "fleet Spot sightings"),
+        }
+    }
+
+    /// The sightings (none before any).
+    pub async fn read(&self) -> Result<SpotSightings, StorageError> {
+        self.document.read().await
+    }
+
+    /// Spot `worker` is running now (it says so every `every`); returns
+    /// the sightings.
+    pub async fn heard(
+        &self,
+        worker: &str,
+        every: Duration,
+    ) -> Result<SpotSightings, StorageError> {
+        let now = unix_secs(SystemTime::now());
+        self.document.update(|s| s.heard(worker, now, every)).await
+    }
+
+    /// Spot capacity went at `at`: `worker` got an eviction notice, or
+    /// (`None`) a job waited for Spot in vain; it counts as gone unless
+    /// another Spot worker was heard from within `fresh_for` (see
+    /// [`SpotSightings`]). Returns the sightings.
+    pub async fn lost(
+        &self,
+        worker: Option<&str>,
+        at: SystemTime,
+        fresh_for: Duration,
+    ) -> Result<SpotSightings, StorageError> {
+        let at = unix_secs(at);
+        self.document
+            .update(|s| s.lost(worker, at, fresh_for))
+            .await
+    }
+
+    /// Spot `worker` took a probe now; returns the sightings.
+    pub async fn took_probe(&self, worker: &str) -> Result<SpotSightings, StorageError> {
+        let now = unix_secs(SystemTime::now());
+        self.document
+            .update(|s| Some(s.took_probe(worker, now)))
+            .await
+    }
+
+    /// Whether this worker is the one to send a probe now: `true` once per
+    /// `every` across the fleet (it wrote the document's probe time).
+    pub async fn claim_probe(&self, every: Duration) -> Result<bool, StorageError> {
+        let now = unix_secs(SystemTime::now());
+        let after = self.document.update(|s| s.probe(now, every)).await?;
+        Ok(after.probe_sent_at == Some(now))
+    }
+}
+
+/// One worker's view of the fleet's Spot capacity: the sightings as last
+/// read, refreshed every recheck ([`SpotCapacity::keep`]).
+#[derive(Debug)]
+pub struct SpotCapacity {
+    fleet: FleetSpotCapacity,
+    sightings: Mutex<SpotSightings>,
+    recheck: Duration,
+    /// This worker's name in the sightings: unique per process.
+    worker: String,
+}
+
+impl SpotCapacity {
+    /// The view of the sightings in `fleet`, for workers that recheck every
+    /// `recheck`; nothing seen until the first read.
+    pub fn new(fleet: FleetSpotCapacity, recheck: Duration) -> Self {
+        let started = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        SpotCapacity {
+            fleet,
+            sightings: Mutex::default(),
+            recheck,
+            worker: format!("{}-{started:x}", std::process::id()),
+        }
+    }
+
+    /// This worker's name in the sightings.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// How long a Spot worker's word stays fresh: [`FRESH_FOR_RECHECKS`]
+    /// rechecks.
+    pub fn fresh_for(&self) -> Duration {
+        self.recheck.saturating_mul(FRESH_FOR_RECHECKS)
+    }
+
+    /// This (Spot) worker was evicted: the fleet's Spot capacity went at
+    /// `at`, unless other Spot workers run; the view takes the result.
+    pub async fn evicted(&self, at: SystemTime) -> Result<(), StorageError> {
+        let sightings = self
+            .fleet
+            .lost(Some(&self.worker), at, self.fresh_for())
+            .await?;
+        self.set(sightings);
+        Ok(())
+    }
+
+    /// This (Spot) worker took a probe: it runs; the view takes the result.
+    pub async fn took_probe(&self) -> Result<(), StorageError> {
+        let sightings = self.fleet.took_probe(&self.worker).await?;
+        self.set(sightings);
+        Ok(())
+    }
+
+    fn sightings(&self) -> std::sync::MutexGuard<'_, SpotSightings> {
+        self.sightings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The fleet's document.
+    pub fn fleet(&self) -> &FleetSpotCapacity {
+        &self.fleet
+    }
+
+    /// Whether Spot capacity is there now, as last read.
+    pub fn there(&self) -> bool {
+        self.sightings().there(SystemTime::now(), self.fresh_for())
+    }
+
+    /// The fleet's Spot history, as last read.
+    pub fn history(&self) -> SpotHistory {
+        self.sightings().history.clone()
+    }
+
+    /// When a Spot worker was last heard from (Unix seconds), as last read.
+    pub fn heard_at(&self) -> Option<f64> {
+        self.sightings().heard_at
+    }
+
+    /// Takes `sightings` as the fleet's latest.
+    pub fn set(&self, sightings: SpotSightings) {
+        *self.sightings() = sightings;
+    }
+
+    /// Keeps this view in step with the fleet's until `stop`: every
+    /// recheck, a Spot worker (`spot_worker`) says it is running, and every
+    /// worker reads the sightings back. A failure is logged; the view keeps
+    /// what it had, and goes stale (no Spot seen) rather than wrong.
+    pub async fn keep(&self, spot_worker: bool, stop: CancellationToken) {
+        loop {
+            let read = if spot_worker {
+                self.fleet.heard(&self.worker, self.recheck).await
+            } else {
+                self.fleet.read().await
+            };
+            match read {
+                Ok(sightings) => self.set(sightings),
+                Err(error) => {
+                    tracing::warn!(%error, "could not read or add to the fleet's Spot sightings; trying again at the next recheck");
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(self.recheck) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
