@@ -59,25 +59,10 @@ QUEUE_METRIC = "ApproximateMessageCount"
 SPOT_METRIC = "Percentage CPU"
 
 
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    metric: str
-    window: int
-    aggregation: str
-    operator: str
-    threshold: float
-    divide: bool
-    direction: str
-    action: str
-    value: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    minimum: int
-    maximum: int
-    default: int
-    rules: tuple[Rule, ...]
+# The rules and profile are autoscale_model's: one model of a rule, read
+# the same way for both lanes.
+Rule = autoscale_model.Rule
+Profile = autoscale_model.Profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,19 +105,10 @@ def render(bicep_dir: pathlib.Path) -> Profile:
     (profile,) = module.resources["autoscale"].body["properties"]["profiles"]
     rules = []
     for rule in profile["rules"]:
-        trigger, action = rule["metricTrigger"], rule["scaleAction"]
-        window = render_window(trigger["timeWindow"], values)
-        rules.append(Rule(
-            metric=autoscale_model.evaluate(trigger["metricName"], values),
-            window=autoscale_model.minutes(window),
-            aggregation=autoscale_model.evaluate(trigger["timeAggregation"], values),
-            operator=autoscale_model.evaluate(trigger["operator"], values),
-            threshold=float(autoscale_model.evaluate(trigger["threshold"], values)),
-            divide=bool(autoscale_model.evaluate(trigger.get("dividePerInstance", False), values)),
-            direction=autoscale_model.evaluate(action["direction"], values),
-            action=autoscale_model.evaluate(action["type"], values),
-            value=int(autoscale_model.evaluate(action.get("value", "1"), values)),
-        ))
+        # The one interpolation the module uses is rendered first; the
+        # rest is read as the Spot lane's autoscale is.
+        trigger = dict(rule["metricTrigger"], timeWindow=render_window(rule["metricTrigger"]["timeWindow"], values))
+        rules.append(autoscale_model.render_rule(dict(rule, metricTrigger=trigger), values))
     capacity = {k: int(autoscale_model.evaluate(v, values)) for k, v in profile["capacity"].items()}
     return Profile(capacity["minimum"], capacity["maximum"], capacity["default"], tuple(rules))
 
@@ -167,17 +143,17 @@ def decide(profile: Profile, case: Case, queue: str, zero: str | None, spot: str
 
 
 def fires(rule: Rule, case: Case, queue: str, zero: str | None, spot: str | None) -> bool:
-    aggregate = autoscale_model.AGGREGATE[rule.aggregation]
+    aggregate = autoscale_model.AGGREGATE[rule.time_aggregation]
     if rule.metric == SPOT_METRIC:
-        if rule.divide:
+        if rule.divide_per_instance:
             raise ValueError("the Spot VMs' sample count is never divided by the regular VMs")
-        samples = case.spot_samples(rule.window)
+        samples = case.spot_samples(rule.time_window_minutes)
         if spot == "missing" and 0 in samples:
             return False
         value = float(aggregate(samples))
     elif rule.metric == QUEUE_METRIC:
-        value = float(aggregate(case.queue_samples(rule.window)))
-        divisions = {"total": int(rule.divide), "per instance": 1, "divided twice": 1 + int(rule.divide)}[queue]
+        value = float(aggregate(case.queue_samples(rule.time_window_minutes)))
+        divisions = {"total": int(rule.divide_per_instance), "per instance": 1, "divided twice": 1 + int(rule.divide_per_instance)}[queue]
         if divisions and case.instances == 0:
             if zero == "skipped":
                 return False
@@ -191,12 +167,10 @@ def fires(rule: Rule, case: Case, queue: str, zero: str | None, spot: str | None
 
 
 def apply(rule: Rule, current: int) -> int:
-    if rule.action == "ExactCount":
+    if rule.action_type == "ExactCount":
         # "Increase count to" / "Decrease count to".
         return max(current, rule.value) if rule.direction == "Increase" else min(current, rule.value)
-    return autoscale_model.apply(
-        autoscale_model.Rule(QUEUE_METRIC, rule.window, rule.aggregation, rule.operator, rule.threshold,
-                             rule.divide, rule.direction, rule.action, rule.value), current)
+    return autoscale_model.apply(rule, current)
 
 
 def cases(profile: Profile, keeper_window: int) -> list[Case]:
@@ -234,7 +208,7 @@ def readings(case: Case) -> list[tuple[str, str | None, str | None, str]]:
 
 def run_table(bicep_dir: pathlib.Path) -> tuple[list[list[str]], list[str]]:
     profile = render(bicep_dir)
-    keeper = next((r.window for r in profile.rules if r.metric == SPOT_METRIC and r.direction == "Increase"), None)
+    keeper = next((r.time_window_minutes for r in profile.rules if r.metric == SPOT_METRIC and r.direction == "Increase"), None)
     problems: list[str] = []
     if keeper is None:
         problems.append("no rule wakes a regular VM when no Spot VM runs: nobody keeps the lanes then")
