@@ -122,8 +122,8 @@ impl Lanes {
             recheck: self.recheck,
             spot_there: self.spot_capacity.there(),
         };
-        self.policy
-            .choose(&situation, &self.spot_capacity.history(), self.price_ratio)
+        self.spot_capacity
+            .with_history(|history| self.policy.choose(&situation, history, self.price_ratio))
     }
 }
 

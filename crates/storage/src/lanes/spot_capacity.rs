@@ -354,7 +354,13 @@ impl SpotCapacity {
 
     /// The fleet's Spot history, as last read.
     pub fn history(&self) -> SpotHistory {
-        self.sightings().history.clone()
+        self.with_history(SpotHistory::clone)
+    }
+
+    /// `read` of the fleet's Spot history, as last read, without a copy
+    /// (the lane policy asks about every waiting job).
+    pub fn with_history<R>(&self, read: impl FnOnce(&SpotHistory) -> R) -> R {
+        read(&self.sightings().history)
     }
 
     /// When a Spot worker was last heard from (Unix seconds), as last read.
