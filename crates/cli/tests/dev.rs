@@ -69,6 +69,23 @@ fn bash(dir: &Path, command: &str) -> Command {
     bash
 }
 
+/// The blocks of docs/develop-locally.md.
+fn page_blocks() -> Vec<blocks::Block> {
+    let root = session::workspace_root();
+    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
+    blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap()
+}
+
+/// The page's `job.py`.
+fn job_py(blocks: &[blocks::Block]) -> String {
+    blocks
+        .iter()
+        .find(|b| b.kind == Kind::File("job.py".to_owned()))
+        .expect("the page shows job.py")
+        .text
+        .clone()
+}
+
 /// Waits (bounded) for `job`'s result, the one `job.py` writes for 40
 /// steps.
 async fn expect_result(storage: &AzureStorage, job: &str, log: &Path) {
@@ -150,13 +167,8 @@ fn stop(mut child: Child, log: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
-    let root = session::workspace_root();
-    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
-    let blocks = blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap();
-    let job = blocks
-        .iter()
-        .find(|b| b.kind == Kind::File("job.py".to_owned()))
-        .expect("the page shows job.py");
+    let blocks = page_blocks();
+    let job = job_py(&blocks);
     let three = blocks
         .iter()
         .find(|b| b.kind == Kind::Run)
@@ -176,7 +188,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
     let evict = commands[2].trim();
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("job.py"), &job.text).unwrap();
+    std::fs::write(dir.path().join("job.py"), job).unwrap();
     let (first, _) = session::free_ports();
     let flags = format!(
         "--azurite-port {first} --imds-listen 127.0.0.1:{}",
@@ -336,15 +348,8 @@ async fn a_deadline_falls_back_to_dev_s_regular_lane_while_spot_is_away() {
     use spot_worker_decisions::lanes::Lane;
     use spot_worker_storage::CompletionRecord;
 
-    let root = session::workspace_root();
-    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
-    let blocks = blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap();
-    let job = blocks
-        .iter()
-        .find(|b| b.kind == Kind::File("job.py".to_owned()))
-        .expect("the page shows job.py");
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("job.py"), &job.text).unwrap();
+    std::fs::write(dir.path().join("job.py"), job_py(&page_blocks())).unwrap();
     let (first, imds) = session::free_ports();
     let flags = format!("--azurite-port {first} --imds-listen 127.0.0.1:{imds}");
     let log = dir.path().join("dev.log");
