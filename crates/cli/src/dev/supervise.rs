@@ -24,6 +24,9 @@ const QUICK_FAILURES_ALLOWED: u32 = 5;
 /// How long a worker asked to stop may take: the drain budget and the exit.
 const STOP_GRACE: Duration = Duration::from_secs(35);
 
+/// Ctrl-C or SIGTERM, as [`crate::interrupted`] gives it.
+pub type Interrupted = std::pin::Pin<Box<dyn Future<Output = &'static str> + Send>>;
+
 /// Puts `jobs` on the queue with `spot-worker enqueue` (this binary) in the
 /// environment: the queue and encoding are the worker's settings.
 pub async fn enqueue(environment: &DevEnvironment, jobs: &[String]) -> Result<()> {
@@ -51,15 +54,16 @@ pub async fn enqueue(environment: &DevEnvironment, jobs: &[String]) -> Result<()
     Ok(())
 }
 
-/// Runs `command` until Ctrl-C (or SIGTERM), starting it again whenever it
-/// exits.
+/// Runs `command` with `variables` as the worker of `emulator`'s VM until
+/// Ctrl-C (or SIGTERM), starting it again whenever it exits.
+/// `interrupted` is [`crate::interrupted`], installed by the caller.
 pub async fn run_worker(
-    environment: &DevEnvironment,
+    variables: &[(&'static str, String)],
     emulator: &Emulator,
     command: &[String],
+    interrupted: &mut Interrupted,
 ) -> Result<()> {
     let (program, args) = command.split_first().context("no worker command")?;
-    let mut interrupted = Box::pin(crate::interrupted());
     let mut quick_failures = 0;
     for start in 1u64.. {
         // A VM comes back without the event that took it away: wait until
@@ -72,7 +76,7 @@ pub async fn run_worker(
         {
             let incarnation = emulator.incarnation();
             tokio::select! {
-                _ = &mut interrupted => return Ok(()),
+                _ = &mut *interrupted => return Ok(()),
                 () = emulator.wait_for_incarnation(incarnation + 1) => {}
             }
         }
@@ -83,14 +87,14 @@ pub async fn run_worker(
         let started = Instant::now();
         let mut child = Command::new(program)
             .args(args)
-            .envs(environment.variables())
+            .envs(variables.iter().map(|(key, value)| (key, value)))
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting the worker command {program:?}"))?;
         let status = tokio::select! {
             status = child.wait() => status.context("waiting for the worker")?,
-            _ = &mut interrupted => return stop(child).await,
+            _ = &mut *interrupted => return stop(child).await,
         };
         if !status.success() && started.elapsed() < QUICK_FAILURE {
             quick_failures += 1;

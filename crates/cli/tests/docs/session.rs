@@ -58,7 +58,8 @@ pub struct PageRun {
 }
 
 /// Three consecutive free loopback ports (Azurite's blob, queue, table)
-/// and one more (the IMDS emulator).
+/// and two more (the IMDS emulators of the Spot VM and, on the port after
+/// it, of the regular VM); returns the first and the Spot VM's emulator's.
 pub fn free_ports() -> (u16, u16) {
     // Below the ephemeral range (Linux: 32768 and up), where the kernel
     // never hands out a port on its own: a port found free here is not
@@ -76,15 +77,15 @@ pub fn free_ports() -> (u16, u16) {
         );
     for attempt in 0..200u64 {
         let offset =
-            (seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 97)) % u64::from(SPAN - 4);
+            (seed.wrapping_mul(2_654_435_761).wrapping_add(attempt * 97)) % u64::from(SPAN - 5);
         let first = LOW + offset as u16;
         let all_free =
-            (first..first + 4).all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
+            (first..first + 5).all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
         if all_free {
             return (first, first + 3);
         }
     }
-    panic!("no four consecutive free loopback ports");
+    panic!("no five consecutive free loopback ports");
 }
 
 /// Runs the page's `sh` blocks; panics with the failing block and the
