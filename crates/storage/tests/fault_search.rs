@@ -5,14 +5,14 @@
 //! `SPOT_WORKER_FAULT_SEED=<seed>`; more seeds with
 //! `SPOT_WORKER_FAULT_SEEDS=<n>` or `cargo bench --bench fault_search`.
 
-use spot_worker_testkit::fault_search::scenarios::chunks::{self, Restores};
-use spot_worker_testkit::fault_search::{Failure, FaultRates, search, seed_count};
+use spot_worker_testkit::fault_search::scenarios::Family;
+use spot_worker_testkit::fault_search::seed_count;
 
 /// Seeds per family under `cargo test`.
-const SEEDS: u64 = 1000;
+const SEEDS: u64 = 300;
 
-fn must_hold(outcome: Result<u64, Box<Failure>>) {
-    if let Err(failure) = outcome {
+fn must_hold(family: Family) {
+    if let Err(failure) = family.search(0, seed_count(SEEDS)) {
         panic!("{failure}");
     }
 }
@@ -20,25 +20,13 @@ fn must_hold(outcome: Result<u64, Box<Failure>>) {
 #[test]
 #[ignore = "finds issue 37 item 1 (clean-up deletes chunks a stored manifest names); fixed on branch wt-chunks"]
 fn chunks() {
-    must_hold(search(
-        "chunks",
-        0,
-        seed_count(SEEDS),
-        FaultRates::default(),
-        |plan| chunks::run(plan, Restores::AtOnce),
-    ));
+    must_hold(Family::Chunks);
 }
 
 #[test]
 #[ignore = "finds issue 37 item 2 (a restore racing the holder's clean-up fails); fixed on branch wt-chunks"]
 fn restore_race() {
-    must_hold(search(
-        "restore_race",
-        0,
-        seed_count(SEEDS),
-        FaultRates::default(),
-        |plan| chunks::run(plan, Restores::Racing),
-    ));
+    must_hold(Family::RestoreRace);
 }
 
 /// The control: with no answer lost (calls still fail before they apply,
@@ -47,28 +35,18 @@ fn restore_race() {
 /// the harness honest (no false alarms) and guards what already holds.
 #[test]
 fn chunks_without_lost_answers() {
-    let rates = FaultRates {
-        lose_answer: 0,
-        ..FaultRates::default()
-    };
-    must_hold(search(
-        "chunks_without_lost_answers",
-        0,
-        seed_count(SEEDS),
-        rates,
-        |plan| chunks::run(plan, Restores::AtOnce),
-    ));
+    must_hold(Family::ChunksWithoutLostAnswers);
 }
 
 #[test]
 fn a_seed_replays_exactly() {
-    let run = |seed| {
+    let trace = |seed| {
         spot_worker_testkit::fault_search::run_seed(
-            "chunks",
+            "restore_race",
             seed,
-            FaultRates::default(),
+            Family::RestoreRace.rates(),
             |plan| async move {
-                chunks::run(plan.clone(), Restores::Racing).await;
+                Family::RestoreRace.scenario(plan.clone()).await;
                 // The whole trace, failing or not.
                 plan.broken("the end");
             },
@@ -77,8 +55,8 @@ fn a_seed_replays_exactly() {
         .trace
     };
     for seed in [1, 2, 3] {
-        let first = run(seed);
+        let first = trace(seed);
         assert!(first.len() > 40, "{first:?}");
-        assert_eq!(first, run(seed), "seed {seed}");
+        assert_eq!(first, trace(seed), "seed {seed}");
     }
 }
