@@ -3,6 +3,7 @@
 //! run's [`FaultPlan`].
 
 pub mod chunks;
+pub mod lanes;
 
 use super::{Failure, FaultPlan, FaultRates, run_seed};
 
@@ -15,14 +16,21 @@ pub enum Family {
     ChunksWithoutLostAnswers,
     /// Deliveries that read the checkpoint, then restore later.
     RestoreRace,
+    /// A job with a deadline: a Spot worker, a regular worker, the lane
+    /// keeper.
+    Lanes,
+    /// The same, the job failing for good on its first run.
+    Poison,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 3] = [
+    pub const ALL: [Family; 5] = [
         Family::Chunks,
         Family::ChunksWithoutLostAnswers,
         Family::RestoreRace,
+        Family::Lanes,
+        Family::Poison,
     ];
 
     /// Its name (the test's).
@@ -31,6 +39,8 @@ impl Family {
             Family::Chunks => "chunks",
             Family::ChunksWithoutLostAnswers => "chunks_without_lost_answers",
             Family::RestoreRace => "restore_race",
+            Family::Lanes => "lanes",
+            Family::Poison => "poison",
         }
     }
 
@@ -41,7 +51,9 @@ impl Family {
                 lose_answer: 0,
                 ..FaultRates::default()
             },
-            Family::Chunks | Family::RestoreRace => FaultRates::default(),
+            Family::Chunks | Family::RestoreRace | Family::Lanes | Family::Poison => {
+                FaultRates::default()
+            }
         }
     }
 
@@ -52,6 +64,8 @@ impl Family {
                 chunks::run(plan, chunks::Restores::AtOnce).await;
             }
             Family::RestoreRace => chunks::run(plan, chunks::Restores::Racing).await,
+            Family::Lanes => lanes::run(plan, lanes::Poison::Never).await,
+            Family::Poison => lanes::run(plan, lanes::Poison::FirstRun).await,
         }
     }
 
