@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use spot_worker_storage::files::{CheckpointFiles, Staged};
+use spot_worker_storage::files::{CheckpointFiles, Staged, TransferLimits};
 use spot_worker_storage::{
     Blocking, CheckpointStore, InMemoryCheckpointStore, JobCheckpoint, StorageError,
 };
@@ -184,7 +184,12 @@ async fn deliver(
 ) -> Option<Delivery> {
     let lease = CancellationToken::new();
     let handle = match JobCheckpoint::load(Arc::clone(store), JOB).await {
-        Ok(handle) => handle.fenced_by(lease.clone()),
+        // One transfer at a time: with several, which uploads are under
+        // way when one fails depends on the blocking threads that read the
+        // files, and a seed would not replay exactly.
+        Ok(handle) => handle
+            .fenced_by(lease.clone())
+            .with_transfer_limits(TransferLimits::with_concurrency(1)),
         Err(error) => {
             plan.note(format!("{name}: the read failed ({error}); released"));
             return None;
