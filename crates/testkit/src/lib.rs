@@ -25,6 +25,7 @@ pub mod bench;
 pub mod chaos;
 pub mod contract;
 pub mod counting;
+pub mod fault_search;
 pub mod faulty;
 pub mod otlp;
 pub mod podman;
