@@ -273,18 +273,8 @@ mod tests {
     /// anything else keeps its own meaning.
     #[test]
     fn a_commit_that_lost_the_race_is_a_conflict() {
-        use azure_core::error::ErrorKind;
+        use crate::error::http;
         use azure_core::http::StatusCode;
-        let http = |status, code: &str| {
-            azure_core::Error::with_message(
-                ErrorKind::HttpResponse {
-                    status,
-                    error_code: Some(code.to_owned()),
-                    raw_response: None,
-                },
-                "the service said no",
-            )
-        };
         for (status, code, conflict) in [
             (StatusCode::Conflict, "BlobAlreadyExists", true),
             (StatusCode::PreconditionFailed, "ConditionNotMet", true),
