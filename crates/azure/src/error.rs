@@ -164,6 +164,20 @@ pub(crate) async fn bounded<T>(
     }
 }
 
+/// An error response with `status` and the service's `code`, as tests
+/// of the mapping need one.
+#[cfg(test)]
+pub(crate) fn http(status: StatusCode, code: &str) -> azure_core::Error {
+    azure_core::Error::with_message(
+        ErrorKind::HttpResponse {
+            status,
+            error_code: Some(code.to_owned()),
+            raw_response: None,
+        },
+        "the service said no",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,17 +197,6 @@ mod tests {
         let text = describe(&long);
         assert_eq!(text.chars().count(), MAX_DESCRIPTION_CHARS + 1);
         assert!(text.ends_with('…') && !text.contains('\n'));
-    }
-
-    fn http(status: StatusCode, code: &str) -> azure_core::Error {
-        azure_core::Error::with_message(
-            ErrorKind::HttpResponse {
-                status,
-                error_code: Some(code.to_owned()),
-                raw_response: None,
-            },
-            "the service said no",
-        )
     }
 
     /// What each status and error code becomes, per kind of operation: the

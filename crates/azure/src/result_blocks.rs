@@ -4,6 +4,14 @@
 //! bytes held, then committed create-only (`If-None-Match: *` on Put
 //! Block List): the result appears whole or not at all. If one exists
 //! already, it is compared with the file range by range.
+//!
+//! Uncommitted blocks belong to the blob, not to the upload that staged
+//! them, so every upload names its blocks with a prefix of its own
+//! ([`block_ids`]): two holders of one job writing its result at once
+//! never overwrite each other's blocks, and the first commit stores
+//! exactly its writer's bytes. The other commit finds the blob there (or,
+//! its blocks discarded by that commit, an invalid list) and settles by
+//! comparing, as [`ResultStore::put_new`](spot_worker_storage::ResultStore::put_new) says.
 
 use std::fs::File;
 use std::num::NonZero;
@@ -19,7 +27,7 @@ use azure_storage_blob::models::{
 use futures_util::StreamExt as _;
 use spot_worker_storage::{PutOutcome, StorageError};
 
-use crate::error::{Operation, map_error};
+use crate::error::{Operation, error_code, map_error};
 use crate::result::BlobResultStore;
 
 /// The block size of results up to 195 GiB.
@@ -33,6 +41,17 @@ const IN_FLIGHT_BYTES: u64 = 16 * 1024 * 1024;
 pub(crate) fn block_size(len: u64) -> u64 {
     let least = len.div_ceil(MAX_BLOCKS);
     least.div_ceil(1024 * 1024).max(4) * 1024 * 1024
+}
+
+/// The ids of `count` blocks staged by one upload: a prefix drawn for
+/// this upload, then the block's index. Azure wants every id of a blob to
+/// have the same length (64 bytes at most), so the prefix and the index
+/// have fixed widths.
+fn block_ids(count: u64) -> Vec<Vec<u8>> {
+    let upload = uuid::Uuid::new_v4().simple();
+    (0..count)
+        .map(|i| format!("{upload}-{i:010}").into_bytes())
+        .collect()
 }
 
 fn io_error(what: &str, error: impl std::fmt::Display) -> StorageError {
@@ -69,9 +88,7 @@ impl BlobResultStore {
         let count = len.div_ceil(block);
         let at_once = (IN_FLIGHT_BYTES / block).clamp(1, self.concurrency as u64) as usize;
         let client = self.container.client.blob_client(name).block_blob_client();
-        let ids: Vec<Vec<u8>> = (0..count)
-            .map(|i| format!("{i:010}").into_bytes())
-            .collect();
+        let ids = block_ids(count);
         {
             let staged = futures_util::stream::iter(0..count)
                 .map(|index| {
@@ -116,11 +133,27 @@ impl BlobResultStore {
                     .commit_block_list(list, Some(options))
                     .await
                     .map(drop)
-                    .map_err(|e| map_error(e, Operation::ConditionalWrite(name)))
+                    .map_err(|e| commit_error(e, name))
             })
             .await
     }
+}
 
+/// A failed commit of `name`'s block list as the caller decides by. A list
+/// naming blocks that are gone (`InvalidBlockList`) means another upload
+/// committed first and its commit discarded this one's uncommitted blocks:
+/// like 409/412, a `Conflict`, which the caller settles by comparing with
+/// what is stored (and, if nothing is, by uploading again).
+fn commit_error(error: azure_core::Error, name: &str) -> StorageError {
+    if error_code(&error) == Some("InvalidBlockList") {
+        return StorageError::Conflict {
+            key: name.to_owned(),
+        };
+    }
+    map_error(error, Operation::ConditionalWrite(name))
+}
+
+impl BlobResultStore {
     /// Whether the stored result `name` holds exactly `len` bytes of
     /// `file`: its length, then range by range; `None` if it is gone.
     pub(crate) async fn same_as_file(
@@ -220,5 +253,41 @@ mod tests {
         assert_eq!(block_size(50_000 * BLOCK + 1), 5 * 1024 * 1024);
         let tib = 1u64 << 40;
         assert!(tib.div_ceil(block_size(tib)) <= 50_000);
+    }
+
+    /// Two uploads of one blob never share a block id, and every id of
+    /// one upload has the same length, within Azure's 64 bytes.
+    #[test]
+    fn each_upload_names_its_blocks_alone() {
+        let (first, second) = (block_ids(50_000), block_ids(3));
+        assert_eq!(first.len(), 50_000);
+        let len = first[0].len();
+        assert!(len <= 64, "{len}");
+        assert!(first.iter().chain(&second).all(|id| id.len() == len));
+        let first: std::collections::HashSet<_> = first.into_iter().collect();
+        assert_eq!(first.len(), 50_000, "ids within an upload are distinct");
+        assert!(second.iter().all(|id| !first.contains(id)));
+    }
+
+    /// The loser of a race learns it lost however the service says so;
+    /// anything else keeps its own meaning.
+    #[test]
+    fn a_commit_that_lost_the_race_is_a_conflict() {
+        use crate::error::http;
+        use azure_core::http::StatusCode;
+        for (status, code, conflict) in [
+            (StatusCode::Conflict, "BlobAlreadyExists", true),
+            (StatusCode::PreconditionFailed, "ConditionNotMet", true),
+            (StatusCode::BadRequest, "InvalidBlockList", true),
+            (StatusCode::BadRequest, "InvalidHeaderValue", false),
+            (StatusCode::ServiceUnavailable, "ServerBusy", false),
+        ] {
+            let error = commit_error(http(status, code), "r.bin");
+            assert_eq!(
+                matches!(&error, StorageError::Conflict { key } if key == "r.bin"),
+                conflict,
+                "{code}: {error:?}"
+            );
+        }
     }
 }

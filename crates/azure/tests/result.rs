@@ -235,3 +235,85 @@ async fn a_result_bigger_than_a_block_is_streamed_create_only() {
         Some(&bytes[..])
     );
 }
+
+/// Two writers of one large result, started together, `rounds` times
+/// against fresh names: the stored result is always exactly one writer's
+/// bytes (never a mixture of their blocks), exactly one writer is told
+/// `Created`, and the other settles as the contract says: the same bytes
+/// are `AlreadyExistsIdentical`, other bytes `Conflict`.
+async fn race_two_large_writers(identical: bool) {
+    use std::io::Write as _;
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    let results = storage.result_store(&unique("results")).unwrap();
+    results.prepare().await.unwrap();
+    // Six blocks each, differing in every block.
+    let len = 24 * 1024 * 1024;
+    let first = contract::pseudo_random(len, 1);
+    let second = if identical {
+        first.clone()
+    } else {
+        contract::pseudo_random(len, 2)
+    };
+    let file_of = |bytes: &[u8]| {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        file
+    };
+    for round in 0..3 {
+        let name = format!("race-{round}.bin");
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let writers: Vec<_> = [&first, &second]
+            .into_iter()
+            .map(|bytes| {
+                let (results, name, start) = (results.clone(), name.clone(), start.clone());
+                let file = file_of(bytes);
+                tokio::spawn(async move {
+                    start.wait().await;
+                    results.put_new_file(&name, file, len as u64).await
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for writer in writers {
+            outcomes.push(writer.await.unwrap());
+        }
+        let stored = results.get(&name).await.unwrap().unwrap();
+        assert!(
+            stored == first || stored == second,
+            "round {round}: the stored result is a mixture of both writers ({outcomes:?})"
+        );
+        let created: Vec<_> = (0..2)
+            .filter(|&i| outcomes[i] == Ok(PutOutcome::Created))
+            .collect();
+        assert_eq!(created.len(), 1, "round {round}: {outcomes:?}");
+        let winner = created[0];
+        assert!(
+            stored == *[&first, &second][winner],
+            "round {round}: the writer told Created is not the one stored ({outcomes:?})"
+        );
+        let loser = &outcomes[1 - winner];
+        if identical {
+            assert_eq!(
+                *loser,
+                Ok(PutOutcome::AlreadyExistsIdentical),
+                "round {round}: {outcomes:?}"
+            );
+        } else {
+            assert!(
+                matches!(loser, Err(StorageError::Conflict { .. })),
+                "round {round}: {outcomes:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_of_different_large_results_never_store_a_mixture() {
+    race_two_large_writers(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_of_the_same_large_result_both_settle() {
+    race_two_large_writers(true).await;
+}

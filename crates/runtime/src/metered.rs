@@ -252,6 +252,7 @@ fn message_outcome(outcome: DeliveryOutcome) -> MessageOutcome {
         DeliveryOutcome::LeaseLost => MessageOutcome::LeaseLost,
         DeliveryOutcome::Moved => MessageOutcome::Moved,
         DeliveryOutcome::Superseded => MessageOutcome::Superseded,
+        DeliveryOutcome::ProbeTaken => MessageOutcome::ProbeTaken,
     }
 }
 
@@ -297,6 +298,7 @@ mod tests {
             (LeaseLost, "lease_lost", None),
             (Moved, "moved", None),
             (Superseded, "superseded", None),
+            (ProbeTaken, "probe_taken", None),
         ];
         for (outcome, attribute, error) in table {
             assert_eq!(message_outcome(outcome).as_str(), attribute, "{outcome:?}");

@@ -44,6 +44,7 @@ pub mod lanes;
 mod lease_store;
 pub mod memory;
 mod queue;
+mod reserved;
 mod result;
 
 pub use checkpoint::{
@@ -68,6 +69,10 @@ pub use memory::{
 };
 pub use queue::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, VisibleMessage,
+};
+pub use reserved::{
+    PROBE_PREFIX, Reserved, WORKER_RECORDS_PREFIX, refuse_reserved_body, refuse_reserved_key,
+    reserved_body, reserved_job_key,
 };
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
 

@@ -234,7 +234,7 @@ impl Metrics {
                 "{message}",
                 "Deliveries settled, by outcome: succeeded, skipped_completed, retried, \
                  poisoned, released, waited_for_peer, waited_for_store, lease_lost, moved, \
-                 superseded.",
+                 superseded, probe_taken.",
             ),
             failed: counter(
                 names::MESSAGES_FAILED,

@@ -106,11 +106,13 @@ pub enum MessageOutcome {
     Moved,
     /// An older copy of a job moved between lanes, deleted unrun.
     Superseded,
+    /// A probe for Spot capacity, deleted unrun.
+    ProbeTaken,
 }
 
 impl MessageOutcome {
     /// Every outcome, in the order the docs list them.
-    pub const ALL: [MessageOutcome; 10] = [
+    pub const ALL: [MessageOutcome; 11] = [
         Self::Succeeded,
         Self::SkippedCompleted,
         Self::Retried,
@@ -121,6 +123,7 @@ impl MessageOutcome {
         Self::LeaseLost,
         Self::Moved,
         Self::Superseded,
+        Self::ProbeTaken,
     ];
 
     /// The `outcome` attribute value.
@@ -136,6 +139,7 @@ impl MessageOutcome {
             Self::LeaseLost => "lease_lost",
             Self::Moved => "moved",
             Self::Superseded => "superseded",
+            Self::ProbeTaken => "probe_taken",
         }
     }
 }

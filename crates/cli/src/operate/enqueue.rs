@@ -60,6 +60,10 @@ it finishes: for it, give --results. A
 job still in progress is sent again: if its message is still queued, the
 worker's per-job checkpoint fencing lets only one of the two run it.
 
+A `job_id` under `.spot-worker/` (where the workers keep their own records)
+is refused, and so is a body beginning `spot-worker-probe/` or
+`spot-worker-job/` (what a worker reads as its own probe or deadline envelope).
+
 With --raw the whole input, whatever it holds, is one message, byte for byte
 (line breaks included): what `spot-worker run` gives its program on stdin. A
 text queue carries UTF-8 only; SPOT_WORKER_MESSAGE_ENCODING=base64 carries any
@@ -134,7 +138,13 @@ fn parse_line(raw: &[u8], need_job_id: bool) -> Result<Line, String> {
         ));
     }
     let job_id = match document.get("job_id") {
-        Some(serde_json::Value::String(id)) if !id.is_empty() => Some(id.clone()),
+        Some(serde_json::Value::String(id)) if !id.is_empty() => {
+            spot_worker_storage::refuse_reserved_key(id).map_err(|error| match error {
+                StorageError::InvalidArgument(why) => why,
+                other => other.to_string(),
+            })?;
+            Some(id.clone())
+        }
         _ if need_job_id => {
             return Err("no non-empty string `job_id` field (--skip-existing needs one)".into());
         }
@@ -580,7 +590,7 @@ mod tests {
                 job_id: id.map(str::to_owned),
             })
         };
-        let table: [(&[u8], bool, Result<Line, &str>); 11] = [
+        let table: [(&[u8], bool, Result<Line, &str>); 13] = [
             (
                 b"{\"job_id\":\"j1\"}\n",
                 true,
@@ -597,6 +607,16 @@ mod tests {
             (b"{\"job_id\":7}\n", true, Err("`job_id`")),
             (b"{\"job_id\":\"\"}\n", true, Err("`job_id`")),
             (b"{oops\n", false, Err("not JSON")),
+            (
+                b"{\"job_id\":\".spot-worker/lanes/j1\"}\n",
+                false,
+                Err("is reserved for the workers' own records"),
+            ),
+            (
+                b"{\"job_id\":\".spot-worker\"}\n",
+                true,
+                Err("\".spot-worker\""),
+            ),
             (b"\xff\n", false, Err("not UTF-8")),
             (
                 "{\"a\":\"\u{ffff}\"}\n".as_bytes(),

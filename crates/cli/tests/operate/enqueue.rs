@@ -200,3 +200,45 @@ async fn enqueue_names_a_missing_file_and_a_missing_environment() {
     );
     assert!(!output.stderr.contains("panicked"));
 }
+
+/// What a worker reads as its own is refused before anything is sent: a
+/// probe's or an envelope's body (`--raw`, with or without a deadline),
+/// a `job_id` under `.spot-worker/`; every other line still goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_refuses_reserved_words_and_sends_nothing_for_them() {
+    let azurite = start_azurite();
+    let storage = deployed(&azurite).await;
+    for body in ["spot-worker-probe/1", "spot-worker-job/1 {}\n{}"] {
+        let (_dir, path) = input_file(body);
+        let output = run(spot_worker(&azurite, MessageEncoding::Text)
+            .args(["enqueue", "--raw"])
+            .arg(&path))
+        .await;
+        assert_eq!(output.code, Some(1), "{body:?}: {}", output.stderr);
+        assert!(
+            output.stderr.contains("is reserved for"),
+            "{body:?}: {}",
+            output.stderr
+        );
+    }
+    let (_dir, path) = input_file(concat!(
+        "{\"job_id\":\".spot-worker/lanes/j1\"}\n",
+        "{\"job_id\":\"j2\"}\n",
+    ));
+    let output = run(spot_worker(&azurite, MessageEncoding::Text)
+        .arg("enqueue")
+        .arg(&path))
+    .await;
+    assert_eq!(output.code, Some(1), "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains("line 1: the job key \".spot-worker/lanes/j1\""),
+        "{}",
+        output.stderr
+    );
+    assert_eq!(
+        peek_texts(&storage, QUEUE).await,
+        vec!["{\"job_id\":\"j2\"}".to_owned()]
+    );
+}

@@ -179,6 +179,15 @@ impl Consumer {
         if let Some(panicked) = panicked {
             return self.panicked(delivery, &signals, &panicked).await;
         }
+        // A key where the workers keep their own records would read and
+        // write one of them as the job's checkpoint: poisoned, with the
+        // reason, before anything touches it (its lane record too).
+        if let Some(reserved) = crate::reserved_job_key(&key) {
+            delivery.lane = None;
+            let cause =
+                PoisonCause::Reserved(format!("the job key {key:?}: {}", reserved.explain()));
+            return self.poison(delivery, cause, 0).await;
+        }
         // The record matters before the handler on a redelivery: for the
         // crash-loop guard, and to count earlier deliveries that ended with
         // no outcome (`no_outcome`). A first delivery costs no read. One

@@ -43,6 +43,9 @@ pub enum DeliveryOutcome {
     Moved,
     /// Deleted unrun: an older copy of a job moved between lanes.
     Superseded,
+    /// Deleted unrun: a probe for Spot capacity (`spot-worker-probe/1`),
+    /// on a worker with lanes.
+    ProbeTaken,
 }
 
 impl DeliveryOutcome {
@@ -80,6 +83,7 @@ impl Consumer {
             DeliveryOutcome::LeaseLost => &counters.leases_lost,
             DeliveryOutcome::Moved => &counters.moved,
             DeliveryOutcome::Superseded => &counters.superseded,
+            DeliveryOutcome::ProbeTaken => &counters.probes_taken,
         });
         if let Some(observer) = &self.observer {
             observer(outcome);
@@ -115,6 +119,7 @@ mod tests {
             (DeliveryOutcome::LeaseLost, false),
             (DeliveryOutcome::Moved, false),
             (DeliveryOutcome::Superseded, false),
+            (DeliveryOutcome::ProbeTaken, false),
         ];
         for (outcome, failure) in table {
             assert_eq!(outcome.is_failure(), failure, "{outcome:?}");

@@ -9,7 +9,7 @@ use spot_worker_decisions::lanes::Lane;
 use crate::lanes::PROBE_BODY;
 use crate::queue::QueueMessage;
 
-use super::Consumer;
+use super::{Consumer, DeliveryOutcome};
 
 impl Consumer {
     /// Whether `message` is a probe for Spot capacity
@@ -40,12 +40,21 @@ impl Consumer {
                 }
             }
         }
-        tracing::info!(
-            lane = lanes.lane.as_str(),
-            "a probe for Spot capacity came: deleted"
-        );
         if let Err(error) = self.queue.delete(&message.id, &message.pop_receipt).await {
             tracing::warn!(%error, "deleting a probe for Spot capacity failed; it comes back or expires");
+            return;
         }
+        // Never silent: a producer's body that reads as a probe (they are
+        // refused at enqueue, but not every producer is ours) shows here
+        // and in the `probe_taken` count.
+        self.settled(DeliveryOutcome::ProbeTaken);
+        tracing::info!(
+            lane = lanes.lane.as_str(),
+            queue = self.queue.name(),
+            message_id = %message.id,
+            dequeue_count = message.dequeue_count,
+            inserted_at = ?message.inserted_at,
+            "a probe for Spot capacity came: deleted unrun"
+        );
     }
 }

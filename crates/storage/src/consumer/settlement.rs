@@ -41,6 +41,9 @@ pub(crate) enum PoisonCause {
         unexplained: u32,
         max_deliveries: u32,
     },
+    /// The job's key is one the workers keep for their own records
+    /// ([`reserved_job_key`](crate::reserved_job_key)): why.
+    Reserved(String),
     /// The handler marked its failure permanent.
     Permanent(String),
     /// The handler failed `failures` times.
@@ -79,6 +82,7 @@ impl PoisonCause {
                      recorded), more than max_deliveries {max_deliveries}"
                 )
             }
+            PoisonCause::Reserved(reason) => format!("refused unrun: {reason}"),
             PoisonCause::Permanent(error) => format!("permanent failure: {error}"),
             PoisonCause::Failed {
                 failures,

@@ -41,6 +41,8 @@ pub struct ConsumerStats {
     pub moved: u64,
     /// Older copies of jobs moved between lanes, deleted unrun.
     pub superseded: u64,
+    /// Probes for Spot capacity deleted unrun (a worker with lanes).
+    pub probes_taken: u64,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +60,7 @@ pub(crate) struct Counters {
     pub(crate) waited_for_store: AtomicU64,
     pub(crate) moved: AtomicU64,
     pub(crate) superseded: AtomicU64,
+    pub(crate) probes_taken: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -81,6 +84,7 @@ impl Counters {
             waited_for_store: get(&self.waited_for_store),
             moved: get(&self.moved),
             superseded: get(&self.superseded),
+            probes_taken: get(&self.probes_taken),
         }
     }
 }

@@ -32,7 +32,9 @@ impl Enqueued {
     /// The message for `body`, with `deadline` if it has one, encoded with
     /// `encoding`, its lane chosen with the switch cost `switch_cost` and
     /// the keeper's period `recheck`. A deadline not after its start, or
-    /// already past, is refused.
+    /// already past, is refused, and so is a body a worker would read as
+    /// its own message ([`refuse_reserved_body`](crate::refuse_reserved_body):
+    /// one beginning `spot-worker-probe/` or `spot-worker-job/`).
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -54,6 +56,8 @@ impl Enqueued {
     /// // No deadline: the body as it is, on Spot.
     /// let plain = Enqueued::new(b"{}", None, MessageEncoding::Text, d, minutes(1))?;
     /// assert_eq!((plain.lane, plain.text.as_str()), (Lane::Spot, "{}"));
+    /// // A body a worker reads as its own: refused, with or without a deadline.
+    /// assert!(Enqueued::new(b"spot-worker-probe/1", None, MessageEncoding::Text, d, minutes(1)).is_err());
     /// # Ok::<(), spot_worker_storage::StorageError>(())
     /// ```
     pub fn new(
@@ -63,6 +67,7 @@ impl Enqueued {
         switch_cost: Duration,
         recheck: Duration,
     ) -> Result<Enqueued, StorageError> {
+        crate::refuse_reserved_body(body)?;
         let Some(deadline) = deadline else {
             return Ok(Enqueued {
                 lane: Lane::Spot,

@@ -8,4 +8,5 @@
 mod common;
 mod keeper;
 mod release;
+mod reserved;
 mod without_deadline;

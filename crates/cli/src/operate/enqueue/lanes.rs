@@ -106,8 +106,10 @@ impl Routing {
         self.regular.as_ref()
     }
 
-    /// `body`'s message and its queue.
+    /// `body`'s message and its queue; a body a worker would read as its
+    /// own message (a probe, an envelope) is refused.
     pub(super) fn route(&self, body: &[u8]) -> Result<Routed<'_>> {
+        spot_worker_storage::refuse_reserved_body(body)?;
         if self.deadline.is_none() {
             // Exactly the body, as always.
             return Ok(Routed {
