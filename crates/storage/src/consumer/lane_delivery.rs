@@ -104,6 +104,7 @@ impl Consumer {
         let key = delivery.leftover.key().to_owned();
         let key = key.as_str();
         let envelope = &lane.envelope;
+        let held = delivery.message.dequeue_count;
         for _ in 0..CLAIM_ATTEMPTS {
             let read = match records.read_fenced(key).await {
                 Ok(read) => read,
@@ -120,17 +121,31 @@ impl Consumer {
                 envelope.moved_from.as_deref(),
             );
             match verdict {
-                Arrival::Run => {
-                    lane.set_record(read);
-                    return LaneStart::Run;
-                }
-                Arrival::Claim => {
-                    let claim = LaneRecord::claimed_by(
-                        delivery.message.id.as_str(),
-                        envelope,
-                        lanes.lane,
-                        read.record.as_ref(),
-                    );
+                Arrival::Run | Arrival::Claim => {
+                    let claim = match (&verdict, &read.record) {
+                        // A redelivery of the live message claims it again,
+                        // as this receive: a mover that read the record
+                        // before (its hold ran out) then fails to write its
+                        // intent, and one that reads it after sees this
+                        // receive and moves nothing.
+                        (Arrival::Run, Some(record)) => {
+                            if record.held > held {
+                                return self.lost_to_later_receive(delivery).await;
+                            }
+                            LaneRecord {
+                                held,
+                                updated_at: OffsetDateTime::now_utc(),
+                                ..record.clone()
+                            }
+                        }
+                        _ => LaneRecord::claimed_by(
+                            delivery.message.id.as_str(),
+                            envelope,
+                            lanes.lane,
+                            held,
+                            read.record.as_ref(),
+                        ),
+                    };
                     match records.write(key, &read, &claim).await {
                         Ok(etag) => {
                             lane.set_record(ReadRecord {
@@ -150,7 +165,8 @@ impl Consumer {
                     }
                 }
                 Arrival::Stale => {
-                    self.delete_stale(delivery).await;
+                    let poisoned = read.record.as_ref().is_some_and(|r| r.poisoned);
+                    self.delete_stale(delivery, poisoned).await;
                     return LaneStart::Settled;
                 }
                 Arrival::CompleteMove(to) => {
@@ -162,25 +178,48 @@ impl Consumer {
                     if self.move_on(delivery, to, None).await {
                         return LaneStart::Settled;
                     }
-                    // Not sent: it runs here after all.
-                    return LaneStart::Run;
+                    // Not sent: look again, and claim it to run here (or
+                    // find that another receive did).
+                    continue;
                 }
             }
         }
-        tracing::warn!("the job's lane record kept changing under this delivery; running it");
-        LaneStart::Run
+        // Never run without a claim: the message reappears after its hold.
+        delivery.stop_renewing().await;
+        tracing::warn!(
+            "the job's lane record kept changing under this delivery; not run now, it reappears after its hold"
+        );
+        LaneStart::Settled
     }
 
-    /// Deletes an old copy of a job unrun.
-    async fn delete_stale(&self, delivery: &mut Delivery) {
+    /// Deletes an old copy of a job unrun (of a job that was `poisoned`:
+    /// it stays poisoned).
+    async fn delete_stale(&self, delivery: &mut Delivery, poisoned: bool) {
         delivery.stop_renewing().await;
         if self.settled_lease(delivery) && self.delete(&delivery.lease).await {
             self.settled(DeliveryOutcome::Superseded);
-            tracing::info!(
-                "an older copy of a job moved between lanes; deleted without running it"
-            );
+            if poisoned {
+                tracing::warn!(
+                    "a copy of a poisoned job left by a move; deleted without running it (the job stays poisoned: requeue its poison record to run it again)"
+                );
+            } else {
+                tracing::info!(
+                    "an older copy of a job moved between lanes; deleted without running it"
+                );
+            }
             let _ = self.attempts.forget(&delivery.message.id).await;
         }
+    }
+
+    /// A later receive of this delivery's message claimed the job: this
+    /// delivery's hold ran out before it started, and the message is that
+    /// receive's now. Runs nothing, settles nothing.
+    async fn lost_to_later_receive(&self, delivery: &mut Delivery) -> LaneStart {
+        delivery.stop_renewing().await;
+        tracing::warn!(
+            "a later receive of this message claimed the job before this delivery started it; not run here"
+        );
+        LaneStart::Settled
     }
 
     /// Moves the delivery's job to lane `to` (send, then delete); whether
@@ -235,6 +274,7 @@ impl Consumer {
         let job = MoveJob {
             key: &key,
             message: &delivery.message.id,
+            held: delivery.message.dequeue_count,
             envelope,
             body: &lane.body,
             from: lanes.lane,
@@ -352,16 +392,24 @@ impl Consumer {
         .await;
     }
 
-    /// Deletes the lane record of a poisoned job, so that its poison
-    /// record, requeued, starts afresh; a failure is logged and left to
-    /// the retention rule.
-    pub(super) async fn forget_lane(&self, delivery: &Delivery) {
-        let (Some(_), Some(records)) = (&delivery.lane, self.records()) else {
+    /// Marks the lane record of a poisoned job poisoned (a tombstone): a
+    /// copy a move left behind is then discarded unrun, while its poison
+    /// record, requeued, runs. A failure is logged.
+    pub(super) async fn poison_lane(&self, delivery: &Delivery) {
+        let (Some(lane), Some(records), Some(lanes)) =
+            (&delivery.lane, self.records(), &self.lanes)
+        else {
             return;
         };
         self.settle_call(
-            "delete the job's lane record",
-            records.delete(delivery.leftover.key()),
+            "mark the job's lane record poisoned",
+            records.poison(
+                delivery.leftover.key(),
+                delivery.message.id.as_str(),
+                &lane.envelope,
+                lanes.lane,
+                delivery.message.dequeue_count,
+            ),
         )
         .await;
     }

@@ -172,8 +172,9 @@ impl Consumer {
                 "moved to the poison queue"
             );
             self.forget_attempts(&mut delivery).await;
-            // A requeued poison record starts afresh.
-            self.forget_lane(&delivery).await;
+            // Copies a move left behind stay unrun; a requeued poison
+            // record starts afresh.
+            self.poison_lane(&delivery).await;
         }
     }
 

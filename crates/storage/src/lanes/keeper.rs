@@ -17,6 +17,16 @@
 //!    noting the look in its attempt record so the crash-loop guard does
 //!    not count it.
 //!
+//! It puts back what it will not move first, at once; then, before each
+//! move, renews its lease (every [`RENEW_EVERY`]: a pass stops where it
+//! loses it, putting back the rest) and its hold on that message (one it
+//! lost is left to whoever received it since). None of that is what keeps
+//! a job from running twice, though: a hold can still run out in the
+//! middle of a move. That is the lane record's fenced claim, which every
+//! delivery writes before it runs and which stops a move by a mover
+//! holding an earlier receive of the message (see
+//! [`record`](super::record)).
+//!
 //! A keeper killed anywhere in this leaves every message it received to
 //! reappear after its hold, and a move it began to be finished or
 //! discarded by the next delivery: nothing is lost, nothing runs twice.
@@ -72,6 +82,12 @@ pub struct KeeperPass {
     pub discarded: usize,
     /// Messages received and put back.
     pub put_back: usize,
+    /// Candidates whose hold ran out before their move: left to whoever
+    /// received them since.
+    pub hold_lost: usize,
+    /// The pass stopped early: the keeper's lease went to another worker,
+    /// or could not be renewed.
+    pub lease_lost: bool,
 }
 
 /// Tells the worker what each pass did (its metrics).
@@ -169,10 +185,16 @@ impl LaneKeeper {
             next_pass = Instant::now() + self.lanes.recheck;
             let pass = tokio::select! {
                 () = stop.cancelled() => break,
-                pass = self.pass() => pass,
+                pass = self.pass_holding(lease.as_ref()) => pass,
             };
             match pass {
                 Ok(pass) => {
+                    if pass.lease_lost {
+                        tracing::info!(
+                            "lane keeper: the lease was lost during a pass; the pass stopped there"
+                        );
+                        lease = None;
+                    }
                     if !pass.moved.is_empty() || pass.discarded > 0 {
                         tracing::info!(moved = ?pass.moved, discarded = pass.discarded, at_risk = pass.at_risk, "lane keeper: jobs behind their line moved to the regular lane");
                     }
@@ -225,6 +247,12 @@ impl LaneKeeper {
     /// documentation). Whoever calls it must hold the keeper's lease, or
     /// know that nobody else makes a pass now.
     pub async fn pass(&self) -> Result<KeeperPass, StorageError> {
+        self.pass_holding(None).await
+    }
+
+    /// A pass by the holder of `lease` (renewed during the pass; the pass
+    /// stops where it is lost), or by whoever knows nobody else makes one.
+    async fn pass_holding(&self, lease: Option<&LeaseId>) -> Result<KeeperPass, StorageError> {
         let peeked = self.lanes.spot.peek(MAX_RECEIVE_BATCH).await?;
         let mut pass = KeeperPass {
             peeked: peeked.len(),
@@ -273,11 +301,50 @@ impl LaneKeeper {
         }
         let wanted = u8::try_from(reach).unwrap_or(MAX_RECEIVE_BATCH);
         let received = self.lanes.spot.receive(wanted, self.hold).await?;
-        for message in received {
-            match candidates.iter().find(|c| c.id == message.id) {
-                Some(candidate) => self.move_or_put_back(&message, candidate, &mut pass).await,
-                None => self.put_back(&message, &mut pass).await,
+        let (mine, others): (Vec<_>, Vec<_>) = received
+            .into_iter()
+            .partition(|message| candidates.iter().any(|c| c.id == message.id));
+        // What it will not move goes back at once, not after the moves.
+        let put_back =
+            futures_util::future::join_all(others.iter().map(|m| self.put_back(m))).await;
+        pass.put_back += put_back.into_iter().filter(|&back| back).count();
+        let mut renewed_at = Instant::now();
+        for (index, message) in mine.iter().enumerate() {
+            if let Some(lease) = lease
+                && renewed_at.elapsed() >= RENEW_EVERY
+            {
+                if self.hold_lease(Some(lease.clone())).await.is_none() {
+                    pass.lease_lost = true;
+                    for message in &mine[index..] {
+                        self.give_back(message, &mut pass).await;
+                    }
+                    break;
+                }
+                renewed_at = Instant::now();
             }
+            let Some(candidate) = candidates.iter().find(|c| c.id == message.id) else {
+                continue;
+            };
+            // A fresh hold for the move's few calls; one that ran out is
+            // another receive's now.
+            let receipt = match self
+                .lanes
+                .spot
+                .update_visibility(&message.id, &message.pop_receipt, self.hold)
+                .await
+            {
+                Ok(receipt) => receipt,
+                Err(error) => {
+                    tracing::info!(%error, job = %candidate.key, "lane keeper: its hold on the job ran out before the move; leaving it");
+                    pass.hold_lost += 1;
+                    continue;
+                }
+            };
+            let held = QueueMessage {
+                pop_receipt: receipt,
+                ..message.clone()
+            };
+            self.move_or_put_back(&held, candidate, &mut pass).await;
         }
         Ok(pass)
     }
@@ -391,13 +458,13 @@ impl LaneKeeper {
         pass: &mut KeeperPass,
     ) {
         let Some((envelope, body)) = self.open(&message.body) else {
-            return self.put_back(message, pass).await;
+            return self.give_back(message, pass).await;
         };
         let read = match self.records.read_fenced(&candidate.key).await {
             Ok(read) => read,
             Err(error) => {
                 tracing::warn!(%error, job = %candidate.key, "lane keeper: reading the job's lane record failed; leaving it");
-                return self.put_back(message, pass).await;
+                return self.give_back(message, pass).await;
             }
         };
         let to = match arrival(
@@ -414,7 +481,7 @@ impl LaneKeeper {
             Ok(read) => read.attempts,
             Err(error) => {
                 tracing::warn!(%error, job = %candidate.key, "lane keeper: reading the attempt record failed; leaving the job");
-                return self.put_back(message, pass).await;
+                return self.give_back(message, pass).await;
             }
         };
         // This receive is the keeper's, not a delivery; nor were its
@@ -431,6 +498,7 @@ impl LaneKeeper {
         let job = MoveJob {
             key: &candidate.key,
             message: &message.id,
+            held: message.dequeue_count,
             envelope: &envelope,
             body: &body,
             from: Lane::Spot,
@@ -459,7 +527,7 @@ impl LaneKeeper {
             Moved::Stale => self.discard(message, pass).await,
             Moved::NotSent(reason) => {
                 tracing::warn!(job = %candidate.key, %reason, "lane keeper: could not move the job; it waits where it is");
-                self.put_back(message, pass).await;
+                self.give_back(message, pass).await;
             }
         }
     }
@@ -480,10 +548,15 @@ impl LaneKeeper {
         }
     }
 
+    /// Puts a message back (see [`put_back`](Self::put_back)), counted.
+    async fn give_back(&self, message: &QueueMessage, pass: &mut KeeperPass) {
+        pass.put_back += usize::from(self.put_back(message).await);
+    }
+
     /// Makes a message received but not moved visible again at once, its
     /// look noted in its attempt record (beside the release, never in
-    /// front of it).
-    async fn put_back(&self, message: &QueueMessage, pass: &mut KeeperPass) {
+    /// front of it); whether it is visible again.
+    async fn put_back(&self, message: &QueueMessage) -> bool {
         let note = async {
             let read = self.attempts.read(&message.id).await?;
             self.attempts
@@ -499,9 +572,10 @@ impl LaneKeeper {
             tracing::warn!(%error, "lane keeper: could not note its look in the attempt record");
         }
         match released {
-            Ok(_) => pass.put_back += 1,
+            Ok(_) => true,
             Err(error) => {
                 tracing::warn!(%error, "lane keeper: putting a message back failed; it reappears after its hold");
+                false
             }
         }
     }

@@ -31,6 +31,7 @@ mod keeper;
 mod mover;
 mod producer;
 mod record;
+mod requeue;
 mod spot_capacity;
 mod switch_cost;
 
@@ -46,6 +47,7 @@ pub use envelope::{Carried, ENVELOPE_PREFIX, Envelope, EnvelopeError};
 pub use keeper::{JobKeyFn, KEEPER_LEASE, KeeperObserver, KeeperPass, LaneKeeper};
 pub use producer::{Enqueued, enqueue};
 pub use record::{LANE_RECORD_PREFIX, LaneRecord, LaneRecords};
+pub use requeue::requeue_text;
 pub use spot_capacity::{
     FRESH_FOR_RECHECKS, FleetSpotCapacity, PROBE_BODY, SpotCapacity, SpotSightings, probe_every,
     waits_for_spot,

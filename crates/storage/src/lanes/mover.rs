@@ -1,7 +1,10 @@
 //! Moving a job to the other lane: its lane record says so first, then the
 //! new message goes to the other lane's queue; whoever holds the old
 //! message deletes it after (see [`record`](super::record) for why a crash
-//! between any two steps neither loses the job nor runs it twice).
+//! between any two steps neither loses the job nor runs it twice). The
+//! intent is written only by a mover whose receive of the message is the
+//! latest the record names, fenced by the ETag it read: a mover whose hold
+//! ran out while another receive claimed the job to run sends nothing.
 
 use spot_worker_decisions::lanes::Lane;
 
@@ -11,7 +14,11 @@ use crate::queue::MessageId;
 
 use super::Lanes;
 use super::envelope::{Carried, Envelope};
-use super::record::{Arrival, LaneRecord, LaneRecords, ReadRecord, arrival};
+use super::record::{Arrival, LaneRecord, LaneRecords, ReadRecord, arrival, may_move};
+
+/// Why a mover whose hold ran out sends nothing.
+const LATER_RECEIVE: &str =
+    "a later receive of its message claimed the job (this mover's hold ran out)";
 
 /// The job to move: its message as held, and what goes with it.
 pub(crate) struct MoveJob<'a> {
@@ -19,6 +26,8 @@ pub(crate) struct MoveJob<'a> {
     pub(crate) key: &'a str,
     /// The message held (leased) by the mover.
     pub(crate) message: &'a MessageId,
+    /// Which receive of it the mover holds (its dequeue count).
+    pub(crate) held: u32,
     /// The envelope that message carries.
     pub(crate) envelope: &'a Envelope,
     /// The body, as the handler reads it.
@@ -55,10 +64,16 @@ impl Lanes {
         read: ReadRecord,
     ) -> Moved {
         let envelope = job.envelope;
+        if !may_move(read.record.as_ref(), job.message.as_str(), job.held) {
+            return Moved::NotSent(LATER_RECEIVE.into());
+        }
         let mut intent = match &read.record {
             Some(record) => record.clone(),
-            None => LaneRecord::claimed_by(job.message.as_str(), envelope, job.from, None),
+            None => {
+                LaneRecord::claimed_by(job.message.as_str(), envelope, job.from, job.held, None)
+            }
         };
+        intent.held = job.held;
         intent.moving = Some(job.to);
         intent.updated_at = time::OffsetDateTime::now_utc();
         let etag = match records.write(job.key, &read, &intent).await {
@@ -76,6 +91,9 @@ impl Lanes {
                         ) == Arrival::Stale =>
                     {
                         Moved::Stale
+                    }
+                    Ok(now) if !may_move(now.record.as_ref(), job.message.as_str(), job.held) => {
+                        Moved::NotSent(LATER_RECEIVE.into())
                     }
                     Ok(_) => Moved::NotSent("its lane record changed meanwhile".into()),
                     Err(error) => Moved::NotSent(format!("reading its lane record: {error}")),

@@ -9,9 +9,19 @@
 //! names the generation and the message that holds it, and:
 //!
 //! - a delivery **claims** the record before its handler runs (an
-//!   ETag-fenced write): it is the live copy from then on;
+//!   ETag-fenced write), every delivery, a redelivery of the live message
+//!   too: it names the receive (the message's dequeue count, `held`) that
+//!   runs the job from then on;
 //! - a mover first writes its intent (`moving`: to which lane, as which
-//!   generation), then sends the new message, then deletes its own;
+//!   generation), then sends the new message, then deletes its own. The
+//!   intent is fenced by the ETag of the record the mover read, and is
+//!   refused when the record names a later receive of the mover's message
+//!   than the mover's own ([`may_move`]): so a mover whose hold ran out
+//!   while another receive of the same message claimed it to run never
+//!   sends a copy. Either the claim lands first (the mover's write
+//!   conflicts, or it reads the later receive and stops) or the intent
+//!   does (the claim conflicts, reads the intent, and finishes the move
+//!   instead of running): one of them, by construction, not by timing;
 //! - a delivery of an **older** generation than the record's, or of the
 //!   same generation once another copy made by the same move has claimed
 //!   it, is **stale**: deleted unrun;
@@ -31,9 +41,15 @@
 //! handler that marks no completion of its own. The job enqueued anew (a
 //! new first message) starts afresh. The record also keeps the job's
 //! deadline and lane for `spot-worker status` (the jobs still running,
-//! their slack, those at risk). It is deleted when the job is poisoned (a
-//! requeued poison record starts afresh), and by the checkpoint
-//! container's retention rule, after the queue's messages have expired.
+//! their slack, those at risk). When the job is poisoned the record is
+//! kept as a tombstone, marked poisoned: a copy a half-finished move left
+//! behind (an older generation, a second copy of the same move, a copy a
+//! late mover sends on from the poisoned message) is stale and deleted
+//! unrun, so a poisoned job runs no more. `poison requeue` sends the
+//! original back as moved from the poisoned message, which a tombstone
+//! tells apart from those copies: the job asked for anew. Records go with
+//! the checkpoint container's retention rule, after the queue's messages
+//! have expired.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -68,6 +84,14 @@ pub struct LaneRecord {
     /// The job finished: every copy of it is stale.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub finished: bool,
+    /// The job was poisoned by its live message: every copy of it is
+    /// stale; a requeue of its poison record is not (a tombstone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub poisoned: bool,
+    /// Which receive of the live message claimed it last (its dequeue
+    /// count): a mover holding an earlier receive of it does not move it.
+    #[serde(default)]
+    pub held: u32,
     /// The lane of the live message.
     pub lane: Lane,
     /// A move under way from the live message: to which lane.
@@ -87,18 +111,22 @@ pub struct LaneRecord {
 }
 
 impl LaneRecord {
-    /// The record a delivery of `message` (carrying `envelope`, in `lane`)
-    /// writes to claim the job, over the `previous` one if there is one.
+    /// The record a delivery of `message` (carrying `envelope`, in `lane`,
+    /// its receive number `held`) writes to claim the job, over the
+    /// `previous` one if there is one.
     pub(crate) fn claimed_by(
         message: &str,
         envelope: &Envelope,
         lane: Lane,
+        held: u32,
         previous: Option<&LaneRecord>,
     ) -> LaneRecord {
         // The same job's lineage keeps its first message; a first message,
         // or the job enqueued anew, starts one.
         let origin = match previous {
-            Some(previous) if envelope.generation > 0 && !previous.finished => {
+            Some(previous)
+                if envelope.generation > 0 && !previous.finished && !previous.poisoned =>
+            {
                 previous.origin.clone()
             }
             _ => match &envelope.moved_from {
@@ -112,6 +140,8 @@ impl LaneRecord {
             moved_from: envelope.moved_from.clone(),
             origin,
             finished: false,
+            poisoned: false,
+            held,
             lane,
             moving: None,
             start: OffsetDateTime::from(envelope.deadline.start),
@@ -163,6 +193,13 @@ pub(crate) fn arrival(
         let copy = generation > 0 || message == record.origin || message == record.message;
         return if copy { Arrival::Stale } else { Arrival::Claim };
     }
+    if record.poisoned {
+        return if copy_of_poisoned(record, generation, message, moved_from) {
+            Arrival::Stale
+        } else {
+            Arrival::Claim
+        };
+    }
     if record.generation > generation {
         return Arrival::Stale;
     }
@@ -183,6 +220,64 @@ pub(crate) fn arrival(
         (Some(mine), Some(theirs)) if mine == theirs => Arrival::Stale,
         _ => Arrival::Claim,
     }
+}
+
+/// Whether a message is a copy of the job a `record` marked poisoned:
+/// a generation older than its live message's, that message or the job's first, a second
+/// copy of the move that sent it, or a copy a late mover sent on from it.
+/// A requeue of its poison record (moved from it, its generation) is not.
+fn copy_of_poisoned(
+    record: &LaneRecord,
+    generation: u32,
+    message: &str,
+    moved_from: Option<&str>,
+) -> bool {
+    let sibling = generation == record.generation
+        && moved_from.is_some()
+        && moved_from == record.moved_from.as_deref();
+    let sent_on = generation > record.generation && moved_from == Some(record.message.as_str());
+    // A first message (generation 0) other than the job's own is the job
+    // enqueued anew, as for a finished job.
+    let older = generation > 0 && generation < record.generation;
+    older || message == record.message || message == record.origin || sibling || sent_on
+}
+
+/// Whether a mover holding receive `held` of `message` may move it, by
+/// the job's `record`: not once a later receive of the same message
+/// claimed it (the mover's hold ran out and that receive runs the job).
+pub(crate) fn may_move(record: Option<&LaneRecord>, message: &str, held: u32) -> bool {
+    match record {
+        Some(record) if record.message == message => record.held <= held,
+        _ => true,
+    }
+}
+
+/// The tombstone a delivery of `message` that is poisoned leaves in the
+/// job's record (as `read`), or `None` to leave the record as it is: the
+/// message was an old copy, not the job's live one.
+pub(crate) fn poisoned_record(
+    read: Option<&LaneRecord>,
+    message: &str,
+    envelope: &Envelope,
+    lane: Lane,
+    held: u32,
+) -> Option<LaneRecord> {
+    let live = match arrival(
+        read,
+        envelope.generation,
+        message,
+        envelope.moved_from.as_deref(),
+    ) {
+        Arrival::Stale => return None,
+        Arrival::Run | Arrival::CompleteMove(_) => read.cloned(),
+        Arrival::Claim => None,
+    };
+    let mut record =
+        live.unwrap_or_else(|| LaneRecord::claimed_by(message, envelope, lane, held, read));
+    record.poisoned = true;
+    record.moving = None;
+    record.updated_at = OffsetDateTime::now_utc();
+    Some(record)
 }
 
 /// A record as read, with the ETag its next write is fenced by.
@@ -264,9 +359,37 @@ impl LaneRecords {
             .await
     }
 
-    /// Deletes `job`'s record (the job was poisoned).
+    /// Deletes `job`'s record.
+    #[cfg(test)]
     pub(crate) async fn delete(&self, job: &str) -> Result<(), StorageError> {
         self.store.delete(&Self::key(job)).await
+    }
+
+    /// Marks `job`'s record poisoned by `message` (see [`poisoned_record`]),
+    /// over whatever it holds now.
+    pub(crate) async fn poison(
+        &self,
+        job: &str,
+        message: &str,
+        envelope: &Envelope,
+        lane: Lane,
+        held: u32,
+    ) -> Result<(), StorageError> {
+        for _ in 0..4 {
+            let read = self.read_fenced(job).await?;
+            let Some(record) = poisoned_record(read.record.as_ref(), message, envelope, lane, held)
+            else {
+                return Ok(());
+            };
+            match self.write(job, &read, &record).await {
+                Ok(_) => return Ok(()),
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Err(StorageError::Conflict {
+            key: Self::key(job),
+        })
     }
 
     /// Marks `job`'s record finished (its copies are stale from now on),
@@ -308,6 +431,8 @@ mod tests {
             moved_from: moved_from.map(str::to_owned),
             origin: "m".to_owned(),
             finished: false,
+            poisoned: false,
+            held: 1,
             lane: Lane::Spot,
             moving,
             start: OffsetDateTime::UNIX_EPOCH,
@@ -324,6 +449,10 @@ mod tests {
         let moving = Some(record(1, "n", Some("m"), Some(Lane::Regular)));
         let finished = Some(LaneRecord {
             finished: true,
+            ..record(1, "n", Some("m"), None)
+        });
+        let poisoned = Some(LaneRecord {
+            poisoned: true,
             ..record(1, "n", Some("m"), None)
         });
         // (record, message generation, message id, moved from, verdict)
@@ -376,6 +505,17 @@ mod tests {
             (finished.clone(), 1, "n", Some("m"), Stale),
             (finished.clone(), 3, "z", Some("y"), Stale),
             (finished, 0, "m3", None, Claim),
+            // Once the job was poisoned, its copies are stale too: an older
+            // generation, the poisoned message, the job's first, a second
+            // copy of the move that sent it, a copy a late mover sent on
+            // from it. Its poison record requeued (moved from the poisoned
+            // message, its generation) and the job enqueued anew are not.
+            (poisoned.clone(), 0, "m", None, Stale),
+            (poisoned.clone(), 1, "n", Some("m"), Stale),
+            (poisoned.clone(), 1, "n2", Some("m"), Stale),
+            (poisoned.clone(), 2, "o", Some("n"), Stale),
+            (poisoned.clone(), 1, "r", Some("n"), Claim),
+            (poisoned, 0, "m4", None, Claim),
         ];
         for (record, generation, message, moved_from, expected) in rows {
             assert_eq!(
@@ -384,6 +524,61 @@ mod tests {
                 "{record:?} / generation {generation}, {message}, from {moved_from:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_mover_holding_an_earlier_receive_of_the_live_message_does_not_move_it() {
+        let live = record(0, "m", None, None);
+        // (record, mover's message, mover's receive, may move)
+        let rows = [
+            (None, "m", 1, true),
+            (Some(&live), "m", 1, true),
+            (Some(&live), "m", 2, true),
+            (Some(&live), "m", 0, false),
+            // Another message's record: the generations decide, not this.
+            (Some(&live), "x", 0, true),
+        ];
+        for (record, message, held, expected) in rows {
+            assert_eq!(
+                may_move(record, message, held),
+                expected,
+                "{record:?} / {message} receive {held}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_poisoned_live_message_leaves_a_tombstone_and_an_old_copy_leaves_none() {
+        let envelope = |generation: u32, moved_from: Option<&str>| Envelope {
+            deadline: spot_worker_decisions::lanes::Deadline {
+                start: SystemTime::UNIX_EPOCH,
+                due: SystemTime::UNIX_EPOCH,
+                work: std::time::Duration::from_secs(1),
+            },
+            generation,
+            key: Some("j".into()),
+            lane: Some(Lane::Spot),
+            moved_from: moved_from.map(str::to_owned),
+            carried: Default::default(),
+        };
+        let live = record(1, "n", Some("m"), None);
+        // The live message: its record, marked.
+        let tomb = poisoned_record(Some(&live), "n", &envelope(1, Some("m")), Lane::Spot, 5)
+            .expect("a tombstone");
+        assert!(tomb.poisoned && tomb.message == "n" && tomb.generation == 1);
+        // An old copy poisoned: the live record stays as it is.
+        assert_eq!(
+            poisoned_record(Some(&live), "m", &envelope(0, None), Lane::Spot, 9),
+            None
+        );
+        // No record yet: one made for the poisoned message.
+        let fresh = poisoned_record(None, "m", &envelope(0, None), Lane::Regular, 3).unwrap();
+        assert!(fresh.poisoned && fresh.message == "m" && fresh.held == 3);
+        // A stale copy of the tombstone's job leaves it as it is.
+        assert_eq!(
+            poisoned_record(Some(&tomb), "n2", &envelope(1, Some("m")), Lane::Spot, 1),
+            None
+        );
     }
 
     #[tokio::test]

@@ -302,3 +302,50 @@ async fn a_job_nobody_takes_tells_the_keeper_spot_is_gone() {
     assert!(!fleet.spot_capacity.there());
     assert_eq!(fleet.spot.len(), 2, "nothing moved or taken");
 }
+
+/// Issue 37, item 4: a pass longer than the keeper's lease (each move's
+/// send takes 12 s, four moves; the lease lasts 30 s) keeps the lease, so
+/// no second keeper starts a pass over the same queue meanwhile (before:
+/// renewed only between passes, free 30 s into this one).
+#[tokio::test(start_paused = true)]
+async fn a_long_pass_keeps_the_keepers_lease() {
+    let fleet = Fleet::new(Duration::ZERO);
+    behind(&fleet, 4).await;
+    let slow = FaultyQueue::new(fleet.regular.clone());
+    slow.faults().send_delay_ms.store(12_000, Ordering::SeqCst);
+    let lanes = Lanes {
+        regular: Arc::new(slow.clone()),
+        ..fleet.lanes(Lane::Spot, RECHECK)
+    };
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let keeper = Arc::new(keeper(&fleet, lanes, Arc::clone(&leases)));
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (keeper, stop) = (Arc::clone(&keeper), stop.clone());
+        async move { keeper.run(stop).await }
+    });
+    wait_until("the pass's first send began", || {
+        slow.faults().calls().3 == 1
+    })
+    .await;
+    let mut looked = 0;
+    while fleet.regular.len() < 4 {
+        assert!(looked < 120, "the pass did not end");
+        let taken = leases
+            .acquire(
+                spot_worker_storage::lanes::KEEPER_LEASE,
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert!(
+            taken.is_none(),
+            "the lease was free {looked} s into the pass"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        looked += 1;
+    }
+    assert!(looked > 30, "the pass outlasted the lease ({looked} s)");
+    stop.cancel();
+    running.await.unwrap();
+}

@@ -8,6 +8,7 @@
 //! original).
 
 use anyhow::{Context as _, Result, bail};
+use spot_worker_storage::lanes::requeue_text;
 use spot_worker_storage::{MessageQueue as _, QueueMessage};
 
 use super::record::{Entry, Selection, original_text};
@@ -120,7 +121,15 @@ async fn requeue_one(
         Ok(record) => record,
         Err(e) => bail!("not a poison record ({e}); nothing to requeue"),
     };
-    let original = original_text(fleet, record).await?;
+    // A job with a deadline goes back marked as moved from the poisoned
+    // message: its lane record's tombstone then tells it from the copies a
+    // move left behind, which stay unrun.
+    let original = requeue_text(
+        record.encoding,
+        &original_text(fleet, record).await?,
+        &record.original_id,
+    )
+    .context("re-encoding the original's envelope")?;
     let queue = fleet.queue_named(&record.queue)?;
     let new_id = queue
         .send(&original, std::time::Duration::ZERO)

@@ -111,7 +111,8 @@ pub(super) async fn lanes_status(
             async move {
                 let job = blob.name.strip_prefix(LANE_RECORD_PREFIX)?.to_owned();
                 let record = records.read(&job).await.ok()??;
-                if record.finished {
+                // A poisoned job is in the poison queue, not running.
+                if record.finished || record.poisoned {
                     return None;
                 }
                 let progress = progress_from(&store, &job, &record.deadline()).await;
