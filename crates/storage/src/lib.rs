@@ -45,6 +45,7 @@ mod lease_store;
 pub mod memory;
 mod queue;
 mod result;
+mod worker_records;
 
 pub use checkpoint::{
     Blocking, Checkpoint, CheckpointStore, Committed, ETag, JobCheckpoint, StoredCheckpoint,
@@ -70,6 +71,7 @@ pub use queue::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, VisibleMessage,
 };
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
+pub use worker_records::{ATTEMPT_RECORD_PREFIX, WORKER_RECORDS};
 
 // Re-exported so users name the same types the traits use.
 pub use async_trait::async_trait;
