@@ -17,7 +17,7 @@ use crate::error::{Operation, bounded, error_code, map_error};
 
 /// Where `prepare` writes its probe blobs. The leading dot keeps them apart
 /// from job keys and result names in listings.
-const PROBE_PREFIX: &str = ".spot-worker/probe-";
+pub const PROBE_PREFIX: &str = ".spot-worker/probe-";
 
 /// Blob names may be up to 1024 characters.
 pub(crate) const MAX_BLOB_NAME_LEN: usize = 1024;

@@ -70,6 +70,14 @@ mod workload_identity;
 
 pub use checkpoint::BlobCheckpointStore;
 pub use chunks::{BlobChunkStore, CHUNK_PREFIX};
+pub use container::PROBE_PREFIX;
+
+/// The keys (prefixes) the blob backends write under `.spot-worker/` in
+/// the checkpoint container besides the storage crate's
+/// (`spot_worker_storage::WORKER_RECORDS`): the chunks of large
+/// checkpoints, and the write probe of `prepare` (deleted at once, left
+/// only by a worker that dies in between).
+pub const WORKER_RECORDS: [&str; 2] = [CHUNK_PREFIX, PROBE_PREFIX];
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
     AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,

@@ -436,3 +436,53 @@ async fn demo_without_azurite_installed_says_how_to_install_it() {
     .await;
     assert_clean_failure(&output, "npm ci --prefix tools/azurite");
 }
+
+/// Every command of "Operating a fleet" (docs/operating.md), and each of
+/// their subcommands, has `--help` with examples.
+#[test]
+fn every_operator_command_has_examples_in_its_help() {
+    fn help(path: &[String]) -> String {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_spot-worker"))
+            .args(path)
+            .arg("--help")
+            .output()
+            .expect("the binary runs");
+        assert!(output.status.success(), "{path:?} --help");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+    /// The subcommands a help lists under "Commands:", `help` left out.
+    fn subcommands(help: &str) -> Vec<String> {
+        help.lines()
+            .skip_while(|line| *line != "Commands:")
+            .skip(1)
+            .take_while(|line| line.starts_with("  "))
+            .filter(|line| !line.starts_with("   "))
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|name| *name != "help")
+            .map(str::to_owned)
+            .collect()
+    }
+    let mut pending: Vec<Vec<String>> = ["enqueue", "status", "poison", "checkpoints", "results"]
+        .iter()
+        .map(|c| vec![(*c).to_owned()])
+        .collect();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    while let Some(path) = pending.pop() {
+        let text = help(&path);
+        checked += 1;
+        if !["Examples:\n  spot-worker ", "Example:\n  spot-worker "]
+            .iter()
+            .any(|heading| text.contains(heading))
+        {
+            missing.push(path.join(" "));
+        }
+        for sub in subcommands(&text) {
+            let mut next = path.clone();
+            next.push(sub);
+            pending.push(next);
+        }
+    }
+    assert!(checked > 5, "only {checked} commands found");
+    assert!(missing.is_empty(), "no examples in --help of: {missing:?}");
+}

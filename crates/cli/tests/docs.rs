@@ -18,6 +18,10 @@ mod claims;
 mod facts;
 #[path = "docs/help.rs"]
 mod help;
+#[path = "docs/inventory.rs"]
+mod inventory;
+#[path = "docs/links.rs"]
+mod links;
 #[path = "docs/prose.rs"]
 mod prose;
 #[path = "docs/session.rs"]

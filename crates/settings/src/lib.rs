@@ -68,7 +68,7 @@ pub fn help(secret_flags: SecretFlags) -> String {
     );
     for setting in table::ALL {
         let default = setting.default_text().replace('`', "");
-        let doc = setting.doc().replace('`', "");
+        let doc = plain(setting.doc());
         if setting.secret() && secret_flags == SecretFlags::Refused {
             out.push_str(&format!(
                 "  {} (environment or file only: a credential)   [default: {default}]\n      {doc}\n",
@@ -85,6 +85,47 @@ pub fn help(secret_flags: SecretFlags) -> String {
     out
 }
 
+/// A setting's documentation as a terminal shows it: code spans without
+/// their backticks, and a Markdown link `[text](page.md#section)` as its
+/// text and the page, `text (docs/page.md)`, the way the docs' own links
+/// are relative to `docs/`.
+///
+/// ```
+/// use spot_worker_settings::plain;
+///
+/// assert_eq!(
+///     plain("see [Delivery semantics](lifecycle.md#delivery-semantics); `off`"),
+///     "see Delivery semantics (docs/lifecycle.md); off"
+/// );
+/// ```
+pub fn plain(doc: &str) -> String {
+    let mut out = String::with_capacity(doc.len());
+    let mut rest = doc;
+    while let Some(open) = rest.find('[') {
+        // The text ends at the first `]`; a link has `(target)` right after.
+        let link = rest[open..].find(']').and_then(|close| {
+            let close = open + close;
+            rest[close..].starts_with("](").then_some(())?;
+            let end = close + rest[close..].find(')')?;
+            Some((close, end))
+        });
+        let Some((close, end)) = link else {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            continue;
+        };
+        let page = rest[close + 2..end].split('#').next().unwrap_or_default();
+        out.push_str(&rest[..open]);
+        out.push_str(&rest[open + 1..close]);
+        if !page.is_empty() {
+            out.push_str(&format!(" (docs/{page})"));
+        }
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out.replace('`', "")
+}
+
 /// The configuration table of `docs/configuration.md`: one row per setting of
 /// [`table::ALL`], in its order.
 pub fn markdown_table() -> String {
@@ -98,4 +139,42 @@ pub fn markdown_table() -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_read_as_their_text_and_page() {
+        let rows = [
+            ("no link, `code`", "no link, code"),
+            (
+                "see [the two lanes](deploying.md#the-two-lanes)",
+                "see the two lanes (docs/deploying.md)",
+            ),
+            (
+                "[a](a.md) and [b](b.md#x).",
+                "a (docs/a.md) and b (docs/b.md).",
+            ),
+            ("[same page](#section)", "same page"),
+            ("a [bracket] alone", "a [bracket] alone"),
+            ("[x] then [y](y.md)", "[x] then y (docs/y.md)"),
+            ("[unclosed](a.md", "[unclosed](a.md"),
+        ];
+        for (doc, shown) in rows {
+            assert_eq!(plain(doc), shown, "{doc}");
+        }
+    }
+
+    #[test]
+    fn the_help_shows_no_markdown() {
+        for flags in [SecretFlags::Accepted, SecretFlags::Refused] {
+            let text = help(flags);
+            assert!(!text.contains("]("), "a Markdown link in --help");
+            assert!(!text.contains('`'), "a backtick in --help");
+        }
+        // The pages linked are named.
+        assert!(help(SecretFlags::Refused).contains("(docs/lifecycle.md)"));
+    }
 }

@@ -186,7 +186,7 @@ pub const LANE_KEEPER: Setting<bool> = Setting {
     key: "SPOT_WORKER_LANE_KEEPER",
     default: true,
     default_doc: None,
-    doc: "with lanes: take turns (one worker of the fleet at a time, by a blob lease) at moving the jobs waiting in the Spot lane that fall behind their line to the regular lane",
+    doc: "with lanes: take turns (one worker of the fleet at a time, by a blob lease) at moving to the regular lane the jobs waiting in the Spot lane that `SPOT_WORKER_LANE_POLICY` sends there (`uniform-progress`: behind their line; `patient`: behind it once the Spot outage has outlasted what the job can afford to wait out), after the fleet's usual queue wait (at once for the safety net)",
     secret: false,
 };
 
@@ -213,7 +213,7 @@ pub const LANE_POLICY: Setting<Text> = Setting {
     key: "SPOT_WORKER_LANE_POLICY",
     default: text("patient"),
     default_doc: None,
-    doc: "with lanes: the rule that picks a job's lane: `patient` (Uniform Progress that learns from the fleet's Spot outages how long a job can afford to wait one out, and goes back to Spot only for runs worth a switch) or `uniform-progress` (the paper's rule as it stands); both keep the safety net and never move a job that runs on Spot; see [Deadlines](deadlines.md#the-policies)",
+    doc: "with lanes: the rule that picks a job's lane: `patient` (Uniform Progress that learns from the fleet's Spot outages how long a job can afford to wait one out, and goes back to Spot only for runs worth a switch) or `uniform-progress` (the paper's rule as it stands); both keep the safety net and never move a job that runs on Spot; see [the patient policy](deadlines.md#the-patient-policy-the-default)",
     secret: false,
 };
 

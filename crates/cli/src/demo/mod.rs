@@ -45,8 +45,9 @@ const PREEMPT_NOTICE: Duration = Duration::from_secs(30);
 const EVICT_AT_PERCENT: u64 = 40;
 /// IMDS allows 5 requests per second; 4 leave a margin and notice quickly.
 const IMDS_POLL: Duration = Duration::from_millis(250);
-/// Numbers per job unless `--size` says otherwise: about 4 s of one core in
-/// a release build; a debug build counts about ten times slower.
+/// Numbers per job unless `--size` says otherwise: about 3 s of one core in
+/// a release build (2,000 chunks of 1.3 to 1.7 ms: docs/benchmarks.md, "The
+/// primes job's pace"); a debug build counts about ten times slower.
 const DEFAULT_SIZE: u64 = if cfg!(debug_assertions) {
     200_000_000
 } else {
@@ -63,7 +64,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
     jobs: u64,
 
-    /// Numbers per job [default: 2_000_000_000 in a release build (about 4 s
+    /// Numbers per job [default: 2_000_000_000 in a release build (about 3 s
     /// of one core per job), 200_000_000 in a debug build].
     #[arg(long, value_name = "NUMBERS_PER_JOB", value_parser = parse_count)]
     size: Option<NonZeroU64>,

@@ -98,11 +98,11 @@ pub struct EnqueueArgs {
     result_name: String,
     /// When each job must be done: a time (2026-12-01T18:00:00Z) or a
     /// duration from now (52h).
-    #[arg(long, value_name = "WHEN", requires = "work")]
+    #[arg(long, value_name = "WHEN")]
     deadline: Option<String>,
     /// Each job's work, as the time it takes on one VM once started (an
     /// estimate; e.g. 48h). Goes with --deadline.
-    #[arg(long, value_name = "DURATION", value_parser = spot_worker_runtime::parse_duration, requires = "deadline")]
+    #[arg(long, value_name = "DURATION", value_parser = spot_worker_runtime::parse_duration)]
     work: Option<std::time::Duration>,
 }
 
@@ -325,6 +325,11 @@ impl Progress {
 }
 
 pub async fn run(args: EnqueueArgs) -> Result<()> {
+    // Checked here, not by clap's `requires`: clap's usage line for a
+    // missing argument lists every one it was given, settings from the
+    // environment included (`--imds-endpoint <IMDS_ENDPOINT>`), as if they
+    // were required.
+    let deadline = deadline_of(args.deadline.as_deref(), args.work)?;
     let mut fleet = Fleet::from_env()?;
     if let Some(name) = &args.queue {
         if name.trim().is_empty() {
@@ -332,7 +337,6 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
         }
         fleet.config.queue.clone_from(name);
     }
-    let deadline = deadline_of(args.deadline.as_deref(), args.work)?;
     let routing = Routing::new(&fleet, deadline).await?;
     if args.raw {
         return send_raw(&fleet, &routing, args.input.as_deref()).await;

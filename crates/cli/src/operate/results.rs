@@ -34,6 +34,11 @@ pub struct ResultsArgs {
 enum ResultsCommand {
     /// Print one result on stdout, exactly as stored (on a terminal, with
     /// control characters escaped).
+    #[command(after_help = "\
+Examples:
+  spot-worker results get j1.json                         # a primes result
+  spot-worker results get job-42 > job-42.out             # a program's result file, byte for byte
+  spot-worker results get --container renders frame-7    # another container than SPOT_WORKER_RESULTS_CONTAINER")]
     Get {
         /// The result's name in the container.
         name: String,

@@ -112,7 +112,7 @@ impl Facts {
 }
 
 /// Calls `read` with the path and text of every source file under `dir`.
-fn visit(dir: &Path, read: &mut dyn FnMut(&Path, &str)) {
+pub fn visit(dir: &Path, read: &mut dyn FnMut(&Path, &str)) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

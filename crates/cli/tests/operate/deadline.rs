@@ -151,6 +151,42 @@ async fn a_deadline_needs_the_regular_lane_work_and_a_future() {
     assert!(peek_texts(&storage, QUEUE).await.is_empty(), "nothing sent");
 }
 
+/// Half of a deadline is named alone, before any storage is needed: not
+/// as a clap usage line that lists the settings the environment gave
+/// (`--imds-endpoint <IMDS_ENDPOINT>` after `spot-worker dev env`) as if
+/// they were required.
+#[tokio::test]
+async fn half_a_deadline_is_an_error_naming_the_other_half_only() {
+    let (_dir, path) = input_file("{\"job_id\":\"a\"}\n");
+    let rows: [(&[&str], &str); 2] = [
+        (&["--deadline", "52h"], "--deadline needs --work"),
+        (&["--work", "48h"], "--work goes with --deadline"),
+    ];
+    for (args, says) in rows {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_spot-worker"));
+        command
+            .env_clear()
+            .env("SPOT_WORKER_IMDS_ENDPOINT", "http://127.0.0.1:9")
+            .arg("enqueue")
+            .args(args)
+            .arg(&path);
+        let output = run(&mut command).await;
+        assert_eq!(output.code, Some(1), "{args:?}: {}", output.stderr);
+        let lines: Vec<&str> = output.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {}", output.stderr);
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(says),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            !output.stderr.contains("imds-endpoint"),
+            "{}",
+            output.stderr
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() {
     use spot_worker_decisions::goodput::Ledger;

@@ -162,7 +162,7 @@ impl AttemptLog {
 
     /// The checkpoint key of `id`'s record.
     pub(crate) fn key(id: &MessageId) -> String {
-        format!(".spot-worker/attempts/{id}")
+        format!("{}{id}", crate::ATTEMPT_RECORD_PREFIX)
     }
 
     /// The record of `id`; empty if there is none.

@@ -379,6 +379,9 @@ fn unhex32(text: &str) -> Option<[u8; 32]> {
 }
 
 #[cfg(test)]
+mod bad_input;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

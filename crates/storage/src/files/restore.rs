@@ -269,3 +269,6 @@ fn create(target: &Path, roots: &CheckpointFiles) -> Result<File, StorageError> 
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+#[cfg(test)]
+mod bad_input;

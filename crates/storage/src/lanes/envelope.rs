@@ -248,6 +248,9 @@ pub(crate) fn rfc3339(time: SystemTime) -> String {
 }
 
 #[cfg(test)]
+mod bad_input;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

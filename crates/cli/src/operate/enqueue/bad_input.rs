@@ -157,3 +157,31 @@ proptest! {
         }
     }
 }
+
+/// `--deadline WHEN` as an operator may type it: a time, a duration of any
+/// size, or neither.
+fn deadline_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (
+            any::<u64>(),
+            prop::sample::select(vec!["ms", "s", "m", "h", "d", ""])
+        )
+            .prop_map(|(n, unit)| format!("{n}{unit}")),
+        (any::<f64>(), prop::sample::select(vec!["s", "h", "d"]))
+            .prop_map(|(x, unit)| format!("{x}{unit}")),
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})",
+        ".{0,24}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn a_deadline_is_a_time_a_duration_or_an_error(text in deadline_text()) {
+        let now = std::time::SystemTime::now();
+        if let Err(why) = super::lanes::parse_deadline(&text, now) {
+            prop_assert!(why.starts_with(&format!("{text:?}")), "{why}");
+        }
+    }
+}

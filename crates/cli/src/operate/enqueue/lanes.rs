@@ -44,11 +44,14 @@ pub(super) fn parse_deadline(text: &str, now: SystemTime) -> Result<SystemTime, 
     if let Ok(at) = OffsetDateTime::parse(text.trim(), &Rfc3339) {
         return Ok(SystemTime::from(at));
     }
-    parse_duration(text).map(|after| now + after).map_err(|_| {
+    let after = parse_duration(text).map_err(|_| {
         format!(
             "{text:?} is neither a time (2026-12-01T18:00:00Z) nor a duration from now (52h, 90m)"
         )
-    })
+    })?;
+    // `now + after` panics past what a clock can hold.
+    now.checked_add(after)
+        .ok_or_else(|| format!("{text:?} from now is past any time a clock can hold"))
 }
 
 impl Routing {
@@ -190,13 +193,19 @@ mod tests {
     fn a_deadline_is_a_time_or_a_duration_from_now() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         // (given, seconds after now, or the start of the error)
-        let rows: [(&str, Result<i64, &str>); 6] = [
+        let rows: [(&str, Result<i64, &str>); 7] = [
             ("52h", Ok(52 * 3600)),
             ("90m", Ok(5400)),
             ("2027-01-15T09:00:00Z", Ok(3600)),
             ("2027-01-15T10:00:00+01:00", Ok(3600)),
             ("tomorrow", Err("\"tomorrow\" is neither a time")),
             ("2027-01-15", Err("\"2027-01-15\" is neither a time")),
+            // Found by `a_deadline_is_a_time_a_duration_or_an_error`: it
+            // panicked adding the duration to the clock.
+            (
+                "18446744073709551615s",
+                Err("\"18446744073709551615s\" from now is past any time"),
+            ),
         ];
         for (given, expected) in rows {
             let got = parse_deadline(given, now).map(|due| match due.duration_since(now) {
