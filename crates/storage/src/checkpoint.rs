@@ -19,6 +19,7 @@ use crate::consumer::Leftover;
 use crate::error::StorageError;
 use crate::files::ChunkStore;
 
+mod cleanup;
 mod files;
 mod measure;
 mod notes;

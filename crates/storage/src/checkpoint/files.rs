@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::cleanup::{remove_all, remove_unless_stored};
 use super::{Blocking, Checkpoint, JobCheckpoint};
 use crate::error::StorageError;
 use crate::files::manifest::{
@@ -17,6 +19,11 @@ use crate::files::{
     TransferLimits, restore,
 };
 
+/// How many times a restore starts again from a newer manifest, when the
+/// job's checkpoint moved on under it, before it leaves the job to the
+/// holder that keeps moving it.
+const RESTORE_ATTEMPTS: usize = 4;
+
 /// A handle's files: the chunks its job's latest manifest names (read on
 /// first use), and what its saves sent that no written manifest names yet.
 #[derive(Debug, Default)]
@@ -24,6 +31,8 @@ pub(crate) struct FilesState {
     pub(crate) limits: TransferLimits,
     index: Option<Arc<ChunkIndex>>,
     unnamed: Vec<ChunkKey>,
+    /// Deletes of unused chunks this handle started, running beside.
+    removals: Vec<JoinHandle<()>>,
 }
 
 /// What [`JobCheckpoint::commit_files`] did.
@@ -76,19 +85,73 @@ impl JobCheckpoint {
     /// assert_eq!(again.sent_bytes, 0);
     /// # });
     /// ```
+    ///
+    /// A restore that races another holder's save (the holder replaced the
+    /// manifest and deleted what only the older one named) is not a
+    /// failure: the stored checkpoint is read again and, if it moved on,
+    /// the newer manifest restored instead (a few times at most; then, or
+    /// if what is stored now is no manifest, [`StorageError::Conflict`]:
+    /// the other holder has the job, and the consumer waits for it rather
+    /// than count a failure).
     pub async fn restore_files(
         &mut self,
         roots: &CheckpointFiles,
     ) -> Result<Option<Restored>, StorageError> {
         roots.check_names()?;
-        let Some(manifest) = self.manifest()? else {
+        let restored = self.restore_latest(roots).await;
+        if let (Err(error), Some(notes)) = (&restored, &self.notes) {
+            notes.note(error);
+        }
+        restored
+    }
+
+    async fn restore_latest(
+        &mut self,
+        roots: &CheckpointFiles,
+    ) -> Result<Option<Restored>, StorageError> {
+        let Some(mut manifest) = self.manifest()? else {
             return Ok(None);
         };
         let store = self.chunk_store()?;
-        let (restored, index) = restore(store, &manifest, roots, self.files.limits).await?;
-        self.files.index = Some(Arc::new(index));
-        self.tell_leftover();
-        Ok(Some(restored))
+        for _ in 0..RESTORE_ATTEMPTS {
+            let failed =
+                match restore(Arc::clone(&store), &manifest, roots, self.files.limits).await {
+                    Ok((restored, index)) => {
+                        self.files.index = Some(Arc::new(index));
+                        self.tell_leftover();
+                        return Ok(Some(restored));
+                    }
+                    Err(failed) => failed,
+                };
+            if !self.moved_on().await? {
+                return Err(failed);
+            }
+            tracing::info!(job_key = %self.key, error = %failed, "the job's checkpoint moved on while it was restored (another holder saved); restoring the newer one");
+            manifest = match self.manifest() {
+                Ok(Some(newer)) => newer,
+                _ => break,
+            };
+        }
+        Err(StorageError::Conflict {
+            key: self.key.clone(),
+        })
+    }
+
+    /// Reads the job's checkpoint again: whether it changed since this
+    /// handle read it (then the handle holds the newer one, as if it had
+    /// been loaded now, and its next write is fenced by it).
+    async fn moved_on(&mut self) -> Result<bool, StorageError> {
+        self.requests += 1;
+        let stored = self.store.read(&self.key).await?;
+        if stored.as_ref().map(|s| &s.etag) == self.etag() {
+            return Ok(false);
+        }
+        if let Some(leftover) = &self.leftover {
+            leftover.saw(stored.as_ref().map(|s| &s.checkpoint));
+        }
+        self.latest = stored.map(|s| (s.checkpoint, s.etag));
+        self.files.index = None;
+        Ok(true)
     }
 
     /// Saves the files under `roots` as the job's checkpoint: stages them
@@ -132,6 +195,7 @@ impl JobCheckpoint {
             limits,
             index,
             unnamed,
+            ..
         } = &mut self.files;
         let staged = Stager {
             store,
@@ -194,29 +258,46 @@ impl JobCheckpoint {
                 self.files.index = Some(new);
                 self.tell_leftover();
                 if let Ok(store) = self.chunk_store() {
-                    spawn_removal(store, doomed);
+                    self.files.removals.extend(spawn_removal(store, doomed));
                 }
                 Ok(Committed::Saved(staged.stats))
             }
             Err(error) => {
-                // Another holder won, or the delivery is over: nothing names
-                // what this save sent (a transient failure may have landed,
-                // so what it sent stays until a later commit decides).
+                // Another holder won, or the delivery is over. What this
+                // handle sent may be named all the same: a write of ours
+                // whose answer was lost may have landed, and another holder
+                // may have read it since. Only what the stored checkpoint
+                // does not name goes (see `cleanup`); after a transient
+                // failure it all stays until a later commit decides.
                 if matches!(
                     error,
                     StorageError::Conflict { .. } | StorageError::JobCancelled { .. }
-                ) && let Ok(store) = self.chunk_store()
+                ) && let Ok(chunks) = self.chunk_store()
                 {
-                    let prefix = job_prefix(&self.key);
                     let sent = std::mem::take(&mut self.files.unnamed);
-                    spawn_removal(
-                        store,
-                        sent.into_iter().map(|key| name_of(&prefix, key)).collect(),
-                    );
                     self.tell_leftover();
+                    let removal = remove_unless_stored(
+                        Arc::clone(&self.store),
+                        chunks,
+                        self.key.clone(),
+                        job_prefix(&self.key),
+                        sent,
+                    );
+                    self.files.removals.push(tokio::spawn(async move {
+                        removal.await;
+                    }));
                 }
                 Err(error)
             }
+        }
+    }
+
+    /// Waits for the deletes of unused chunks this handle started (they
+    /// run beside its saves): for a test, or a process about to exit.
+    pub async fn removals_done(&mut self) {
+        for removal in std::mem::take(&mut self.files.removals) {
+            // A delete that panicked deleted less: nothing to undo.
+            let _ = removal.await;
         }
     }
 
@@ -246,7 +327,7 @@ impl JobCheckpoint {
                 .map(|key| name_of(&prefix, key)),
         );
         self.tell_leftover();
-        spawn_removal(store, doomed);
+        self.files.removals.extend(spawn_removal(store, doomed));
     }
 
     fn chunk_store(&self) -> Result<Arc<dyn ChunkStore>, StorageError> {
@@ -292,7 +373,10 @@ impl JobCheckpoint {
 }
 
 /// The chunks a manifest names (its pages read, not its chunks).
-async fn index_of(store: &dyn ChunkStore, manifest: &Manifest) -> Result<ChunkIndex, StorageError> {
+pub(super) async fn index_of(
+    store: &dyn ChunkStore,
+    manifest: &Manifest,
+) -> Result<ChunkIndex, StorageError> {
     let prefix = &manifest.prefix;
     let mut blobs = Vec::new();
     let entries = match &manifest.files {
@@ -325,36 +409,16 @@ async fn index_of(store: &dyn ChunkStore, manifest: &Manifest) -> Result<ChunkIn
     Ok(ChunkIndex::new(prefix.clone(), chunks, blobs))
 }
 
-/// How many deletes of unused chunks run at once.
-const REMOVALS_AT_ONCE: usize = 8;
-
 /// Deletes `names` beside whatever the caller does next, a few at a time;
 /// a failure is logged and left to the container's retention rule.
-pub(crate) fn spawn_removal(store: Arc<dyn ChunkStore>, names: Vec<String>) {
+pub(crate) fn spawn_removal(
+    store: Arc<dyn ChunkStore>,
+    names: Vec<String>,
+) -> Option<JoinHandle<()>> {
     if names.is_empty() {
-        return;
+        return None;
     }
-    tokio::spawn(remove_all(store, names));
-}
-
-/// Deletes `names`, a few at a time; returns how many failed.
-pub(crate) async fn remove_all(store: Arc<dyn ChunkStore>, names: Vec<String>) -> usize {
-    use futures_util::StreamExt as _;
-    let total = names.len();
-    let failed = futures_util::stream::iter(names)
-        .map(|name| {
-            let store = Arc::clone(&store);
-            async move { store.delete(&name).await.err() }
-        })
-        .buffer_unordered(REMOVALS_AT_ONCE)
-        .filter_map(|error| async move { error })
-        .fold(0usize, |failed, error| async move {
-            if failed == 0 {
-                tracing::warn!(%error, "a checkpoint chunk no manifest names could not be deleted; the container's retention rule removes it");
-            }
-            failed + 1
-        })
-        .await;
-    tracing::debug!(total, failed, "checkpoint chunks no manifest names deleted");
-    failed
+    Some(tokio::spawn(async move {
+        remove_all(store, names).await;
+    }))
 }
