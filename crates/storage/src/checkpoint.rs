@@ -21,6 +21,7 @@ use crate::files::ChunkStore;
 
 mod cleanup;
 mod files;
+mod freshness;
 mod measure;
 mod notes;
 mod save_clock;

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use spot_worker_storage::files::{CheckpointFiles, SaveFilesError};
 use spot_worker_storage::{
@@ -214,4 +215,30 @@ async fn a_restore_racing_the_holders_clean_up_resumes_from_the_newer_manifest()
     assert_eq!(restored.files, 1);
     assert_eq!(std::fs::read(into.path().join("b")).unwrap(), content(2));
     assert!(!into.path().join("a").exists());
+}
+#[tokio::test]
+async fn a_job_whose_chunks_outlive_the_retention_period_still_restores() {
+    let (inner, _faults, store) = stores();
+    let chunks = inner.chunk_store();
+    let retention = Duration::from_secs(7 * 24 * 3600);
+    let day = Duration::from_secs(24 * 3600);
+    let dir = tempfile::tempdir().unwrap();
+    put(dir.path(), "weights", 1);
+    // A job that runs for five weeks, saving once a day, its weights never
+    // changing; the retention rule runs every day.
+    for step in 0..35u32 {
+        if step > 0 {
+            std::fs::remove_file(dir.path().join("step")).unwrap();
+        }
+        put(dir.path(), "step", 100 + step);
+        let mut holder = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
+        holder
+            .save_files(&CheckpointFiles::dir(dir.path()))
+            .await
+            .unwrap();
+        holder.removals_done().await;
+        chunks.advance_clock(day);
+        chunks.expire_older_than(retention);
+        restores(&store, &[("weights", 1), ("step", 100 + step)]).await;
+    }
 }

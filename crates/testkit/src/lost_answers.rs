@@ -230,6 +230,10 @@ impl ChunkStore for LostAnswerChunks {
             .await
     }
 
+    fn now(&self) -> std::time::SystemTime {
+        self.inner.now()
+    }
+
     async fn delete(&self, name: &str) -> Result<(), StorageError> {
         self.faults
             .call(StoreCall::ChunkDelete, self.inner.delete(name))

@@ -5,10 +5,13 @@
 
 use std::sync::Arc;
 
+use std::time::SystemTime;
+
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::cleanup::{remove_all, remove_unless_stored};
+use super::freshness::{dated, dated_since, needs_refresh, older, touch_all};
 use super::{Blocking, Checkpoint, JobCheckpoint};
 use crate::error::StorageError;
 use crate::files::manifest::{
@@ -33,6 +36,11 @@ pub(crate) struct FilesState {
     unnamed: Vec<ChunkKey>,
     /// Deletes of unused chunks this handle started, running beside.
     removals: Vec<JoinHandle<()>>,
+    /// No blob `index` names was written before this (see `freshness`);
+    /// `None`: unknown.
+    dated_since: Option<SystemTime>,
+    /// No blob of `unnamed` was written before this.
+    unnamed_since: Option<SystemTime>,
 }
 
 /// What [`JobCheckpoint::commit_files`] did.
@@ -118,7 +126,9 @@ impl JobCheckpoint {
                 match restore(Arc::clone(&store), &manifest, roots, self.files.limits).await {
                     Ok((restored, index)) => {
                         self.files.index = Some(Arc::new(index));
+                        self.files.dated_since = self.progress().and_then(dated_since);
                         self.tell_leftover();
+                        self.refresh_restored(&store).await;
                         return Ok(Some(restored));
                     }
                     Err(failed) => failed,
@@ -151,7 +161,27 @@ impl JobCheckpoint {
         }
         self.latest = stored.map(|s| (s.checkpoint, s.etag));
         self.files.index = None;
+        self.files.dated_since = None;
         Ok(true)
+    }
+
+    /// Touches the blobs of the manifest just restored if they may be
+    /// near the retention rule's age (see `freshness`): the job resumed
+    /// after a wait keeps them. A failure is logged: the next save tries.
+    async fn refresh_restored(&mut self, store: &Arc<dyn ChunkStore>) {
+        let now = store.now();
+        let Some(index) = self.files.index.clone() else {
+            return;
+        };
+        if !needs_refresh(self.files.dated_since, now) {
+            return;
+        }
+        match touch_all(Arc::clone(store), index.names().collect()).await {
+            Ok(()) => self.files.dated_since = Some(now),
+            Err(error) => {
+                tracing::warn!(job_key = %self.key, %error, "the restored checkpoint's chunks could not be dated anew; the next save tries again");
+            }
+        }
     }
 
     /// Saves the files under `roots` as the job's checkpoint: stages them
@@ -190,6 +220,9 @@ impl JobCheckpoint {
         roots.check_names()?;
         let store = self.chunk_store()?;
         self.load_index(&store).await?;
+        if self.files.unnamed.is_empty() || self.files.unnamed_since.is_none() {
+            self.files.unnamed_since = Some(store.now());
+        }
         let empty = ChunkIndex::default();
         let FilesState {
             limits,
@@ -227,7 +260,16 @@ impl JobCheckpoint {
         blocking: Blocking,
         written_at: Option<Instant>,
     ) -> Result<Committed, StorageError> {
-        let progress = staged.manifest.to_progress();
+        let since = match self.dated(&staged).await {
+            Ok(since) => since,
+            Err(error) => {
+                if let Some(notes) = &self.notes {
+                    notes.note(&error);
+                }
+                return Err(error);
+            }
+        };
+        let progress = dated(staged.manifest.to_progress(), since);
         if self.progress() == Some(&progress) {
             return Ok(Committed::Unchanged);
         }
@@ -256,6 +298,8 @@ impl JobCheckpoint {
                         .map(|key| name_of(&new.prefix, key)),
                 );
                 self.files.index = Some(new);
+                self.files.dated_since = Some(since);
+                self.files.unnamed_since = None;
                 self.tell_leftover();
                 if let Ok(store) = self.chunk_store() {
                     self.files.removals.extend(spawn_removal(store, doomed));
@@ -275,6 +319,7 @@ impl JobCheckpoint {
                 ) && let Ok(chunks) = self.chunk_store()
                 {
                     let sent = std::mem::take(&mut self.files.unnamed);
+                    self.files.unnamed_since = None;
                     self.tell_leftover();
                     let removal = remove_unless_stored(
                         Arc::clone(&self.store),
@@ -290,6 +335,25 @@ impl JobCheckpoint {
                 Err(error)
             }
         }
+    }
+
+    /// The date the manifest of `staged` gives its blobs: the oldest
+    /// write among them, known from the manifest it builds on and the
+    /// saves since; touched first if that is too old (see `freshness`).
+    async fn dated(&mut self, staged: &Staged) -> Result<SystemTime, StorageError> {
+        let store = self.chunk_store()?;
+        let now = store.now();
+        let reused = match self.files.index {
+            Some(_) => self.files.dated_since,
+            None => Some(now),
+        };
+        if let Some(since) = older(reused, Some(self.files.unnamed_since.unwrap_or(now)))
+            && !needs_refresh(Some(since), now)
+        {
+            return Ok(since);
+        }
+        touch_all(store, staged.index.names().collect()).await?;
+        Ok(now)
     }
 
     /// Waits for the deletes of unused chunks this handle started (they
@@ -348,6 +412,7 @@ impl JobCheckpoint {
         };
         let index = index_of(store.as_ref(), &manifest).await?;
         self.files.index = Some(Arc::new(index));
+        self.files.dated_since = self.progress().and_then(dated_since);
         self.tell_leftover();
         Ok(())
     }

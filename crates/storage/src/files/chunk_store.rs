@@ -36,7 +36,7 @@ pub trait ChunkStore: Send + Sync + 'static {
 
     /// The time on the store's clock: what it stamps as a write's
     /// last-modified date (the wall clock, but for a test store whose
-    /// clock a test moves).
+    /// clock a test moves). A store that wraps another forwards it.
     fn now(&self) -> std::time::SystemTime {
         std::time::SystemTime::now()
     }
