@@ -24,6 +24,7 @@ mod files;
 mod freshness;
 mod measure;
 mod notes;
+mod restoring;
 mod save_clock;
 
 pub use files::Committed;
