@@ -93,13 +93,9 @@ async fn a_save_whose_answer_is_lost(
     (a, dir)
 }
 
-#[tokio::test]
-async fn a_conflict_after_a_lost_answer_deletes_no_chunk_the_other_holder_uses() {
-    let (_inner, faults, store) = stores();
-    let (mut a, a_dir) =
-        a_save_whose_answer_is_lost(&store, &faults, CancellationToken::new()).await;
-    // B, a duplicate delivery, restores the manifest that landed and saves
-    // on top of it, reusing its chunks by name.
+/// B, a duplicate delivery, restores the manifest that landed and saves
+/// `c` on top of it, reusing its chunks by name.
+async fn another_holder_builds_on_it(store: &Arc<dyn CheckpointStore>) {
     let b_dir = tempfile::tempdir().unwrap();
     let mut b = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
     b.restore_files(&CheckpointFiles::dir(b_dir.path()))
@@ -110,6 +106,14 @@ async fn a_conflict_after_a_lost_answer_deletes_no_chunk_the_other_holder_uses()
     b.save_files(&CheckpointFiles::dir(b_dir.path()))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_conflict_after_a_lost_answer_deletes_no_chunk_the_other_holder_uses() {
+    let (_inner, faults, store) = stores();
+    let (mut a, a_dir) =
+        a_save_whose_answer_is_lost(&store, &faults, CancellationToken::new()).await;
+    another_holder_builds_on_it(&store).await;
     // A saves again and loses to B.
     put(a_dir.path(), "d", 4);
     let lost = a
@@ -153,16 +157,7 @@ async fn a_clean_up_that_cannot_read_the_stored_manifest_deletes_nothing() {
     let (inner, faults, store) = stores();
     let (mut a, a_dir) =
         a_save_whose_answer_is_lost(&store, &faults, CancellationToken::new()).await;
-    let b_dir = tempfile::tempdir().unwrap();
-    let mut b = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
-    b.restore_files(&CheckpointFiles::dir(b_dir.path()))
-        .await
-        .unwrap()
-        .unwrap();
-    put(b_dir.path(), "c", 3);
-    b.save_files(&CheckpointFiles::dir(b_dir.path()))
-        .await
-        .unwrap();
+    another_holder_builds_on_it(&store).await;
     let before = inner.chunk_store().names();
     put(a_dir.path(), "d", 4);
     // A's conflict read succeeds; the clean-up's read of what is stored
