@@ -116,6 +116,34 @@ impl ChunkStore for BlobChunkStore {
         }
     }
 
+    /// Set Blob Metadata (`touched`): a write, so it moves the blob's
+    /// Last-Modified date, which the lifecycle rule's
+    /// `daysAfterModificationGreaterThan` measures; the bytes stay where
+    /// they are, and the worker's `w` permission covers it.
+    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
+        let blob = self.blob(name)?;
+        let what = self.what(&blob);
+        let metadata = std::collections::HashMap::from([(
+            "touched".to_owned(),
+            "by-a-save-that-reuses-it".to_owned(),
+        )]);
+        self.container
+            .bounded(&what, async {
+                match self
+                    .container
+                    .client
+                    .blob_client(&blob)
+                    .set_metadata(&metadata, None)
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(e) if error_code(&e) == Some("BlobNotFound") => Ok(false),
+                    Err(e) => Err(map_error(e, Operation::Other(&what))),
+                }
+            })
+            .await
+    }
+
     async fn delete(&self, name: &str) -> Result<(), StorageError> {
         let blob = self.blob(name)?;
         self.container.delete(&blob, &self.what(&blob)).await

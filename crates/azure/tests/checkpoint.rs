@@ -214,6 +214,46 @@ async fn the_blob_chunk_store_meets_the_contract() {
     contract::chunk_store(chunks.as_ref()).await;
 }
 
+/// The retention rule measures Last-Modified: touching a chunk (Set Blob
+/// Metadata) must move it, or a reused chunk keeps its first upload's date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touching_a_chunk_moves_its_last_modified_date() {
+    let azurite = start_azurite();
+    let mut config =
+        spot_worker_azure::StorageConfig::from_connection_string(&azurite.connection_string())
+            .unwrap()
+            .for_operator();
+    config.retry = common::short_retries();
+    let operator = spot_worker_azure::AzureStorage::new(config).unwrap();
+    let store = operator.checkpoint_store(&unique("touch")).unwrap();
+    store.create_container_if_missing().await.unwrap();
+    let chunks = store.chunks().expect("blob checkpoints keep files");
+    let name = "0123abcd/chunk-00000001";
+    chunks.put(name, b"abc".to_vec().into()).await.unwrap();
+    let dated = |listed: Vec<spot_worker_azure::StoredBlob>| {
+        listed
+            .into_iter()
+            .find(|blob| blob.name.ends_with(name))
+            .and_then(|blob| blob.last_modified)
+            .expect("the chunk is listed with its date")
+    };
+    let put_at = dated(store.list().await.unwrap());
+    // Last-Modified has whole seconds: let the clock pass the next one.
+    for _ in 0..100 {
+        if time::OffsetDateTime::now_utc().unix_timestamp() > put_at.unix_timestamp() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(chunks.touch(name).await.unwrap());
+    let touched_at = dated(store.list().await.unwrap());
+    assert!(touched_at > put_at, "{put_at} then {touched_at}");
+    assert_eq!(
+        chunks.get(name, 3).await.unwrap().as_deref(),
+        Some(&b"abc"[..])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blob_checkpoint_files_meet_the_contract() {
     let azurite = start_azurite();

@@ -19,9 +19,12 @@ use crate::consumer::Leftover;
 use crate::error::StorageError;
 use crate::files::ChunkStore;
 
+mod cleanup;
 mod files;
+mod freshness;
 mod measure;
 mod notes;
+mod restoring;
 mod save_clock;
 
 pub use files::Committed;

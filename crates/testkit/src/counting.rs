@@ -44,6 +44,7 @@ pub struct StoreCalls {
     chunk_bytes: AtomicU64,
     chunk_gets: AtomicU64,
     chunk_deletes: AtomicU64,
+    chunk_touches: AtomicU64,
 }
 
 impl StoreCalls {
@@ -103,6 +104,11 @@ impl StoreCalls {
     /// Chunks deleted.
     pub fn chunk_deletes(&self) -> u64 {
         self.chunk_deletes.load(Ordering::SeqCst)
+    }
+
+    /// Chunks touched (their date refreshed, see `ChunkStore::touch`).
+    pub fn chunk_touches(&self) -> u64 {
+        self.chunk_touches.load(Ordering::SeqCst)
     }
 
     /// The keys read, in order.
@@ -222,6 +228,15 @@ impl ChunkStore for CountingChunks {
     async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
         StoreCalls::count(&self.calls.chunk_gets);
         self.inner.get(name, len).await
+    }
+
+    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
+        StoreCalls::count(&self.calls.chunk_touches);
+        self.inner.touch(name).await
+    }
+
+    fn now(&self) -> std::time::SystemTime {
+        self.inner.now()
     }
 
     async fn delete(&self, name: &str) -> Result<(), StorageError> {

@@ -4,6 +4,8 @@
 //! - [`contract`]: what every checkpoint and result store must do, run
 //!   against each backend;
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
+//! - [`lost_answers`]: any checkpoint and chunk store whose calls fail on
+//!   a plan, before they apply or after (the answer lost);
 //! - [`counting`]: any checkpoint store with a count of requests by kind;
 //! - [`otlp`]: a telemetry collector that decodes what the exporters send;
 //! - [`podman`]: whether a container test runs here;
@@ -27,6 +29,7 @@ pub mod contract;
 pub mod counting;
 pub mod fault_search;
 pub mod faulty;
+pub mod lost_answers;
 pub mod otlp;
 pub mod podman;
 pub mod procfs;

@@ -5,16 +5,21 @@
 
 use std::sync::Arc;
 
+use std::time::SystemTime;
+
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::cleanup::{remove_all, remove_unless_stored};
+use super::freshness::{dated, dated_since, needs_refresh, older, touch_all};
 use super::{Blocking, Checkpoint, JobCheckpoint};
 use crate::error::StorageError;
 use crate::files::manifest::{
     ChunkKey, Content, Files, Manifest, decode_page, files_from_json, job_prefix, name_of,
 };
 use crate::files::{
-    CheckpointFiles, ChunkIndex, ChunkStore, Restored, SaveFilesError, SaveStats, Staged, Stager,
-    TransferLimits, restore,
+    CheckpointFiles, ChunkIndex, ChunkStore, SaveFilesError, SaveStats, Staged, Stager,
+    TransferLimits,
 };
 
 /// A handle's files: the chunks its job's latest manifest names (read on
@@ -22,8 +27,15 @@ use crate::files::{
 #[derive(Debug, Default)]
 pub(crate) struct FilesState {
     pub(crate) limits: TransferLimits,
-    index: Option<Arc<ChunkIndex>>,
+    pub(super) index: Option<Arc<ChunkIndex>>,
     unnamed: Vec<ChunkKey>,
+    /// Deletes of unused chunks this handle started, running beside.
+    removals: Vec<JoinHandle<()>>,
+    /// No blob `index` names was written before this (see `freshness`);
+    /// `None`: unknown.
+    pub(super) dated_since: Option<SystemTime>,
+    /// No blob of `unnamed` was written before this.
+    unnamed_since: Option<SystemTime>,
 }
 
 /// What [`JobCheckpoint::commit_files`] did.
@@ -42,53 +54,6 @@ impl JobCheckpoint {
     pub fn with_transfer_limits(mut self, limits: TransferLimits) -> Self {
         self.files.limits = limits;
         self
-    }
-
-    /// Restores the files the job's checkpoint names under `roots` (each
-    /// file under the root of its name; directories made as needed, links
-    /// never followed), streamed and checked chunk by chunk. `None` if the
-    /// checkpoint names no files (there is none, or it is not a manifest).
-    ///
-    /// ```
-    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-    /// use std::sync::Arc;
-    /// use spot_worker_storage::files::CheckpointFiles;
-    /// use spot_worker_storage::{InMemoryCheckpointStore, JobCheckpoint};
-    ///
-    /// let store = Arc::new(InMemoryCheckpointStore::new());
-    /// let (before, after) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    /// std::fs::create_dir(before.path().join("layers")).unwrap();
-    /// let weights: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    /// std::fs::write(before.path().join("layers/0.bin"), &weights).unwrap();
-    /// std::fs::write(before.path().join("step"), b"42").unwrap();
-    ///
-    /// let mut job = JobCheckpoint::load(store.clone(), "train-7").await.unwrap();
-    /// let saved = job.save_files(&CheckpointFiles::dir(before.path())).await.unwrap();
-    /// assert_eq!(saved.bytes, 3_000_002);
-    ///
-    /// // Another delivery resumes from it.
-    /// let mut resumed = JobCheckpoint::load(store, "train-7").await.unwrap();
-    /// let restored = resumed.restore_files(&CheckpointFiles::dir(after.path())).await.unwrap();
-    /// assert_eq!(restored.unwrap().files, 2);
-    /// assert_eq!(std::fs::read(after.path().join("layers/0.bin")).unwrap(), weights);
-    /// // Unchanged files are not sent again.
-    /// let again = resumed.save_files(&CheckpointFiles::dir(after.path())).await.unwrap();
-    /// assert_eq!(again.sent_bytes, 0);
-    /// # });
-    /// ```
-    pub async fn restore_files(
-        &mut self,
-        roots: &CheckpointFiles,
-    ) -> Result<Option<Restored>, StorageError> {
-        roots.check_names()?;
-        let Some(manifest) = self.manifest()? else {
-            return Ok(None);
-        };
-        let store = self.chunk_store()?;
-        let (restored, index) = restore(store, &manifest, roots, self.files.limits).await?;
-        self.files.index = Some(Arc::new(index));
-        self.tell_leftover();
-        Ok(Some(restored))
     }
 
     /// Saves the files under `roots` as the job's checkpoint: stages them
@@ -127,11 +92,15 @@ impl JobCheckpoint {
         roots.check_names()?;
         let store = self.chunk_store()?;
         self.load_index(&store).await?;
+        if self.files.unnamed.is_empty() || self.files.unnamed_since.is_none() {
+            self.files.unnamed_since = Some(store.now());
+        }
         let empty = ChunkIndex::default();
         let FilesState {
             limits,
             index,
             unnamed,
+            ..
         } = &mut self.files;
         let staged = Stager {
             store,
@@ -163,7 +132,16 @@ impl JobCheckpoint {
         blocking: Blocking,
         written_at: Option<Instant>,
     ) -> Result<Committed, StorageError> {
-        let progress = staged.manifest.to_progress();
+        let since = match self.dated(&staged).await {
+            Ok(since) => since,
+            Err(error) => {
+                if let Some(notes) = &self.notes {
+                    notes.note(&error);
+                }
+                return Err(error);
+            }
+        };
+        let progress = dated(staged.manifest.to_progress(), since);
         if self.progress() == Some(&progress) {
             return Ok(Committed::Unchanged);
         }
@@ -192,31 +170,70 @@ impl JobCheckpoint {
                         .map(|key| name_of(&new.prefix, key)),
                 );
                 self.files.index = Some(new);
+                self.files.dated_since = Some(since);
+                self.files.unnamed_since = None;
                 self.tell_leftover();
                 if let Ok(store) = self.chunk_store() {
-                    spawn_removal(store, doomed);
+                    self.files.removals.extend(spawn_removal(store, doomed));
                 }
                 Ok(Committed::Saved(staged.stats))
             }
             Err(error) => {
-                // Another holder won, or the delivery is over: nothing names
-                // what this save sent (a transient failure may have landed,
-                // so what it sent stays until a later commit decides).
+                // Another holder won, or the delivery is over. What this
+                // handle sent may be named all the same: a write of ours
+                // whose answer was lost may have landed, and another holder
+                // may have read it since. Only what the stored checkpoint
+                // does not name goes (see `cleanup`); after a transient
+                // failure it all stays until a later commit decides.
                 if matches!(
                     error,
                     StorageError::Conflict { .. } | StorageError::JobCancelled { .. }
-                ) && let Ok(store) = self.chunk_store()
+                ) && let Ok(chunks) = self.chunk_store()
                 {
-                    let prefix = job_prefix(&self.key);
                     let sent = std::mem::take(&mut self.files.unnamed);
-                    spawn_removal(
-                        store,
-                        sent.into_iter().map(|key| name_of(&prefix, key)).collect(),
-                    );
+                    self.files.unnamed_since = None;
                     self.tell_leftover();
+                    let removal = remove_unless_stored(
+                        Arc::clone(&self.store),
+                        chunks,
+                        self.key.clone(),
+                        job_prefix(&self.key),
+                        sent,
+                    );
+                    self.files.removals.push(tokio::spawn(async move {
+                        removal.await;
+                    }));
                 }
                 Err(error)
             }
+        }
+    }
+
+    /// The date the manifest of `staged` gives its blobs: the oldest
+    /// write among them, known from the manifest it builds on and the
+    /// saves since; touched first if that is too old (see `freshness`).
+    async fn dated(&mut self, staged: &Staged) -> Result<SystemTime, StorageError> {
+        let store = self.chunk_store()?;
+        let now = store.now();
+        let reused = match self.files.index {
+            Some(_) => self.files.dated_since,
+            None => Some(now),
+        };
+        if let Some(since) = older(reused, Some(self.files.unnamed_since.unwrap_or(now)))
+            && !needs_refresh(Some(since), now)
+        {
+            return Ok(since);
+        }
+        touch_all(store, staged.index.names().collect()).await?;
+        Ok(now)
+    }
+
+    /// Waits for the deletes of unused chunks this handle started (they
+    /// run beside its saves): for a test, or a process about to exit.
+    pub async fn removals_done(&mut self) {
+        for removal in std::mem::take(&mut self.files.removals) {
+            // A delete that panicked deleted less: nothing to undo.
+            let _ = removal.await;
         }
     }
 
@@ -246,10 +263,10 @@ impl JobCheckpoint {
                 .map(|key| name_of(&prefix, key)),
         );
         self.tell_leftover();
-        spawn_removal(store, doomed);
+        self.files.removals.extend(spawn_removal(store, doomed));
     }
 
-    fn chunk_store(&self) -> Result<Arc<dyn ChunkStore>, StorageError> {
+    pub(super) fn chunk_store(&self) -> Result<Arc<dyn ChunkStore>, StorageError> {
         self.store.chunks().ok_or_else(|| {
             StorageError::InvalidArgument(
                 "this checkpoint store keeps no files (CheckpointStore::chunks)".to_owned(),
@@ -267,13 +284,14 @@ impl JobCheckpoint {
         };
         let index = index_of(store.as_ref(), &manifest).await?;
         self.files.index = Some(Arc::new(index));
+        self.files.dated_since = self.progress().and_then(dated_since);
         self.tell_leftover();
         Ok(())
     }
 
     /// Tells the delivery what this handle's files use, for the consumer
     /// to remove once the job has succeeded.
-    fn tell_leftover(&self) {
+    pub(super) fn tell_leftover(&self) {
         if let Some(leftover) = &self.leftover
             && let Ok(store) = self.chunk_store()
         {
@@ -292,7 +310,10 @@ impl JobCheckpoint {
 }
 
 /// The chunks a manifest names (its pages read, not its chunks).
-async fn index_of(store: &dyn ChunkStore, manifest: &Manifest) -> Result<ChunkIndex, StorageError> {
+pub(super) async fn index_of(
+    store: &dyn ChunkStore,
+    manifest: &Manifest,
+) -> Result<ChunkIndex, StorageError> {
     let prefix = &manifest.prefix;
     let mut blobs = Vec::new();
     let entries = match &manifest.files {
@@ -325,36 +346,16 @@ async fn index_of(store: &dyn ChunkStore, manifest: &Manifest) -> Result<ChunkIn
     Ok(ChunkIndex::new(prefix.clone(), chunks, blobs))
 }
 
-/// How many deletes of unused chunks run at once.
-const REMOVALS_AT_ONCE: usize = 8;
-
 /// Deletes `names` beside whatever the caller does next, a few at a time;
 /// a failure is logged and left to the container's retention rule.
-pub(crate) fn spawn_removal(store: Arc<dyn ChunkStore>, names: Vec<String>) {
+pub(crate) fn spawn_removal(
+    store: Arc<dyn ChunkStore>,
+    names: Vec<String>,
+) -> Option<JoinHandle<()>> {
     if names.is_empty() {
-        return;
+        return None;
     }
-    tokio::spawn(remove_all(store, names));
-}
-
-/// Deletes `names`, a few at a time; returns how many failed.
-pub(crate) async fn remove_all(store: Arc<dyn ChunkStore>, names: Vec<String>) -> usize {
-    use futures_util::StreamExt as _;
-    let total = names.len();
-    let failed = futures_util::stream::iter(names)
-        .map(|name| {
-            let store = Arc::clone(&store);
-            async move { store.delete(&name).await.err() }
-        })
-        .buffer_unordered(REMOVALS_AT_ONCE)
-        .filter_map(|error| async move { error })
-        .fold(0usize, |failed, error| async move {
-            if failed == 0 {
-                tracing::warn!(%error, "a checkpoint chunk no manifest names could not be deleted; the container's retention rule removes it");
-            }
-            failed + 1
-        })
-        .await;
-    tracing::debug!(total, failed, "checkpoint chunks no manifest names deleted");
-    failed
+    Some(tokio::spawn(async move {
+        remove_all(store, names).await;
+    }))
 }

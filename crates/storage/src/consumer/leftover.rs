@@ -184,7 +184,8 @@ impl Consumer {
         };
         // The chunks of its files first: the checkpoint names them.
         if let Some((chunks, names)) = leftover.take_files() {
-            crate::checkpoint::spawn_removal(chunks, names);
+            // The job is done: it resumes nothing, whoever restores.
+            let _ = crate::checkpoint::spawn_removal(chunks, names);
         }
         if leftover.remove_after_success() {
             let removed = self

@@ -28,6 +28,19 @@ pub trait ChunkStore: Send + Sync + 'static {
     /// more than it asked for. `None` if there is no such chunk.
     async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError>;
 
+    /// Refreshes the chunk `name`'s last-modified date (what the
+    /// container's retention rule measures) without sending its bytes:
+    /// the blob store sets its metadata, a write that changes the date and
+    /// nothing else. `false` if there is no such chunk.
+    async fn touch(&self, name: &str) -> Result<bool, StorageError>;
+
+    /// The time on the store's clock: what it stamps as a write's
+    /// last-modified date (the wall clock, but for a test store whose
+    /// clock a test moves). A store that wraps another forwards it.
+    fn now(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
+
     /// Deletes the chunk `name`; one that does not exist counts as deleted.
     async fn delete(&self, name: &str) -> Result<(), StorageError>;
 }

@@ -96,17 +96,28 @@ pub(crate) async fn restore(
         slots: Arc::new(Semaphore::new(limits.concurrency.max(1))),
         budget: Arc::new(Semaphore::new(limits.budget())),
     };
+    // A restore that fails takes back the files it made: none of them is
+    // the checkpoint (the caller may restore a newer one in their place).
+    let mut made: Vec<PathBuf> = Vec::new();
     for entry in &entries {
-        let target = roots.target(&entry.path).ok_or_else(|| {
-            invalid(format!(
-                "the checkpoint holds {}, which is under none of the roots it is restored to",
-                entry.path
-            ))
-        })?;
-        let file = Arc::new(create(&target, roots)?);
-        downloads
-            .write(entry, &file, &mut chunks, &mut blobs)
-            .await?;
+        let written = async {
+            let target = roots.target(&entry.path).ok_or_else(|| {
+                invalid(format!(
+                    "the checkpoint holds {}, which is under none of the roots it is restored to",
+                    entry.path
+                ))
+            })?;
+            let file = Arc::new(create(&target, roots)?);
+            made.push(target);
+            downloads.write(entry, &file, &mut chunks, &mut blobs).await
+        }
+        .await;
+        if let Err(error) = written {
+            for path in &made {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(error);
+        }
         restored.files += 1;
         restored.bytes += entry.size;
     }

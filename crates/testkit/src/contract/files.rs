@@ -13,8 +13,9 @@ use spot_worker_storage::{CheckpointStore, JobCheckpoint, StorageError};
 
 /// Runs the [`ChunkStore`] contract against `store`, fresh and empty: a
 /// chunk reads back exactly, a missing one is `None`, one of another
-/// length than asked is refused, overwriting a name is allowed, and
-/// deleting is idempotent.
+/// length than asked is refused, overwriting a name is allowed, touching
+/// one keeps its bytes (a missing one answers `false`), and deleting is
+/// idempotent.
 pub async fn chunk_store(store: &dyn ChunkStore) {
     let name = "0123abcd/chunk-00000001";
     assert_eq!(store.get(name, 3).await.unwrap(), None, "a missing chunk");
@@ -36,6 +37,16 @@ pub async fn chunk_store(store: &dyn ChunkStore) {
         store.get("0123abcd/empty", 0).await.unwrap(),
         Some(Bytes::new())
     );
+    assert!(
+        store.touch(name).await.unwrap(),
+        "a stored chunk is touched"
+    );
+    assert_eq!(
+        store.get(name, 3).await.unwrap().as_deref(),
+        Some(&b"abc"[..]),
+        "touching keeps the bytes"
+    );
+    assert!(!store.touch("0123abcd/never-stored").await.unwrap());
     store.delete(name).await.unwrap();
     assert_eq!(store.get(name, 3).await.unwrap(), None);
     store
