@@ -18,13 +18,11 @@ fn must_hold(family: Family) {
 }
 
 #[test]
-#[ignore = "finds issue 37 item 1 (clean-up deletes chunks a stored manifest names); fixed on branch wt-chunks"]
 fn chunks() {
     must_hold(Family::Chunks);
 }
 
 #[test]
-#[ignore = "finds issue 37 item 2 (a restore racing the holder's clean-up fails); fixed on branch wt-chunks"]
 fn restore_race() {
     must_hold(Family::RestoreRace);
 }
@@ -66,13 +64,12 @@ fn a_seed_replays_exactly() {
 /// faults replay exactly but the interleaving may not: a failure prints
 /// the trace of the run that failed.
 #[test]
-#[ignore = "finds issue 37 item 4 (a Spot run and a regular run at once); fixed on branch wt-lanes-faults"]
 fn lanes() {
     must_hold(Family::Lanes);
 }
 
 #[test]
-#[ignore = "finds issue 37 item 5 (a poisoned job runs again); fixed on branch wt-lanes-faults"]
+#[ignore = "finds what is left of issue 37 item 5: the poison record is stored, the delete of the original fails, and the job runs again before anything durable says it was poisoned (seed 4)"]
 fn poison() {
     must_hold(Family::Poison);
 }

@@ -170,6 +170,15 @@ impl ChunkStore for Faulty<Arc<dyn ChunkStore>> {
             .await
     }
 
+    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
+        self.call(&format!("touch {}", short(name)), self.inner.touch(name))
+            .await
+    }
+
+    fn now(&self) -> std::time::SystemTime {
+        self.inner.now()
+    }
+
     async fn delete(&self, name: &str) -> Result<(), StorageError> {
         self.call(&format!("delete {}", short(name)), self.inner.delete(name))
             .await
