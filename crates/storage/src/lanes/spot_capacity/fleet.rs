@@ -89,12 +89,20 @@ impl FleetSpotCapacity {
         &SHARD_KEYS
     }
 
-    /// The shard `worker`'s word and eviction go to: the same in every
-    /// process, so a worker's records stay in one place.
-    fn shard_of(&self, worker: &str) -> &FleetDocument<SpotSightings> {
+    /// The checkpoint key of the shard `worker`'s word and eviction go to:
+    /// the same in every process, so a worker's records stay in one place.
+    pub fn shard_key_of(worker: &str) -> &'static str {
+        SHARD_KEYS[Self::shard_index(worker)]
+    }
+
+    fn shard_index(worker: &str) -> usize {
         let hash = blake3::hash(worker.as_bytes());
-        let index = usize::from(hash.as_bytes()[0]) % SHARDS;
-        &self.shards[index]
+        usize::from(hash.as_bytes()[0]) % SHARDS
+    }
+
+    /// The shard `worker`'s word and eviction go to.
+    fn shard_of(&self, worker: &str) -> &FleetDocument<SpotSightings> {
+        &self.shards[Self::shard_index(worker)]
     }
 
     /// The sightings as they stand now: the fleet's document and every
