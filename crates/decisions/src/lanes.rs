@@ -16,7 +16,9 @@
 //! - [`SpotHistory`]: the fleet's Spot capacity as seen (its outages and
 //!   runs), and [`choose_lane_patiently`], the patient policy, which
 //!   spends a job's slack where that history says waiting is cheap;
-//!   [`LanePolicy`] picks between it and [`choose_lane`].
+//!   [`LanePolicy`] picks between it and [`choose_lane`];
+//! - [`spot_capacity_gone`]: whether the evictions reported say the Spot
+//!   capacity is gone (the last worker, or a mass eviction).
 //!
 //! # How to call this
 //!
@@ -76,6 +78,7 @@
 mod patient;
 mod rule;
 mod spot_history;
+mod spot_lost;
 mod standing;
 mod switch_cost;
 
@@ -84,6 +87,7 @@ pub use rule::{Lane, LaneChoice, Phase, Reason, Situation, choose_lane};
 pub use spot_history::{
     Current, MAX_PERIODS, MIN_HISTORY_HOURS, Period, Plan, SpotHistory, WINDOW_HOURS,
 };
+pub use spot_lost::{Evictions, MASS_EVICTION_MIN, MASS_EVICTION_SHARE, spot_capacity_gone};
 pub use standing::{Deadline, Standing};
 pub use switch_cost::{
     DEFAULT_SWITCH_COST_SEED, SEED_WEIGHT_SWITCHES, Samples, SwitchCostParts, SwitchSamples,

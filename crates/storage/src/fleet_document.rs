@@ -1,24 +1,35 @@
 //! [`FleetDocument`]: one small JSON document of figures the whole fleet
 //! adds to, kept in the checkpoint store as an in-progress checkpoint. A
 //! worker adds what it saw with an ETag-fenced read and rewrite; losing a
-//! race to another worker's addition means reading again and retrying, so
-//! no addition is lost or counted twice. The figures only grow: adding is
-//! the whole merge.
+//! race to another worker's addition means waiting a jittered, growing
+//! while (so that writers who collided do not collide again in step) and
+//! reading again, so no addition is lost or counted twice. The figures
+//! only grow: adding is the whole merge.
 //!
-//! The fleet's switch cost (the lanes' d) and its Spot sightings are kept
-//! this way.
+//! The fleet's switch cost (the lanes' d) and its Spot sightings (in
+//! shards: `lanes/spot_capacity/shards.rs`) are kept this way.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::checkpoint::{Checkpoint, CheckpointStore, StoredCheckpoint, WritePrecondition};
+use crate::consumer::backoff::retry_delay;
 use crate::error::StorageError;
 
-/// How many times an addition is retried after losing a race.
-const MAX_ATTEMPTS: u32 = 8;
+/// How many times an addition is tried before it gives up on losing
+/// races: with [`RETRY_BASE`] and [`RETRY_MAX`], about 20 s of waiting,
+/// within an eviction notice.
+const MAX_ATTEMPTS: u32 = 16;
+
+/// The wait after the first race lost; it doubles with each.
+const RETRY_BASE: Duration = Duration::from_millis(20);
+
+/// The longest wait between two attempts.
+const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// A document of `T` figures under one key.
 #[derive(Debug)]
@@ -74,9 +85,13 @@ where
     }
 
     /// Rewrites the figures as `change` says (`None`: leave them as they
-    /// are) and returns them, retrying after a concurrent change.
+    /// are) and returns them, retrying after a concurrent change (after a
+    /// jittered wait that doubles with each race lost).
     pub(crate) async fn update(&self, change: impl Fn(&T) -> Option<T>) -> Result<T, StorageError> {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(retry_delay(RETRY_BASE, RETRY_MAX, attempt)).await;
+            }
             let (current, stored) = self.read_stored().await?;
             let Some(sum) = change(&current) else {
                 return Ok(current);

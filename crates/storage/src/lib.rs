@@ -66,7 +66,8 @@ pub use fenced_results::FencedResults;
 pub use fleet_ledger::FleetLedger;
 pub use lease_store::{InMemoryLeases, LeaseId, LeaseStore, MAX_LEASE, MIN_LEASE};
 pub use memory::{
-    InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue, InMemoryResultStore, StoredMessage,
+    DelayedCheckpointStore, InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue,
+    InMemoryResultStore, StoredMessage,
 };
 pub use queue::{
     MAX_RECEIVE_BATCH, MessageId, MessageQueue, PopReceipt, QueueMessage, VisibleMessage,

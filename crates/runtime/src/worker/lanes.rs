@@ -95,9 +95,10 @@ impl Worker {
         ))
     }
 
-    /// A Spot worker got an eviction notice: the fleet's Spot capacity is
-    /// going. Written in the background, within [`LAST_ADD`], so that the
-    /// drain never waits for it.
+    /// A Spot worker got an eviction notice: the fleet's Spot capacity may
+    /// be going (the fleet judges its evictions together). Written in the
+    /// background, within [`EVICTION_NOTE_WITHIN`], so that the drain never
+    /// waits for it; `run` waits for it at exit.
     pub(super) fn spot_lost(&self) {
         if self.config.lanes.lane != Lane::Spot {
             return;
@@ -106,17 +107,29 @@ impl Worker {
             return;
         };
         let at = std::time::SystemTime::now();
-        tokio::spawn(async move {
-            match tokio::time::timeout(LAST_ADD, view.evicted(at)).await {
+        let note = tokio::spawn(async move {
+            match tokio::time::timeout(EVICTION_NOTE_WITHIN, view.evicted(at)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "could not note the eviction in the fleet's Spot sightings")
                 }
                 Err(_) => tracing::warn!(
-                    "noting the eviction in the fleet's Spot sightings took longer than {LAST_ADD:?}"
+                    "noting the eviction in the fleet's Spot sightings took longer than {EVICTION_NOTE_WITHIN:?}"
                 ),
             }
         });
+        *self
+            .eviction_note
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(note);
+    }
+
+    /// The note of this worker's eviction, if one is being written.
+    pub(super) fn take_eviction_note(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.eviction_note
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// The other lane's queue, which the warmup gate prepares too.
@@ -189,6 +202,11 @@ impl Worker {
 /// The longest the last addition to the fleet's switch cost may take as
 /// the worker stops.
 const LAST_ADD: Duration = Duration::from_secs(1);
+
+/// The longest noting a Spot worker's eviction in the fleet's sightings
+/// may take: well within the 30 s notice, and long enough for a whole
+/// pool's notes to queue on the shards with backoff (docs/deadlines.md).
+const EVICTION_NOTE_WITHIN: Duration = Duration::from_secs(20);
 
 /// A worker's d, seeded from `SPOT_WORKER_SWITCH_COST` (split like the
 /// default seed).

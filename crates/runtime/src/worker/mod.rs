@@ -134,6 +134,10 @@ pub struct Worker {
     /// Whether the fleet's Spot capacity is there, made with the
     /// checkpoint store on first use.
     spot_capacity: std::sync::OnceLock<Arc<SpotCapacity>>,
+    /// The note of this Spot worker's eviction in the fleet's sightings,
+    /// running in the background; waited for (within a bound) at exit, so
+    /// that an idle worker's quick drain does not cut it short.
+    eviction_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Worker {
@@ -163,6 +167,7 @@ impl Worker {
             lanes: None,
             switch_cost,
             spot_capacity: std::sync::OnceLock::new(),
+            eviction_note: std::sync::Mutex::default(),
         }
     }
 
@@ -319,6 +324,11 @@ impl Worker {
         for task in [ledger_task, switch_cost_task].into_iter().flatten() {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
+        }
+        if let Some(note) = self.take_eviction_note() {
+            // Bounded by its own timeout (`EVICTION_NOTE_WITHIN`) and the
+            // exit's: half the time left before the hard deadline.
+            let _ = tokio::time::timeout(final_step(exit_by, 10), note).await;
         }
         health::stop(health_task, &stop_health).await;
         result

@@ -27,7 +27,7 @@
 //!   go (see [`lanes`](crate::lanes)).
 
 pub(crate) mod attempts;
-mod backoff;
+pub(crate) mod backoff;
 mod config;
 mod delivery;
 mod finish;

@@ -1,8 +1,17 @@
 //! Whether the fleet's Spot capacity is there, as its workers see it, and
-//! what they have seen of it ([`SpotHistory`]): one document in the
-//! checkpoint store, [`FleetSpotCapacity`] (`.spot-worker/fleet/
-//! spot-capacity`), kept like the switch cost (an ETag-fenced read and
-//! rewrite).
+//! what they have seen of it ([`SpotHistory`]): [`FleetSpotCapacity`], in
+//! the checkpoint store as records merged by the reader (`fleet.rs`):
+//!
+//! - each Spot worker's word and eviction go to one of [`SHARDS`] shards
+//!   (`.spot-worker/fleet/spot-sightings/00` …), picked by its name, so a
+//!   whole pool evicted at once writes to [`SHARDS`] documents in parallel
+//!   rather than queueing on one;
+//! - the fleet's document (`.spot-worker/fleet/spot-capacity`, the one
+//!   the previous version kept everything in) keeps the history and the
+//!   probes, written only when they change (an outage begins or ends, a
+//!   probe goes out or is taken), and is read as one more record;
+//! - a reader merges them ([`SpotSightings::merge`]) and judges the
+//!   evictions ([`SpotSightings::seen_at`]).
 //!
 //! Azure says nothing of Spot capacity until a VM is asked for, so the
 //! fleet learns it from its own Spot workers:
@@ -11,10 +20,15 @@
 //!   [`Lanes::recheck`](super::Lanes::recheck) ([`FleetSpotCapacity::heard`]);
 //!   Spot counts as there while the last word is fresher than
 //!   [`FRESH_FOR_RECHECKS`] rechecks;
-//! - **gone**: a Spot worker got an eviction notice
-//!   ([`FleetSpotCapacity::lost`]), or a job has waited in the Spot lane
-//!   longer than the fleet's usual queue wait with no Spot worker heard
-//!   from since it was sent (the lane keeper sees that).
+//! - **gone**: the evictions the Spot workers noted
+//!   ([`FleetSpotCapacity::lost`]) left none running, or are a mass
+//!   eviction (at least half the pool within the time a word stays fresh:
+//!   [`spot_capacity_gone`](spot_worker_decisions::lanes::spot_capacity_gone)),
+//!   or a job has waited in the Spot lane longer than the fleet's usual
+//!   queue wait with no Spot worker heard from since it was sent (the lane
+//!   keeper sees that). After a mass eviction, Spot counts as back when a
+//!   worker heard from after the outage began is running and the
+//!   evictions are older than that time.
 //!
 //! A Spot pool scaled to zero says neither. A regular worker whose job
 //! could go back to Spot but sees no Spot worker **asks for one**: it sends
@@ -33,17 +47,15 @@
 //! idles and is scaled in.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use spot_worker_decisions::lanes::{Reason, SpotHistory, unix_secs};
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::CheckpointStore;
 use crate::encoding::MessageEncoding;
 use crate::error::StorageError;
-use crate::fleet_document::FleetDocument;
 
 use super::Lanes;
 
@@ -122,6 +134,10 @@ pub struct SpotSightings {
     /// worker (those heard from within [`FORGET_WORKERS_AFTER`]).
     #[serde(default)]
     pub workers: BTreeMap<String, f64>,
+    /// When each Spot worker got an eviction notice, Unix seconds, by
+    /// worker (those within [`FORGET_WORKERS_AFTER`]); kept in the shards.
+    #[serde(default)]
+    pub evicted: BTreeMap<String, f64>,
     /// When the last probe was sent, Unix seconds.
     pub probe_sent_at: Option<f64>,
     /// When a Spot worker last took a probe, Unix seconds.
@@ -140,58 +156,37 @@ impl SpotSightings {
                 .is_some_and(|heard| now - heard <= fresh_for.as_secs_f64())
     }
 
-    /// Spot `worker` is running at `now`; `None` when the document says
-    /// so already, fresher than `every` / 2 (nothing to write).
-    fn heard(&self, worker: &str, now: f64, every: Duration) -> Option<SpotSightings> {
-        let recent = self
-            .workers
-            .get(worker)
+    /// In the fleet's document: a Spot worker runs at `now`, so Spot has
+    /// been there since `since` (the first word after an outage);
+    /// `None` when the document says so already, with a word fresher than
+    /// `every` / 2 (nothing to write). Workers of the previous version
+    /// read only this document; this keeps its word fresh for them.
+    fn fleet_heard(&self, since: f64, now: f64, every: Duration) -> Option<SpotSightings> {
+        let fresh = self
+            .heard_at
             .is_some_and(|heard| now - heard < every.as_secs_f64() / 2.0);
-        if recent && self.history.is_there() {
+        if fresh && self.history.is_there() {
             return None;
         }
         let mut next = self.clone();
-        next.history.see(true, now);
+        next.history.see(true, since.min(now));
         next.heard_at = Some(self.heard_at.map_or(now, |heard| heard.max(now)));
-        next.workers.insert(worker.to_owned(), now);
-        next.workers
-            .retain(|_, heard| now - *heard < FORGET_WORKERS_AFTER.as_secs_f64());
-        while next.workers.len() > MAX_WORKERS {
-            let oldest = next
-                .workers
-                .iter()
-                .min_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(name, _)| name.clone());
-            if let Some(oldest) = oldest {
-                next.workers.remove(&oldest);
-            }
-        }
         Some(next)
     }
 
-    /// Spot capacity went at `at`: `worker` was evicted, or (`None`) a job
-    /// waited for a Spot worker in vain. An evicted worker is forgotten;
-    /// the capacity counts as gone only if no other Spot worker was heard
-    /// from within `fresh_for` (one VM of a pool evicted is not an outage),
-    /// nor any since `at` (the word is stale). `None`: nothing to write.
-    fn lost(&self, worker: Option<&str>, at: f64, fresh_for: Duration) -> Option<SpotSightings> {
+    /// In the fleet's document: Spot capacity went at `at`; `None` when
+    /// the history knows it already (or knows of a later change).
+    fn outage_from(&self, at: f64) -> Option<SpotSightings> {
         let mut next = self.clone();
-        let forgot = worker.is_some_and(|worker| next.workers.remove(worker).is_some());
-        let others_run = next.workers.values().any(|heard| {
-            *heard > at || (worker.is_some() && at - heard <= fresh_for.as_secs_f64())
-        });
-        let known_gone = !self.history.is_there() && self.history.current().is_some();
-        if others_run || known_gone {
-            return forgot.then_some(next);
-        }
         next.history.see(false, at);
-        Some(next)
+        (next.history != self.history).then_some(next)
     }
 
-    /// A Spot worker took a probe at `now` (and so runs).
-    fn took_probe(&self, worker: &str, now: f64) -> SpotSightings {
+    /// In the fleet's document: a Spot worker took a probe at `now` (and
+    /// so runs).
+    fn took_probe(&self, now: f64) -> SpotSightings {
         let mut next = self
-            .heard(worker, now, Duration::ZERO)
+            .fleet_heard(now, now, Duration::ZERO)
             .unwrap_or_else(|| self.clone());
         next.probe_taken_at = Some(now);
         next
@@ -215,72 +210,6 @@ impl SpotSightings {
     }
 }
 
-/// The fleet's Spot sightings in a checkpoint store.
-#[derive(Clone, Debug)]
-pub struct FleetSpotCapacity {
-    document: FleetDocument<SpotSightings>,
-}
-
-impl FleetSpotCapacity {
-    /// The checkpoint key the sightings are kept under.
-    pub const KEY: &'static str = ".spot-worker/fleet/spot-capacity";
-
-    /// The sightings in `store`.
-    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
-        FleetSpotCapacity {
-            document: FleetDocument::new(store, Self::KEY, "fleet Spot sightings"),
-        }
-    }
-
-    /// The sightings (none before any).
-    pub async fn read(&self) -> Result<SpotSightings, StorageError> {
-        self.document.read().await
-    }
-
-    /// Spot `worker` is running now (it says so every `every`); returns
-    /// the sightings.
-    pub async fn heard(
-        &self,
-        worker: &str,
-        every: Duration,
-    ) -> Result<SpotSightings, StorageError> {
-        let now = unix_secs(SystemTime::now());
-        self.document.update(|s| s.heard(worker, now, every)).await
-    }
-
-    /// Spot capacity went at `at`: `worker` got an eviction notice, or
-    /// (`None`) a job waited for Spot in vain; it counts as gone unless
-    /// another Spot worker was heard from within `fresh_for` (see
-    /// [`SpotSightings`]). Returns the sightings.
-    pub async fn lost(
-        &self,
-        worker: Option<&str>,
-        at: SystemTime,
-        fresh_for: Duration,
-    ) -> Result<SpotSightings, StorageError> {
-        let at = unix_secs(at);
-        self.document
-            .update(|s| s.lost(worker, at, fresh_for))
-            .await
-    }
-
-    /// Spot `worker` took a probe now; returns the sightings.
-    pub async fn took_probe(&self, worker: &str) -> Result<SpotSightings, StorageError> {
-        let now = unix_secs(SystemTime::now());
-        self.document
-            .update(|s| Some(s.took_probe(worker, now)))
-            .await
-    }
-
-    /// Whether this worker is the one to send a probe now: `true` once per
-    /// `every` across the fleet (it wrote the document's probe time).
-    pub async fn claim_probe(&self, every: Duration) -> Result<bool, StorageError> {
-        let now = unix_secs(SystemTime::now());
-        let after = self.document.update(|s| s.probe(now, every)).await?;
-        Ok(after.probe_sent_at == Some(now))
-    }
-}
-
 /// One worker's view of the fleet's Spot capacity: the sightings as last
 /// read, refreshed every recheck ([`SpotCapacity::keep`]).
 #[derive(Debug)]
@@ -294,13 +223,14 @@ pub struct SpotCapacity {
 
 impl SpotCapacity {
     /// The view of the sightings in `fleet`, for workers that recheck every
-    /// `recheck`; nothing seen until the first read.
+    /// `recheck` (a word fresh for [`FRESH_FOR_RECHECKS`] of them);
+    /// nothing seen until the first read.
     pub fn new(fleet: FleetSpotCapacity, recheck: Duration) -> Self {
         let started = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| since.as_nanos());
         SpotCapacity {
-            fleet,
+            fleet: fleet.with_fresh_for(recheck.saturating_mul(FRESH_FOR_RECHECKS)),
             sightings: Mutex::default(),
             recheck,
             worker: format!("{}-{started:x}", std::process::id()),
@@ -398,5 +328,13 @@ impl SpotCapacity {
     }
 }
 
+mod fleet;
+mod records;
+
+pub use fleet::{FleetSpotCapacity, SHARDS};
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod mass_eviction;

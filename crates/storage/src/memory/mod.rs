@@ -6,11 +6,13 @@
 
 mod checkpoint;
 mod chunks;
+mod delayed;
 mod outage;
 mod queue;
 mod result;
 
 pub use checkpoint::InMemoryCheckpointStore;
 pub use chunks::InMemoryChunkStore;
+pub use delayed::DelayedCheckpointStore;
 pub use queue::{InMemoryQueue, StoredMessage};
 pub use result::InMemoryResultStore;

@@ -2,6 +2,9 @@
 //! document under concurrent workers.
 
 use super::*;
+use std::sync::Arc;
+
+use crate::checkpoint::CheckpointStore;
 use crate::memory::InMemoryCheckpointStore;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -10,52 +13,165 @@ fn at(secs: f64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs)
 }
 
+/// The fleet's sightings after `records` were written, merged at `now`.
+fn seen(records: &[SpotSightings], now: f64) -> SpotSightings {
+    SpotSightings::merge(records.iter().cloned()).seen_at(now, 180.0)
+}
+
+/// A shard in which `workers` said they run at `at`.
+fn running(workers: &[&str], at: f64) -> SpotSightings {
+    workers
+        .iter()
+        .fold(SpotSightings::default(), |shard, worker| {
+            shard
+                .heard_in_shard(worker, at, MINUTE)
+                .expect("a new word is written")
+        })
+}
+
 #[test]
 fn spot_is_there_while_a_worker_was_heard_from_lately() {
     let t = 1_800_000_000.0;
-    let none = SpotSightings::default();
-    assert!(!none.there(at(t), 3 * MINUTE));
-    let heard = none
-        .heard("a", t, MINUTE)
-        .expect("the first word is written");
-    assert!(heard.there(at(t + 120.0), 3 * MINUTE));
+    assert!(!SpotSightings::default().there(at(t), 3 * MINUTE));
+    let shard = running(&["a"], t);
+    let fleet = seen(std::slice::from_ref(&shard), t);
+    assert!(fleet.there(at(t + 120.0), 3 * MINUTE));
     assert!(
-        !heard.there(at(t + 181.0), 3 * MINUTE),
+        !fleet.there(at(t + 181.0), 3 * MINUTE),
         "stale after three rechecks"
     );
     // Said again within half a recheck: nothing to write.
-    assert_eq!(heard.heard("a", t + 20.0, MINUTE), None);
-    let again = heard
-        .heard("a", t + 40.0, MINUTE)
+    assert_eq!(shard.heard_in_shard("a", t + 20.0, MINUTE), None);
+    let again = shard
+        .heard_in_shard("a", t + 40.0, MINUTE)
         .expect("half a recheck on");
     assert_eq!(again.heard_at, Some(t + 40.0));
-    // Its eviction: gone, whatever the last word's age.
-    let lost = again
-        .lost(Some("a"), t + 50.0, 3 * MINUTE)
-        .expect("an eviction is written");
-    assert!(!lost.there(at(t + 51.0), 3 * MINUTE));
-    assert_eq!(
-        lost.lost(None, t + 60.0, 3 * MINUTE),
-        None,
-        "known gone already"
+}
+
+#[test]
+fn the_last_worker_evicted_is_an_outage_one_of_many_is_not() {
+    let t = 1_800_000_000.0;
+    // Two of a pool of ten evicted: VMs taken back, not an outage.
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let pool = running(&names, t);
+    let two = pool
+        .evicted_in_shard("w0", t + 10.0)
+        .and_then(|s| s.evicted_in_shard("w1", t + 11.0))
+        .expect("written");
+    assert_eq!(two.evicted_in_shard("w1", t + 11.0), None, "noted already");
+    let fleet = seen(&[two], t + 12.0);
+    assert!(fleet.history.is_there(), "{:?}", fleet.history);
+    assert_eq!(fleet.workers.len(), 8);
+    // The last one of a pool evicted: gone since its notice.
+    let alone = running(&["a"], t);
+    let fleet = seen(
+        &[alone.evicted_in_shard("a", t + 50.0).expect("written")],
+        t + 51.0,
     );
-    assert_eq!(lost.history.outage_age(t + 110.0), 60.0);
-    // A word older than a worker heard since is stale.
-    let back = lost.heard("b", t + 200.0, MINUTE).expect("back");
-    assert_eq!(back.lost(None, t + 150.0, 3 * MINUTE), None);
-    assert_eq!(back.history.outages(t + 200.0), vec![150.0]);
-    // One VM of a pool evicted while another runs: not an outage, but the
-    // evicted one is forgotten.
-    let two = back.heard("c", t + 210.0, MINUTE).expect("c");
-    let one = two
-        .lost(Some("b"), t + 220.0, 3 * MINUTE)
-        .expect("b forgotten");
-    assert!(one.history.is_there());
-    assert_eq!(one.workers.keys().collect::<Vec<_>>(), ["c"]);
-    let none_left = one
-        .lost(Some("c"), t + 230.0, 3 * MINUTE)
-        .expect("c was the last");
-    assert!(!none_left.history.is_there());
+    assert!(!fleet.there(at(t + 51.0), 3 * MINUTE));
+    assert_eq!(fleet.history.outage_age(t + 110.0), 60.0);
+}
+
+#[test]
+fn a_mass_eviction_is_an_outage_at_once_from_its_first_notice() {
+    let t = 1_800_000_000.0;
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let shards: Vec<SpotSightings> = names
+        .iter()
+        .map(|name| running(&[name.as_str()], t))
+        .collect();
+    let mut document = SpotSightings::default();
+    document.history.see(true, t - 3600.0);
+    // Six of ten evicted within two seconds, each in its own shard; four
+    // still heard from a moment ago.
+    let mut records = vec![document];
+    for (i, shard) in shards.iter().enumerate() {
+        records.push(match i {
+            0..6 => shard
+                .evicted_in_shard(&names[i], t + 30.0 + i as f64 * 0.3)
+                .expect("written"),
+            _ => shard.clone(),
+        });
+    }
+    let fleet = seen(&records, t + 32.0);
+    assert!(!fleet.history.is_there(), "{:?}", fleet.history);
+    assert_eq!(fleet.history.outage_age(t + 40.0), 10.0, "since the first");
+    // Four of ten: under half, not an outage.
+    records[5] = shards[4].clone();
+    records[6] = shards[5].clone();
+    let fleet = seen(&records, t + 32.0);
+    assert!(fleet.history.is_there(), "{:?}", fleet.history);
+    // Any order, any record read twice: the same view.
+    let mut shuffled = records.clone();
+    shuffled.reverse();
+    shuffled.push(records[3].clone());
+    assert_eq!(seen(&shuffled, t + 32.0), seen(&records, t + 32.0));
+}
+
+#[test]
+fn spot_is_back_when_a_worker_runs_after_the_outage_and_its_evictions_aged() {
+    let t = 1_800_000_000.0;
+    let mut document = SpotSightings::default();
+    document.history.see(true, t - 3600.0);
+    document.history.see(false, t);
+    // Three survivors of a mass eviction of seven, heard from after it.
+    let evicted: Vec<SpotSightings> = (0..4)
+        .map(|i| {
+            let name = format!("e{i}");
+            running(&[&name], t - 30.0)
+                .evicted_in_shard(&name, t)
+                .expect("written")
+        })
+        .collect();
+    let survivors = running(&["s0", "s1", "s2"], t + 60.0);
+    let mut records = vec![document.clone(), survivors];
+    records.extend(evicted);
+    // Within the window the mass eviction holds.
+    assert!(!seen(&records, t + 61.0).history.is_there());
+    // Once the evictions are older than a word stays fresh, the survivors
+    // say Spot is back, since the first word after the outage.
+    let later = running(&["s0", "s1", "s2"], t + 200.0);
+    records[1] = later;
+    let fleet = seen(&records, t + 201.0);
+    assert!(fleet.history.is_there(), "{:?}", fleet.history);
+    assert_eq!(fleet.history.outages(t + 201.0), vec![200.0]);
+    // A document that says nothing of evictions is back at a new word.
+    let back = seen(&[document, running(&["n"], t + 90.0)], t + 91.0);
+    assert_eq!(back.history.outages(t + 91.0), vec![90.0]);
+}
+
+/// A worker of the previous version keeps everything in the fleet's
+/// document: its words and the outage it saw are one more record.
+#[test]
+fn the_previous_versions_document_is_read_as_one_more_record() {
+    let t = 1_800_000_000.0;
+    let old: SpotSightings = serde_json::from_value(serde_json::json!({
+        "history": {"first": t, "ended": [], "current": {"there": true, "since": t}},
+        "heard_at": t + 100.0,
+        "workers": {"old-worker": t + 100.0},
+        "probe_sent_at": null
+    }))
+    .expect("the previous version's document parses");
+    let fleet = seen(
+        &[old.clone(), running(&["new-worker"], t + 90.0)],
+        t + 101.0,
+    );
+    assert!(fleet.there(at(t + 101.0), 3 * MINUTE));
+    assert_eq!(
+        fleet.workers.keys().collect::<Vec<_>>(),
+        ["new-worker", "old-worker"]
+    );
+    assert_eq!(fleet.heard_at, Some(t + 100.0));
+    // The old worker forgets itself at its eviction; the new one's
+    // eviction in its shard, both within the window: the last two gone.
+    let mut forgot = old;
+    forgot.workers.clear();
+    let evicted = running(&["new-worker"], t + 90.0)
+        .evicted_in_shard("new-worker", t + 120.0)
+        .expect("written");
+    let fleet = seen(&[forgot, evicted], t + 121.0);
+    assert!(!fleet.history.is_there(), "{:?}", fleet.history);
 }
 
 #[test]
@@ -70,7 +186,7 @@ fn one_probe_per_period() {
     assert_eq!(sent.probe(t + 3599.0, every), None);
     assert!(sent.probe(t + 3600.0, every).is_some());
     // Taken at once: not again within the period, then again.
-    let taken = sent.took_probe("a", t + 10.0);
+    let taken = sent.took_probe(t + 10.0);
     assert!(taken.there(at(t + 11.0), 3 * MINUTE));
     assert_eq!(taken.probe(t + 299.0, every), None);
     assert!(taken.probe(t + 300.0, every).is_some());
