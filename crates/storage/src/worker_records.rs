@@ -14,12 +14,13 @@ pub const ATTEMPT_RECORD_PREFIX: &str = ".spot-worker/attempts/";
 /// queue's fleet counts, the fleet's switch cost and Spot sightings, lane
 /// records and the lane keeper's lease. The blob backends add theirs
 /// (`spot_worker_azure::WORKER_RECORDS`).
-pub const WORKER_RECORDS: [&str; 7] = [
+pub const WORKER_RECORDS: [&str; 8] = [
     ATTEMPT_RECORD_PREFIX,
     COMPLETION_RECORD_PREFIX,
     FleetLedger::PREFIX,
     FleetSwitchCost::KEY,
     FleetSpotCapacity::KEY,
+    FleetSpotCapacity::SHARDS_PREFIX,
     LANE_RECORD_PREFIX,
     KEEPER_LEASE,
 ];

@@ -57,6 +57,10 @@ impl FleetSpotCapacity {
     /// probes (and, from workers of the previous version, everything).
     pub const KEY: &'static str = ".spot-worker/fleet/spot-capacity";
 
+    /// Where the shards of the Spot workers' words and evictions live:
+    /// this and a two-digit shard number.
+    pub const SHARDS_PREFIX: &'static str = ".spot-worker/fleet/spot-sightings/";
+
     /// The sightings in `store`, a word fresh for [`FRESH_FOR_RECHECKS`]
     /// rechecks of a minute (see [`with_fresh_for`](Self::with_fresh_for)).
     pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
@@ -209,5 +213,23 @@ impl FleetSpotCapacity {
         let now = unix_secs(SystemTime::now());
         let after = self.document.update(|s| s.probe(now, every)).await?;
         Ok(after.probe_sent_at == Some(now))
+    }
+}
+
+#[cfg(test)]
+mod shard_key_tests {
+    use super::*;
+
+    #[test]
+    fn every_shard_lives_under_the_shards_prefix_once() {
+        let mut numbers: Vec<&str> = SHARD_KEYS
+            .iter()
+            .map(|key| {
+                key.strip_prefix(FleetSpotCapacity::SHARDS_PREFIX)
+                    .unwrap_or_else(|| panic!("{key} is outside the shards' prefix"))
+            })
+            .collect();
+        numbers.dedup();
+        assert_eq!(numbers.len(), SHARDS);
     }
 }
