@@ -8,19 +8,13 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
 use spot_worker_storage::files::manifest::{
     ChunkRef, Content, FileEntry, Files, MAX_PATH_LEN, job_prefix,
 };
-use spot_worker_storage::files::{
-    CheckpointFiles, ChunkStore, MAX_ENTRIES, Manifest, SaveFilesError,
-};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, InMemoryCheckpointStore, JobCheckpoint, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait,
-};
+use spot_worker_storage::files::{CheckpointFiles, MAX_ENTRIES, Manifest, SaveFilesError};
+use spot_worker_storage::{CheckpointStore, InMemoryCheckpointStore, JobCheckpoint, StorageError};
+use spot_worker_testkit::counting::CountingStore;
 
 async fn save(dir: &std::path::Path) -> Result<(), SaveFilesError> {
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
@@ -125,66 +119,6 @@ fn make_deep(root: &std::path::Path, part: &str, depth: usize) {
     }
 }
 
-/// A checkpoint store whose chunk store remembers the largest length a
-/// reader asked for.
-struct Asked {
-    inner: InMemoryCheckpointStore,
-    largest: Arc<AtomicUsize>,
-}
-
-struct AskedChunks {
-    inner: Arc<dyn ChunkStore>,
-    largest: Arc<AtomicUsize>,
-}
-
-#[async_trait]
-impl ChunkStore for AskedChunks {
-    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
-        self.inner.put(name, chunk).await
-    }
-
-    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
-        self.largest.fetch_max(len, Ordering::SeqCst);
-        self.inner.get(name, len).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), StorageError> {
-        self.inner.delete(name).await
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for Asked {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
-        Some(Arc::new(AskedChunks {
-            inner: self.inner.chunks()?,
-            largest: Arc::clone(&self.largest),
-        }))
-    }
-}
-
 #[tokio::test]
 async fn a_corrupt_manifest_never_makes_a_save_ask_for_a_huge_blob() {
     let huge = ChunkRef {
@@ -203,11 +137,9 @@ async fn a_corrupt_manifest_never_makes_a_save_ask_for_a_huge_blob() {
         }]),
     }]);
     for files in [table, pages] {
-        let largest = Arc::new(AtomicUsize::new(0));
-        let store: Arc<dyn CheckpointStore> = Arc::new(Asked {
-            inner: InMemoryCheckpointStore::new(),
-            largest: Arc::clone(&largest),
-        });
+        let counting = CountingStore::new(InMemoryCheckpointStore::new());
+        let calls = Arc::clone(counting.calls());
+        let store: Arc<dyn CheckpointStore> = Arc::new(counting);
         let manifest = Manifest {
             prefix: job_prefix(key),
             files,
@@ -230,7 +162,7 @@ async fn a_corrupt_manifest_never_makes_a_save_ask_for_a_huge_blob() {
             ),
             "{error}"
         );
-        let asked = largest.load(Ordering::SeqCst);
+        let asked = calls.chunk_get_largest();
         assert!(
             asked <= 64 * 1024 * 1024,
             "asked the store for {asked} bytes"
