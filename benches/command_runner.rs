@@ -22,7 +22,9 @@
 //! 2. **Notice → SIGTERM.** A Python program that records
 //!    `CLOCK_MONOTONIC` when SIGTERM arrives; a Preempt is scheduled; the
 //!    watcher's sighting is the worker's `draining:` log event, stamped with
-//!    the same clock by a tracing layer.
+//!    the same clock by a tracing layer. Twice, interleaved: with an empty
+//!    checkpoint directory, and with one at its entry cap looked at every
+//!    10 ms (each look walks it beside the loop; the signal never waits).
 //! 3. **Notice → exit, 32 programs.** 32 messages in flight, each running
 //!    `sleep 600` (which exits on SIGTERM); from the watcher's sighting to
 //!    `run()` returning, every message released.
@@ -45,6 +47,9 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// Bound on every wait that is not itself measured.
 const PATIENCE: Duration = Duration::from_secs(120);
+/// Files in the checkpoint directory of the second notice → SIGTERM case:
+/// as many as a look reads, less the few entries a save may add.
+const AT_CAP: usize = spot_worker::storage::files::MAX_ENTRIES - 10;
 /// The worker's log event when the watcher's notice starts the drain.
 const DRAINING: &str = "draining: intake stopped";
 
@@ -118,15 +123,22 @@ async fn run(options: Options, drains: DrainClock) -> Result<()> {
         overhead * 1e3
     );
 
-    let mut sigterm = Vec::new();
+    // Interleaved: an empty checkpoint directory, and one at the cap
+    // looked at every 10 ms (a look beside the loop at almost any time).
+    let (mut sigterm, mut at_cap) = (Vec::new(), Vec::new());
     for _ in 0..options.iterations {
-        sigterm.push(notice_to_sigterm(&env, &drains, &python, scratch.path()).await?);
+        sigterm.push(notice_to_sigterm(&env, &drains, &python, scratch.path(), 0).await?);
+        at_cap.push(notice_to_sigterm(&env, &drains, &python, scratch.path(), AT_CAP).await?);
     }
     println!(
-        "\n2. notice (watcher) → SIGTERM at the program, {} drain(s)",
+        "\n2. notice (watcher) → SIGTERM at the program, {} drain(s) each",
         sigterm.len()
     );
     print_row("notice → SIGTERM", &sigterm);
+    print_row(
+        "notice → SIGTERM, checkpoint dir at the cap, looked at every 10 ms",
+        &at_cap,
+    );
     println!("   goal: < 50 ms");
 
     let mut exits = Vec::new();
@@ -231,6 +243,8 @@ impl<H: MessageHandler> MessageHandler for Timed<H> {
 const PROBE: &str = r#"
 import os, signal, sys, time
 out = os.path.join(sys.argv[1], os.environ["SPOT_WORKER_MESSAGE_ID"])
+for i in range(int(sys.argv[2])):
+    open(os.path.join(os.environ["SPOT_WORKER_CHECKPOINT_DIR"], "f%05d" % i), "w").close()
 def on_term(_s, _f):
     t = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     with open(out + ".term", "w") as f:
@@ -247,6 +261,7 @@ async fn notice_to_sigterm(
     drains: &DrainClock,
     python: &Path,
     dir: &Path,
+    files: usize,
 ) -> Result<Duration> {
     env.queue.send("{}", Duration::ZERO).await?;
     let config = env.config(VM_A);
@@ -254,8 +269,14 @@ async fn notice_to_sigterm(
     let handler = CommandHandler::new(
         CommandConfig::new(
             python,
-            ["-c".to_owned(), PROBE.to_owned(), dir.display().to_string()],
-        ),
+            [
+                "-c".to_owned(),
+                PROBE.to_owned(),
+                dir.display().to_string(),
+                files.to_string(),
+            ],
+        )
+        .with_checkpoint_every(Duration::from_millis(10)),
         env.results.clone(),
     );
     let running = tokio::spawn(worker.run(handler));

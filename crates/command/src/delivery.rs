@@ -17,6 +17,7 @@ use crate::exit::{ExitStatus, RunnerEnded, Verdict, signal_name, verdict};
 use crate::files::DeliveryDir;
 use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
+use crate::look::{Look, StopLook, joined, look, programs_fault, spawn_look, stop_beside_look};
 use crate::output::{Stream, Tail, forward};
 use crate::pace::{Pace, read_progress};
 use crate::progress::from_progress;
@@ -264,11 +265,12 @@ struct Left {
 pub(crate) struct Stopped {
     /// When it was sent (after the notice).
     pub(crate) at: Instant,
-    /// The fingerprint of the checkpoint (file and directory) then
-    /// ([`CheckpointFiles::fingerprint`]); `None` if there was none.
+    /// The look at the checkpoint (file and directory) started with it
+    /// ([`CheckpointFiles::fingerprint`], beside: the signal does not
+    /// wait for it; [`stop_beside_look`]).
     ///
     /// [`CheckpointFiles::fingerprint`]: spot_worker_storage::files::CheckpointFiles::fingerprint
-    pub(crate) fingerprint: Option<[u8; 32]>,
+    pub(crate) look: StopLook,
 }
 
 impl Run<'_> {
@@ -279,7 +281,7 @@ impl Run<'_> {
         let config = &self.handler.config;
         let key = self.key.clone();
         // Before the start, so a file the program writes at once is new.
-        let mut looked_at = self.roots().fingerprint().ok().flatten();
+        let mut looked_at = look(self.roots()).await.ok().flatten();
         self.program_started = Some(std::time::Instant::now());
         let mut child = self.spawn(message_id, self.first_interval()).await?;
         let pgid = child
@@ -299,6 +301,8 @@ impl Run<'_> {
         // `--checkpoint-every` or the worker's interval (`save_interval`).
         let mut next_save = started + FIRST_SAVE_LOOK;
         let mut saved_once = false;
+        // A look at the checkpoint running beside the loop, if any.
+        let mut looking: Option<JoinHandle<Look>> = None;
         let cancelled = self.job.cancellation().clone();
         let status = loop {
             tokio::select! {
@@ -308,12 +312,17 @@ impl Run<'_> {
                 }
                 () = cancelled.cancelled(), if ended != RunnerEnded::ForNotice => {
                     // The version there is now, before the signal: any
-                    // other was written after it.
+                    // other was written after it. Looked at beside, so
+                    // however long the walk, the signal goes out now.
+                    let at = Instant::now();
+                    let roots = self.roots();
+                    let (look, kill) =
+                        stop_beside_look(move || roots.fingerprint(), || self.stop_for_notice(pgid));
                     self.stopped = Some(Stopped {
-                        at: Instant::now(),
-                        fingerprint: self.roots().fingerprint().ok().flatten(),
+                        at,
+                        look: StopLook::Running(look),
                     });
-                    kill_at = Some(self.stop_for_notice(pgid));
+                    kill_at = Some(kill);
                     ended = RunnerEnded::ForNotice;
                 }
                 () = tokio::time::sleep_until(kill_at.unwrap_or(started + FAR)), if kill_at.is_some() => {
@@ -358,7 +367,7 @@ impl Run<'_> {
                 // Once the program is being stopped, only its last version
                 // is saved (`save_final`, after it ends): a save of one it
                 // is still writing would take the release budget from it.
-                () = tokio::time::sleep_until(next_save), if self.saving.is_none() && ended == RunnerEnded::No => {
+                () = tokio::time::sleep_until(next_save), if self.saving.is_none() && looking.is_none() && ended == RunnerEnded::No => {
                     // Before the first save only for the pace's first reading.
                     let left = if saved_once || !self.pace.started() {
                         self.time_left().await
@@ -366,7 +375,35 @@ impl Run<'_> {
                         None
                     };
                     self.last_left = left;
-                    let stamp = self.roots().fingerprint().ok().flatten();
+                    // Beside the loop: its end is the branch below.
+                    looking = Some(spawn_look(self.roots()));
+                }
+                found = async { looking.as_mut().expect("a look runs").await }, if looking.is_some() => {
+                    looking = None;
+                    let left = self.last_left;
+                    let stamp = match joined(found) {
+                        Ok(stamp) => stamp,
+                        // Being stopped already: its last save says it.
+                        Err(_) if ended != RunnerEnded::No => continue,
+                        Err(error) => match programs_fault(&error) {
+                            // What no save can store: said now, not at
+                            // the program's exit.
+                            Some(fault) => {
+                                tracing::error!(job_key = %key, error = %fault, "the checkpoint cannot be saved; killing the program");
+                                signal_group(pgid, libc::SIGKILL);
+                                ended = RunnerEnded::ForFault(fault);
+                                continue;
+                            }
+                            None => {
+                                tracing::warn!(job_key = %key, %error, "the checkpoint could not be looked at; trying again later");
+                                next_save = Instant::now() + self.save_interval();
+                                continue;
+                            }
+                        },
+                    };
+                    if ended != RunnerEnded::No {
+                        continue;
+                    }
                     let look = match (saved_once, left) {
                         (false, _) => stamp != looked_at,
                         (true, None) => stamp != looked_at,
@@ -376,7 +413,7 @@ impl Run<'_> {
                     };
                     if look {
                         // Beside the loop: its end is the branch above.
-                        self.start_save(false);
+                        self.start_save(false, stamp);
                     } else {
                         next_save = Instant::now()
                             + if saved_once {

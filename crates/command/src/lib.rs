@@ -22,6 +22,7 @@ mod group;
 mod handler;
 mod inherit;
 mod leftovers;
+mod look;
 mod output;
 mod pace;
 mod program_user;

@@ -90,9 +90,11 @@ impl Run<'_> {
     }
 
     /// Starts saving the checkpoint beside the loop (`awaited`: the
-    /// delivery waits for it, the program has ended). Nothing if a save
-    /// runs already, or the handle is gone.
-    pub(crate) fn start_save(&mut self, awaited: bool) {
+    /// delivery waits for it, the program has ended), `fingerprint` what a
+    /// look just found there ([`crate::look`]: never walked here, on the
+    /// runtime thread). Nothing if a save runs already, or the handle is
+    /// gone.
+    pub(crate) fn start_save(&mut self, awaited: bool, fingerprint: Option<[u8; 32]>) {
         if self.saving.is_some() {
             return;
         }
@@ -100,11 +102,11 @@ impl Run<'_> {
             return;
         };
         let roots = self.roots();
-        let fingerprint = roots.fingerprint().ok().flatten();
+        // A stop look not ended yet cannot say the version is new.
         let written_after = self
             .stopped
             .as_ref()
-            .filter(|stopped| stopped.fingerprint != fingerprint)
+            .filter(|stopped| stopped.look.found().is_some_and(|then| then != fingerprint))
             .map(|stopped| stopped.at);
         let context = SaveContext {
             roots,
@@ -180,8 +182,22 @@ impl Run<'_> {
         let until = self.job.deadline().map(|release| {
             release - FINAL_SAVE_SLACK.min(release.saturating_duration_since(Instant::now()))
         });
+        if let Some(stopped) = self.stopped.as_mut() {
+            stopped.look.fingerprint().await;
+        }
         if let Some(task) = self.saving.take() {
-            let now = self.roots().fingerprint().ok().flatten();
+            let now = match crate::look::look(self.roots()).await {
+                Ok(now) => now,
+                Err(error) => match crate::look::programs_fault(&error) {
+                    Some(fault) => {
+                        if let Some(end) = task.abandon().await {
+                            self.checkpoint = Some(end.checkpoint);
+                        }
+                        return Some(self.final_fault(fault));
+                    }
+                    None => None,
+                },
+            };
             if task.fingerprint.is_some() && task.fingerprint == now {
                 match self.finish_in_time(task, until).await {
                     Some(Ok(Save::Later)) => {}
@@ -194,13 +210,20 @@ impl Run<'_> {
                 self.checkpoint = Some(end.checkpoint);
             }
         }
-        if !self.fits(until) {
+        if !self.fits(until).await {
             return None;
         }
         // A file that changed while read is read again (the program has
         // ended: it holds still now, unless something else writes it).
         for _ in 0..3 {
-            self.start_save(true);
+            let fingerprint = match crate::look::look(self.roots()).await {
+                Ok(fingerprint) => fingerprint,
+                Err(error) => match crate::look::programs_fault(&error) {
+                    Some(fault) => return Some(self.final_fault(fault)),
+                    None => None,
+                },
+            };
+            self.start_save(true, fingerprint);
             let task = self.saving.take()?;
             match self.finish_in_time(task, until).await {
                 Some(Ok(Save::Later)) => continue,
@@ -248,11 +271,11 @@ impl Run<'_> {
 
     /// Whether a save of the checkpoint as it is now can finish before
     /// `until` at the throughput measured so far; logs why not.
-    fn fits(&self, until: Option<Instant>) -> bool {
+    async fn fits(&self, until: Option<Instant>) -> bool {
         let (Some(until), Some(rate)) = (until, self.handler.throughput.bytes_per_second()) else {
             return true;
         };
-        let size = self.roots().size().unwrap_or(0);
+        let size = crate::look::size(self.roots()).await.unwrap_or(0);
         let needs = Duration::from_secs_f64(size as f64 / rate);
         let left = until.saturating_duration_since(Instant::now());
         if needs <= left {
@@ -274,13 +297,11 @@ impl Run<'_> {
     /// completed instead), but the limit holds all the same: a checkpoint
     /// over it is the program's fault, as at every other save.
     pub(crate) async fn check_final_size(&self) -> Result<(), String> {
-        let roots = self.roots();
         let limit = self.handler.config.checkpoint_max_bytes;
-        let size = tokio::task::spawn_blocking(move || roots.size()).await;
-        match size {
-            Ok(Ok(size)) if size > limit => Err(SaveFilesError::TooBig { size, limit }.to_string()),
-            Ok(Err(error @ SaveFilesError::TooMany { .. })) => Err(error.to_string()),
-            _ => Ok(()),
+        match crate::look::size(self.roots()).await {
+            Ok(size) if size > limit => Err(SaveFilesError::TooBig { size, limit }.to_string()),
+            Err(error) => crate::look::programs_fault(&error).map_or(Ok(()), Err),
+            Ok(_) => Ok(()),
         }
     }
 
@@ -399,7 +420,9 @@ async fn save_once(
         Err(error @ SaveFilesError::TooBig { .. }) => {
             return Err(format!("{error} (SPOT_WORKER_CHECKPOINT_MAX_BYTES)"));
         }
-        Err(error @ SaveFilesError::TooMany { .. }) => return Err(error.to_string()),
+        Err(error @ (SaveFilesError::TooMany { .. } | SaveFilesError::BadPath { .. })) => {
+            return Err(error.to_string());
+        }
         Err(SaveFilesError::Unstable) => {
             tracing::debug!(job_key = %key, "the checkpoint changed while it was read; saved at the next look");
             return Ok(later(Vec::new()));

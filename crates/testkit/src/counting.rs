@@ -43,6 +43,7 @@ pub struct StoreCalls {
     chunk_puts: AtomicU64,
     chunk_bytes: AtomicU64,
     chunk_gets: AtomicU64,
+    chunk_get_largest: AtomicU64,
     chunk_deletes: AtomicU64,
     chunk_touches: AtomicU64,
 }
@@ -99,6 +100,12 @@ impl StoreCalls {
     /// Chunks read.
     pub fn chunk_gets(&self) -> u64 {
         self.chunk_gets.load(Ordering::SeqCst)
+    }
+
+    /// The largest length a chunk read asked for (what a reader may
+    /// allocate for it).
+    pub fn chunk_get_largest(&self) -> u64 {
+        self.chunk_get_largest.load(Ordering::SeqCst)
     }
 
     /// Chunks deleted.
@@ -227,6 +234,9 @@ impl ChunkStore for CountingChunks {
 
     async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
         StoreCalls::count(&self.calls.chunk_gets);
+        self.calls
+            .chunk_get_largest
+            .fetch_max(len as u64, Ordering::SeqCst);
         self.inner.get(name, len).await
     }
 

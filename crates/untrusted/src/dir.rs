@@ -58,18 +58,48 @@ impl Dir {
     /// Its entries (not `.` or `..`), by name, with what each is (a link's
     /// own metadata: nothing is followed), read from this open directory.
     pub fn entries(&self) -> Result<Vec<(OsString, Metadata)>, UntrustedError> {
+        Ok(self.entries_at_most(usize::MAX)?.unwrap_or_default())
+    }
+
+    /// Its entries as [`Dir::entries`], if it holds at most `most`; `None`
+    /// if it holds more. Reading stops at the first name past `most`, and
+    /// nothing is looked at before every name is read, so a directory of
+    /// millions costs no more than one of `most + 1` to refuse.
+    ///
+    /// ```
+    /// use spot_worker_untrusted::Dir;
+    ///
+    /// let tree = tempfile::tempdir()?;
+    /// for name in ["a", "b", "c"] {
+    ///     std::fs::write(tree.path().join(name), name)?;
+    /// }
+    /// let dir = Dir::open(tree.path())?;
+    /// assert_eq!(dir.entries_at_most(3)?.map(|e| e.len()), Some(3));
+    /// assert!(dir.entries_at_most(2)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn entries_at_most(
+        &self,
+        most: usize,
+    ) -> Result<Option<Vec<(OsString, Metadata)>>, UntrustedError> {
         // The magic link names this very open directory, whatever is at
         // its path now; each entry's metadata is `fstatat` on that stream,
         // without following links.
         let io = |source| io_error(&self.shown, source);
         let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-        let mut entries = Vec::new();
+        let mut names = Vec::new();
         for entry in std::fs::read_dir(path).map_err(io)? {
-            let entry = entry.map_err(io)?;
+            if names.len() == most {
+                return Ok(None);
+            }
+            names.push(entry.map_err(io)?);
+        }
+        names.sort_by_key(std::fs::DirEntry::file_name);
+        let mut entries = Vec::with_capacity(names.len());
+        for entry in names {
             entries.push((entry.file_name(), entry.metadata().map_err(io)?));
         }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(entries)
+        Ok(Some(entries))
     }
 
     /// Its own metadata.

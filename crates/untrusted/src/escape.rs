@@ -28,6 +28,30 @@ pub fn escape_line(text: &str) -> Cow<'_, str> {
     escape(text, |_| true)
 }
 
+/// Escapes a name or path that need not be text (a file name is any
+/// bytes but `/` and NUL) for one line of a log: as [`escape_line`], and
+/// each byte that is not part of valid UTF-8 as `\x..`, so two names that
+/// differ only there are shown differently.
+///
+/// ```
+/// use std::ffi::OsStr;
+/// use std::os::unix::ffi::OsStrExt;
+/// use spot_worker_untrusted::escape_bytes;
+///
+/// let name = OsStr::from_bytes(b"caf\xe9\n.bin");
+/// assert_eq!(escape_bytes(name.as_bytes()), "caf\\xe9\\u{a}.bin");
+/// ```
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut shown = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        shown.push_str(&escape_line(chunk.valid()));
+        for byte in chunk.invalid() {
+            let _ = write!(shown, "\\x{byte:02x}");
+        }
+    }
+    shown
+}
+
 /// Escapes the control characters of `text` except line breaks (`\n`) and
 /// tabs, and every bidirectional control: for text shown on a terminal as
 /// lines of its own (a checkpoint file, a program's stderr).

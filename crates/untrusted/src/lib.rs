@@ -37,5 +37,5 @@ mod escape;
 mod open;
 
 pub use dir::Dir;
-pub use escape::{escape_json, escape_line, escape_text};
+pub use escape::{escape_bytes, escape_json, escape_line, escape_text};
 pub use open::{Owners, UntrustedError, file_kind, open, read_at_most, read_whole};

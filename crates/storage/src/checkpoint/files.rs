@@ -14,9 +14,7 @@ use super::cleanup::{remove_all, remove_unless_stored};
 use super::freshness::{dated, dated_since, needs_refresh, older, touch_all};
 use super::{Blocking, Checkpoint, JobCheckpoint};
 use crate::error::StorageError;
-use crate::files::manifest::{
-    ChunkKey, Content, Files, Manifest, decode_page, files_from_json, job_prefix, name_of,
-};
+use crate::files::manifest::{ChunkKey, Content, Files, Manifest, job_prefix, name_of};
 use crate::files::{
     CheckpointFiles, ChunkIndex, ChunkStore, SaveFilesError, SaveStats, Staged, Stager,
     TransferLimits,
@@ -320,13 +318,7 @@ pub(super) async fn index_of(
         Files::Listed(entries) => entries.clone(),
         Files::Table(table) => {
             blobs.push(table.key());
-            let bytes = crate::files::fetch(store, prefix, table).await?;
-            let value: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|e| StorageError::InvalidData {
-                    what: "checkpoint files".to_owned(),
-                    reason: format!("the file table does not parse: {e}"),
-                })?;
-            files_from_json(&value)?
+            crate::files::fetch_table(store, prefix, table).await?
         }
     };
     let mut chunks = Vec::new();
@@ -337,8 +329,8 @@ pub(super) async fn index_of(
             Content::Pages(pages) => {
                 for page in pages {
                     blobs.push(page.chunk.key());
-                    let bytes = crate::files::fetch(store, prefix, &page.chunk).await?;
-                    chunks.extend(decode_page(&bytes, page.count)?.iter().map(|c| c.key()));
+                    let listed = crate::files::fetch_page(store, prefix, page).await?;
+                    chunks.extend(listed.iter().map(|c| c.key()));
                 }
             }
         }

@@ -342,12 +342,17 @@ pub fn decode_page(page: &[u8], count: u32) -> Result<Vec<ChunkRef>, StorageErro
         .collect())
 }
 
+/// The longest manifest path (`root/relative`, in bytes) a restore
+/// accepts; a save refuses a longer one rather than store what could
+/// never be restored.
+pub const MAX_PATH_LEN: usize = 4096;
+
 /// Checks a manifest path: a root name, then optionally `/` and a path
 /// relative to it, no part of which is empty, `.` or `..`, and no NUL: a
 /// restored file always lands under its root.
 pub fn validate_path(path: &str) -> Result<(), StorageError> {
     let bad = |why: &str| Err(invalid(format!("the path {path:?} {why}")));
-    if path.is_empty() || path.len() > 4096 {
+    if path.is_empty() || path.len() > MAX_PATH_LEN {
         return bad("is empty or longer than 4096 bytes");
     }
     if path.contains('\0') {

@@ -32,7 +32,7 @@ pub use snapshot::MAX_ENTRIES;
 pub use stage::{SaveStats, Staged};
 
 pub(crate) use index::ChunkIndex;
-pub(crate) use restore::{fetch, restore};
+pub(crate) use restore::{fetch_page, fetch_table, restore};
 pub(crate) use stage::Stager;
 
 /// Files at most this big are kept in the manifest document itself (up to
@@ -236,10 +236,23 @@ pub enum SaveFilesError {
     },
     /// The roots hold more entries (files, directories, links, ...) than
     /// a checkpoint may: [`MAX_ENTRIES`].
-    #[error("the checkpoint holds more than {limit} files and directories")]
+    #[error(
+        "the checkpoint directory holds more than {limit} files and directories, the most a checkpoint may have (docs/command.md, \"Limits of a checkpoint directory\"); nothing was saved"
+    )]
     TooMany {
         /// The limit.
         limit: usize,
+    },
+    /// A path under a directory root that a checkpoint cannot hold: a
+    /// name that is not UTF-8 text, or a path longer than
+    /// [`manifest::MAX_PATH_LEN`]. Refused at the save, never stored
+    /// where it could not be restored, nor passed over in silence.
+    #[error("the checkpoint path {path} {why}; nothing was saved")]
+    BadPath {
+        /// The path, escaped for a log ([`spot_worker_untrusted::escape_bytes`]).
+        path: String,
+        /// What is wrong with it.
+        why: &'static str,
     },
     /// A file changed, appeared or went while it was read: what was read
     /// is not one version. Try again.

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::manifest::{
-    ChunkKey, ChunkRef, Content, FileEntry, Files, Manifest, decode_page, files_from_json,
+    ChunkKey, ChunkRef, Content, FileEntry, Files, Manifest, PageRef, decode_page, files_from_json,
 };
 use super::{CheckpointFiles, ChunkIndex, ChunkStore, TransferLimits};
 use crate::error::StorageError;
@@ -31,7 +31,9 @@ pub struct Restored {
     pub took: Duration,
 }
 
-/// The largest file table read (about 200,000 files).
+/// The largest file table read (about 200,000 files), and so the largest
+/// blob a manifest may name at all (chunks are at most
+/// [`MAX_CHUNK`](super::MAX_CHUNK), pages 320 KiB).
 const MAX_TABLE: u32 = 64 * 1024 * 1024;
 
 fn invalid(reason: String) -> StorageError {
@@ -42,12 +44,20 @@ fn invalid(reason: String) -> StorageError {
 }
 
 /// Downloads the blob `chunk` names and checks it is what it should be.
-pub(crate) async fn fetch(
+async fn fetch(
     store: &dyn ChunkStore,
     prefix: &str,
     chunk: &ChunkRef,
 ) -> Result<bytes::Bytes, StorageError> {
     let name = chunk.name(prefix);
+    // Whatever names it (a corrupt manifest too), no larger blob is asked
+    // for, so nothing larger is ever allocated for it.
+    if chunk.len > MAX_TABLE {
+        return Err(invalid(format!(
+            "the checkpoint names a blob {name} of {} bytes, more than the {MAX_TABLE} any may have",
+            chunk.len
+        )));
+    }
     let bytes = store
         .get(&name, chunk.len as usize)
         .await?
@@ -64,6 +74,39 @@ pub(crate) async fn fetch(
     Ok(bytes)
 }
 
+/// The file table blob `table` names, read and checked: its size bounded
+/// before it is fetched. Every path that reads a manifest's table (a
+/// restore, a save's index of what is stored) reads it here.
+pub(crate) async fn fetch_table(
+    store: &dyn ChunkStore,
+    prefix: &str,
+    table: &ChunkRef,
+) -> Result<Vec<FileEntry>, StorageError> {
+    if table.len > MAX_TABLE {
+        return Err(invalid(format!("a file table of {} bytes", table.len)));
+    }
+    let bytes = fetch(store, prefix, table).await?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("the file table does not parse: {e}")))?;
+    files_from_json(&value)
+}
+
+/// The chunks of the page blob `page` names, read and checked: its count
+/// and size bounded before it is fetched. Every path that reads a
+/// manifest's pages reads them here.
+pub(crate) async fn fetch_page(
+    store: &dyn ChunkStore,
+    prefix: &str,
+    page: &PageRef,
+) -> Result<Vec<ChunkRef>, StorageError> {
+    let page_len = 8 + page.count as usize * super::manifest::PAGE_ENTRY_LEN;
+    if page.count as usize > super::PAGE_ENTRIES || page.chunk.len as usize != page_len {
+        return Err(invalid(format!("a page of {} chunks", page.count)));
+    }
+    let bytes = fetch(store, prefix, &page.chunk).await?;
+    decode_page(&bytes, page.count)
+}
+
 /// Writes the files of `manifest` under `roots`; returns what it wrote and
 /// the chunks it names.
 pub(crate) async fn restore(
@@ -78,14 +121,8 @@ pub(crate) async fn restore(
     let entries = match &manifest.files {
         Files::Listed(entries) => entries.clone(),
         Files::Table(table) => {
-            if table.len > MAX_TABLE {
-                return Err(invalid(format!("a file table of {} bytes", table.len)));
-            }
             blobs.push(table.key());
-            let bytes = fetch(store.as_ref(), &prefix, table).await?;
-            let value: serde_json::Value = serde_json::from_slice(&bytes)
-                .map_err(|e| invalid(format!("the file table does not parse: {e}")))?;
-            files_from_json(&value)?
+            fetch_table(store.as_ref(), &prefix, table).await?
         }
     };
     let mut chunks: Vec<ChunkKey> = Vec::new();
@@ -158,15 +195,8 @@ impl Downloads {
             }
             Content::Pages(pages) => {
                 for page in pages {
-                    let page_len = 8 + page.count as usize * super::manifest::PAGE_ENTRY_LEN;
-                    if page.count as usize > super::PAGE_ENTRIES
-                        || page.chunk.len as usize != page_len
-                    {
-                        return Err(invalid(format!("a page of {} chunks", page.count)));
-                    }
                     blobs.push(page.chunk.key());
-                    let bytes = fetch(self.store.as_ref(), &self.prefix, &page.chunk).await?;
-                    for chunk in decode_page(&bytes, page.count)? {
+                    for chunk in fetch_page(self.store.as_ref(), &self.prefix, page).await? {
                         self.start(&chunk, offset, file, &mut running).await?;
                         chunks.push(chunk.key());
                         offset += u64::from(chunk.len);

@@ -14,20 +14,25 @@
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use spot_worker_untrusted::{Dir, Owners, UntrustedError, escape_line, file_kind};
+use spot_worker_untrusted::{Dir, Owners, UntrustedError, escape_bytes, escape_line, file_kind};
 
+use super::manifest::MAX_PATH_LEN;
 use super::{CheckpointFiles, SaveFilesError};
 
 /// How deep a checkpoint directory may nest.
 const MAX_DEPTH: usize = 64;
 
-/// The most entries (files, directories, links, ...) the roots may hold:
-/// what a save keeps in memory about them stays well under a megabyte a
-/// thousand, and a program cannot make a look at them take long.
+/// The most entries (files, directories, links, ...) the roots may hold,
+/// every directory below a root counted as one: what a save keeps in
+/// memory about them stays well under a megabyte a thousand, and a look
+/// at them stops reading at the first entry past it, so a program cannot
+/// make a look take long or hold much (docs/command.md, "Limits of a
+/// checkpoint directory").
 pub const MAX_ENTRIES: usize = 10_000;
 
 /// One file of a snapshot, not yet opened.
@@ -104,6 +109,8 @@ pub(crate) struct Snapshot {
     pub(crate) skipped: Vec<String>,
     /// What was at the roots as they were walked.
     pub(crate) stamps: Vec<Stamp>,
+    /// Entries counted against [`MAX_ENTRIES`], directories included.
+    entries: usize,
 }
 
 /// What identifies a version of one file without reading it.
@@ -147,9 +154,10 @@ impl Snapshot {
     }
 
     fn count(&mut self, path: &str, meta: &Metadata) -> Result<(), SaveFilesError> {
-        if self.stamps.len() >= MAX_ENTRIES {
+        if self.entries >= MAX_ENTRIES {
             return Err(SaveFilesError::TooMany { limit: MAX_ENTRIES });
         }
+        self.entries += 1;
         // Links and special files too: one appearing is a change (and a
         // save says why it passed it over).
         if !meta.is_dir() {
@@ -205,12 +213,27 @@ impl Snapshot {
         path: &str,
         shown: &str,
     ) -> Result<(), SaveFilesError> {
-        for (entry, meta) in dir.entries().map_err(untrusted_io)? {
-            // A manifest path is text: other names are passed over.
+        // Never more names read than the cap leaves room for.
+        let room = MAX_ENTRIES.saturating_sub(self.entries);
+        let Some(entries) = dir.entries_at_most(room).map_err(untrusted_io)? else {
+            return Err(SaveFilesError::TooMany { limit: MAX_ENTRIES });
+        };
+        for (entry, meta) in entries {
+            // A manifest path is text, and no longer than a restore
+            // accepts: anything else is refused now, not lost later.
             let Some(text) = entry.to_str() else {
-                continue;
+                return Err(SaveFilesError::BadPath {
+                    path: format!("{}/{}", escape_line(shown), escape_bytes(entry.as_bytes())),
+                    why: "is not UTF-8 text",
+                });
             };
             let (child, child_shown) = (format!("{path}/{text}"), format!("{shown}/{text}"));
+            if child.len() > MAX_PATH_LEN {
+                return Err(SaveFilesError::BadPath {
+                    path: escape_line(&child_shown).into_owned(),
+                    why: "is longer than the 4096 bytes a checkpoint path may have (counted from the directory's name, `dir/...`)",
+                });
+            }
             self.count(&child, &meta)?;
             names.push(entry.clone());
             if meta.is_dir() && names.len() > MAX_DEPTH {
