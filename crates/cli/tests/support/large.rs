@@ -349,9 +349,12 @@ impl World {
             .arg(&idle_file)
             .spawn()
             .unwrap();
-        until("the idle process", &runner.log, || {
-            idle_file.with_extension("ready").exists()
-        })
+        // watch.py writes its path and ".ready": `with_extension` would
+        // name the program's watcher's file (`<signalled>.ready`), already
+        // there, and the signal could reach the idle process before its
+        // handler is in place.
+        let idle_ready = PathBuf::from(format!("{}.ready", idle_file.display()));
+        until("the idle process", &runner.log, || idle_ready.exists())
         .await;
         if stall {
             send(self.blob_pid(), libc::SIGSTOP);
