@@ -354,8 +354,7 @@ impl World {
         // there, and the signal could reach the idle process before its
         // handler is in place.
         let idle_ready = PathBuf::from(format!("{}.ready", idle_file.display()));
-        until("the idle process", &runner.log, || idle_ready.exists())
-        .await;
+        until("the idle process", &runner.log, || idle_ready.exists()).await;
         if stall {
             send(self.blob_pid(), libc::SIGSTOP);
         }
