@@ -820,3 +820,132 @@ async fn a_runner_that_cannot_switch_users_refuses_to_start_with_a_program_user(
         .unwrap();
     assert_eq!(waiting.len(), 1, "nothing was taken");
 }
+
+/// A program keeping its state in a live SQLite database (Python's stdlib
+/// `sqlite3`, rollback-journal mode, a commit every 0.25 s, no SIGTERM
+/// handler), under `spot-worker run` with default (adaptive) settings: its
+/// runner is SIGKILLed with it after 20 s. The next runner resumes it from
+/// a database that passes `PRAGMA integrity_check`, whose rows are a
+/// prefix of what it wrote, losing at most one interval's rows. The
+/// program checks its database itself as it starts; its log (wall-clock
+/// times) is the measure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_database_killed_with_its_runner_resumes_consistent_within_an_interval() {
+    let world = World::start().await;
+    let (connection_string, queue, emulator) = (
+        world.azurite.connection_string(),
+        &world.queue,
+        &world.emulator,
+    );
+    queue.send("db", Duration::ZERO).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Writable by the worker when it runs as nobody.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let log = dir.path().join("log");
+    let program = r#"
+import os, sqlite3, sys, time
+log = sys.argv[1]
+def note(*words):
+    with open(log, "a") as f:
+        f.write(" ".join(str(w) for w in words) + " " + repr(time.time()) + "\n")
+path = os.path.join(os.environ["SPOT_WORKER_CHECKPOINT_DIR"], "rows.db")
+db = sqlite3.connect(path, timeout=30)
+db.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER PRIMARY KEY, sq INTEGER, pad BLOB)")
+db.commit()
+ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+rows = db.execute("SELECT n, sq, pad FROM t ORDER BY n").fetchall()
+prefix = all(r == (i, i * i, bytes([i % 251]) * 16384) for i, r in enumerate(rows, start=1))
+n = len(rows)
+note("start", n, ok, prefix, os.environ["SPOT_WORKER_CHECKPOINT_INTERVAL"])
+while n < 4000:
+    n += 1
+    db.execute("INSERT INTO t VALUES (?, ?, ?)", (n, n * n, bytes([n % 251]) * 16384))
+    db.commit()
+    note("committed", n)
+    time.sleep(0.25)
+"#;
+    let log_arg = log.display().to_string();
+    let args = ["--", "python3", "-c", program, log_arg.as_str()];
+    let starts = |log: &std::path::Path| -> Vec<Vec<String>> {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.starts_with("start "))
+            .map(|line| line.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    let mut first = spot_worker_run(&args, &connection_string, &emulator.url())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while starts(&log).is_empty() && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(starts(&log).len(), 1, "the program did not start");
+    // The scenario: the VM dies 20 s into the job, runner and all.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    first.start_kill().unwrap();
+    tokio::time::timeout(PATIENCE, first.wait())
+        .await
+        .expect("SIGKILL ends the runner")
+        .unwrap();
+    let committed: Vec<(u64, f64)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("committed "))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (words[1].parse().unwrap(), words[2].parse().unwrap())
+        })
+        .collect();
+    let &(last, last_at) = committed.last().expect("the program committed rows");
+
+    let next = spot_worker_run(&args, &connection_string, &emulator.url())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while starts(&log).len() < 2 && waited.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(next);
+    let all = starts(&log);
+    assert_eq!(all.len(), 2, "the job was not resumed");
+    let (first_start, resumed) = (&all[0], &all[1]);
+    let interval: f64 = first_start[4].parse().unwrap();
+    let rows: u64 = resumed[1].parse().unwrap();
+    assert_eq!(
+        resumed[2], "ok",
+        "PRAGMA integrity_check of the restored database"
+    );
+    assert_eq!(
+        resumed[3], "True",
+        "the restored rows are not a prefix of those written"
+    );
+    assert!(rows <= last, "{rows} rows restored of {last} committed");
+    // Lost: from the last commit the restored database holds to the
+    // last one before the kill (the program's own times).
+    let kept_at = committed
+        .iter()
+        .find(|(n, _)| *n == rows)
+        .map_or(first_start[5].parse::<f64>().unwrap(), |(_, at)| *at);
+    let lost = last_at - kept_at;
+    eprintln!(
+        "interval {interval} s; {last} rows committed, {rows} restored: {lost:.2} s of rows lost"
+    );
+    // One interval, and beside it a commit, a look and a save's time
+    // (allowed 2 s: a slow machine's save takes longer, not the runner).
+    assert!(
+        lost <= interval + 2.0,
+        "{lost:.2} s of rows lost with an interval of {interval} s"
+    );
+    // Before any save is measured the interval is the floor, seconds; the
+    // database's age is never taken for a save's cost.
+    assert!(
+        interval < 60.0,
+        "the program was handed an interval of {interval} s"
+    );
+}

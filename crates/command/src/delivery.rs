@@ -137,6 +137,7 @@ impl CommandHandler {
             checkpoint: Some(checkpoint),
             saving: None,
             saved_file: restored,
+            saved_fingerprint: None,
             last_complete: None,
             skipped_warned: false,
             program_started: None,
@@ -233,6 +234,9 @@ pub(crate) struct Run<'a> {
     pub(crate) saving: Option<SaveTask>,
     /// The version of the file last saved (or restored).
     pub(crate) saved_file: Option<FileVersion>,
+    /// What the look before the last save (or the restore) found, once
+    /// one is known: the version stored ([`crate::saving`]).
+    pub(crate) saved_fingerprint: Option<Option<[u8; 32]>>,
     /// When the last save completed.
     pub(crate) last_complete: Option<std::time::Instant>,
     /// Whether passed-over checkpoint paths were said in the log.
@@ -281,7 +285,9 @@ impl Run<'_> {
         let config = &self.handler.config;
         let key = self.key.clone();
         // Before the start, so a file the program writes at once is new.
-        let mut looked_at = look(self.roots()).await.ok().flatten();
+        // What is there now was restored: the job's stored version.
+        self.saved_fingerprint = look(self.roots()).await.ok();
+        let mut looked_at = self.saved_fingerprint.flatten();
         self.program_started = Some(std::time::Instant::now());
         let mut child = self.spawn(message_id, self.first_interval()).await?;
         let pgid = child

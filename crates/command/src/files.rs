@@ -82,6 +82,12 @@ impl DeliveryDir {
         std::fs::set_permissions(self.dir.path(), std::fs::Permissions::from_mode(0o711))
     }
 
+    /// The directory itself: the runner's, never the program's (copies
+    /// the runner makes for a save go here, and with it).
+    pub fn runners(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// `SPOT_WORKER_WORK_DIR`: the program's scratch space.
     pub fn work(&self) -> &Path {
         &self.work

@@ -31,6 +31,7 @@ mod reaper;
 mod runner_id;
 mod saving;
 mod spawner;
+mod sqlite_version;
 mod write_time;
 
 pub use config::{
@@ -50,4 +51,7 @@ pub use pace::{ProgressFileError, parse_progress};
 pub use program_user::{ProgramUser, ProgramUserError};
 pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
+pub use sqlite_version::{
+    BUSY_WAITS, BackupError, COMPANIONS, Copies, SQLITE_HEADER, with_consistent_databases,
+};
 pub use write_time::{Unmeasured, write_duration};

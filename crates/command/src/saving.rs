@@ -39,6 +39,9 @@ pub(crate) enum Save {
 pub(crate) struct SaveEnd {
     pub(crate) checkpoint: JobCheckpoint,
     pub(crate) outcome: Result<Done, String>,
+    /// What the look before the save found (the save's version, unless
+    /// it changed while read: then the save ends [`Save::Later`]).
+    pub(crate) fingerprint: Option<[u8; 32]>,
 }
 
 /// What a finished save reports.
@@ -71,6 +74,9 @@ impl SaveTask {
 /// What a save needs from its delivery, copied into its task.
 struct SaveContext {
     roots: CheckpointFiles,
+    /// The runner's own directory, for the copies of live databases
+    /// ([`crate::sqlite_version`]).
+    scratch: std::path::PathBuf,
     limit: u64,
     saved_file: Option<FileVersion>,
     ran_for: Duration,
@@ -110,6 +116,7 @@ impl Run<'_> {
             .map(|stopped| stopped.at);
         let context = SaveContext {
             roots,
+            scratch: self.dir.runners().to_path_buf(),
             limit: self.handler.config.checkpoint_max_bytes,
             saved_file: self.saved_file,
             ran_for: self
@@ -137,6 +144,7 @@ impl Run<'_> {
             SaveEnd {
                 checkpoint,
                 outcome,
+                fingerprint,
             }
         });
         self.saving = Some(SaveTask {
@@ -159,6 +167,10 @@ impl Run<'_> {
         let done = end.outcome?;
         if !done.skipped.is_empty() && !std::mem::replace(&mut self.skipped_warned, true) {
             tracing::warn!(job_key = %self.key, skipped = ?done.skipped, "not saved: the checkpoint paths must be regular files (or, under SPOT_WORKER_CHECKPOINT_DIR, directories of them); links, FIFOs and devices are passed over");
+        }
+        if done.save != Save::Later {
+            // What is stored now: a final save of the same is no use.
+            self.saved_fingerprint = Some(end.fingerprint);
         }
         if done.save == Save::Saved {
             self.handler.throughput.record(&done.stats);
@@ -217,6 +229,13 @@ impl Run<'_> {
         // ended: it holds still now, unless something else writes it).
         for _ in 0..3 {
             let fingerprint = match crate::look::look(self.roots()).await {
+                // Every look skips the version saved last; so does the
+                // notice's: reading it again would spend drain time on
+                // nothing (and take a renamed file for one rewritten).
+                Ok(fingerprint) if is_saved_already(self.saved_fingerprint, fingerprint) => {
+                    tracing::debug!(job_key = %self.key, "the checkpoint is the version saved last; nothing left to save");
+                    return None;
+                }
                 Ok(fingerprint) => fingerprint,
                 Err(error) => match crate::look::programs_fault(&error) {
                     Some(fault) => return Some(self.final_fault(fault)),
@@ -399,6 +418,14 @@ impl Run<'_> {
     }
 }
 
+/// Whether a look that found `now` finds the version stored already
+/// (`saved`: what the look before the last save, or the restore, found).
+/// A look that found nothing matches only a save of nothing; ask only
+/// after a look that succeeded (a failed one found no version at all).
+fn is_saved_already(saved: Option<Option<[u8; 32]>>, now: Option<[u8; 32]>) -> bool {
+    saved == Some(now)
+}
+
 /// The time kept between the end of a final save and the release.
 const FINAL_SAVE_SLACK: Duration = Duration::from_millis(100);
 
@@ -415,7 +442,16 @@ async fn save_once(
         skipped,
         stats: SaveStats::default(),
     };
-    let staged = match checkpoint.stage_files(&context.roots, context.limit).await {
+    // A live database is read from a consistent copy; the copies go
+    // when this save is done with them.
+    let (roots, _copies) = match consistent_databases(context).await {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(job_key = %key, %error, "a SQLite database in the checkpoint directory could not be backed up, so the checkpoint is not saved this time; trying again later");
+            return Ok(later(Vec::new()));
+        }
+    };
+    let staged = match checkpoint.stage_files(&roots, context.limit).await {
         Ok(staged) => staged,
         Err(error @ SaveFilesError::TooBig { .. }) => {
             return Err(format!("{error} (SPOT_WORKER_CHECKPOINT_MAX_BYTES)"));
@@ -486,6 +522,21 @@ async fn save_once(
             Ok(later(skipped))
         }
     }
+}
+
+/// The save's roots, every SQLite database in the checkpoint directory
+/// standing in as a consistent copy ([`crate::sqlite_version`]), on the
+/// blocking pool.
+async fn consistent_databases(
+    context: &SaveContext,
+) -> Result<(CheckpointFiles, crate::sqlite_version::Copies), String> {
+    let (roots, scratch) = (context.roots.clone(), context.scratch.clone());
+    tokio::task::spawn_blocking(move || {
+        crate::sqlite_version::with_consistent_databases(&roots, &scratch)
+    })
+    .await
+    .map_err(|e| format!("the backup of a SQLite database ended: {e}"))?
+    .map_err(|e| e.to_string())
 }
 
 /// What saving the version `staged` read blocks: the program's writing of

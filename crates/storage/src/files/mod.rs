@@ -107,6 +107,11 @@ impl Default for TransferLimits {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckpointFiles {
     roots: Vec<Root>,
+    /// Files under a directory root saved from a copy instead (manifest
+    /// path, the copy).
+    stand_ins: Vec<(String, PathBuf)>,
+    /// Files under a directory root not saved (manifest paths).
+    left_out: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +151,52 @@ impl CheckpointFiles {
             is_dir,
         });
         self
+    }
+
+    /// Saves the file at the manifest path `path` (under a directory root)
+    /// from `copy` instead: a consistent copy of it that the caller made
+    /// and nothing writes while a save reads it (a live database's online
+    /// backup). Saved, and restored, as the file at `path`; its identity,
+    /// size and times are the copy's. Only if a regular file is at `path`
+    /// when the save looks: one that went is not saved.
+    ///
+    /// ```
+    /// use spot_worker_storage::files::CheckpointFiles;
+    ///
+    /// let files = CheckpointFiles::dir("/tmp/state")
+    ///     .with_stand_in("dir/study.db", "/tmp/backup-of-study.db")
+    ///     .leaving_out("dir/study.db-wal");
+    /// assert_eq!(files.roots().count(), 1);
+    /// ```
+    pub fn with_stand_in(mut self, path: &str, copy: impl Into<PathBuf>) -> Self {
+        self.stand_ins.retain(|(named, _)| named != path);
+        self.stand_ins.push((path.to_owned(), copy.into()));
+        self
+    }
+
+    /// Passes over the file at the manifest path `path` (under a directory
+    /// root) without a word: what it holds is in a stand-in
+    /// ([`CheckpointFiles::with_stand_in`]: a database's journal or
+    /// write-ahead log, folded into its backup). It counts against
+    /// [`MAX_ENTRIES`] all the same.
+    pub fn leaving_out(mut self, path: &str) -> Self {
+        if !self.left_out.iter().any(|named| named == path) {
+            self.left_out.push(path.to_owned());
+        }
+        self
+    }
+
+    /// The copy a file at `path` is saved from, if it has a stand-in.
+    pub(crate) fn stand_in(&self, path: &str) -> Option<&Path> {
+        self.stand_ins
+            .iter()
+            .find(|(named, _)| named == path)
+            .map(|(_, copy)| copy.as_path())
+    }
+
+    /// Whether the file at `path` is left out.
+    pub(crate) fn is_left_out(&self, path: &str) -> bool {
+        self.left_out.iter().any(|named| named == path)
     }
 
     /// The roots: name, path, and whether it is a directory.

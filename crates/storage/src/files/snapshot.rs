@@ -133,7 +133,7 @@ impl Snapshot {
         let mut snapshot = Snapshot::default();
         for root in &roots.roots {
             if root.is_dir {
-                snapshot.walk_root(&root.path, &root.name)?;
+                snapshot.walk_root(&root.path, &root.name, roots)?;
             } else {
                 snapshot.add_file_root(&root.path, &root.name)?;
             }
@@ -154,15 +154,22 @@ impl Snapshot {
     }
 
     fn count(&mut self, path: &str, meta: &Metadata) -> Result<(), SaveFilesError> {
-        if self.entries >= MAX_ENTRIES {
-            return Err(SaveFilesError::TooMany { limit: MAX_ENTRIES });
-        }
-        self.entries += 1;
+        self.count_only()?;
         // Links and special files too: one appearing is a change (and a
         // save says why it passed it over).
         if !meta.is_dir() {
             self.stamps.push(stamp(path, meta));
         }
+        Ok(())
+    }
+
+    /// Counts an entry against [`MAX_ENTRIES`] without a stamp: its
+    /// changes are no change of the checkpoint's.
+    fn count_only(&mut self) -> Result<(), SaveFilesError> {
+        if self.entries >= MAX_ENTRIES {
+            return Err(SaveFilesError::TooMany { limit: MAX_ENTRIES });
+        }
+        self.entries += 1;
         Ok(())
     }
 
@@ -186,7 +193,12 @@ impl Snapshot {
         Ok(())
     }
 
-    fn walk_root(&mut self, path: &std::path::Path, name: &str) -> Result<(), SaveFilesError> {
+    fn walk_root(
+        &mut self,
+        path: &std::path::Path,
+        name: &str,
+        roots: &CheckpointFiles,
+    ) -> Result<(), SaveFilesError> {
         let root = match Dir::open(path) {
             Ok(root) => Arc::new(root),
             Err(UntrustedError::Io { source, .. })
@@ -201,7 +213,7 @@ impl Snapshot {
             }
         };
         let shown = path.to_string_lossy().into_owned();
-        self.walk(&root, &root, &mut Vec::new(), name, &shown)
+        self.walk(&root, &root, &mut Vec::new(), name, &shown, roots)
     }
 
     /// Walks `dir`, which is `names` below `root`.
@@ -212,6 +224,7 @@ impl Snapshot {
         names: &mut Vec<OsString>,
         path: &str,
         shown: &str,
+        roots: &CheckpointFiles,
     ) -> Result<(), SaveFilesError> {
         // Never more names read than the cap leaves room for.
         let room = MAX_ENTRIES.saturating_sub(self.entries);
@@ -234,6 +247,26 @@ impl Snapshot {
                     why: "is longer than the 4096 bytes a checkpoint path may have (counted from the directory's name, `dir/...`)",
                 });
             }
+            if !meta.is_dir() && roots.is_left_out(&child) {
+                self.count_only()?;
+                continue;
+            }
+            // A stand-in (the caller's consistent copy) is read for it.
+            let stand_in = match roots.stand_in(&child) {
+                Some(copy) if meta.file_type().is_file() => {
+                    Some((std::fs::symlink_metadata(copy)?, copy.to_owned()))
+                }
+                _ => None,
+            };
+            if let Some((copy_meta, copy)) = stand_in {
+                self.count(&child, &copy_meta)?;
+                self.files.push(SnapFile {
+                    path: child,
+                    meta: copy_meta,
+                    at: Location::Root(copy),
+                });
+                continue;
+            }
             self.count(&child, &meta)?;
             names.push(entry.clone());
             if meta.is_dir() && names.len() > MAX_DEPTH {
@@ -243,7 +276,7 @@ impl Snapshot {
                 ));
             } else if meta.is_dir() {
                 match dir.dir(&entry) {
-                    Ok(sub) => self.walk(root, &sub, names, &child, &child_shown)?,
+                    Ok(sub) => self.walk(root, &sub, names, &child, &child_shown, roots)?,
                     // Swapped since the look: the second look sees it.
                     Err(UntrustedError::Io { source, .. }) if !is_gone(&source) => {
                         return Err(source.into());

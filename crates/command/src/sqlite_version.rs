@@ -1,0 +1,421 @@
+//! A live SQLite database in the checkpoint directory, saved as one
+//! consistent version while the program writes it: SQLite's own online
+//! backup (what `sqlite3 .backup` and Litestream use) copies it into a
+//! file of the runner's, and the save reads that copy for the database
+//! ([`CheckpointFiles::with_stand_in`]) instead of the file that changes
+//! under the reader. Its companions (`-journal`, `-wal`, `-shm`) are not
+//! saved: what they hold that counts is in the copy, so a restore opens
+//! with no journal to roll back.
+//!
+//! A database is told by its first 16 bytes ("SQLite format 3\0"), not its
+//! name. The backup reads through a connection of the runner's, opened
+//! read-only: in WAL mode the program's writes go on meanwhile; in
+//! rollback-journal mode a commit waits while the copy is read
+//! (docs/command.md, "A SQLite database"). A database locked by a commit
+//! is tried again a few times, a little later each time
+//! ([`BUSY_WAITS`]); one that cannot be backed up is an error the save
+//! reports, never passed over.
+
+use std::ffi::OsString;
+use std::fs::Metadata;
+use std::io::Read as _;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::backup::{Backup, StepResult};
+use rusqlite::{Connection, OpenFlags};
+use spot_worker_storage::files::{CheckpointFiles, MAX_ENTRIES};
+use spot_worker_untrusted::{Dir, Owners, UntrustedError};
+
+/// The first bytes of every SQLite database file.
+pub const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// The files beside a database that hold its uncommitted or not yet
+/// checkpointed pages, by suffix.
+pub const COMPANIONS: [&str; 3] = ["-journal", "-wal", "-shm"];
+
+/// How long a backup waits, after each time it finds the database locked
+/// by a commit, before trying again: a commit takes milliseconds, so a
+/// few short waits, then an error.
+pub const BUSY_WAITS: [Duration; 6] = [
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+];
+
+/// How deep the search for databases goes (as the save's walk).
+const MAX_DEPTH: usize = 64;
+
+/// Why a database in the checkpoint directory could not be backed up.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// Looking at the directory, or making the copy's file, failed.
+    #[error("looking for SQLite databases in the checkpoint directory: {0}")]
+    Io(#[from] std::io::Error),
+    /// SQLite refused (a damaged file, a hot journal it cannot roll back).
+    #[error("backing up the SQLite database {path}: {source}")]
+    Sqlite {
+        /// The database's manifest path.
+        path: String,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// Locked by the program's commits at every try.
+    #[error(
+        "backing up the SQLite database {path}: locked by the program's commits at each of {tries} tries"
+    )]
+    Busy {
+        /// The database's manifest path.
+        path: String,
+        /// How many times it was tried.
+        tries: usize,
+    },
+    /// Replaced by another file while it was backed up.
+    #[error("the SQLite database {path} was replaced while it was backed up")]
+    Replaced {
+        /// The database's manifest path.
+        path: String,
+    },
+}
+
+/// The copies a save reads for the databases it found, deleted when
+/// dropped (after the save).
+#[derive(Debug)]
+pub struct Copies {
+    _scratch: Option<tempfile::TempDir>,
+    /// The databases backed up: manifest path, and the copy read for it.
+    pub databases: Vec<(String, PathBuf)>,
+}
+
+/// `roots`, with every SQLite database under its directory roots standing
+/// in as a consistent copy made now (in a directory of its own under
+/// `scratch`, the runner's), its companions left out; and the copies, to
+/// keep until the save has read them. Blocking: call it off the runtime
+/// thread.
+pub fn with_consistent_databases(
+    roots: &CheckpointFiles,
+    scratch: &Path,
+) -> Result<(CheckpointFiles, Copies), BackupError> {
+    let mut found = Vec::new();
+    for (name, path, is_dir) in roots.roots() {
+        if is_dir {
+            find_databases(path, name, &mut found)?;
+        }
+    }
+    let mut copies = Copies {
+        _scratch: None,
+        databases: Vec::new(),
+    };
+    if found.is_empty() {
+        return Ok((roots.clone(), copies));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sqlite-copies-")
+        .tempdir_in(scratch)?;
+    let mut roots = roots.clone();
+    for (number, database) in found.iter().enumerate() {
+        let copy = dir.path().join(format!("{number}.db"));
+        backup(database, &copy)?;
+        roots = roots.with_stand_in(&database.path, &copy);
+        for suffix in COMPANIONS {
+            roots = roots.leaving_out(&format!("{}{suffix}", database.path));
+        }
+        copies.databases.push((database.path.clone(), copy));
+    }
+    copies._scratch = Some(dir);
+    Ok((roots, copies))
+}
+
+/// A database found: its manifest path, where it is, and which file it is.
+#[derive(Debug)]
+struct Found {
+    path: String,
+    root: PathBuf,
+    names: Vec<OsString>,
+    dev: u64,
+    ino: u64,
+}
+
+impl Found {
+    fn on_disk(&self) -> PathBuf {
+        self.names
+            .iter()
+            .fold(self.root.clone(), |path, name| path.join(name))
+    }
+
+    /// Whether the very file found is at its place now, reached without
+    /// following a link.
+    fn still_there(&self) -> bool {
+        at(&self.root, &self.names)
+            .is_some_and(|meta| (meta.dev(), meta.ino()) == (self.dev, self.ino))
+    }
+}
+
+/// The metadata of what is at `names` below `root`, reached through
+/// directories opened without following links.
+fn at(root: &Path, names: &[OsString]) -> Option<Metadata> {
+    let (last, dirs) = names.split_last()?;
+    let mut dir = Dir::open(root).ok()?;
+    for name in dirs {
+        dir = dir.dir(name).ok()?;
+    }
+    dir.file(last, &Owners::Any).ok()?.metadata().ok()
+}
+
+/// The SQLite databases under the directory root `name` at `root`,
+/// walked as the save walks it (no link followed, bounded).
+fn find_databases(root: &Path, name: &str, found: &mut Vec<Found>) -> Result<(), BackupError> {
+    let dir = match Dir::open(root) {
+        Ok(dir) => dir,
+        Err(error) if error.is_not_found() => return Ok(()),
+        Err(error) => return Err(untrusted(error)),
+    };
+    let mut walk = Walk {
+        root,
+        found,
+        entries: 0,
+    };
+    walk.dir(&dir, &mut Vec::new(), name)
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    found: &'a mut Vec<Found>,
+    entries: usize,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Dir, names: &mut Vec<OsString>, path: &str) -> Result<(), BackupError> {
+        // More than the save takes is its error to say, not this one's.
+        let room = MAX_ENTRIES.saturating_sub(self.entries);
+        let Some(entries) = dir.entries_at_most(room).map_err(untrusted)? else {
+            return Ok(());
+        };
+        self.entries += entries.len();
+        for (entry, meta) in entries {
+            // A name the save refuses is its error to say.
+            let Some(text) = entry.to_str() else {
+                continue;
+            };
+            let child = format!("{path}/{text}");
+            names.push(entry.clone());
+            if meta.is_dir() && names.len() <= MAX_DEPTH {
+                if let Ok(sub) = dir.dir(&entry) {
+                    self.dir(&sub, names, &child)?;
+                }
+            } else if meta.file_type().is_file()
+                && meta.len() >= SQLITE_HEADER.len() as u64
+                && is_database(dir, &entry)
+            {
+                self.found.push(Found {
+                    path: child,
+                    root: self.root.to_owned(),
+                    names: names.clone(),
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                });
+            }
+            names.pop();
+        }
+        Ok(())
+    }
+}
+
+/// Whether the file `name` in `dir` starts as a SQLite database does.
+fn is_database(dir: &Dir, name: &OsString) -> bool {
+    let Ok(file) = dir.file(name, &Owners::Any) else {
+        return false;
+    };
+    let mut header = [0u8; 16];
+    (&file).read_exact(&mut header).is_ok() && &header == SQLITE_HEADER
+}
+
+fn untrusted(error: UntrustedError) -> BackupError {
+    match error {
+        UntrustedError::Io { source, .. } => BackupError::Io(source),
+        other => BackupError::Io(std::io::Error::other(other.to_string())),
+    }
+}
+
+/// Backs `database` up into `copy` in one step: one consistent version,
+/// read under SQLite's own locks. Read-only first; a database that needs
+/// its hot journal rolled back first (its program died mid-commit), or a
+/// WAL-mode one whose shared-memory file is gone (its program closed it),
+/// is opened for writing, as the program itself would open it next.
+fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
+    if !database.still_there() {
+        return Err(BackupError::Replaced {
+            path: database.path.clone(),
+        });
+    }
+    let source = database.on_disk();
+    let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let done = match backup_from(&source, read_only, copy, &database.path) {
+        Err(BackupError::Sqlite { .. }) => {
+            let read_write = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            // A copy a failed try left is written over.
+            let _ = std::fs::remove_file(copy);
+            backup_from(&source, read_write, copy, &database.path)
+        }
+        done => done,
+    };
+    done?;
+    // The file read must be the one found: a link swapped in meanwhile
+    // would have had the runner read what is not the program's.
+    if !database.still_there() {
+        return Err(BackupError::Replaced {
+            path: database.path.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn backup_from(
+    source: &Path,
+    flags: OpenFlags,
+    copy: &Path,
+    path: &str,
+) -> Result<(), BackupError> {
+    let sqlite = |source| BackupError::Sqlite {
+        path: path.to_owned(),
+        source,
+    };
+    let from = Connection::open_with_flags(source, flags).map_err(sqlite)?;
+    let mut to = Connection::open(copy).map_err(sqlite)?;
+    let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
+    let mut waits = BUSY_WAITS.iter();
+    loop {
+        // All pages in one step: one read transaction, one version.
+        match backup.step(-1).map_err(sqlite)? {
+            StepResult::Done => return Ok(()),
+            StepResult::More => {}
+            _busy_or_locked => match waits.next() {
+                Some(wait) => std::thread::sleep(*wait),
+                None => {
+                    return Err(BackupError::Busy {
+                        path: path.to_owned(),
+                        tries: BUSY_WAITS.len() + 1,
+                    });
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn database(path: &Path, wal: bool) -> Connection {
+        let connection = Connection::open(path).unwrap();
+        if wal {
+            connection
+                .pragma_update(None, "journal_mode", "wal")
+                .unwrap();
+        }
+        connection
+            .execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY); INSERT INTO t VALUES (1), (2);")
+            .unwrap();
+        connection
+    }
+
+    fn rows(path: &Path) -> Vec<i64> {
+        let connection = Connection::open(path).unwrap();
+        let mut statement = connection.prepare("SELECT n FROM t ORDER BY n").unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Told by its header, not its name; its companions left out; a file
+    /// named like a database but not one is saved as it is.
+    #[test]
+    fn databases_are_found_by_their_header_and_copied_with_what_is_committed() {
+        for wal in [false, true] {
+            let checkpoint = tempfile::tempdir().unwrap();
+            let scratch = tempfile::tempdir().unwrap();
+            std::fs::create_dir(checkpoint.path().join("sub")).unwrap();
+            let live = database(&checkpoint.path().join("sub/state"), wal);
+            // An open transaction: not in the copy.
+            live.execute_batch("BEGIN; INSERT INTO t VALUES (3);")
+                .unwrap();
+            std::fs::write(checkpoint.path().join("fake.db"), b"not a database at all").unwrap();
+            let roots = CheckpointFiles::dir(checkpoint.path());
+            let (with, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+            let [(path, copy)] = copies.databases.as_slice() else {
+                panic!("wal {wal}: {:?}", copies.databases);
+            };
+            assert_eq!(path, "dir/sub/state");
+            let expected = roots
+                .clone()
+                .with_stand_in("dir/sub/state", copy)
+                .leaving_out("dir/sub/state-journal")
+                .leaving_out("dir/sub/state-wal")
+                .leaving_out("dir/sub/state-shm");
+            assert_eq!(with, expected, "wal {wal}");
+            // The copy alone: no journal or log of its own beside it.
+            let names: Vec<_> = std::fs::read_dir(copy.parent().unwrap())
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name())
+                .collect();
+            assert_eq!(names, [copy.file_name().unwrap()], "wal {wal}");
+            assert_eq!(rows(copy), [1, 2], "wal {wal}");
+            let copy = copy.clone();
+            drop(copies);
+            assert!(!copy.exists());
+            drop(live);
+        }
+    }
+
+    #[test]
+    fn a_directory_without_databases_is_left_as_it_is() {
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        std::fs::write(checkpoint.path().join("a"), &SQLITE_HEADER.as_slice()[..8]).unwrap();
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let (with, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+        assert_eq!(with, roots);
+        assert!(copies.databases.is_empty());
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+
+    /// A database whose header is right but whose pages are not is an
+    /// error that names it, never passed over.
+    #[test]
+    fn a_damaged_database_is_an_error_that_names_it() {
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let mut bytes = SQLITE_HEADER.to_vec();
+        bytes.resize(4096, 0xff);
+        std::fs::write(checkpoint.path().join("broken"), bytes).unwrap();
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let error = with_consistent_databases(&roots, scratch.path()).unwrap_err();
+        assert!(error.to_string().contains("dir/broken"), "{error}");
+    }
+
+    /// A commit holding the lock past every wait: an error, not a hang.
+    #[test]
+    fn a_database_locked_at_every_try_is_an_error() {
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let live = database(&checkpoint.path().join("db"), false);
+        live.execute_batch("BEGIN EXCLUSIVE; INSERT INTO t VALUES (3);")
+            .unwrap();
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let error = with_consistent_databases(&roots, scratch.path()).unwrap_err();
+        assert!(matches!(error, BackupError::Busy { .. }), "{error}");
+        live.execute_batch("COMMIT").unwrap();
+        let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+        assert_eq!(rows(&copies.databases[0].1), [1, 2, 3]);
+    }
+}

@@ -1,0 +1,230 @@
+//! A live SQLite database in the checkpoint directory, with a real
+//! program (Python's stdlib `sqlite3`, committing a row every 0.25 s) on
+//! a real Azurite, in rollback-journal and WAL mode: every version the
+//! runner saves while the program writes is one the program committed
+//! (integrity ok, its rows a prefix of what it wrote), with no journal or
+//! log beside it to roll back or replay.
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use spot_worker_command::{CommandConfig, CommandHandler};
+use spot_worker_storage::files::{CheckpointFiles, ChunkStore, Manifest};
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, ETag, JobCheckpoint, StorageError, StoredCheckpoint,
+    WritePrecondition, async_trait,
+};
+use spot_worker_testkit::worker::{Env, within};
+
+/// The program: opens `rows.db` in the checkpoint directory in `mode`,
+/// then commits `rows` rows, 0.25 s apart, each a few pages (a row of
+/// 16 KiB and an index entry), row n's content a function of n.
+fn program(mode: &str, rows: u32) -> String {
+    format!(
+        r#"
+import os, sqlite3, time
+path = os.path.join(os.environ["SPOT_WORKER_CHECKPOINT_DIR"], "rows.db")
+db = sqlite3.connect(path, timeout=30)
+db.execute("PRAGMA journal_mode={mode}")
+db.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER PRIMARY KEY, sq INTEGER, pad BLOB)")
+db.execute("CREATE INDEX IF NOT EXISTS t_sq ON t (sq)")
+db.commit()
+n = db.execute("SELECT coalesce(max(n), 0) FROM t").fetchone()[0]
+while n < {rows}:
+    n += 1
+    db.execute("INSERT INTO t VALUES (?, ?, ?)", (n, n * n, bytes([n % 251]) * 16384))
+    db.commit()
+    time.sleep(0.25)
+"#
+    )
+}
+
+/// What a saved database holds: its rows are 1..=N, each as the program
+/// wrote it (none before it made its table), and SQLite finds nothing
+/// wrong; N is returned.
+pub fn committed_prefix(db: &Path) -> i64 {
+    let check = format!(
+        r#"
+import sqlite3, sys
+db = sqlite3.connect({db:?})
+assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "integrity"
+# Before its first commit of the table, the program had none.
+tables = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 't'").fetchone()[0]
+rows = db.execute("SELECT n, sq, pad FROM t ORDER BY n").fetchall() if tables else []
+for i, (n, sq, pad) in enumerate(rows, start=1):
+    assert (n, sq, pad) == (i, i * i, bytes([i % 251]) * 16384), ("row", i, n)
+print(len(rows))
+"#,
+        db = db.display().to_string(),
+    );
+    let output = std::process::Command::new("python3")
+        .args(["-c", &check])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{} is not a version the program committed: {}",
+        db.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A checkpoint store that keeps every checkpoint written, and every
+/// chunk (deletes are let through to nothing), so each version saved can
+/// be restored afterwards.
+struct Keeping {
+    inner: Arc<dyn CheckpointStore>,
+    written: Mutex<Vec<Checkpoint>>,
+    chunks: Arc<KeepChunks>,
+}
+
+struct KeepChunks(Arc<dyn ChunkStore>);
+
+#[async_trait]
+impl ChunkStore for KeepChunks {
+    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
+        self.0.put(name, chunk).await
+    }
+
+    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
+        self.0.get(name, len).await
+    }
+
+    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
+        self.0.touch(name).await
+    }
+
+    async fn delete(&self, _name: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for Keeping {
+    async fn prepare(&self) -> Result<(), StorageError> {
+        self.inner.prepare().await
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
+        self.inner.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        precondition: WritePrecondition,
+        stamp: Option<&str>,
+    ) -> Result<ETag, StorageError> {
+        let written = self
+            .inner
+            .write(key, checkpoint, precondition, stamp)
+            .await?;
+        if !key.starts_with(".spot-worker/") {
+            self.written.lock().unwrap().push(checkpoint.clone());
+        }
+        Ok(written)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.inner.delete(key).await
+    }
+
+    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
+        Some(self.chunks.clone())
+    }
+}
+
+/// Runs the program to its end with saves every 0.3 s, then restores
+/// every version saved and checks it.
+async fn every_version_is_one_the_program_committed(mode: &str) {
+    let env = Env::start().await;
+    env.queue.send("job", Duration::ZERO).await.unwrap();
+    let source = program(mode, 24);
+    let config = CommandConfig::new("python3", ["-c", source.as_str()])
+        .with_checkpoint_every(Duration::from_millis(300));
+    let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
+    let keeping = Arc::new(Keeping {
+        inner: env.checkpoints.clone(),
+        written: Mutex::default(),
+        chunks: Arc::new(KeepChunks(env.checkpoints.chunks().unwrap())),
+    });
+    let consumer = spot_worker_storage::Consumer::new(
+        env.queue.clone(),
+        env.poison.clone(),
+        spot_worker_storage::ConsumerConfig::default(),
+    )
+    .unwrap()
+    .with_checkpoints(keeping.clone());
+    let running = Running::start(consumer, handler.clone());
+    handler.finished(1).await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
+    assert_eq!(stats.succeeded, 1);
+
+    let written = keeping.written.lock().unwrap().clone();
+    let saved: Vec<Checkpoint> = written
+        .into_iter()
+        .filter(|checkpoint| match checkpoint {
+            Checkpoint::InProgress { progress } => Manifest::from_progress(progress).is_some(),
+            Checkpoint::Completed { .. } => false,
+        })
+        .collect();
+    // 6 s of commits, a look every 0.3 s: many versions, not one or two.
+    assert!(saved.len() >= 5, "only {} versions saved", saved.len());
+    let mut last = 0;
+    for (number, checkpoint) in saved.iter().enumerate() {
+        // Each version, as the next delivery would restore it.
+        let key = format!("version-{number}");
+        keeping
+            .inner
+            .write(&key, checkpoint, WritePrecondition::Create, None)
+            .await
+            .unwrap();
+        let store: Arc<dyn CheckpointStore> = keeping.clone();
+        let mut handle = JobCheckpoint::load(store, key).await.unwrap();
+        let into = tempfile::tempdir().unwrap();
+        handle
+            .restore_files(&CheckpointFiles::dir(into.path()))
+            .await
+            .unwrap()
+            .unwrap();
+        let names: Vec<String> = std::fs::read_dir(into.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        // No journal to roll back, no log to replay: the database alone.
+        assert_eq!(names, ["rows.db"], "version {number} ({mode})");
+        let rows = committed_prefix(&into.path().join("rows.db"));
+        assert!(rows >= last, "version {number} ({mode}) went back");
+        last = rows;
+    }
+    assert!(last > 0, "no version held a row ({mode})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_version_of_a_live_rollback_journal_database_is_one_it_committed() {
+    within(
+        "the rollback-journal job",
+        every_version_is_one_the_program_committed("delete"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_version_of_a_live_wal_database_is_one_it_committed() {
+    within(
+        "the WAL job",
+        every_version_is_one_the_program_committed("wal"),
+    )
+    .await;
+}
