@@ -376,7 +376,8 @@ impl Run<'_> {
                         Err(_) => {}
                     }
                     let left = self.last_left;
-                    let unsettled = self.settle(unsettled);
+                    // Trouble with the store says nothing of the directory.
+                    let unsettled = if later { None } else { self.settle(unsettled) };
                     next_save = Instant::now()
                         + if let Some(retry) = unsettled {
                             retry
@@ -475,7 +476,7 @@ impl Run<'_> {
     fn settle(&mut self, unsettled: bool) -> Option<Duration> {
         if !unsettled {
             if self.unsettled >= crate::settle::REPORT_AFTER {
-                tracing::info!(job_key = %self.key, tries = self.unsettled, "the checkpoint held still and is saved again");
+                tracing::info!(job_key = %self.key, tries = self.unsettled, "the checkpoint was read as one state of the program again");
             }
             self.unsettled = 0;
             return None;
