@@ -313,7 +313,7 @@ pub const CHECKPOINT_EVERY: Setting<Option<Duration>> = Setting {
 pub const CHECKPOINT_MARKER: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_CHECKPOINT_MARKER",
     default: None,
-    default_doc: Some("none: a version is a read of the directory that held still"),
+    default_doc: Some("none"),
     doc: "`run`: a file in `SPOT_WORKER_CHECKPOINT_DIR` (a relative path) the program writes last, once its files are one state: the directory is saved only when the marker has changed, and only as it was when the marker was written (see [A directory saved as one state](command.md#a-directory-saved-as-one-state))",
     secret: false,
 };
