@@ -244,6 +244,11 @@ fn command_config(
     if let Some(every) = settings.get(&table::CHECKPOINT_EVERY)? {
         config = config.with_checkpoint_every(every);
     }
+    if let Some(marker) = settings.get(&table::CHECKPOINT_MARKER)? {
+        config = config
+            .with_checkpoint_marker(marker.into_owned())
+            .map_err(|reason| settings.invalid(&table::CHECKPOINT_MARKER, reason))?;
+    }
     if let Some(field) = settings.get(&table::JOB_KEY)? {
         config = config.with_job_key(field.into_owned());
     }

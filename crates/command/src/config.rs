@@ -55,6 +55,11 @@ pub struct CommandConfig {
     /// ([`Job::cadence`](spot_worker_storage::Job::cadence)); the program
     /// sees it as `SPOT_WORKER_CHECKPOINT_INTERVAL`.
     pub checkpoint_every: Option<Duration>,
+    /// The commit marker: a file in the checkpoint directory (relative to
+    /// it) the program writes last; the directory is saved only when it
+    /// has changed, as it was when it was written (`settle.rs`). `None`:
+    /// any read of the directory that held still is a version.
+    pub checkpoint_marker: Option<String>,
     /// The largest checkpoint saved (file and directory together).
     pub checkpoint_max_bytes: u64,
     /// The largest result file stored.
@@ -88,6 +93,7 @@ impl fmt::Debug for CommandConfig {
             .field("timeout", &self.timeout)
             .field("stop_signal", &self.stop_signal)
             .field("checkpoint_every", &self.checkpoint_every)
+            .field("checkpoint_marker", &self.checkpoint_marker)
             .field("checkpoint_max_bytes", &self.checkpoint_max_bytes)
             .field("result_max_bytes", &self.result_max_bytes)
             .field("transfer", &self.transfer)
@@ -114,6 +120,7 @@ impl CommandConfig {
             timeout: None,
             stop_signal: libc::SIGTERM,
             checkpoint_every: None,
+            checkpoint_marker: None,
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_BYTES,
             result_max_bytes: DEFAULT_RESULT_MAX_BYTES,
             transfer: TransferLimits::DEFAULT,
@@ -160,6 +167,15 @@ impl CommandConfig {
     pub fn with_checkpoint_every(mut self, every: Duration) -> Self {
         self.checkpoint_every = Some(every);
         self
+    }
+
+    /// Names the checkpoint directory's commit marker, a path relative to
+    /// it; an error (saying why) for a path outside it.
+    pub fn with_checkpoint_marker(mut self, marker: impl Into<String>) -> Result<Self, String> {
+        let marker = marker.into();
+        crate::settle::check_marker_path(&marker)?;
+        self.checkpoint_marker = Some(marker.trim_end_matches('/').to_owned());
+        Ok(self)
     }
 
     /// Sets the largest checkpoint saved.

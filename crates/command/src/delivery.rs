@@ -82,6 +82,11 @@ async fn restore(
         .map(|meta| FileVersion::of(&meta)))
 }
 
+/// The commit marker's path in the delivery's checkpoint directory.
+fn run_dir_marker(dir: &DeliveryDir, marker: &str) -> PathBuf {
+    dir.checkpoint_dir().join(marker)
+}
+
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -128,6 +133,13 @@ impl CommandHandler {
             .failures()
             .await
             .map_err(|e| format!("job {key}: reading its attempt record: {e}"))?;
+        // The restored marker is the version saved: the program's next
+        // marker is the next one.
+        let restored_marker = config.checkpoint_marker.as_ref().and_then(|marker| {
+            std::fs::symlink_metadata(run_dir_marker(&dir, marker))
+                .ok()
+                .map(|meta| crate::settle::MarkerStamp::of(&meta))
+        });
         let mut run = Run {
             handler: self,
             job,
@@ -138,6 +150,8 @@ impl CommandHandler {
             saving: None,
             saved_file: restored,
             saved_fingerprint: None,
+            saved_marker: restored_marker,
+            unsettled: 0,
             last_complete: None,
             skipped_warned: false,
             program_started: None,
@@ -237,6 +251,11 @@ pub(crate) struct Run<'a> {
     /// What the look before the last save (or the restore) found, once
     /// one is known: the version stored ([`crate::saving`]).
     pub(crate) saved_fingerprint: Option<Option<[u8; 32]>>,
+    /// The commit marker last saved (or restored), with
+    /// `SPOT_WORKER_CHECKPOINT_MARKER`.
+    pub(crate) saved_marker: Option<crate::settle::MarkerStamp>,
+    /// Reads in a row that found the checkpoint not one state (`settle.rs`).
+    unsettled: u32,
     /// When the last save completed.
     pub(crate) last_complete: Option<std::time::Instant>,
     /// Whether passed-over checkpoint paths were said in the log.
@@ -346,6 +365,7 @@ impl Run<'_> {
                     self.saving = None;
                     // Trouble (the store unreachable) waits a whole period.
                     let mut later = false;
+                    let mut unsettled = false;
                     match self.save_ended(joined) {
                         Ok(Save::Saved) => {
                             saved_once = true;
@@ -353,6 +373,7 @@ impl Run<'_> {
                         }
                         Ok(Save::Unchanged) => looked_at = stamp,
                         Ok(Save::Later) => later = true,
+                        Ok(Save::Unsettled) => unsettled = true,
                         Err(fault) if ended == RunnerEnded::No => {
                             tracing::error!(job_key = %key, error = %fault, "killing the program");
                             signal_group(pgid, libc::SIGKILL);
@@ -361,8 +382,12 @@ impl Run<'_> {
                         Err(_) => {}
                     }
                     let left = self.last_left;
+                    // Trouble with the store says nothing of the directory.
+                    let unsettled = if later { None } else { self.settle(unsettled) };
                     next_save = Instant::now()
-                        + if later {
+                        + if let Some(retry) = unsettled {
+                            retry
+                        } else if later {
                             self.save_interval()
                         } else if saved_once {
                             self.next_look(left)
@@ -448,6 +473,34 @@ impl Run<'_> {
             ended,
             stderr: stderr_tail,
         })
+    }
+
+    /// Counts reads in a row that found the checkpoint not one state of
+    /// the program (`unsettled`), says once when it never holds still
+    /// long enough, and returns how soon to read it again (`None`: it was
+    /// one state, or the save did not get as far as reading).
+    fn settle(&mut self, unsettled: bool) -> Option<Duration> {
+        if !unsettled {
+            if self.unsettled >= crate::settle::REPORT_AFTER {
+                tracing::info!(job_key = %self.key, tries = self.unsettled, "the checkpoint was read as one state of the program again");
+            }
+            self.unsettled = 0;
+            return None;
+        }
+        self.unsettled = self.unsettled.saturating_add(1);
+        if crate::settle::report_now(self.unsettled) {
+            let since_last_save = self.last_complete.map(|at| at.elapsed());
+            let hint = if self.handler.config.checkpoint_marker.is_some() {
+                "the program wrote the directory again before it could be read at its commit marker"
+            } else {
+                "the program writes the directory all the time; name a commit marker the program writes last (SPOT_WORKER_CHECKPOINT_MARKER, docs/command.md)"
+            };
+            tracing::warn!(job_key = %self.key, tries = self.unsettled, ?since_last_save, hint, "the checkpoint never held still long enough to be saved as one state of the program: the version saved last stands; still trying");
+        }
+        Some(crate::settle::retry_after(
+            self.unsettled,
+            self.save_interval(),
+        ))
     }
 
     /// How long the runner waits between two looks at the checkpoint file:

@@ -30,6 +30,7 @@ mod progress;
 mod reaper;
 mod runner_id;
 mod saving;
+mod settle;
 mod spawner;
 mod sqlite_version;
 mod write_time;
@@ -51,6 +52,7 @@ pub use pace::{ProgressFileError, parse_progress};
 pub use program_user::{ProgramUser, ProgramUserError};
 pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
+pub use settle::{FIRST_RETRY, LONGEST_RETRY, REPORT_AFTER, retry_after};
 pub use sqlite_version::{
     BUSY_WAITS, BackupError, COMPANIONS, Copies, SQLITE_HEADER, with_consistent_databases,
 };

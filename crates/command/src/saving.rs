@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::delivery::Run;
+use crate::settle::{AtMarker, MarkerStamp, at_marker};
 use crate::write_time::{Unmeasured, version_modified, write_duration, written_at};
 
 /// What one save did.
@@ -28,9 +29,13 @@ pub(crate) enum Save {
     Saved,
     /// Nothing to save: no files, or the files saved last.
     Unchanged,
-    /// Not saved this time (they kept changing while read, the store was
-    /// not reachable): the next look tries again.
+    /// Not saved this time (the store was not reachable): the next look
+    /// tries again.
     Later,
+    /// Not one state of the program yet (the directory changed while it
+    /// was read, or was written since its commit marker): tried again
+    /// promptly (`settle.rs`).
+    Unsettled,
 }
 
 /// The end of a save task: its checkpoint handle back, and what it did
@@ -49,6 +54,8 @@ pub(crate) struct Done {
     pub(crate) save: Save,
     /// The checkpoint file's version saved, if any.
     pub(crate) file: Option<FileVersion>,
+    /// The commit marker saved with the version, if any.
+    pub(crate) marker: Option<MarkerStamp>,
     /// What was passed over (a FIFO at the checkpoint path), with why.
     pub(crate) skipped: Vec<String>,
     pub(crate) stats: SaveStats,
@@ -84,6 +91,19 @@ struct SaveContext {
     /// When the stop signal was sent, if the checkpoint has changed since:
     /// what this save reads was written after it.
     written_after: Option<Instant>,
+    /// The commit marker, if the program has one.
+    marker: Option<Marker>,
+}
+
+/// The checkpoint directory's commit marker, as a save weighs it.
+#[derive(Clone)]
+struct Marker {
+    /// Its path in the checkpoint's manifest (`dir/...`).
+    listed: String,
+    /// Its path on disk.
+    path: std::path::PathBuf,
+    /// The marker saved (or restored) last.
+    saved: Option<MarkerStamp>,
 }
 
 impl Run<'_> {
@@ -125,6 +145,16 @@ impl Run<'_> {
                 .unwrap_or_default(),
             awaited,
             written_after,
+            marker: self
+                .handler
+                .config
+                .checkpoint_marker
+                .as_ref()
+                .map(|marker| Marker {
+                    listed: format!("dir/{marker}"),
+                    path: self.dir.checkpoint_dir().join(marker),
+                    saved: self.saved_marker,
+                }),
         };
         tracing::debug!(job_key = %self.key, awaited, "saving the checkpoint beside the program");
         let abandon = CancellationToken::new();
@@ -137,6 +167,7 @@ impl Run<'_> {
                 () = stop.cancelled() => Ok(Done {
                     save: Save::Later,
                     file: None,
+                    marker: None,
                     skipped: Vec::new(),
                     stats: SaveStats::default(),
                 }),
@@ -175,6 +206,7 @@ impl Run<'_> {
         if done.save == Save::Saved {
             self.handler.throughput.record(&done.stats);
             self.saved_file = done.file.or(self.saved_file);
+            self.saved_marker = done.marker.or(self.saved_marker);
             self.last_complete = Some(std::time::Instant::now());
         }
         Ok(done.save)
@@ -212,7 +244,7 @@ impl Run<'_> {
             };
             if task.fingerprint.is_some() && task.fingerprint == now {
                 match self.finish_in_time(task, until).await {
-                    Some(Ok(Save::Later)) => {}
+                    Some(Ok(Save::Later | Save::Unsettled)) => {}
                     Some(Ok(_)) => return None,
                     Some(Err(fault)) => return Some(self.final_fault(fault)),
                     None => return None,
@@ -245,7 +277,12 @@ impl Run<'_> {
             self.start_save(true, fingerprint);
             let task = self.saving.take()?;
             match self.finish_in_time(task, until).await {
-                Some(Ok(Save::Later)) => continue,
+                Some(Ok(Save::Unsettled)) if self.handler.config.checkpoint_marker.is_some() => {
+                    // The program has ended: it will write no new marker.
+                    tracing::info!(job_key = %self.key, "the checkpoint directory was written after its commit marker (SPOT_WORKER_CHECKPOINT_MARKER): the version at the last marker saved stands");
+                    return None;
+                }
+                Some(Ok(Save::Later | Save::Unsettled)) => continue,
                 Some(Ok(_)) | None => return None,
                 Some(Err(fault)) => return Some(self.final_fault(fault)),
             }
@@ -439,9 +476,29 @@ async fn save_once(
     let later = |skipped| Done {
         save: Save::Later,
         file: None,
+        marker: None,
         skipped,
         stats: SaveStats::default(),
     };
+    let unsettled = Done {
+        save: Save::Unsettled,
+        ..later(Vec::new())
+    };
+    let unchanged = Done {
+        save: Save::Unchanged,
+        ..later(Vec::new())
+    };
+    // With a commit marker, nothing is read until the program has written
+    // a new one.
+    if let Some(marker) = &context.marker {
+        let now = tokio::fs::symlink_metadata(&marker.path)
+            .await
+            .ok()
+            .map(|meta| MarkerStamp::of(&meta));
+        if now.is_none() || now == marker.saved {
+            return Ok(unchanged);
+        }
+    }
     // A live database is read from a consistent copy; the copies go
     // when this save is done with them.
     let (roots, _copies) = match consistent_databases(context).await {
@@ -460,8 +517,8 @@ async fn save_once(
             return Err(error.to_string());
         }
         Err(SaveFilesError::Unstable) => {
-            tracing::debug!(job_key = %key, "the checkpoint changed while it was read; saved at the next look");
-            return Ok(later(Vec::new()));
+            tracing::debug!(job_key = %key, "the checkpoint changed while it was read; read again shortly");
+            return Ok(unsettled);
         }
         Err(error) => {
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
@@ -469,10 +526,22 @@ async fn save_once(
         }
     };
     let skipped = staged.skipped().to_vec();
+    let marker = match &context.marker {
+        None => None,
+        Some(marker) => match marker_rule(&staged, marker) {
+            AtMarker::Take(stamp) => Some(stamp),
+            AtMarker::NoMarker | AtMarker::Unchanged => return Ok(unchanged),
+            AtMarker::WrittenSince(path) => {
+                tracing::debug!(job_key = %key, %path, "the checkpoint directory was written after its commit marker; read again shortly");
+                return Ok(unsettled);
+            }
+        },
+    };
     if staged.is_empty() {
         return Ok(Done {
             save: Save::Unchanged,
             file: None,
+            marker: None,
             skipped,
             stats: staged.stats,
         });
@@ -497,6 +566,7 @@ async fn save_once(
             Ok(Done {
                 save: Save::Saved,
                 file,
+                marker,
                 skipped,
                 stats,
             })
@@ -504,6 +574,7 @@ async fn save_once(
         Ok(Committed::Unchanged) => Ok(Done {
             save: Save::Unchanged,
             file: None,
+            marker,
             skipped,
             stats,
         }),
@@ -511,6 +582,7 @@ async fn save_once(
         Err(StorageError::JobCancelled { .. }) => Ok(Done {
             save: Save::Unchanged,
             file: None,
+            marker: None,
             skipped,
             stats,
         }),
@@ -537,6 +609,23 @@ async fn consistent_databases(
     .await
     .map_err(|e| format!("the backup of a SQLite database ended: {e}"))?
     .map_err(|e| e.to_string())
+}
+
+/// The marker rule ([`at_marker`]) for the version `staged` read: the
+/// directory's files, each with its change time, against the marker read
+/// with them. The checkpoint file (`SPOT_WORKER_CHECKPOINT`) is a version
+/// of its own (renamed whole) and is not weighed.
+fn marker_rule(staged: &spot_worker_storage::files::Staged, marker: &Marker) -> AtMarker {
+    let versions = staged.versions();
+    let read = versions
+        .iter()
+        .find(|(path, _)| *path == marker.listed)
+        .map(|(_, meta)| MarkerStamp::of(meta));
+    let others = versions
+        .iter()
+        .filter(|(path, _)| *path != marker.listed && path != "file")
+        .map(|(path, meta)| (path.as_str(), crate::settle::changed(meta)));
+    at_marker(read, marker.saved, others)
 }
 
 /// What saving the version `staged` read blocks: the program's writing of

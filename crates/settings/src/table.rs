@@ -309,6 +309,15 @@ pub const CHECKPOINT_EVERY: Setting<Option<Duration>> = Setting {
     secret: false,
 };
 
+/// The commit marker of `run`'s checkpoint directory.
+pub const CHECKPOINT_MARKER: Setting<Option<Text>> = Setting {
+    key: "SPOT_WORKER_CHECKPOINT_MARKER",
+    default: None,
+    default_doc: Some("none"),
+    doc: "`run`: a file in `SPOT_WORKER_CHECKPOINT_DIR` (a relative path) the program writes last, once its files are one state: the directory is saved only when the marker has changed, and only as it was when the marker was written (see [A directory saved as one state](command.md#a-directory-saved-as-one-state))",
+    secret: false,
+};
+
 /// The eviction rate assumed before the fleet has history.
 pub const EVICTION_RATE: Setting<f64> = Setting {
     key: "SPOT_WORKER_EVICTION_RATE",
@@ -611,6 +620,7 @@ pub const ALL: &[&dyn Describe] = &[
     &TIMEOUT,
     &STOP_SIGNAL,
     &CHECKPOINT_EVERY,
+    &CHECKPOINT_MARKER,
     &EVICTION_RATE,
     &CHECKPOINT_MAX_BYTES,
     &RESULT_MAX_BYTES,

@@ -106,11 +106,32 @@ impl World {
         program: &[(&str, String)],
         settings: &[(&str, &str)],
     ) -> Runner {
+        let script = script("train.py").display().to_string();
+        self.runner_of(
+            imds,
+            &["--checkpoint-every", "200ms"],
+            &[python().as_str(), script.as_str()],
+            program,
+            settings,
+        )
+    }
+
+    /// `spot-worker run --job-key job_id FLAGS -- COMMAND` on the VM
+    /// `imds` serves, with `program` for the program's environment and
+    /// `settings` for the worker's.
+    pub fn runner_of(
+        &self,
+        imds: &RunningEmulator,
+        flags: &[&str],
+        command: &[&str],
+        program: &[(&str, String)],
+        settings: &[(&str, &str)],
+    ) -> Runner {
         let mut child = Command::new(env!("CARGO_BIN_EXE_spot-worker"))
-            .args(["run", "--job-key", "job_id", "--checkpoint-every", "200ms"])
+            .args(["run", "--job-key", "job_id"])
+            .args(flags)
             .arg("--")
-            .arg(python())
-            .arg(script("train.py"))
+            .args(command)
             .env(
                 "AZURE_STORAGE_CONNECTION_STRING",
                 self.azurite.connection_string(),
