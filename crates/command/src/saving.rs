@@ -405,7 +405,9 @@ impl Run<'_> {
                     .into());
                 }
                 let name = config.result_name_for(&key, message_id);
-                self.put_result(&name, file, meta.len()).await?;
+                if self.put_result(&name, file, meta.len()).await? == Stored::ByAnotherRun {
+                    return Ok(());
+                }
                 Some(name)
             }
         };
@@ -430,26 +432,45 @@ impl Run<'_> {
     }
 
     /// Stores the result create-only; the same bytes already there are
-    /// success, other bytes a permanent failure.
+    /// success. Other bytes there are another run's result if the job's
+    /// checkpoint says that run completed the job (two holders of one job
+    /// both finished): this run is then a duplicate, settled as done with
+    /// the stored result kept; else a permanent failure.
     async fn put_result(
         &self,
         name: &str,
         file: std::fs::File,
         len: u64,
-    ) -> Result<(), HandlerError> {
+    ) -> Result<Stored, HandlerError> {
         let key = &self.key;
         let results = &self.handler.results;
         match results.put_new_file(name, file, len).await {
-            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::Created) => Ok(Stored::ByThisRun),
             Ok(PutOutcome::AlreadyExistsIdentical) => {
                 tracing::info!(job_key = %key, result = %name, "the identical result already existed");
-                Ok(())
+                Ok(Stored::ByThisRun)
             }
-            Err(StorageError::Conflict { .. }) => Err(permanent(format!(
-                "job {key}: a different result is already stored as {name} in {}; \
-                 send the job under a new key",
-                results.name()
-            ))),
+            Err(StorageError::Conflict { .. }) => {
+                let completed = match self.checkpoint.as_ref() {
+                    Some(checkpoint) => checkpoint.completed_in_store().await.map_err(|error| {
+                        format!(
+                            "job {key}: a different result is already stored as {name}; \
+                             reading the job's checkpoint to see whether another run \
+                             completed it failed: {error}"
+                        )
+                    })?,
+                    None => None,
+                };
+                if completed.is_some() {
+                    tracing::info!(job_key = %key, result = %name, "another run of this job completed it and stored its result; this run's result is not kept (a duplicate, not a failure)");
+                    return Ok(Stored::ByAnotherRun);
+                }
+                Err(permanent(format!(
+                    "job {key}: a different result is already stored as {name} in {}, and \
+                     no run of this job completed it; send the job under a new key",
+                    results.name()
+                )))
+            }
             Err(error) => Err(format!("job {key}: writing the result {name}: {error}").into()),
         }
     }
@@ -461,6 +482,15 @@ impl Run<'_> {
 /// after a look that succeeded (a failed one found no version at all).
 fn is_saved_already(saved: Option<Option<[u8; 32]>>, now: Option<[u8; 32]>) -> bool {
     saved == Some(now)
+}
+
+/// Whose result a run's `Run::put_result` left stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stored {
+    /// This run's (or identical bytes).
+    ByThisRun,
+    /// Another run's, which completed the job: this run is a duplicate.
+    ByAnotherRun,
 }
 
 /// The time kept between the end of a final save and the release.

@@ -143,6 +143,78 @@ async fn a_result_is_stored_create_only_and_a_different_one_is_permanent() {
     );
 }
 
+// Issue 37 item 6: two runs of one job both finish, with different bytes.
+// The other run stored its result and completed the job while this one
+// ran: this run is a duplicate, settled as done (no failure counted,
+// nothing poisoned), and the stored result stays the other run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_job_another_run_completed_is_a_duplicate_not_a_failure() {
+    use spot_worker_storage::{Checkpoint, WritePrecondition};
+
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    env.queue
+        .send(r#"{"job_id":"r3"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    // Writes its result, then waits (bounded) until the other run is done.
+    let script = format!(
+        "printf 'this run' > \"$SPOT_WORKER_RESULT\"; touch {started}; i=0; \
+         while [ ! -e {go} ] && [ $i -lt 2400 ]; do sleep 0.025; i=$((i+1)); done",
+        started = quoted(&started),
+        go = quoted(&go)
+    );
+    let config = sh(&script)
+        .with_job_key("job_id")
+        .with_result_name("out/{job_key}.txt");
+    let handler = Observed::new(spot_worker_command::CommandHandler::new(
+        config,
+        env.results.clone(),
+    ));
+    let running = Running::start(consumer(&env, 5), handler.clone());
+    for _ in 0..1200 {
+        if started.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(started.exists(), "the program started");
+    // The other run: its result, then the job marked completed.
+    env.results
+        .put_new("out/r3.txt", b"the other run")
+        .await
+        .unwrap();
+    let precondition = match env.checkpoints.read("r3").await.unwrap() {
+        Some(stored) => WritePrecondition::IfMatch(stored.etag),
+        None => WritePrecondition::Create,
+    };
+    let completed = Checkpoint::Completed {
+        result: serde_json::json!({ "result": "out/r3.txt" }),
+    };
+    env.checkpoints
+        .write("r3", &completed, precondition, None)
+        .await
+        .unwrap();
+    std::fs::write(&go, b"").unwrap();
+    handler.finished(1).await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
+
+    assert_eq!((stats.succeeded, stats.retried, stats.poisoned), (1, 0, 0));
+    assert_eq!(
+        env.results.get("out/r3.txt").await.unwrap().as_deref(),
+        Some(&b"the other run"[..])
+    );
+    assert!(
+        env.poison
+            .receive(1, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing poisoned"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_without_the_job_key_field_is_permanent() {
     let env = Env::start().await;

@@ -527,6 +527,21 @@ impl JobCheckpoint {
         self.latest().is_some_and(Checkpoint::is_completed)
     }
 
+    /// The job's result as the store holds it now, if the job is completed
+    /// there (by this handle or by another run of the job): a fresh read
+    /// that leaves this handle as it is. A second run of a job that finds
+    /// its result slot taken asks this to tell "another run finished the
+    /// job" from "someone else's result is in the way".
+    pub async fn completed_in_store(&self) -> Result<Option<Value>, StorageError> {
+        Ok(match self.store.read(&self.key).await? {
+            Some(StoredCheckpoint {
+                checkpoint: Checkpoint::Completed { result },
+                ..
+            }) => Some(result),
+            _ => None,
+        })
+    }
+
     /// Saves progress (see [`JobCheckpoint::save`]).
     pub async fn save_progress(&mut self, progress: Value) -> Result<(), StorageError> {
         self.save(Checkpoint::InProgress { progress }).await

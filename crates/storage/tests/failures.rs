@@ -111,6 +111,61 @@ async fn a_message_already_received_too_often_is_poisoned_without_running_the_ha
     );
 }
 
+// Issue 37 item 5: the poison record is sent, the delete of the original
+// fails, and the message comes back. Its attempt record says it was being
+// poisoned: the poisoning is finished (no second record, the original
+// deleted), the job does not run again and no failure is counted twice.
+#[tokio::test(start_paused = true)]
+async fn a_poisoned_message_whose_delete_failed_is_not_run_again_when_it_returns() {
+    let (queue, poison) = queues();
+    let faulty = FaultyQueue::new(queue.clone());
+    faulty
+        .faults()
+        .deletes_failing
+        .store(true, Ordering::SeqCst);
+    let id = queue.send("doomed", Duration::ZERO).await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = handler_fn({
+        let runs = runs.clone();
+        move |_job: Job| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<(), HandlerError>(spot_worker_storage::permanent("cannot succeed"))
+            }
+        }
+    });
+    let store = InMemoryCheckpointStore::new();
+    let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
+        .unwrap()
+        .with_checkpoints(Arc::new(store.clone()));
+    let running = Running::start(consumer, handler);
+    // The record is sent, and the delete after it fails.
+    wait_until("a delete tried", || faulty.faults().calls().2 >= 1).await;
+    assert_eq!(poison.len(), 1);
+    assert_eq!(queue.len(), 1, "the original stays");
+    faulty
+        .faults()
+        .deletes_failing
+        .store(false, Ordering::SeqCst);
+    wait_until("the original deleted", || queue.is_empty()).await;
+    let stats = running.stop().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the poisoned job ran again");
+    assert_eq!(poison.len(), 1, "one poison record");
+    let record: PoisonRecord = serde_json::from_str(&poison.messages()[0].body).unwrap();
+    assert_eq!(record.original_id, id.as_str());
+    assert_eq!(record.body.as_deref(), Some("doomed"));
+    assert!(
+        record.last_error.contains("cannot succeed"),
+        "{}",
+        record.last_error
+    );
+    // One poisoning, counted once, and no retry counted on the way.
+    assert_eq!((stats.poisoned, stats.retried), (1, 0));
+    // The attempt record (the mark) goes with the message.
+    assert!(store.is_empty(), "{:?}", store.keys());
+}
+
 // Finding 1: a panic is a failed attempt, and no renewal outlives it.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_handler_is_retried_then_poisoned_and_never_kept_hidden() {

@@ -46,6 +46,8 @@ pub struct QueueFaults {
     /// Renewals (visibility updates with a non-zero timeout) fail as
     /// `Unavailable`.
     pub renewals_failing: AtomicBool,
+    /// Deletes fail as `Unavailable`, before they apply.
+    pub deletes_failing: AtomicBool,
     /// Renewals never answer.
     pub renewals_hang: AtomicBool,
     /// The next renewal is applied, but its answer comes this much later.
@@ -261,7 +263,7 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
     async fn delete(&self, id: &MessageId, receipt: &PopReceipt) -> Result<(), StorageError> {
         let faults = &self.faults;
         faults.deletes.fetch_add(1, Ordering::SeqCst);
-        self.unavailable_if(false, "delete")?;
+        self.unavailable_if(QueueFaults::on(&faults.deletes_failing), "delete")?;
         self.inner.delete(id, receipt).await?;
         // Saturating: a message may have been received through another
         // handle on the same queue.

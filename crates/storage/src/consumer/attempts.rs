@@ -67,6 +67,36 @@ pub(crate) struct Attempts {
     /// back: no delivery of the job, but each raised its dequeue count.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) looks: u32,
+    /// The message is being moved to the poison queue: written before its
+    /// poison record is sent, so a redelivery finishes the move instead of
+    /// running the job again (see [`Poisoning`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) poisoning: Option<Poisoning>,
+}
+
+/// A message given up on, durably, before its poison record is sent: what
+/// the record says, and whether it was sent. A delivery that finds it
+/// finishes the poisoning (sends the record unless it is known sent, marks
+/// the job's lane record, deletes the message) without running the job
+/// and without counting another failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Poisoning {
+    /// The poison record's `last_error`, at most
+    /// [`MAX_LAST_ERROR_LEN`](super::poison::MAX_LAST_ERROR_LEN) bytes.
+    pub(crate) last_error: String,
+    /// True if `last_error` was cut short.
+    #[serde(default)]
+    pub(crate) last_error_truncated: bool,
+    /// The poison record's `failures`.
+    pub(crate) failures: u32,
+    /// Whether the handler's own failure poisoned it (counted as one).
+    pub(crate) handler_failed: bool,
+    /// The poison record was sent (its answer came back). False when it
+    /// was not, or when its answer or this mark's update was lost: then a
+    /// later delivery sends it again, and the poison queue may hold two
+    /// records of the message (same `queue` and `original_id`).
+    #[serde(default)]
+    pub(crate) sent: bool,
 }
 
 fn is_empty(ledger: &Ledger) -> bool {
@@ -129,6 +159,14 @@ impl Attempts {
     pub(crate) fn released(&self) -> Attempts {
         Attempts {
             releases: self.releases.saturating_add(1),
+            ..self.clone()
+        }
+    }
+
+    /// This record marked as being poisoned with `poisoning`.
+    pub(crate) fn poisoned(&self, poisoning: Poisoning) -> Attempts {
+        Attempts {
+            poisoning: Some(poisoning),
             ..self.clone()
         }
     }
@@ -296,6 +334,7 @@ mod tests {
             released_settled: 0,
             unsettled_counted: 0,
             looks: 0,
+            poisoning: None,
         }
         .failed(&huge)
         .released();

@@ -30,6 +30,7 @@ use super::leftover::Leftover;
 use super::panics::{HandlerPart, catching, panic_error};
 use super::pre_check::PreCheck;
 use super::pre_read::{PreRead, pre_read};
+use super::record_read::RecordRead;
 use super::release_note::ReleaseNote;
 use super::settlement::{Admission, Arrival, Completion, Ending, Limits, PoisonCause, admit};
 use super::signals::DrainSignals;
@@ -188,19 +189,42 @@ impl Consumer {
                 PoisonCause::Reserved(format!("the job key {key:?}: {}", reserved.explain()));
             return self.poison(delivery, cause, 0).await;
         }
-        // The record matters before the handler on a redelivery: for the
-        // crash-loop guard, and to count earlier deliveries that ended with
-        // no outcome (`no_outcome`). A first delivery costs no read. One
-        // that cannot be read leaves the guard out of this delivery, rather
-        // than counting every recorded outcome as missing.
+        // The record matters before the handler on a redelivery: it may say
+        // an earlier delivery was moving the message to the poison queue
+        // (then that is finished, and nothing runs), and it serves the
+        // crash-loop guard and the count of earlier deliveries that ended
+        // with no outcome (`no_outcome`). A first delivery costs no read.
+        // One that does not parse leaves the guard out of this delivery,
+        // rather than counting every recorded outcome as missing; one whose
+        // store cannot be reached is waited out.
         let (earlier, record_unread) = if delivery.message.dequeue_count > 1 {
-            match self.try_read_attempts(&delivery).await {
-                Some(read) => (self.count_no_outcome(&delivery, read).await, false),
-                None => (ReadAttempts::default(), true),
+            match self.read_record_before_run(&delivery).await {
+                RecordRead::Read(read) => (self.count_no_outcome(&delivery, read).await, false),
+                RecordRead::Unread => (ReadAttempts::default(), true),
+                RecordRead::Unreachable(error) => {
+                    return self
+                        .wait_out_store(delivery, &signals, error, ReadAttempts::default())
+                        .await;
+                }
+                RecordRead::Interrupted => {
+                    let notes = CheckpointNotes::default();
+                    return self
+                        .finish(
+                            delivery,
+                            &signals,
+                            Ending::Dropped,
+                            &notes,
+                            ReadAttempts::default(),
+                        )
+                        .await;
+                }
             }
         } else {
             (ReadAttempts::default(), false)
         };
+        if let Some(poisoning) = earlier.attempts.poisoning.clone() {
+            return self.finish_poisoning(delivery, poisoning).await;
+        }
         let mut earlier_read = EarlierRead::default();
         let reads = pre_read(
             delivery.message.dequeue_count,
@@ -303,14 +327,8 @@ impl Consumer {
             PreCheck::Unreachable(error) => {
                 // An outage of the result store is waited out like one of
                 // the checkpoint store: not the job's fault.
-                let notes = CheckpointNotes::default();
-                let _ = notes.unreachable.set(error.clone());
-                let ending = Ending::Failed {
-                    error: &error,
-                    permanent: false,
-                };
                 return self
-                    .finish(delivery, &signals, ending, &notes, earlier)
+                    .wait_out_store(delivery, &signals, error, earlier)
                     .await;
             }
         };
@@ -340,6 +358,11 @@ impl Consumer {
         match self.lane_arrival(&mut delivery).await {
             LaneStart::Run => {}
             LaneStart::Settled => return,
+            LaneStart::Poisoning => {
+                return self
+                    .poison(delivery, PoisonCause::Tombstoned, failures)
+                    .await;
+            }
             LaneStart::StoreDown(error) => {
                 let notes = CheckpointNotes::default();
                 notes.note(&error);
@@ -467,6 +490,26 @@ impl Consumer {
                 None
             }
         }
+    }
+
+    /// Settles a delivery that could not reach a store before its handler
+    /// ran (`error` says which and how): tried again after a backoff,
+    /// uncounted.
+    async fn wait_out_store(
+        &self,
+        delivery: Delivery,
+        signals: &DrainSignals,
+        error: String,
+        earlier: ReadAttempts,
+    ) {
+        let notes = CheckpointNotes::default();
+        let _ = notes.unreachable.set(error.clone());
+        let ending = Ending::Failed {
+            error: &error,
+            permanent: false,
+        };
+        self.finish(delivery, signals, ending, &notes, earlier)
+            .await;
     }
 
     /// Settles a delivery whose handler code panicked before the handler

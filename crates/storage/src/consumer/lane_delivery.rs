@@ -83,6 +83,9 @@ pub(super) enum LaneStart {
     Settled,
     /// The record could not be read or written: the store is down.
     StoreDown(StorageError),
+    /// The record is this message's tombstone: an earlier delivery began
+    /// poisoning it; finish that, never run it.
+    Poisoning,
 }
 
 impl Consumer {
@@ -164,6 +167,7 @@ impl Consumer {
                         }
                     }
                 }
+                Arrival::Poisoning => return LaneStart::Poisoning,
                 Arrival::Stale => {
                     let poisoned = read.record.as_ref().is_some_and(|r| r.poisoned);
                     self.delete_stale(delivery, poisoned).await;
@@ -392,14 +396,17 @@ impl Consumer {
         .await;
     }
 
-    /// Marks the lane record of a poisoned job poisoned (a tombstone): a
-    /// copy a move left behind is then discarded unrun, while its poison
-    /// record, requeued, runs. A failure is logged.
-    pub(super) async fn poison_lane(&self, delivery: &Delivery) {
+    /// Marks the lane record of a job being poisoned poisoned (a
+    /// tombstone): a copy a move left behind is then discarded unrun,
+    /// while its poison record, requeued, runs. `Some(true)` once it is
+    /// marked (or needs no mark: no lanes), `Some(false)` if this message
+    /// is an old copy of the job, `None` if the record could not be
+    /// written (logged).
+    pub(super) async fn poison_lane(&self, delivery: &Delivery) -> Option<bool> {
         let (Some(lane), Some(records), Some(lanes)) =
             (&delivery.lane, self.records(), &self.lanes)
         else {
-            return;
+            return Some(true);
         };
         self.settle_call(
             "mark the job's lane record poisoned",
@@ -411,7 +418,7 @@ impl Consumer {
                 delivery.message.dequeue_count,
             ),
         )
-        .await;
+        .await
     }
 
     /// Samples the queue wait of a message's first delivery (insertion to

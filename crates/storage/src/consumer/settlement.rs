@@ -46,6 +46,10 @@ pub(crate) enum PoisonCause {
     Reserved(String),
     /// The handler marked its failure permanent.
     Permanent(String),
+    /// The job's lane record names this message as poisoned, and its
+    /// attempt record (which says why) was not there to say more: the
+    /// poisoning an earlier delivery began is finished.
+    Tombstoned,
     /// The handler failed `failures` times.
     Failed {
         failures: u32,
@@ -83,6 +87,9 @@ impl PoisonCause {
                 )
             }
             PoisonCause::Reserved(reason) => format!("refused unrun: {reason}"),
+            PoisonCause::Tombstoned => "an earlier delivery began moving it to the poison queue \
+                 (the job's lane record is its tombstone); its reason was not kept"
+                .to_owned(),
             PoisonCause::Permanent(error) => format!("permanent failure: {error}"),
             PoisonCause::Failed {
                 failures,

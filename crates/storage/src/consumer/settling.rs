@@ -1,12 +1,10 @@
 //! The storage calls that carry out a settlement: delete, make visible
-//! again, move to the poison queue (with a claim check for big originals),
-//! and keep the attempt record. Each call has its own deadline, separate
+//! again, and keep the attempt record (moving to the poison queue is in
+//! [`poisoning`](super::poisoning)). Each call has its own deadline, separate
 //! from shutdown: settling must still happen while the worker drains.
 
 use std::future::Future;
 use std::time::Duration;
-
-use time::OffsetDateTime;
 
 use crate::error::StorageError;
 use crate::queue::{MessageId, QueueMessage};
@@ -16,9 +14,7 @@ use super::attempts::{Attempts, ReadAttempts};
 use super::delivery::Delivery;
 use super::lease::Lease;
 use super::outcome::DeliveryOutcome;
-use super::poison::{BodyBlob, PoisonRecord, poison_body_blob_name};
 use super::release_note::{NOTE_DEADLINE, release_after_note, write_note};
-use super::settlement::PoisonCause;
 use super::signals::DrainSignals;
 use super::stats::bump;
 
@@ -128,130 +124,6 @@ impl Consumer {
     /// [`release_note`](super::release_note)); whether it was recorded.
     pub(super) async fn note_release(&self, id: &MessageId) -> bool {
         write_note(&self.attempts, id, self.note_deadline()).await
-    }
-
-    /// Moves the message to the poison queue: sends the record (storing a
-    /// big original as a blob first), then deletes the original and its
-    /// attempt record, renewing the lease until the copy is made. If any
-    /// step before the delete fails the original stays (it reappears and is
-    /// poisoned again later, to the same blob name), so nothing is lost; if
-    /// the delete fails the poison queue may hold a duplicate.
-    pub(super) async fn poison(&self, mut delivery: Delivery, cause: PoisonCause, failures: u32) {
-        let last_error = cause.describe();
-        let sent = if delivery.lease.is_lost() {
-            false
-        } else {
-            self.send_to_poison(&delivery.message, last_error.clone(), failures)
-                .await
-        };
-        delivery.stop_renewing().await;
-        if delivery.lease.is_lost() {
-            self.settled(DeliveryOutcome::LeaseLost);
-            tracing::warn!(
-                copied = sent,
-                "lease lost while moving the message to the poison queue; another consumer has it"
-            );
-            return;
-        }
-        if !sent {
-            // Kept out of the way for a while instead of being retried at
-            // once, but never dropped.
-            self.make_visible_after(&delivery.lease, self.config.retry_backoff_max)
-                .await;
-            return;
-        }
-        if self.delete(&delivery.lease).await {
-            self.settled(DeliveryOutcome::Poisoned {
-                handler_failed: cause.is_handler_failure(),
-            });
-            // Quoted and escaped like the retry's `error`: a program's
-            // stderr spans many lines, and one event must stay one line.
-            tracing::warn!(
-                poison_queue = self.poison.name(),
-                last_error = last_error.as_str(),
-                "moved to the poison queue"
-            );
-            self.forget_attempts(&mut delivery).await;
-            // Copies a move left behind stay unrun; a requeued poison
-            // record starts afresh.
-            self.poison_lane(&delivery).await;
-        }
-    }
-
-    /// Sends the poison record for `message`; false if it was not sent.
-    async fn send_to_poison(
-        &self,
-        message: &QueueMessage,
-        last_error: String,
-        failures: u32,
-    ) -> bool {
-        let mut record = PoisonRecord {
-            queue: self.queue.name().to_owned(),
-            original_id: message.id.to_string(),
-            dequeue_count: message.dequeue_count,
-            failures,
-            inserted_at: message.inserted_at,
-            poisoned_at: OffsetDateTime::now_utc(),
-            last_error,
-            last_error_truncated: false,
-            encoding: self.config.encoding,
-            body: Some(message.body.clone()),
-            body_blob: None,
-        };
-        record.cap_last_error();
-        let text = match record.to_message_text() {
-            Ok(Some(text)) => text,
-            Ok(None) => match self.claim_check(&mut record, message).await {
-                Some(text) => text,
-                None => return false,
-            },
-            Err(error) => {
-                bump(&self.counters.settle_failures);
-                tracing::error!(%error, "could not build the poison record");
-                return false;
-            }
-        };
-        self.settle_call(
-            "send to poison queue",
-            self.poison.send(&text, Duration::ZERO),
-        )
-        .await
-        .is_some()
-    }
-
-    /// Stores the original text as a blob and points `record` at it; the
-    /// record's message text, or `None` if that could not be done.
-    async fn claim_check(
-        &self,
-        record: &mut PoisonRecord,
-        message: &QueueMessage,
-    ) -> Option<String> {
-        let Some(store) = &self.poison_bodies else {
-            bump(&self.counters.settle_failures);
-            tracing::error!(
-                len = message.body.len(),
-                "the original does not fit into a poison record and the consumer has no store \
-                 for poison bodies (Consumer::with_poison_bodies); keeping the message rather \
-                 than losing its body"
-            );
-            return None;
-        };
-        let name = poison_body_blob_name(self.queue.name(), message.id.as_str());
-        self.settle_call(
-            "store the poisoned original as a blob",
-            store.put_new(&name, message.body.as_bytes()),
-        )
-        .await?;
-        record.body_blob = Some(BodyBlob::new(store.name(), name, &message.body));
-        record.body = None;
-        match record.to_message_text() {
-            Ok(Some(text)) => Some(text),
-            _ => {
-                bump(&self.counters.settle_failures);
-                tracing::error!("the poison record does not fit even without its body");
-                None
-            }
-        }
     }
 
     /// Releases a delivery on shutdown: visible again at once, not

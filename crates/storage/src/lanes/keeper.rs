@@ -474,6 +474,8 @@ impl LaneKeeper {
             envelope.moved_from.as_deref(),
         ) {
             Arrival::Stale => return self.discard(message, pass).await,
+            // A worker finishes that: the poison record may not be sent.
+            Arrival::Poisoning => return self.give_back(message, pass).await,
             Arrival::CompleteMove(to) => to,
             Arrival::Run | Arrival::Claim => Lane::Regular,
         };
@@ -484,6 +486,11 @@ impl LaneKeeper {
                 return self.give_back(message, pass).await;
             }
         };
+        if earlier.poisoning.is_some() {
+            // Being poisoned, its lane record not marked yet: a worker
+            // finishes that, and a copy sent now could run.
+            return self.give_back(message, pass).await;
+        }
         // This receive is the keeper's, not a delivery; nor were its
         // earlier looks.
         let deliveries = message

@@ -20,6 +20,9 @@ use super::record::{Arrival, LaneRecord, LaneRecords, ReadRecord, arrival, may_m
 const LATER_RECEIVE: &str =
     "a later receive of its message claimed the job (this mover's hold ran out)";
 
+/// Why the live message of a job being poisoned is not moved.
+const POISONING: &str = "the job is being poisoned (its lane record is its tombstone)";
+
 /// The job to move: its message as held, and what goes with it.
 pub(crate) struct MoveJob<'a> {
     /// The job's key.
@@ -67,6 +70,13 @@ impl Lanes {
         if !may_move(read.record.as_ref(), job.message.as_str(), job.held) {
             return Moved::NotSent(LATER_RECEIVE.into());
         }
+        if read
+            .record
+            .as_ref()
+            .is_some_and(|record| record.poisoned && record.message == job.message.as_str())
+        {
+            return Moved::NotSent(POISONING.into());
+        }
         let mut intent = match &read.record {
             Some(record) => record.clone(),
             None => {
@@ -76,26 +86,25 @@ impl Lanes {
         intent.held = job.held;
         intent.moving = Some(job.to);
         intent.updated_at = time::OffsetDateTime::now_utc();
-        let etag = match records.write(job.key, &read, &intent).await {
-            Ok(etag) => etag,
+        match records.write(job.key, &read, &intent).await {
+            Ok(_) => {}
             Err(StorageError::Conflict { .. }) => {
                 // Someone wrote the record since it was read: only an
                 // arrival of a newer copy can have, so look again.
                 return match records.read_fenced(job.key).await {
-                    Ok(now)
-                        if arrival(
-                            now.record.as_ref(),
-                            envelope.generation,
-                            job.message.as_str(),
-                            envelope.moved_from.as_deref(),
-                        ) == Arrival::Stale =>
-                    {
-                        Moved::Stale
-                    }
-                    Ok(now) if !may_move(now.record.as_ref(), job.message.as_str(), job.held) => {
-                        Moved::NotSent(LATER_RECEIVE.into())
-                    }
-                    Ok(_) => Moved::NotSent("its lane record changed meanwhile".into()),
+                    Ok(now) => match arrival(
+                        now.record.as_ref(),
+                        envelope.generation,
+                        job.message.as_str(),
+                        envelope.moved_from.as_deref(),
+                    ) {
+                        Arrival::Stale => Moved::Stale,
+                        Arrival::Poisoning => Moved::NotSent(POISONING.into()),
+                        _ if !may_move(now.record.as_ref(), job.message.as_str(), job.held) => {
+                            Moved::NotSent(LATER_RECEIVE.into())
+                        }
+                        _ => Moved::NotSent("its lane record changed meanwhile".into()),
+                    },
                     Err(error) => Moved::NotSent(format!("reading its lane record: {error}")),
                 };
             }
@@ -120,17 +129,11 @@ impl Lanes {
         match sent {
             Ok(id) => Moved::Sent(id),
             Err(reason) => {
-                // Nothing was sent: the held message stays the job's. A
-                // record still saying "moving" would only make its next
-                // delivery try again, which is no harm.
-                intent.moving = None;
-                let written = ReadRecord {
-                    record: Some(intent.clone()),
-                    etag: Some(etag),
-                };
-                if let Err(error) = records.write(job.key, &written, &intent).await {
-                    tracing::warn!(%error, "could not clear the move from the job's lane record; its next delivery tries the move again");
-                }
+                // The intent stays: a send that failed may have landed
+                // (its answer lost), and another mover's send of the same
+                // move may still be in flight. The held message's next
+                // delivery completes the move instead of running, and a
+                // second copy the move makes is stale by the record.
                 Moved::NotSent(format!(
                     "sending it to the {} lane's queue {}: {reason}",
                     job.to.as_str(),

@@ -172,6 +172,12 @@ pub(crate) enum Arrival {
     Stale,
     /// The live message, whose move to this lane was begun: finish it.
     CompleteMove(Lane),
+    /// The live message of a job being poisoned (the record is its
+    /// tombstone): neither run nor moved; its poisoning is finished (the
+    /// poison record sent unless its attempt record says it was, then the
+    /// message deleted). Deleting it as a copy could lose a job whose
+    /// poison record was not sent yet.
+    Poisoning,
 }
 
 /// What a delivery of the message `message`, of generation `generation`
@@ -194,6 +200,9 @@ pub(crate) fn arrival(
         return if copy { Arrival::Stale } else { Arrival::Claim };
     }
     if record.poisoned {
+        if message == record.message {
+            return Arrival::Poisoning;
+        }
         return if copy_of_poisoned(record, generation, message, moved_from) {
             Arrival::Stale
         } else {
@@ -222,9 +231,10 @@ pub(crate) fn arrival(
     }
 }
 
-/// Whether a message is a copy of the job a `record` marked poisoned:
-/// a generation older than its live message's, that message or the job's first, a second
-/// copy of the move that sent it, or a copy a late mover sent on from it.
+/// Whether a message other than its live one is a copy of the job a
+/// `record` marked poisoned: a generation older than the live message's,
+/// the job's first, a second copy of the move that sent the live one, or a
+/// copy a late mover sent on from it.
 /// A requeue of its poison record (moved from it, its generation) is not.
 fn copy_of_poisoned(
     record: &LaneRecord,
@@ -239,7 +249,7 @@ fn copy_of_poisoned(
     // A first message (generation 0) other than the job's own is the job
     // enqueued anew, as for a finished job.
     let older = generation > 0 && generation < record.generation;
-    older || message == record.message || message == record.origin || sibling || sent_on
+    older || message == record.origin || sibling || sent_on
 }
 
 /// Whether a mover holding receive `held` of `message` may move it, by
@@ -252,23 +262,36 @@ pub(crate) fn may_move(record: Option<&LaneRecord>, message: &str, held: u32) ->
     }
 }
 
-/// The tombstone a delivery of `message` that is poisoned leaves in the
-/// job's record (as `read`), or `None` to leave the record as it is: the
-/// message was an old copy, not the job's live one.
+/// What a delivery of `message` that is being poisoned does to the job's
+/// record (as `read`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Tombstone {
+    /// Write this tombstone.
+    Write(LaneRecord),
+    /// The record is this message's tombstone already.
+    Written,
+    /// The message is an old copy, not the job's live one: the record is
+    /// left as it is, and the job lives on in the copy that claimed it.
+    Superseded,
+}
+
+/// The tombstone a delivery of `message` that is being poisoned leaves in
+/// the job's record (as `read`); see [`Tombstone`].
 pub(crate) fn poisoned_record(
     read: Option<&LaneRecord>,
     message: &str,
     envelope: &Envelope,
     lane: Lane,
     held: u32,
-) -> Option<LaneRecord> {
+) -> Tombstone {
     let live = match arrival(
         read,
         envelope.generation,
         message,
         envelope.moved_from.as_deref(),
     ) {
-        Arrival::Stale => return None,
+        Arrival::Stale => return Tombstone::Superseded,
+        Arrival::Poisoning => return Tombstone::Written,
         Arrival::Run | Arrival::CompleteMove(_) => read.cloned(),
         Arrival::Claim => None,
     };
@@ -277,7 +300,7 @@ pub(crate) fn poisoned_record(
     record.poisoned = true;
     record.moving = None;
     record.updated_at = OffsetDateTime::now_utc();
-    Some(record)
+    Tombstone::Write(record)
 }
 
 /// A record as read, with the ETag its next write is fenced by.
@@ -366,7 +389,8 @@ impl LaneRecords {
     }
 
     /// Marks `job`'s record poisoned by `message` (see [`poisoned_record`]),
-    /// over whatever it holds now.
+    /// over whatever it holds now: true once it is, false if `message` is
+    /// an old copy of the job (the record is left as it is).
     pub(crate) async fn poison(
         &self,
         job: &str,
@@ -374,15 +398,17 @@ impl LaneRecords {
         envelope: &Envelope,
         lane: Lane,
         held: u32,
-    ) -> Result<(), StorageError> {
+    ) -> Result<bool, StorageError> {
         for _ in 0..4 {
             let read = self.read_fenced(job).await?;
-            let Some(record) = poisoned_record(read.record.as_ref(), message, envelope, lane, held)
-            else {
-                return Ok(());
+            let record = match poisoned_record(read.record.as_ref(), message, envelope, lane, held)
+            {
+                Tombstone::Write(record) => record,
+                Tombstone::Written => return Ok(true),
+                Tombstone::Superseded => return Ok(false),
             };
             match self.write(job, &read, &record).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(true),
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(error) => return Err(error),
             }
@@ -506,16 +532,19 @@ mod tests {
             (finished.clone(), 3, "z", Some("y"), Stale),
             (finished, 0, "m3", None, Claim),
             // Once the job was poisoned, its copies are stale too: an older
-            // generation, the poisoned message, the job's first, a second
+            // generation, the job's first, a second
             // copy of the move that sent it, a copy a late mover sent on
             // from it. Its poison record requeued (moved from the poisoned
             // message, its generation) and the job enqueued anew are not.
             (poisoned.clone(), 0, "m", None, Stale),
-            (poisoned.clone(), 1, "n", Some("m"), Stale),
             (poisoned.clone(), 1, "n2", Some("m"), Stale),
             (poisoned.clone(), 2, "o", Some("n"), Stale),
             (poisoned.clone(), 1, "r", Some("n"), Claim),
-            (poisoned, 0, "m4", None, Claim),
+            (poisoned.clone(), 0, "m4", None, Claim),
+            // The poisoned message itself is neither run nor discarded as
+            // a copy: its poisoning is finished (its record may not have
+            // been sent yet).
+            (poisoned, 1, "n", Some("m"), Poisoning),
         ];
         for (record, generation, message, moved_from, expected) in rows {
             assert_eq!(
@@ -563,21 +592,33 @@ mod tests {
         };
         let live = record(1, "n", Some("m"), None);
         // The live message: its record, marked.
-        let tomb = poisoned_record(Some(&live), "n", &envelope(1, Some("m")), Lane::Spot, 5)
-            .expect("a tombstone");
+        let Tombstone::Write(tomb) =
+            poisoned_record(Some(&live), "n", &envelope(1, Some("m")), Lane::Spot, 5)
+        else {
+            panic!("a tombstone");
+        };
         assert!(tomb.poisoned && tomb.message == "n" && tomb.generation == 1);
+        // Marked again (a later delivery finishing its poisoning): done.
+        assert_eq!(
+            poisoned_record(Some(&tomb), "n", &envelope(1, Some("m")), Lane::Spot, 6),
+            Tombstone::Written
+        );
         // An old copy poisoned: the live record stays as it is.
         assert_eq!(
             poisoned_record(Some(&live), "m", &envelope(0, None), Lane::Spot, 9),
-            None
+            Tombstone::Superseded
         );
         // No record yet: one made for the poisoned message.
-        let fresh = poisoned_record(None, "m", &envelope(0, None), Lane::Regular, 3).unwrap();
+        let Tombstone::Write(fresh) =
+            poisoned_record(None, "m", &envelope(0, None), Lane::Regular, 3)
+        else {
+            panic!("a tombstone");
+        };
         assert!(fresh.poisoned && fresh.message == "m" && fresh.held == 3);
         // A stale copy of the tombstone's job leaves it as it is.
         assert_eq!(
             poisoned_record(Some(&tomb), "n2", &envelope(1, Some("m")), Lane::Spot, 1),
-            None
+            Tombstone::Superseded
         );
     }
 

@@ -110,10 +110,12 @@ proptest! {
         unsettled_counted in any::<u32>(),
         looks in any::<u32>(),
         regular_ms in any::<u64>(),
+        poisoning in prop::option::of((".{0,64}", any::<bool>(), any::<u32>(), any::<bool>(), any::<bool>())),
     ) {
         let goodput = spot_worker_decisions::goodput::Ledger { redone_ms, deliveries, regular_ms, ..Default::default() };
         let attempts = Attempts {
             failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted, looks,
+            poisoning: poisoning.map(|(last_error, last_error_truncated, failures, handler_failed, sent)| crate::consumer::attempts::Poisoning { last_error, last_error_truncated, failures, handler_failed, sent }),
         };
         let progress = serde_json::to_value(&attempts).expect("serializes");
         let read = read_back(&Checkpoint::InProgress { progress }).expect("reads");

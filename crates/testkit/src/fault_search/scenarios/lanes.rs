@@ -3,11 +3,13 @@
 //! lane keeper's passes (a real [`LaneKeeper`]), every queue, checkpoint
 //! and lease call faulted, the keeper stopped mid-pass at random. Checked
 //! at every step: (b) the job never has two runs under way at once; (d)
-//! once poisoned it never runs again; (e) nothing is counted as a failure
+//! once poisoned it never runs again, and no other message of it is
+//! poisoned (records of one message sent twice after a lost answer are
+//! one poisoning); (e) nothing is counted as a failure
 //! that was not one (with [`Poison::Never`] the handler never fails, so
 //! no run may be poisoned).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +20,7 @@ use spot_worker_storage::lanes::{
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
     InMemoryLeases, InMemoryQueue, Job, LeaseStore, MessageEncoding, MessageHandler, MessageQueue,
-    permanent,
+    PoisonRecord, permanent,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -248,15 +250,38 @@ pub async fn run(plan: FaultPlan, poison: Poison) {
         let stats = consumer.stats();
         failed += stats.poisoned + stats.retried;
     }
-    let poisoned_for_good = poison_queue.len();
-    if poison == Poison::Never && poisoned_for_good > 0 {
+    // Records of one message share its id: a record sent again because
+    // the answer to its send, or the note that it was sent, was lost is
+    // the same poisoning (the poison queue's reader drops it by that id).
+    let records = poison_queue.messages();
+    let poisoned_messages: BTreeSet<String> = records
+        .iter()
+        .map(
+            |stored| match PoisonRecord::from_message_text(&stored.body) {
+                Ok(record) => format!("{}/{}", record.queue, record.original_id),
+                Err(error) => {
+                    plan.broken(format!("a poison record does not read: {error}"));
+                    String::new()
+                }
+            },
+        )
+        .collect();
+    let poisoned_for_good = poisoned_messages.len();
+    if records.len() > poisoned_for_good {
+        plan.note(format!(
+            "{} poison records of {poisoned_for_good} message(s)",
+            records.len()
+        ));
+    }
+    if poison == Poison::Never && !records.is_empty() {
         plan.broken(format!(
-            "(e) the job never failed, yet {poisoned_for_good} poison record(s) were written"
+            "(e) the job never failed, yet {} poison record(s) were written",
+            records.len()
         ));
     }
     if poison == Poison::FirstRun && poisoned_for_good > 1 {
         plan.broken(format!(
-            "(d) the job was poisoned {poisoned_for_good} times: it ran again after it was poisoned"
+            "(d) {poisoned_for_good} messages of the job were poisoned ({poisoned_messages:?}): it ran again after it was poisoned"
         ));
     }
     plan.note(format!(
