@@ -137,6 +137,7 @@ impl CommandHandler {
             checkpoint: Some(checkpoint),
             saving: None,
             saved_file: restored,
+            saved_files: Default::default(),
             last_complete: None,
             skipped_warned: false,
             program_started: None,
@@ -233,6 +234,9 @@ pub(crate) struct Run<'a> {
     pub(crate) saving: Option<SaveTask>,
     /// The version of the file last saved (or restored).
     pub(crate) saved_file: Option<FileVersion>,
+    /// The files of the version saved last (what the cost of a save
+    /// tells a file written in place by).
+    pub(crate) saved_files: crate::version_files::SavedFiles,
     /// When the last save completed.
     pub(crate) last_complete: Option<std::time::Instant>,
     /// Whether passed-over checkpoint paths were said in the log.

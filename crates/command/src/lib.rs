@@ -21,6 +21,7 @@ mod files;
 mod group;
 mod handler;
 mod inherit;
+mod kept_until;
 mod leftovers;
 mod look;
 mod output;
@@ -29,8 +30,10 @@ mod program_user;
 mod progress;
 mod reaper;
 mod runner_id;
+mod save_cost;
 mod saving;
 mod spawner;
+mod version_files;
 mod write_time;
 
 pub use config::{
@@ -50,4 +53,5 @@ pub use pace::{ProgressFileError, parse_progress};
 pub use program_user::{ProgramUser, ProgramUserError};
 pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
-pub use write_time::{Unmeasured, write_duration};
+pub use save_cost::{VersionFile, Written, save_cost, written};
+pub use write_time::Unmeasured;
