@@ -105,11 +105,20 @@ async fn run(body: &str, versions: u64) -> Measured {
             Duration::from_secs_f64(end - start)
         })
         .collect();
-    Measured {
+    let measured = Measured {
         cost: cadence.view().cost,
         ledger,
         writes,
-    }
+    };
+    eprintln!(
+        "saves {}, cost {:?} (recent {:?}), checkpointing {} ms; the program's log: {:?}",
+        measured.cost.saves,
+        measured.cost.blocked_total,
+        measured.cost.estimate(),
+        measured.ledger.checkpointing_ms,
+        measured.writes.iter().sum::<Duration>()
+    );
+    measured
 }
 
 /// Asserts `reported` is within 2× of `truth`, each way.
