@@ -73,6 +73,16 @@ pub(crate) fn read_progress(path: &Path) -> Result<Option<f64>, ProgressFileErro
     }
 }
 
+/// The share of its job the program says is done as a save of its
+/// checkpoint starts: the progress file read now, so that the save stamps
+/// the program's progress as of the version it keeps (the lane rule, the
+/// keeper and `status` read that stamp), never a reading from a look
+/// minutes old or none at all. `None` without a readable file (a
+/// malformed one is said in the log at the looks).
+pub(crate) fn progress_at_save(path: &Path) -> Option<f64> {
+    read_progress(path).ok().flatten()
+}
+
 /// One delivery's pace: its first reading of the progress file, against
 /// which later ones measure how fast the program goes.
 #[derive(Debug, Default)]

@@ -108,6 +108,10 @@ impl Run<'_> {
         let Some(checkpoint) = self.checkpoint.take() else {
             return;
         };
+        // The save stamps the program's progress now (`progress_at_save`).
+        if let Some(done) = crate::pace::progress_at_save(&self.dir.progress()) {
+            self.job.report_progress(done);
+        }
         let roots = self.roots();
         // A stop look not ended yet cannot say the version is new.
         let written_after = self
