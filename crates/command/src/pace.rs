@@ -173,6 +173,35 @@ mod tests {
         assert!(pace.started());
     }
 
+    /// What a save stamps comes first from the progress file as the save
+    /// starts; without a readable one, from what the job reported before
+    /// (the clock keeps it: an earlier look, a handler's report); and
+    /// without any report the lane rule takes the useful time
+    /// (`progress_of`'s own table test).
+    #[test]
+    fn a_save_takes_the_progress_file_as_it_is_then_or_leaves_the_earlier_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("progress");
+        // (file content, None: no file) → the share the save reports
+        let rows: [(Option<&str>, Option<f64>); 6] = [
+            (Some("0.5\n"), Some(0.5)),
+            (Some("0.375"), Some(0.375)),
+            (Some("1"), Some(1.0)),
+            (Some("37.5%"), None),
+            (Some("1.5"), None),
+            (None, None),
+        ];
+        for (content, expected) in rows {
+            match content {
+                Some(content) => std::fs::write(&path, content).unwrap(),
+                None => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            assert_eq!(progress_at_save(&path), expected, "{content:?}");
+        }
+    }
+
     #[test]
     fn a_missing_file_is_no_reading_and_a_big_one_unreadable() {
         let dir = tempfile::tempdir().unwrap();
