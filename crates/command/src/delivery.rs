@@ -152,6 +152,7 @@ impl CommandHandler {
             saved_fingerprint: None,
             saved_marker: restored_marker,
             unsettled: 0,
+            saved_files: Default::default(),
             last_complete: None,
             skipped_warned: false,
             program_started: None,
@@ -256,6 +257,9 @@ pub(crate) struct Run<'a> {
     pub(crate) saved_marker: Option<crate::settle::MarkerStamp>,
     /// Reads in a row that found the checkpoint not one state (`settle.rs`).
     unsettled: u32,
+    /// The files of the version saved last (what the cost of a save
+    /// tells a file written in place by).
+    pub(crate) saved_files: crate::version_files::SavedFiles,
     /// When the last save completed.
     pub(crate) last_complete: Option<std::time::Instant>,
     /// Whether passed-over checkpoint paths were said in the log.

@@ -21,6 +21,7 @@ mod files;
 mod group;
 mod handler;
 mod inherit;
+mod kept_until;
 mod leftovers;
 mod look;
 mod output;
@@ -29,10 +30,12 @@ mod program_user;
 mod progress;
 mod reaper;
 mod runner_id;
+mod save_cost;
 mod saving;
 mod settle;
 mod spawner;
 mod sqlite_version;
+mod version_files;
 mod write_time;
 
 pub use config::{
@@ -52,8 +55,9 @@ pub use pace::{ProgressFileError, parse_progress};
 pub use program_user::{ProgramUser, ProgramUserError};
 pub use progress::{ProgressError, from_progress, read_stable, read_stable_version, to_progress};
 pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
+pub use save_cost::{VersionFile, Written, save_cost, written};
 pub use settle::{FIRST_RETRY, LONGEST_RETRY, REPORT_AFTER, retry_after};
 pub use sqlite_version::{
     BUSY_WAITS, BackupError, COMPANIONS, Copies, SQLITE_HEADER, with_consistent_databases,
 };
-pub use write_time::{Unmeasured, write_duration};
+pub use write_time::Unmeasured;

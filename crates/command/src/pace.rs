@@ -73,6 +73,16 @@ pub(crate) fn read_progress(path: &Path) -> Result<Option<f64>, ProgressFileErro
     }
 }
 
+/// The share of its job the program says is done as a save of its
+/// checkpoint starts: the progress file read now, so that the save stamps
+/// the program's progress as of the version it keeps (the lane rule, the
+/// keeper and `status` read that stamp), never a reading from a look
+/// minutes old or none at all. `None` without a readable file (a
+/// malformed one is said in the log at the looks).
+pub(crate) fn progress_at_save(path: &Path) -> Option<f64> {
+    read_progress(path).ok().flatten()
+}
+
 /// One delivery's pace: its first reading of the progress file, against
 /// which later ones measure how fast the program goes.
 #[derive(Debug, Default)]
@@ -161,6 +171,35 @@ mod tests {
         assert_eq!(left(0.1, 30), None, "progress gone back");
         assert_eq!(left(1.0, 40), Some(0));
         assert!(pace.started());
+    }
+
+    /// What a save stamps comes first from the progress file as the save
+    /// starts; without a readable one, from what the job reported before
+    /// (the clock keeps it: an earlier look, a handler's report); and
+    /// without any report the lane rule takes the useful time
+    /// (`progress_of`'s own table test).
+    #[test]
+    fn a_save_takes_the_progress_file_as_it_is_then_or_leaves_the_earlier_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("progress");
+        // (file content, None: no file) → the share the save reports
+        let rows: [(Option<&str>, Option<f64>); 6] = [
+            (Some("0.5\n"), Some(0.5)),
+            (Some("0.375"), Some(0.375)),
+            (Some("1"), Some(1.0)),
+            (Some("37.5%"), None),
+            (Some("1.5"), None),
+            (None, None),
+        ];
+        for (content, expected) in rows {
+            match content {
+                Some(content) => std::fs::write(&path, content).unwrap(),
+                None => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            assert_eq!(progress_at_save(&path), expected, "{content:?}");
+        }
     }
 
     #[test]

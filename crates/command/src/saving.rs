@@ -20,7 +20,8 @@ use tokio::time::Instant;
 
 use crate::delivery::Run;
 use crate::settle::{AtMarker, MarkerStamp, at_marker};
-use crate::write_time::{Unmeasured, version_modified, write_duration, written_at};
+use crate::version_files::{Roots, SavedFiles};
+use crate::write_time::{Unmeasured, version_modified, written_at};
 
 /// What one save did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +57,8 @@ pub(crate) struct Done {
     pub(crate) file: Option<FileVersion>,
     /// The commit marker saved with the version, if any.
     pub(crate) marker: Option<MarkerStamp>,
+    /// The files of the version saved, if any.
+    pub(crate) files: Option<SavedFiles>,
     /// What was passed over (a FIFO at the checkpoint path), with why.
     pub(crate) skipped: Vec<String>,
     pub(crate) stats: SaveStats,
@@ -86,6 +89,10 @@ struct SaveContext {
     scratch: std::path::PathBuf,
     limit: u64,
     saved_file: Option<FileVersion>,
+    /// The files of the version saved last in this delivery.
+    saved_files: SavedFiles,
+    /// Where the checkpoint's files are on disk.
+    paths: Roots,
     ran_for: Duration,
     awaited: bool,
     /// When the stop signal was sent, if the checkpoint has changed since:
@@ -127,6 +134,10 @@ impl Run<'_> {
         let Some(checkpoint) = self.checkpoint.take() else {
             return;
         };
+        // The save stamps the program's progress now (`progress_at_save`).
+        if let Some(done) = crate::pace::progress_at_save(&self.dir.progress()) {
+            self.job.report_progress(done);
+        }
         let roots = self.roots();
         // A stop look not ended yet cannot say the version is new.
         let written_after = self
@@ -139,6 +150,11 @@ impl Run<'_> {
             scratch: self.dir.runners().to_path_buf(),
             limit: self.handler.config.checkpoint_max_bytes,
             saved_file: self.saved_file,
+            saved_files: self.saved_files.clone(),
+            paths: Roots {
+                file: self.dir.checkpoint(),
+                dir: self.dir.checkpoint_dir(),
+            },
             ran_for: self
                 .program_started
                 .map(|started| started.elapsed())
@@ -168,6 +184,7 @@ impl Run<'_> {
                     save: Save::Later,
                     file: None,
                     marker: None,
+                    files: None,
                     skipped: Vec::new(),
                     stats: SaveStats::default(),
                 }),
@@ -207,6 +224,9 @@ impl Run<'_> {
             self.handler.throughput.record(&done.stats);
             self.saved_file = done.file.or(self.saved_file);
             self.saved_marker = done.marker.or(self.saved_marker);
+            if let Some(files) = done.files {
+                self.saved_files = files;
+            }
             self.last_complete = Some(std::time::Instant::now());
         }
         Ok(done.save)
@@ -507,6 +527,7 @@ async fn save_once(
         save: Save::Later,
         file: None,
         marker: None,
+        files: None,
         skipped,
         stats: SaveStats::default(),
     };
@@ -572,6 +593,7 @@ async fn save_once(
             save: Save::Unchanged,
             file: None,
             marker: None,
+            files: None,
             skipped,
             stats: staged.stats,
         });
@@ -581,14 +603,20 @@ async fn save_once(
         .iter()
         .find(|(path, _)| path == "file")
         .map(|(_, meta)| FileVersion::of(meta));
-    let mut blocking = blocking(&staged, context);
+    let files = SavedFiles::of(staged.versions());
+    let mut blocking = blocking(&staged, context).await;
     if context.awaited {
         blocking.written_before += started.elapsed();
     }
     // Both clocks at once, to put the version's modification time on the
     // monotonic one.
     let clocks = (std::time::SystemTime::now(), Instant::now());
-    let written_at = version_written_at(&staged, context.written_after, clocks);
+    let written_at = crate::kept_until::kept_until(
+        context.awaited,
+        context.written_after.is_some(),
+        version_written_at(&staged, context.written_after, clocks),
+        clocks.1,
+    );
     let stats = staged.stats;
     match checkpoint.commit_files(staged, blocking, written_at).await {
         Ok(Committed::Saved(stats)) => {
@@ -597,6 +625,7 @@ async fn save_once(
                 save: Save::Saved,
                 file,
                 marker,
+                files: Some(files),
                 skipped,
                 stats,
             })
@@ -605,6 +634,7 @@ async fn save_once(
             save: Save::Unchanged,
             file: None,
             marker,
+            files: None,
             skipped,
             stats,
         }),
@@ -613,6 +643,7 @@ async fn save_once(
             save: Save::Unchanged,
             file: None,
             marker: None,
+            files: None,
             skipped,
             stats,
         }),
@@ -658,37 +689,38 @@ fn marker_rule(staged: &spot_worker_storage::files::Staged, marker: &Marker) -> 
     at_marker(read, marker.saved, others)
 }
 
-/// What saving the version `staged` read blocks: the program's writing of
-/// it, measured from the files ([`write_duration`]: the checkpoint file's
-/// if there is one, else from the earliest birth to the latest
-/// modification of the directory's files), and the upload if awaited. A
-/// write that cannot be measured makes the upload's own time the cost, as
-/// if the program had waited for it, said once per runner in the log.
-fn blocking(staged: &spot_worker_storage::files::Staged, context: &SaveContext) -> Blocking {
-    let versions = staged.versions();
-    let (born, modified, same) = match versions.iter().find(|(path, _)| path == "file") {
-        Some((_, meta)) => (
-            meta.created().ok(),
-            meta.modified().ok(),
-            context.saved_file == Some(FileVersion::of(meta)),
-        ),
-        None => (
-            versions
-                .iter()
-                .map(|(_, meta)| meta.created().ok())
-                .min()
-                .flatten(),
-            versions
-                .iter()
-                .filter_map(|(_, meta)| meta.modified().ok())
-                .max(),
-            false,
-        ),
+/// What saving the version `staged` read blocks: what writing it cost the
+/// program ([`save_cost`](crate::save_cost::save_cost): the span of the
+/// files it wrote whole, never the age of a file written in place), and
+/// the upload if awaited. A write that cannot be measured makes the
+/// upload's own time the cost, as if the program had waited for it, said
+/// once per runner in the log.
+async fn blocking(staged: &spot_worker_storage::files::Staged, context: &SaveContext) -> Blocking {
+    let versions = staged.versions().to_vec();
+    let saved = context.saved_files.clone();
+    let roots = context.paths.clone();
+    let saved_file = context.saved_file;
+    // Reads the first bytes of new files (is it a database?): off the
+    // runtime's threads.
+    let files = tokio::task::spawn_blocking(move || {
+        let mut files = crate::version_files::version_files(&versions, &saved, &roots);
+        // The file restored at the delivery's start counts as saved.
+        for ((path, meta), file) in versions.iter().zip(files.iter_mut()) {
+            file.saved_before |= path == "file" && saved_file == Some(FileVersion::of(meta));
+        }
+        files
+    })
+    .await;
+    let program_started = std::time::SystemTime::now()
+        .checked_sub(context.ran_for)
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+    // The runner holds none of the program's writes (yet): nothing to add.
+    let held = Duration::ZERO;
+    let Ok(files) = files else {
+        // The runtime is shutting down: the upload stands for the write.
+        return Blocking::CALL;
     };
-    let written = modified
-        .ok_or(Unmeasured::NoBirthTime)
-        .and_then(|modified| write_duration(born, modified, same, context.ran_for));
-    match written {
+    match crate::save_cost::save_cost(&files, program_started, held) {
         Ok(written_before) => Blocking {
             written_before,
             awaited: context.awaited,
@@ -760,12 +792,10 @@ impl FileVersion {
 /// not measured: the cost the interval and the ledger use is then the
 /// upload's time.
 fn unmeasured_once(why: Unmeasured) {
-    static SAID: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+    static SAID: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
     let slot = match why {
         Unmeasured::NoBirthTime => 0,
-        Unmeasured::RewrittenInPlace => 1,
-        Unmeasured::TimesOutOfOrder => 2,
-        Unmeasured::LongerThanTheRun => 3,
+        Unmeasured::TimesOutOfOrder => 1,
     };
     if !SAID[slot].swap(true, Ordering::Relaxed) {
         tracing::warn!(reason = %why, "how long the program takes to write its checkpoint file is not measured; the upload's time stands for it (docs/checkpoint-interval.md)");

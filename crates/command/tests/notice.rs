@@ -23,11 +23,13 @@ use spot_worker_testkit::worker::{Env, VM_A, VM_B, within};
 /// The program: 48 steps of 0.25 s, a save every 16; with
 /// `saves_on_sigterm` it saves its current step on SIGTERM and exits 143,
 /// without it it only notes the signal's time in its log and dies of it.
+/// After its save on the signal it takes `exit_pause` seconds to exit (an
+/// interpreter's teardown, files closed), and notes `exit T` just before.
 /// Its log: `exec T` (when the runner started its process: an
 /// interpreter takes a while to start, and that is the job's time too),
 /// `start STEP T`, `saved STEP T` (after the rename), `term T`, `end STEP
 /// T`, with T its wall clock in seconds.
-fn program(log: &Path, saves_on_sigterm: bool) -> String {
+fn program(log: &Path, saves_on_sigterm: bool, exit_pause: f64) -> String {
     format!(
         r#"
 import os, signal, sys, time
@@ -55,6 +57,8 @@ def on_term(*_):
     note("term")
     if {saves}:
         save(step)
+        time.sleep({exit_pause})
+        note("exit")
         sys.exit(143)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
@@ -113,11 +117,11 @@ struct Evicted {
 
 /// Runs the job on VM A, evicts A 2.5 s after the program's second save,
 /// and lets VM B finish it.
-async fn evicted(saves_on_sigterm: bool) -> Evicted {
+async fn evicted(saves_on_sigterm: bool, exit_pause: f64) -> Evicted {
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let source = program(&log, saves_on_sigterm);
+    let source = program(&log, saves_on_sigterm, exit_pause);
     env.queue
         .send(r#"{"job_id":"t1"}"#, Duration::ZERO)
         .await
@@ -195,7 +199,7 @@ const WITHIN: f64 = 0.5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_that_dies_on_sigterm_loses_the_work_since_its_last_save_and_it_is_counted() {
     assert_birth_times_recorded();
-    let Evicted { record, fleet, log } = evicted(false).await;
+    let Evicted { record, fleet, log } = evicted(false, 0.0).await;
     let ledger = record.goodput;
     // What it lost: from its save at step 32 to the signal that killed it.
     let saved = when(&log, "saved", Some(32), 0);
@@ -242,7 +246,7 @@ async fn a_program_that_dies_on_sigterm_loses_the_work_since_its_last_save_and_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_program_saving_on_sigterm_loses_nothing_and_is_counted_as_saved() {
     assert_birth_times_recorded();
-    let Evicted { record, fleet, log } = evicted(true).await;
+    let Evicted { record, fleet, log } = evicted(true, 0.0).await;
     let ledger = record.goodput;
     // It saved its step at the signal and resumed from there.
     let at_signal = log
@@ -277,4 +281,27 @@ async fn the_same_program_saving_on_sigterm_loses_nothing_and_is_counted_as_save
         "{fleet:?}"
     );
     assert_eq!(fleet.losses, 0, "{fleet:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_programs_exit_after_its_save_on_the_signal_is_not_charged_as_redone() {
+    assert_birth_times_recorded();
+    // Saves on SIGTERM, then takes 0.4 s to exit: that time is no work
+    // any next delivery does again.
+    let Evicted { record, log, .. } = evicted(true, 0.4).await;
+    let ledger = record.goodput;
+    let exit_took = when(&log, "exit", None, 0) - when(&log, "term", None, 0);
+    assert!(exit_took >= 0.4, "the program's exit took {exit_took} s");
+    assert!(
+        ledger.redone_ms <= 200,
+        "redone about 0, not the program's {exit_took:.3} s to exit: {ledger:?}"
+    );
+    // Its exit is the job's time on that VM, kept with the save.
+    let useful = (when(&log, "exit", None, 0) - when(&log, "exec", None, 0))
+        + (when(&log, "end", Some(48), 0) - when(&log, "exec", None, 1));
+    let reported = ledger.useful_ms as f64 / 1000.0;
+    assert!(
+        (reported - useful).abs() <= WITHIN,
+        "useful {reported} s, the program's log says {useful} s: {ledger:?}"
+    );
 }

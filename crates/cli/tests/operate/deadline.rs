@@ -277,3 +277,104 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
     assert_eq!(status["regular"]["approximate_depth"], 1);
     assert_eq!(status["lane_accounting"]["deadlines_met"], 1);
 }
+
+/// A job moved to the regular lane and waiting there, that its program
+/// said was 37.5 % done at its last save: `status` shows it by its job
+/// key, in the regular lane, waiting, 37.5 % done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_moved_job_waiting_in_its_lane_with_its_reported_progress() {
+    use spot_worker_decisions::goodput::{Ledger, stamp_with_progress};
+    use spot_worker_decisions::lanes::Deadline;
+    use spot_worker_storage::lanes::{LaneRecord, LaneRecords};
+    use spot_worker_storage::{
+        Checkpoint, CheckpointStore as _, MessageQueue as _, WritePrecondition,
+    };
+
+    let azurite = start_azurite();
+    let storage = deployed(&azurite).await;
+    let now = SystemTime::now();
+    let deadline = Deadline {
+        start: now - Duration::from_secs(3600),
+        due: now + Duration::from_secs(10 * 3600),
+        work: Duration::from_secs(4 * 3600),
+    };
+    let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
+    checkpoints.prepare().await.unwrap();
+    // Its last save: 37.5 % done by the program's progress file, 10 s of
+    // useful time (what a status reading the ledger would show: 0.1 %).
+    let ledger = Ledger {
+        useful_ms: 10_000,
+        deliveries: 1,
+        ..Ledger::default()
+    };
+    checkpoints
+        .write(
+            "half",
+            &Checkpoint::InProgress {
+                progress: serde_json::json!({"trial": 6}),
+            },
+            WritePrecondition::Create,
+            Some(&stamp_with_progress("v1", &ledger, Some(0.375))),
+        )
+        .await
+        .unwrap();
+    // Its lane record as the Spot worker that released it left it: the
+    // live message m-old in the Spot lane, moving to the regular lane.
+    let record = LaneRecord {
+        generation: 0,
+        message: "m-old".into(),
+        moved_from: None,
+        origin: "m-old".into(),
+        finished: false,
+        poisoned: false,
+        held: 1,
+        lane: Lane::Spot,
+        moving: Some(Lane::Regular),
+        start: time::OffsetDateTime::from(deadline.start),
+        deadline: time::OffsetDateTime::from(deadline.due),
+        work_s: deadline.work.as_secs_f64(),
+        updated_at: time::OffsetDateTime::now_utc(),
+    };
+    checkpoints
+        .write(
+            &LaneRecords::key("half"),
+            &Checkpoint::InProgress {
+                progress: serde_json::to_value(&record).unwrap(),
+            },
+            WritePrecondition::Create,
+            None,
+        )
+        .await
+        .unwrap();
+    // The message the move sent, waiting in the regular lane's queue.
+    let moved = Envelope {
+        generation: 1,
+        key: Some("half".into()),
+        lane: Some(Lane::Regular),
+        moved_from: Some("m-old".into()),
+        ..Envelope::new(deadline)
+    };
+    let regular = storage.queue(REGULAR).unwrap();
+    regular.create_if_missing().await.unwrap();
+    let text = MessageEncoding::Text
+        .encode(&moved.wrap(b"{\"study\":\"s1\"}"))
+        .unwrap();
+    regular.send(&text, Duration::ZERO).await.unwrap();
+
+    let output = run(with_lanes(&azurite, MessageEncoding::Text)
+        .await
+        .arg("status"))
+    .await;
+    output.assert_success();
+    let text = &output.stdout;
+    assert!(
+        text.contains("1 job(s) with a deadline not finished"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("  half ") && line.contains("% done"))
+        .unwrap_or_else(|| panic!("a line for the job key half in:\n{text}"));
+    assert!(line.contains("regular waiting"), "{line}");
+    assert!(line.contains(" 37.5 % done"), "{line}");
+}

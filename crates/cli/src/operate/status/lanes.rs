@@ -122,47 +122,67 @@ pub(super) async fn lanes_status(
         .buffer_unordered(PARALLEL_READS)
         .collect()
         .await;
-    let mut jobs: BTreeMap<String, DeadlineJob> = BTreeMap::new();
+    // The records, by job key, and which job each live message is.
+    let mut started: BTreeMap<String, (LaneRecord, Duration)> = BTreeMap::new();
+    let mut live: BTreeMap<String, String> = BTreeMap::new();
     for (job, record, progress) in read.into_iter().flatten() {
-        let row = row(
-            &job,
-            record.lane,
-            "started",
-            record.deadline(),
-            progress,
-            margin,
-        );
-        jobs.insert(job, row);
+        live.insert(record.message.clone(), job.clone());
+        started.insert(job, (record, progress));
     }
-    // Jobs at the front of the queues that no worker took yet.
+    let mut jobs: BTreeMap<String, DeadlineJob> = BTreeMap::new();
+    // Jobs whose message waits in a queue, visible: no worker holds them
+    // (new ones, released ones, moved ones), in the lane of that queue.
     for (queue, lane) in queues {
-        let Ok(waiting) = queue.peek(32).await else {
+        let Ok(visible) = queue.peek(32).await else {
             continue;
         };
-        for message in waiting.into_iter().filter(|m| m.dequeue_count == 0) {
+        for message in visible {
             let Ok(bytes) = encoding.decode(&message.body) else {
                 continue;
             };
             let Ok((Some(envelope), body)) = Envelope::unwrap(&bytes) else {
                 continue;
             };
-            // Keyed as a worker keys it: the body's field (`run`'s
-            // SPOT_WORKER_JOB_KEY), the key carried, or the message id.
-            let job = key_field
-                .and_then(|field| body_field(body, field))
+            let id = message.id.to_string();
+            // Keyed as a worker keys it: the job its live message is, the
+            // body's field (`run`'s SPOT_WORKER_JOB_KEY), the key carried,
+            // or the message id.
+            let job = live
+                .get(&id)
+                .cloned()
+                .or_else(|| key_field.and_then(|field| body_field(body, field)))
                 .or_else(|| envelope.key.clone())
-                .unwrap_or_else(|| message.id.to_string());
-            jobs.entry(job.clone()).or_insert_with(|| {
-                row(
-                    &job,
-                    lane,
-                    "waiting",
-                    envelope.deadline,
-                    Duration::ZERO,
-                    margin,
-                )
-            });
+                .unwrap_or_else(|| id.clone());
+            let known = started.get(&job);
+            let waiting = match known {
+                Some((record, _)) => waits(record, &id, envelope.generation),
+                // A job no worker took yet (an earlier copy once received
+                // has a record).
+                None => message.dequeue_count == 0,
+            };
+            if !waiting || jobs.contains_key(&job) {
+                continue;
+            }
+            let progress = match known {
+                Some((_, progress)) => *progress,
+                None => progress_from(&store, &job, &envelope.deadline).await,
+            };
+            let row = row(&job, lane, "waiting", envelope.deadline, progress, margin);
+            jobs.insert(job, row);
         }
+    }
+    // The rest are held by a worker: running where their record says.
+    for (job, (record, progress)) in started {
+        jobs.entry(job.clone()).or_insert_with(|| {
+            row(
+                &job,
+                record.lane,
+                "started",
+                record.deadline(),
+                progress,
+                margin,
+            )
+        });
     }
     let mut jobs: Vec<DeadlineJob> = jobs.into_values().collect();
     jobs.sort_by(|a, b| a.slack_seconds.total_cmp(&b.slack_seconds));
@@ -187,6 +207,14 @@ impl Parts {
             lost_work: parts.lost_work.as_secs_f64(),
         }
     }
+}
+
+/// Whether a visible message (`message`, of `generation`) is where the job
+/// of `record` waits: its live message (released, not held by a worker),
+/// or a newer copy a move sent that no worker has claimed yet. An older
+/// copy is stale, and says nothing of where the job is.
+fn waits(record: &LaneRecord, message: &str, generation: u32) -> bool {
+    record.message == message || generation > record.generation
 }
 
 /// The string (or number) field `field` of a JSON body.
@@ -306,6 +334,40 @@ pub(super) fn lines(status: &LanesStatus) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_visible_message_is_where_its_job_waits_unless_it_is_an_old_copy() {
+        let record = |generation: u32, message: &str| LaneRecord {
+            generation,
+            message: message.into(),
+            moved_from: None,
+            origin: "m0".into(),
+            finished: false,
+            poisoned: false,
+            held: 1,
+            lane: Lane::Spot,
+            moving: None,
+            start: time::OffsetDateTime::UNIX_EPOCH,
+            deadline: time::OffsetDateTime::UNIX_EPOCH,
+            work_s: 1.0,
+            updated_at: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        // (record's generation and message, visible message, its
+        // generation) → waits there
+        let rows = [
+            ((0, "m0"), "m0", 0, true),  // released, back in its queue
+            ((0, "m0"), "m1", 1, true),  // moved, not claimed yet
+            ((1, "m1"), "m0", 0, false), // an old copy the move left
+            ((1, "m1"), "m2", 1, false), // a second copy of the same move
+        ];
+        for ((generation, live), message, of, expected) in rows {
+            assert_eq!(
+                waits(&record(generation, live), message, of),
+                expected,
+                "{live} {message}"
+            );
+        }
+    }
 
     #[test]
     fn a_job_is_at_risk_below_two_switches_and_a_recheck_and_late_below_nothing() {
