@@ -36,15 +36,17 @@ fn chunks_without_lost_answers() {
     must_hold(Family::ChunksWithoutLostAnswers);
 }
 
+/// Every family, the lanes' too: a seed's whole trace (every store call,
+/// its fault, every step a process took) is the same on every run.
 #[test]
 fn a_seed_replays_exactly() {
-    let trace = |seed| {
+    let trace = |family: Family, seed| {
         spot_worker_testkit::fault_search::run_seed(
-            "restore_race",
+            family.name(),
             seed,
-            Family::RestoreRace.rates(),
+            family.rates(),
             |plan| async move {
-                Family::RestoreRace.scenario(plan.clone()).await;
+                family.scenario(plan.clone()).await;
                 // The whole trace, failing or not.
                 plan.broken("the end");
             },
@@ -52,10 +54,22 @@ fn a_seed_replays_exactly() {
         .unwrap_err()
         .trace
     };
-    for seed in 0..10 {
-        let first = trace(seed);
-        assert!(first.len() > 40, "{first:?}");
-        assert_eq!(first, trace(seed), "seed {seed}");
+    for family in Family::ALL {
+        for seed in 0..10 {
+            let first = trace(family, seed);
+            assert!(first.len() > 40, "{}: {first:?}", family.name());
+            let again = trace(family, seed);
+            if let Some(at) = first.iter().zip(&again).position(|(a, b)| a != b) {
+                panic!(
+                    "{} seed {seed} replays differently from step {}: {:?} then {:?}",
+                    family.name(),
+                    at + 1,
+                    first[at],
+                    again[at]
+                );
+            }
+            assert_eq!(first, again, "{} seed {seed}", family.name());
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 //! assert_eq!(outcome(failing).unwrap_err().trace, outcome(failing).unwrap_err().trace);
 //! ```
 
+mod clock;
 mod invariants;
 mod layer;
 mod plan;
@@ -35,6 +36,7 @@ pub mod scenarios;
 use std::fmt;
 use std::future::Future;
 
+pub use clock::{PlanClock, run_start};
 pub use invariants::{manifest_chunks_exist, named_chunks};
 pub use layer::Faulty;
 pub use plan::{Check, Fault, FaultPlan, FaultRates};
