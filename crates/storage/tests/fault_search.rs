@@ -8,11 +8,18 @@
 use spot_worker_testkit::fault_search::scenarios::Family;
 use spot_worker_testkit::fault_search::seed_count;
 
-/// Seeds per family under `cargo test`.
-const SEEDS: u64 = 300;
+/// Seeds per family under `cargo test` (on every core).
+const SEEDS: u64 = 1_000;
+/// Seeds of the families with a worker and the keeper, which find seed
+/// 905 (see [`lanes_deep`]) while that bug is open.
+const LANES_SEEDS: u64 = 300;
 
 fn must_hold(family: Family) {
-    if let Err(failure) = family.search(0, seed_count(SEEDS)) {
+    must_hold_for(family, SEEDS);
+}
+
+fn must_hold_for(family: Family, seeds: u64) {
+    if let Err(failure) = family.search(0, seed_count(seeds)) {
         panic!("{failure}");
     }
 }
@@ -73,17 +80,27 @@ fn a_seed_replays_exactly() {
     }
 }
 
-/// The lane keeper's move while a Spot copy runs. The library draws its
-/// own jitter and reads the wall clock, so in this family a seed's
-/// faults replay exactly but the interleaving may not: a failure prints
-/// the trace of the run that failed.
+/// The lane keeper's move while a Spot copy runs. Since the library takes
+/// the search's clock, a seed's interleaving replays exactly too.
 #[test]
 fn lanes() {
+    must_hold_for(Family::Lanes, LANES_SEEDS);
+}
+
+/// The lanes family over as many seeds as the others. With the library on
+/// the search's clock, a job's deadline comes nearer as the run goes on
+/// (before, the wall clock stood still while tokio's ran 240 s), and seed
+/// 905 finds two runs at once: a Spot run under way while the regular
+/// worker, its attempt record's read failed before applying, starts the
+/// job's regular copy (its lane record write lost its answer before).
+#[test]
+#[ignore = "finds what is left of issue 37 item 4: seed 905 runs the job in both lanes at once"]
+fn lanes_deep() {
     must_hold(Family::Lanes);
 }
 
 #[test]
 #[ignore = "finds what is left of issue 37 item 5: the poison record is stored, the delete of the original fails, and the job runs again before anything durable says it was poisoned (seed 4)"]
 fn poison() {
-    must_hold(Family::Poison);
+    must_hold_for(Family::Poison, LANES_SEEDS);
 }
