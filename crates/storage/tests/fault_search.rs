@@ -90,9 +90,9 @@ fn lanes() {
 /// The lanes family over as many seeds as the others. With the library on
 /// the search's clock, a job's deadline comes nearer as the run goes on
 /// (before, the wall clock stood still while tokio's ran 240 s), and seed
-/// 905 finds two runs at once: a Spot run under way while the regular
-/// worker, its attempt record's read failed before applying, starts the
-/// job's regular copy (its lane record write lost its answer before).
+/// 905 finds two runs at once: a move's send to the regular queue lands
+/// but loses its answer, the Spot copy runs, and the regular copy that
+/// send left claims the lane record and runs beside it.
 #[test]
 #[ignore = "finds what is left of issue 37 item 4: seed 905 runs the job in both lanes at once"]
 fn lanes_deep() {
