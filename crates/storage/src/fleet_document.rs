@@ -90,7 +90,13 @@ where
     pub(crate) async fn update(&self, change: impl Fn(&T) -> Option<T>) -> Result<T, StorageError> {
         for attempt in 0..MAX_ATTEMPTS {
             if attempt > 0 {
-                tokio::time::sleep(retry_delay(RETRY_BASE, RETRY_MAX, attempt)).await;
+                tokio::time::sleep(retry_delay(
+                    RETRY_BASE,
+                    RETRY_MAX,
+                    attempt,
+                    &crate::clock::SystemClock,
+                ))
+                .await;
             }
             let (current, stored) = self.read_stored().await?;
             let Some(sum) = change(&current) else {

@@ -33,6 +33,7 @@
 //! worker can write) for a worker's warmup gate to call before it takes work.
 
 mod checkpoint;
+mod clock;
 mod consumer;
 mod encoding;
 mod error;
@@ -52,6 +53,7 @@ pub use checkpoint::{
     Blocking, Checkpoint, CheckpointStore, Committed, ETag, JobCheckpoint, StoredCheckpoint,
     WritePrecondition,
 };
+pub use clock::{Clock, SystemClock};
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
     ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeadlineObserver, DeadlineOutcome,

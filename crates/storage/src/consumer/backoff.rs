@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rand::Rng as _;
+use crate::clock::Clock;
 
 /// Exponential backoff for polling an empty queue: starts at `floor`,
 /// doubles up to `max`, and is reset as soon as a message arrives.
@@ -25,8 +25,8 @@ impl IdleBackoff {
     }
 
     /// The next delay: uniform in [current/2, current], then current doubles.
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let delay = jittered(self.current);
+    pub(crate) fn next_delay(&mut self, clock: &dyn Clock) -> Duration {
+        let delay = jittered(self.current, clock);
         self.current = self.current.saturating_mul(2).min(self.max);
         delay
     }
@@ -39,22 +39,28 @@ impl IdleBackoff {
 
 /// How long a failed message stays invisible before its next attempt:
 /// `base * 2^(attempt-1)` capped at `max`, jittered into its upper half.
-pub(crate) fn retry_delay(base: Duration, max: Duration, attempt: u32) -> Duration {
+pub(crate) fn retry_delay(
+    base: Duration,
+    max: Duration,
+    attempt: u32,
+    clock: &dyn Clock,
+) -> Duration {
     let exponent = attempt.saturating_sub(1).min(30);
     let uncapped = base.saturating_mul(1u32 << exponent);
-    jittered(uncapped.min(max))
+    jittered(uncapped.min(max), clock)
 }
 
-/// A uniformly random duration in [d/2, d].
-fn jittered(d: Duration) -> Duration {
+/// A uniformly random duration in [d/2, d], drawn from `clock`.
+fn jittered(d: Duration, clock: &dyn Clock) -> Duration {
     let half = d / 2;
     let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-    half + Duration::from_nanos(rand::rng().random_range(0..=nanos))
+    half + Duration::from_nanos(clock.jitter(nanos))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SystemClock;
 
     #[test]
     fn idle_backoff_grows_to_the_cap_and_resets() {
@@ -63,12 +69,12 @@ mod tests {
         let mut backoff = IdleBackoff::new(floor, max);
         let mut last = Duration::ZERO;
         for _ in 0..20 {
-            last = backoff.next_delay();
+            last = backoff.next_delay(&SystemClock);
             assert!(last <= max);
         }
         assert!(last >= max / 2, "should have reached the cap, got {last:?}");
         backoff.reset();
-        let first = backoff.next_delay();
+        let first = backoff.next_delay(&SystemClock);
         assert!(first >= floor / 2 && first <= floor, "{first:?}");
     }
 
@@ -78,12 +84,12 @@ mod tests {
         let max = Duration::from_secs(60);
         for attempt in 1..=10u32 {
             let expected = (base * 2u32.pow(attempt - 1)).min(max);
-            let delay = retry_delay(base, max, attempt);
+            let delay = retry_delay(base, max, attempt, &SystemClock);
             assert!(
                 delay <= expected && delay >= expected / 2,
                 "attempt {attempt}: {delay:?}"
             );
         }
-        assert!(retry_delay(base, max, u32::MAX) <= max);
+        assert!(retry_delay(base, max, u32::MAX, &SystemClock) <= max);
     }
 }

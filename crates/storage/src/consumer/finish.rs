@@ -204,6 +204,7 @@ impl Consumer {
             self.config.retry_backoff_base,
             self.config.retry_backoff_max,
             n,
+            &*self.clock,
         )
     }
 

@@ -68,6 +68,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::checkpoint::CheckpointStore;
+use crate::clock::{Clock, SystemClock};
 use crate::lanes::Lanes;
 use crate::memory::InMemoryCheckpointStore;
 use crate::queue::{MessageQueue, QueueMessage};
@@ -142,6 +143,7 @@ pub struct Consumer {
     monitor: Arc<StoreMonitor>,
     cadence: Arc<CheckpointCadence>,
     lanes: Option<Lanes>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Makes the one span a delivery runs in, from its queue and message: the
@@ -199,7 +201,18 @@ impl Consumer {
             })),
             monitor,
             lanes: None,
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Draws the jitter of its waits (idle polling, retries, probes of
+    /// the store) from `clock` instead of the thread's random numbers
+    /// ([`SystemClock`], the default): a seeded fault search replays a
+    /// run exactly this way. The lanes' time of day is their
+    /// [`SpotCapacity`](crate::lanes::SpotCapacity)'s clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Gives handlers checkpoints ([`Job::checkpoint`]), deletes redelivered
@@ -436,11 +449,11 @@ impl Consumer {
                     }
                     continue;
                 }
-                Ok(_) => idle.next_delay(),
+                Ok(_) => idle.next_delay(&*self.clock),
                 Err(error) => {
                     bump(&self.counters.receive_errors);
                     tracing::warn!(queue = self.queue.name(), %error, "receive failed; backing off");
-                    idle.next_delay()
+                    idle.next_delay(&*self.clock)
                 }
             };
             tokio::select! {

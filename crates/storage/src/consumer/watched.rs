@@ -152,7 +152,7 @@ impl Consumer {
                 logged_at = Some(Instant::now());
             }
             probes = probes.saturating_add(1);
-            let delay = retry_delay(PROBE_FLOOR, PROBE_CEILING, probes);
+            let delay = retry_delay(PROBE_FLOOR, PROBE_CEILING, probes, &*self.clock);
             tokio::select! {
                 biased;
                 _ = signals.stopping() => return false,

@@ -15,7 +15,7 @@
 use std::fs::File;
 
 use bytes::Bytes;
-use fastcdc::v2020::StreamCDC;
+use fastcdc::v2020::{ChunkData, StreamCDC};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use std::sync::Arc;
@@ -48,7 +48,26 @@ pub(crate) fn chunk_file(
     let (sender, receiver) = mpsc::channel(2);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let mut chunks = StreamCDC::new(ReadAt::new(&file), MIN_CHUNK, AVG_CHUNK, MAX_CHUNK);
+        let mut chunks: Box<dyn Iterator<Item = Result<ChunkData, fastcdc::v2020::Error>>> =
+            match read_small(&file) {
+                Ok(Some(data)) if data.is_empty() => return,
+                Ok(Some(data)) => Box::new(std::iter::once(Ok(ChunkData {
+                    hash: 0,
+                    offset: 0,
+                    length: data.len(),
+                    data,
+                }))),
+                Ok(None) => Box::new(StreamCDC::new(
+                    ReadAt::new(&file),
+                    MIN_CHUNK,
+                    AVG_CHUNK,
+                    MAX_CHUNK,
+                )),
+                Err(error) => {
+                    let _ = sender.blocking_send(Err(error));
+                    return;
+                }
+            };
         loop {
             let Ok(mut permit) =
                 runtime.block_on(Arc::clone(&budget).acquire_many_owned(MAX_CHUNK as u32))
@@ -82,6 +101,21 @@ pub(crate) fn chunk_file(
         }
     });
     receiver
+}
+
+/// The whole of `file` if it is no longer than [`MIN_CHUNK`] (one chunk,
+/// as FastCDC would cut it), `None` if it is longer.
+fn read_small(file: &File) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    if file.metadata()?.len() > MIN_CHUNK as u64 {
+        return Ok(None);
+    }
+    // It may have grown since: one byte more than a chunk says so.
+    let mut data = Vec::new();
+    ReadAt::new(file)
+        .take(MIN_CHUNK as u64 + 1)
+        .read_to_end(&mut data)?;
+    Ok((data.len() <= MIN_CHUNK).then_some(data))
 }
 
 /// Reads a file from its start by position (`pread`), whatever its
@@ -161,6 +195,22 @@ mod tests {
             "{new_chunks} of {} chunks new",
             after.len()
         );
+    }
+
+    /// Read whole or through FastCDC, a file cuts the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_small_file_is_one_chunk_as_fastcdc_cuts_it() {
+        for len in [1, 4096, MIN_CHUNK - 1, MIN_CHUNK, MIN_CHUNK + 1] {
+            let bytes = pseudo_random(len, len as u64);
+            let cdc: Vec<_> = StreamCDC::new(&bytes[..], MIN_CHUNK, AVG_CHUNK, MAX_CHUNK)
+                .map(|chunk| {
+                    let chunk = chunk.unwrap();
+                    let hash = *blake3::hash(&chunk.data).as_bytes();
+                    (chunk.offset, hash, chunk.length)
+                })
+                .collect();
+            assert_eq!(cut(&bytes).await, cdc, "{len} bytes");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -366,7 +366,7 @@ impl LaneKeeper {
                 heard_at.is_none_or(|heard| heard < inserted)
             })
             .map(|inserted| inserted + usual)
-            .filter(|since| *since <= OffsetDateTime::now_utc())
+            .filter(|since| *since <= OffsetDateTime::from(self.lanes.spot_capacity.now()))
             .min();
         let Some(since) = unmet else {
             return;

@@ -36,7 +36,7 @@ mod spot_capacity;
 mod switch_cost;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use spot_worker_decisions::goodput::Ledger;
 use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, LanePolicy, Phase, Situation};
@@ -119,7 +119,7 @@ impl Lanes {
             progress,
             lane,
             phase,
-            now: SystemTime::now(),
+            now: self.spot_capacity.now(),
             switch_cost: self.switch_cost.d(),
             recheck: self.recheck,
             spot_there: self.spot_capacity.there(),
@@ -147,6 +147,7 @@ pub fn progress_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
     #[test]
     fn progress_is_the_reported_share_else_the_useful_time() {

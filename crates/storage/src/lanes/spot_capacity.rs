@@ -279,7 +279,14 @@ impl SpotCapacity {
 
     /// Whether Spot capacity is there now, as last read.
     pub fn there(&self) -> bool {
-        self.sightings().there(SystemTime::now(), self.fresh_for())
+        self.sightings().there(self.now(), self.fresh_for())
+    }
+
+    /// The time of day now, by the clock its sightings are timed by
+    /// ([`FleetSpotCapacity::with_clock`]; the wall clock by default): the
+    /// lanes judge a job's deadline by it too.
+    pub fn now(&self) -> SystemTime {
+        self.fleet.clock().now()
     }
 
     /// The fleet's Spot history, as last read.

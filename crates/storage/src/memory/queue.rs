@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
@@ -29,6 +31,12 @@ pub struct StoredMessage {
     pub visible: bool,
 }
 
+// A poisoned lock only means a test panicked elsewhere; the generator is
+// still usable.
+fn lock_ids(ids: &Mutex<Option<StdRng>>) -> MutexGuard<'_, Option<StdRng>> {
+    ids.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[derive(Debug)]
 struct Entry {
     id: MessageId,
@@ -46,6 +54,13 @@ pub struct InMemoryQueue {
     name: Arc<str>,
     entries: Arc<Mutex<Vec<Entry>>>,
     outage: Outage,
+    /// Where message ids and pop receipts come from: random, or drawn
+    /// from a seed so that a seeded run names everything the same way
+    /// each time.
+    ids: Arc<Mutex<Option<StdRng>>>,
+    /// When messages are sent: the wall clock, or a seeded run's time of
+    /// day (a start, and the tokio clock since the queue was made).
+    sent_from: Option<(OffsetDateTime, Instant)>,
 }
 
 impl InMemoryQueue {
@@ -55,7 +70,39 @@ impl InMemoryQueue {
             name: Arc::from(name),
             entries: Arc::default(),
             outage: Outage::default(),
+            ids: Arc::default(),
+            sent_from: None,
         }
+    }
+
+    /// An empty queue called `name` for a seeded run: its message ids and
+    /// pop receipts are drawn from `seed` (still unique, random 128-bit
+    /// ids, but the same on every run with that seed), and a message's
+    /// time of sending is `start` plus the tokio clock since now, so a
+    /// seeded search replays exactly even where the library orders or
+    /// names things by id, or judges a message by its age.
+    pub fn seeded(name: &str, seed: u64, start: std::time::SystemTime) -> Self {
+        let mut queue = Self::new(name);
+        *lock_ids(&queue.ids) = Some(StdRng::seed_from_u64(seed));
+        queue.sent_from = Some((OffsetDateTime::from(start), Instant::now()));
+        queue
+    }
+
+    /// The time of day a message sent now is stamped with.
+    fn sent_at(&self) -> OffsetDateTime {
+        match self.sent_from {
+            Some((start, made)) => start + made.elapsed(),
+            None => OffsetDateTime::now_utc(),
+        }
+    }
+
+    /// A fresh id or receipt.
+    fn new_id(&self) -> String {
+        let id = match lock_ids(&self.ids).as_mut() {
+            Some(seeded) => uuid::Uuid::from_u128(seeded.random()),
+            None => uuid::Uuid::new_v4(),
+        };
+        id.to_string()
     }
 
     /// Simulates an outage: while `false`, every [`MessageQueue`] call
@@ -146,7 +193,7 @@ impl MessageQueue for InMemoryQueue {
             .map(|entry| {
                 entry.dequeue_count += 1;
                 entry.visible_at = now + visibility_timeout;
-                let receipt = PopReceipt::new(uuid::Uuid::new_v4().to_string());
+                let receipt = PopReceipt::new(self.new_id());
                 entry.pop_receipt = Some(receipt.clone());
                 QueueMessage {
                     id: entry.id.clone(),
@@ -173,7 +220,7 @@ impl MessageQueue for InMemoryQueue {
             .find(|entry| &entry.id == id && entry.pop_receipt.as_ref() == Some(pop_receipt))
             .ok_or_else(|| Self::lease_lost(id))?;
         entry.visible_at = Instant::now() + visibility_timeout;
-        let receipt = PopReceipt::new(uuid::Uuid::new_v4().to_string());
+        let receipt = PopReceipt::new(self.new_id());
         entry.pop_receipt = Some(receipt.clone());
         Ok(receipt)
     }
@@ -195,12 +242,12 @@ impl MessageQueue for InMemoryQueue {
         initial_visibility_delay: Duration,
     ) -> Result<MessageId, StorageError> {
         self.check_available()?;
-        let id = MessageId::new(uuid::Uuid::new_v4().to_string());
+        let id = MessageId::new(self.new_id());
         self.lock().push(Entry {
             id: id.clone(),
             body: body.to_owned(),
             dequeue_count: 0,
-            inserted_at: OffsetDateTime::now_utc(),
+            inserted_at: self.sent_at(),
             visible_at: Instant::now() + initial_visibility_delay,
             pop_receipt: None,
         });

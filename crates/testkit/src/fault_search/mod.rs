@@ -27,6 +27,7 @@
 //! assert_eq!(outcome(failing).unwrap_err().trace, outcome(failing).unwrap_err().trace);
 //! ```
 
+mod clock;
 mod invariants;
 mod layer;
 mod plan;
@@ -35,6 +36,7 @@ pub mod scenarios;
 use std::fmt;
 use std::future::Future;
 
+pub use clock::{PlanClock, run_start};
 pub use invariants::{manifest_chunks_exist, named_chunks};
 pub use layer::Faulty;
 pub use plan::{Check, Fault, FaultPlan, FaultRates};
@@ -134,8 +136,13 @@ pub fn replay_seed() -> Option<u64> {
 }
 
 /// Runs `scenario` for seeds `first..first + count` (or the one seed
-/// `SPOT_WORKER_FAULT_SEED` names, its trace printed), stopping at the
-/// first that breaks an invariant; returns how many seeds ran.
+/// `SPOT_WORKER_FAULT_SEED` names, its trace printed), on as many threads
+/// as the machine has cores (each seed on a runtime of its own, so a
+/// seed's run is the same on any thread), stopping at the first seed that
+/// breaks an invariant; returns how many seeds ran.
+///
+/// The failure reported is the lowest failing seed, whatever the threads'
+/// timing: seeds are handed out in order and every seed below it ran.
 pub fn search<F, Fut>(
     family: &str,
     first: u64,
@@ -144,7 +151,7 @@ pub fn search<F, Fut>(
     scenario: F,
 ) -> Result<u64, Box<Failure>>
 where
-    F: Fn(FaultPlan) -> Fut,
+    F: Fn(FaultPlan) -> Fut + Sync,
     Fut: Future<Output = ()>,
 {
     if let Some(seed) = replay_seed() {
@@ -154,8 +161,63 @@ where
             Err(failure) => Err(Box::new(failure)),
         };
     }
-    for seed in first..first.saturating_add(count) {
-        run_seed(family, seed, rates, &scenario).map_err(Box::new)?;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    search_on(threads, family, first, count, rates, &scenario)
+}
+
+/// [`search`] on `threads` threads (1: one seed after another).
+pub fn search_on<F, Fut>(
+    threads: usize,
+    family: &str,
+    first: u64,
+    count: u64,
+    rates: FaultRates,
+    scenario: &F,
+) -> Result<u64, Box<Failure>>
+where
+    F: Fn(FaultPlan) -> Fut + Sync,
+    Fut: Future<Output = ()>,
+{
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let end = first.saturating_add(count);
+    let next = AtomicU64::new(first);
+    let lowest: Mutex<Option<Failure>> = Mutex::new(None);
+    let below_failure = |seed: u64| {
+        let lowest = lowest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        lowest.as_ref().is_none_or(|failure| seed < failure.seed)
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::SeqCst);
+                    if seed >= end || !below_failure(seed) {
+                        return;
+                    }
+                    if let Err(failure) = run_seed(family, seed, rates, scenario) {
+                        let mut lowest = lowest
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if lowest
+                            .as_ref()
+                            .is_none_or(|known| failure.seed < known.seed)
+                        {
+                            *lowest = Some(failure);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    match lowest
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        None => Ok(count),
+        Some(failure) => Err(Box::new(failure)),
     }
-    Ok(count)
 }

@@ -140,6 +140,12 @@ impl FaultPlan {
         self.lock().rng.random_range(range)
     }
 
+    /// A number in `0..=max`, from the same seeded stream: the library's
+    /// jitter ([`super::PlanClock`]).
+    pub fn jitter(&self, max: u64) -> u64 {
+        self.lock().rng.random_range(0..=max)
+    }
+
     /// Records a step a process took (not a store call) in the trace.
     pub fn note(&self, step: impl Into<String>) {
         self.lock().trace.push(step.into());

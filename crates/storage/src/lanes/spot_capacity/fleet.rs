@@ -14,6 +14,7 @@ use futures_util::future::try_join_all;
 use spot_worker_decisions::lanes::unix_secs;
 
 use crate::checkpoint::CheckpointStore;
+use crate::clock::{Clock, SystemClock};
 use crate::error::StorageError;
 use crate::fleet_document::FleetDocument;
 
@@ -50,6 +51,7 @@ pub struct FleetSpotCapacity {
     document: FleetDocument<SpotSightings>,
     shards: Arc<[FleetDocument<SpotSightings>]>,
     fresh_for: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl FleetSpotCapacity {
@@ -78,7 +80,21 @@ impl FleetSpotCapacity {
             document: FleetDocument::new(store, Self::KEY, "fleet Spot sightings"),
             shards,
             fresh_for: Duration::from_secs(60).saturating_mul(FRESH_FOR_RECHECKS),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same sightings, timed by `clock` instead of the wall clock
+    /// ([`SystemClock`], the default): a seeded fault search replays a
+    /// run exactly this way.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock its sightings are timed by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The same sightings, read with a word fresh for `fresh_for` (the
@@ -122,7 +138,7 @@ impl FleetSpotCapacity {
             .map(FleetDocument::read);
         let records = try_join_all(reads).await?;
         let document = records.first().cloned().unwrap_or_default();
-        let now = unix_secs(SystemTime::now());
+        let now = unix_secs(self.clock.now());
         let view = SpotSightings::merge(records).seen_at(now, self.fresh_for.as_secs_f64());
         Ok((document, view))
     }
@@ -136,7 +152,7 @@ impl FleetSpotCapacity {
         worker: &str,
         every: Duration,
     ) -> Result<SpotSightings, StorageError> {
-        let now = unix_secs(SystemTime::now());
+        let now = unix_secs(self.clock.now());
         self.shard_of(worker)
             .update(|s| s.heard_in_shard(worker, now, every))
             .await?;
@@ -177,7 +193,7 @@ impl FleetSpotCapacity {
                 .await?;
         }
         let (document, view) = self.read_all().await?;
-        let now = unix_secs(SystemTime::now());
+        let now = unix_secs(self.clock.now());
         let mut view = view.seen_at(now, fresh_for.as_secs_f64());
         let outage = match worker {
             Some(_) => view.history.current().filter(|c| !c.there).map(|c| c.since),
@@ -199,7 +215,7 @@ impl FleetSpotCapacity {
 
     /// Spot `worker` took a probe now (and so runs); returns the sightings.
     pub async fn took_probe(&self, worker: &str) -> Result<SpotSightings, StorageError> {
-        let now = unix_secs(SystemTime::now());
+        let now = unix_secs(self.clock.now());
         self.document.update(|s| Some(s.took_probe(now))).await?;
         self.shard_of(worker)
             .update(|s| s.heard_in_shard(worker, now, Duration::ZERO))
@@ -210,7 +226,7 @@ impl FleetSpotCapacity {
     /// Whether this worker is the one to send a probe now: `true` once per
     /// `every` across the fleet (it wrote the document's probe time).
     pub async fn claim_probe(&self, every: Duration) -> Result<bool, StorageError> {
-        let now = unix_secs(SystemTime::now());
+        let now = unix_secs(self.clock.now());
         let after = self.document.update(|s| s.probe(now, every)).await?;
         Ok(after.probe_sent_at == Some(now))
     }

@@ -11,20 +11,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
 use spot_worker_storage::lanes::{
     FleetSpotCapacity, LaneKeeper, Lanes, SpotCapacity, SwitchCost, enqueue,
 };
 use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
+    CheckpointStore, Clock, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
     InMemoryLeases, InMemoryQueue, Job, LeaseStore, MessageEncoding, MessageHandler, MessageQueue,
     PoisonRecord, permanent,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::fault_search::{FaultPlan, Faulty};
+use crate::fault_search::{FaultPlan, Faulty, PlanClock, run_start};
 
 /// The job's key.
 const JOB: &str = "job-1";
@@ -152,9 +152,13 @@ fn config() -> ConsumerConfig {
 
 /// Runs the scenario for `plan`'s seed.
 pub async fn run(plan: FaultPlan, poison: Poison) {
-    let spot_queue = InMemoryQueue::new("jobs");
-    let regular_queue = InMemoryQueue::new("jobs-regular");
-    let poison_queue = InMemoryQueue::new("jobs-poison");
+    // Every id, every time of day and every jitter drawn from the plan:
+    // the run replays exactly.
+    let clock: Arc<dyn Clock> = Arc::new(PlanClock::new(&plan));
+    let queue = |name| InMemoryQueue::seeded(name, plan.pick(0..u64::MAX), run_start());
+    let spot_queue = queue("jobs");
+    let regular_queue = queue("jobs-regular");
+    let poison_queue = queue("jobs-poison");
     let memory = InMemoryCheckpointStore::new();
     let store: Arc<dyn CheckpointStore> =
         Arc::new(Faulty::new(memory.clone(), &plan, "checkpoints"));
@@ -166,7 +170,7 @@ pub async fn run(plan: FaultPlan, poison: Poison) {
     let switch_cost = Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED.scaled_to(d)));
     let capacity_store: Arc<dyn CheckpointStore> = Arc::new(memory.clone());
     let spot_capacity = Arc::new(SpotCapacity::new(
-        FleetSpotCapacity::new(capacity_store),
+        FleetSpotCapacity::new(capacity_store).with_clock(Arc::clone(&clock)),
         Duration::from_secs(1),
     ));
     let lanes = |lane| Lanes {
@@ -180,7 +184,7 @@ pub async fn run(plan: FaultPlan, poison: Poison) {
         price_ratio: 3.0,
     };
     // Behind its line: 150 s of work due in 200 s, started 100 s ago.
-    let now = SystemTime::now();
+    let now = clock.now();
     let deadline = Deadline {
         start: now - Duration::from_secs(100),
         due: now + Duration::from_secs(200),
@@ -207,6 +211,7 @@ pub async fn run(plan: FaultPlan, poison: Poison) {
     for (lane, queue) in [(Lane::Spot, &spot), (Lane::Regular, &regular)] {
         let consumer = match Consumer::new(Arc::clone(queue), Arc::clone(&poison_q), config()) {
             Ok(consumer) => consumer
+                .with_clock(Arc::clone(&clock))
                 .with_checkpoints(Arc::clone(&store))
                 .with_lanes(lanes(lane)),
             Err(error) => {

@@ -75,9 +75,18 @@ impl Family {
     }
 
     /// Runs it for `count` seeds from `first` (or the one seed
-    /// `SPOT_WORKER_FAULT_SEED` names); see [`super::search`].
+    /// `SPOT_WORKER_FAULT_SEED` names), on every core; see
+    /// [`super::search`].
     pub fn search(self, first: u64, count: u64) -> Result<u64, Box<Failure>> {
         super::search(self.name(), first, count, self.rates(), |plan| {
+            self.scenario(plan)
+        })
+    }
+
+    /// Runs it for `count` seeds from `first` on `threads` threads; see
+    /// [`super::search_on`].
+    pub fn search_on(self, threads: usize, first: u64, count: u64) -> Result<u64, Box<Failure>> {
+        super::search_on(threads, self.name(), first, count, self.rates(), &|plan| {
             self.scenario(plan)
         })
     }
