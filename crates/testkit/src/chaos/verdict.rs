@@ -10,6 +10,7 @@ use spot_worker::storage::ResultStore as _;
 use spot_worker_primes::PrimesJob;
 
 use super::QUEUE;
+use super::lanes::REGULAR_QUEUE;
 use super::report::Report;
 use super::storage::RunStorage;
 use super::workload::Workload;
@@ -40,7 +41,7 @@ pub(super) async fn check_storage(
     }
     if progress.queued != 0 {
         report.fail(format!(
-            "{} messages left in the queue {QUEUE}",
+            "{} messages left in the queues {QUEUE} and {REGULAR_QUEUE}",
             progress.queued
         ));
     }
