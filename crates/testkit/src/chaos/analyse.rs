@@ -10,6 +10,7 @@ use serde_json::Value;
 use spot_worker_primes::PrimesJob;
 
 use super::endings::{Drains, LastDrain, freeze_drains, judge_ending};
+use super::fleet::Ending;
 use super::fleet::VmRecord;
 use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, parse_line};
 use super::overlaps::{Run, SLACK, overlapping, runs_in_log};
@@ -62,7 +63,10 @@ pub(super) fn analyse_logs(
         if vm.regular {
             count_regular_lane(report, &lines, job_of_message, deadline_jobs);
         }
-        let ended_at = vm.ended_at.and_then(|at| {
+        // Only a process killed without a word leaves a run without its
+        // ending line; one that drained logged every delivery's end.
+        let cut = matches!(vm.ending, Some(Ending::Killed | Ending::Unexpected(_)));
+        let ended_at = vm.ended_at.filter(|_| cut).and_then(|at| {
             at.duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .map(|since| since.as_secs_f64())

@@ -37,8 +37,9 @@ struct Delivery {
     ended: bool,
 }
 
-/// Whether the line ends its delivery's run: settled, released, failed,
-/// fenced out or its lease lost.
+/// Whether the line ends its delivery's run: settled (or its settling
+/// failed), released, failed, fenced out, the store out of reach or its
+/// lease lost.
 fn ends_the_run(message: &str) -> bool {
     matches!(
         message,
@@ -49,10 +50,13 @@ fn ends_the_run(message: &str) -> bool {
             | "job completed"
             | "the identical result already existed"
     ) || (message.contains("lease") && message.contains("lost"))
+        || message.starts_with("settling failed")
+        || message.starts_with("the checkpoint store could not be reached")
 }
 
 /// The runs in one VM's log: deliveries of a known job whose handler
-/// counted. `ended_at`: when the process ended, for a run it cut.
+/// counted. `ended_at`: when the process ended if it was killed, for a
+/// run it cut without an ending line.
 pub(super) fn runs_in_log(
     vm: &str,
     lines: &[Line],
@@ -146,6 +150,13 @@ mod tests {
             line(5, "reading the checkpoint", 2),
             line(6, ALREADY_COMPLETED, 2),
             line(8, "chunk counted", 3),
+            // Its settling failed: it ends there, however late its process.
+            line(10, "chunk counted", 4),
+            line(
+                11,
+                "settling failed; the message reappears after its visibility timeout",
+                4,
+            ),
         ];
         let runs = runs_in_log("vm", &lines, &jobs, Some(T0 + 20.0));
         let spans: Vec<(String, f64, f64)> = runs
@@ -156,7 +167,8 @@ mod tests {
             spans,
             [
                 ("m1#1".to_owned(), 1.0, 4.0),
-                ("m1#3".to_owned(), 8.0, 20.0)
+                ("m1#3".to_owned(), 8.0, 20.0),
+                ("m1#4".to_owned(), 10.0, 11.0)
             ]
         );
         // Without a process end, the last line ends it.
