@@ -7,7 +7,9 @@
 //! about thirty faults (Preempt notices, SIGKILLs, short Freezes, Azurite
 //! outages, slow and failing IMDS), plus one long job Preempted on whichever
 //! VM holds it seven times (max_failures is 5) and four Reboots shared by
-//! two VMs (two cancelled, two left to start). It then checks every result, the queues
+//! two VMs (two cancelled, two left to start); the workers reach Azurite
+//! through a front that drops the answer to 2 % of their writes after Azurite
+//! applied them. It then checks every result, the queues
 //! and the drains, prints the figures and exits non-zero if a check failed.
 //! The seed is printed; `--seed` replays the same schedule.
 //!
@@ -19,6 +21,13 @@ use std::time::Duration;
 
 use spot_worker_testkit::bench::{self, BenchArgs};
 use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
+
+/// The share of the workers' writes whose answer the Azurite front drops
+/// after Azurite applied them: twice the CI run's.
+const LOST_ANSWERS: f64 = 0.02;
+
+/// Jobs with a deadline (of the 300), served by one regular VM besides.
+const DEADLINE_JOBS: usize = 10;
 
 fn main() -> ExitCode {
     let args = BenchArgs::from_env();
@@ -71,6 +80,11 @@ fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         timeout: Duration::from_secs(20 * 60),
         binary: Default::default(),
         keep_logs: false,
+        lost_answers: LOST_ANSWERS,
+        // Sent last, they wait longer than their deadline allows in the
+        // Spot lane: moved to the regular lane, they finish there.
+        deadline_jobs: DEADLINE_JOBS,
+        regular_workers: 1,
     };
     harness::parse_args(&mut options, args.all())?;
     options.binary = harness::worker_binary()?;

@@ -10,8 +10,10 @@ use serde_json::Value;
 use spot_worker_primes::PrimesJob;
 
 use super::endings::{Drains, LastDrain, freeze_drains, judge_ending};
+use super::fleet::Ending;
 use super::fleet::VmRecord;
 use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, parse_line};
+use super::overlaps::{Run, SLACK, overlapping, runs_in_log};
 use super::report::Report;
 
 /// Per job, across every VM.
@@ -33,13 +35,43 @@ pub(super) fn analyse_logs(
     vms: &[VmRecord],
     job_of_message: &HashMap<String, usize>,
     jobs: &[PrimesJob],
+    deadline_jobs: &[usize],
 ) -> Result<()> {
-    let mut deliveries = Deliveries::default();
-    let mut logs = Vec::with_capacity(vms.len());
+    let mut texts = Vec::with_capacity(vms.len());
     for vm in vms {
         let text = std::fs::read_to_string(&vm.log)
             .with_context(|| format!("reading {}", vm.log.display()))?;
+        texts.push(text);
+    }
+    // A job moved between lanes travels in a new message: the handler's
+    // lines name its job, which names the message.
+    let mut job_of_message = job_of_message.clone();
+    for text in &texts {
+        learn_messages(
+            &mut job_of_message,
+            text.lines().filter_map(parse_line),
+            jobs,
+        );
+    }
+    let job_of_message = &job_of_message;
+    let mut deliveries = Deliveries::default();
+    let mut logs = Vec::with_capacity(vms.len());
+    let mut runs = Vec::new();
+    for (vm, text) in vms.iter().zip(texts) {
         let drains = read_vm_log(report, vm, &text, job_of_message, &mut deliveries);
+        let lines: Vec<Line> = text.lines().filter_map(parse_line).collect();
+        if vm.regular {
+            count_regular_lane(report, &lines, job_of_message, deadline_jobs);
+        }
+        // Only a process killed without a word leaves a run without its
+        // ending line; one that drained logged every delivery's end.
+        let cut = matches!(vm.ending, Some(Ending::Killed | Ending::Unexpected(_)));
+        let ended_at = vm.ended_at.filter(|_| cut).and_then(|at| {
+            at.duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|since| since.as_secs_f64())
+        });
+        runs.extend(runs_in_log(&vm.name, &lines, job_of_message, ended_at));
         logs.push((vm.name.clone(), text));
         for failure in freeze_drains(&drains.triggers) {
             report.fail(format!("{}: {failure}", vm.name));
@@ -53,6 +85,13 @@ pub(super) fn analyse_logs(
             Some(LastDrain::AfterStop(ms)) => report.stop_drains.push((vm.name.clone(), ms)),
             None => {}
         }
+    }
+    check_runs(report, &runs, jobs);
+    if !deadline_jobs.is_empty() && report.finished_regular == 0 {
+        report.fail(format!(
+            "none of the {} jobs with a deadline finished in the regular lane",
+            deadline_jobs.len()
+        ));
     }
     report.deliveries = deliveries.seen.values().sum();
     for (job, count) in &deliveries.seen {
@@ -142,6 +181,9 @@ fn read_vm_log(
             }
             "resuming from the checkpoint" => report.resumed += 1,
             "the identical result already existed" => report.identical_rewrites += 1,
+            "lane keeper: moved to the regular lane" | "the job moved to the regular lane" => {
+                report.moved_to_regular += 1;
+            }
             WAITED_FOR_PEER => report.fenced_out += 1,
             ALREADY_COMPLETED => {
                 report.already_completed += 1;
@@ -157,6 +199,59 @@ fn read_vm_log(
         }
     }
     drains
+}
+
+/// Adds to `job_of_message` the messages whose delivery's lines name a job
+/// by its `job_id`.
+fn learn_messages(
+    job_of_message: &mut HashMap<String, usize>,
+    lines: impl Iterator<Item = Line>,
+    jobs: &[PrimesJob],
+) {
+    let index: HashMap<&str, usize> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, job)| (job.job_id.as_str(), i))
+        .collect();
+    for line in lines {
+        let (Some(message), Some(job)) = (
+            line.span_message_id(),
+            line.fields.get("job_id").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        if let Some(job) = index.get(job) {
+            job_of_message.entry(message.to_owned()).or_insert(*job);
+        }
+    }
+}
+
+/// The jobs with a deadline a regular VM finished.
+fn count_regular_lane(
+    report: &mut Report,
+    lines: &[Line],
+    job_of_message: &HashMap<String, usize>,
+    deadline_jobs: &[usize],
+) {
+    for line in lines {
+        let job = line.span_message_id().and_then(|id| job_of_message.get(id));
+        if line.message == "job completed" && job.is_some_and(|job| deadline_jobs.contains(job)) {
+            report.finished_regular += 1;
+        }
+    }
+}
+
+/// No two runs of one job unsettled at the same moment.
+fn check_runs(report: &mut Report, runs: &[Run], jobs: &[PrimesJob]) {
+    report.runs = runs.len() as u64;
+    let pairs = overlapping(runs, SLACK);
+    report.run_twice_at_once = pairs.len() as u64;
+    for (earlier, later, overlap) in pairs {
+        report.fail(format!(
+            "{}: run twice at once for {overlap:.1} s: delivery {} on {} and delivery {} on {}",
+            jobs[earlier.job].job_id, earlier.delivery, earlier.vm, later.delivery, later.vm
+        ));
+    }
 }
 
 fn field_str(line: &Line, name: &str) -> String {

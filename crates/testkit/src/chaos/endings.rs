@@ -87,6 +87,7 @@ pub(super) mod tests {
     pub(in crate::chaos) fn vm(ending: Option<Ending>, exit_ok: bool) -> VmRecord {
         VmRecord {
             name: "chaos_0".to_owned(),
+            regular: false,
             log: PathBuf::new(),
             ending,
             exit: Some(

@@ -32,6 +32,8 @@ pub(super) enum Ending {
 #[derive(Clone, Debug)]
 pub(super) struct VmRecord {
     pub(super) name: String,
+    /// Whether it serves the regular lane (a regular-priority VM).
+    pub(super) regular: bool,
     pub(super) log: PathBuf,
     pub(super) ending: Option<Ending>,
     pub(super) exit: Option<String>,
@@ -89,21 +91,23 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Nothing started yet: no VM, no fault; the clock starts now.
+    /// Nothing started yet: no VM, no fault; the run's clock started at
+    /// `started`.
     pub(super) fn new(
         options: &Options,
         connection_string: String,
         log_dir: PathBuf,
+        started: Instant,
     ) -> Result<Shared> {
         Ok(Shared {
             options: options.clone(),
             connection_string,
             log_dir,
-            started: Instant::now(),
+            started,
             vm_counter: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             vms: Mutex::new(Vec::new()),
-            current: Mutex::new(vec![None; options.workers]),
+            current: Mutex::new(vec![None; options.workers + options.regular_workers]),
             expected_exits: Mutex::new(HashMap::new()),
             step_failures: Mutex::new(Vec::new()),
             reboots: Mutex::new(Vec::new()),

@@ -107,7 +107,8 @@ pub struct GoodputFigures {
     pub worst_cut_s: f64,
 }
 
-fn seconds(line: &Line) -> Option<f64> {
+/// When the line was written, in seconds since the epoch.
+pub(super) fn seconds(line: &Line) -> Option<f64> {
     let at = OffsetDateTime::parse(&line.timestamp, &Rfc3339).ok()?;
     Some(at.unix_timestamp_nanos() as f64 / 1e9)
 }

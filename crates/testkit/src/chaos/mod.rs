@@ -12,6 +12,12 @@
 //! workers' JSON logs and exit statuses, that every graceful drain met its
 //! deadline. It prints the figures and the failed checks.
 //!
+//! The workers reach Azurite through a front that drops the answer to some
+//! of their writes after Azurite applied them (see `front.rs`); some jobs
+//! carry a deadline and one regular VM serves the regular lane (see
+//! `lanes.rs`); and the verdict counts, besides lost and wrong results, the
+//! runs of one job unsettled at the same moment (see `overlaps.rs`).
+//!
 //! Two scripted faults go beyond single VMs: one long job, enqueued first,
 //! is Preempted on whichever VM holds it more times than `max_failures`
 //! (see `long_job.rs`), and one Reboot listing two VMs is posted to both,
@@ -22,7 +28,8 @@
 //! supervise (inject the faults until storage shows the work done), drain
 //! (stop every worker with SIGTERM), analyse (storage, then the logs) and
 //! report. The pieces, one module each: `options`, `workload`, `plan`,
-//! `storage`, `fleet`, `vm`, `supervise`, `faults`, `logs`, `analyse`,
+//! `storage`, `front`, `lanes`, `fleet`, `vm`, `supervise`, `faults`,
+//! `logs`, `analyse`, `overlaps`,
 //! `goodput` (reported against observed redone work),
 //! `endings`, `verdict`, `report`, and the binary in `worker_binary`.
 //!
@@ -33,10 +40,13 @@ mod analyse;
 mod endings;
 mod faults;
 mod fleet;
+mod front;
 mod goodput;
+mod lanes;
 mod logs;
 mod long_job;
 mod options;
+mod overlaps;
 mod plan;
 mod report;
 mod shared_reboot;
@@ -47,6 +57,7 @@ mod vm;
 mod worker_binary;
 mod workload;
 
+pub use front::DroppedAnswer;
 pub use goodput::GoodputFigures;
 pub use long_job::LongJob;
 pub use options::{FaultMix, Options, parse_args};
@@ -93,16 +104,23 @@ pub async fn run(options: Options) -> Result<Report> {
         tokio::task::spawn_blocking(move || expected_results(&jobs))
     };
 
-    // Start: Azurite with the workload enqueued, then the VMs.
+    // Start: Azurite with the workload enqueued, the front the workers
+    // reach it through, then the VMs.
     let storage = RunStorage::start().await?;
     let enqueued = storage
         .enqueue(&plan.workload, options.long_job.is_some())
         .await?;
+    // The run's clock starts here, shared by the fleet and the front.
+    let started = std::time::Instant::now();
+    let front = storage
+        .front(options.lost_answers, plan.front_seed, started)
+        .await?;
     let log_dir = log_dir(&options)?;
     let shared = Arc::new(Shared::new(
         &options,
-        storage.connection_string.clone(),
+        front.connection_string(),
         log_dir.clone(),
+        started,
     )?);
     let fleet = Fleet::start(Arc::clone(&shared));
 
@@ -112,6 +130,9 @@ pub async fn run(options: Options) -> Result<Report> {
     // Drain: the scripted steps end, every worker gets SIGTERM.
     let evicted = stop_evictions(&shared, evictions).await?;
     fleet.stop().await;
+    report.answers_dropped = front.dropped();
+    report.covered_writes = front.writes();
+    drop(front);
 
     // Analyse: storage, then what the fleet recorded and the workers logged.
     verdict::check_storage(&mut report, &storage, &plan.workload, &expected.await?).await?;
@@ -129,11 +150,14 @@ struct Plan {
     schedule: Vec<PlannedFault>,
     /// Seeds the long job's evictions (their holds).
     eviction_seed: u64,
+    /// Seeds which writes lose their answer at the Azurite front.
+    front_seed: u64,
 }
 
 impl Plan {
-    /// Draws, in this order, the workload, the fault schedule and the
-    /// evictions' seed: the order is what makes a seed replay a run.
+    /// Draws, in this order, the workload, the fault schedule, the
+    /// evictions' seed and the front's: the order is what makes a seed
+    /// replay a run.
     fn draw(options: &Options) -> Plan {
         let mut rng = StdRng::seed_from_u64(options.seed);
         let workload = Workload::draw(&mut rng, options);
@@ -142,6 +166,7 @@ impl Plan {
             workload,
             schedule,
             eviction_seed: rng.random(),
+            front_seed: rng.random(),
         }
     }
 }
@@ -238,7 +263,13 @@ fn analyse(
     let vms = shared.vms.lock().unwrap().clone();
     report.vms_started = vms.len();
     let jobs = &plan.workload.jobs;
-    analyse::analyse_logs(report, &vms, &enqueued.job_of_message, jobs)?;
+    analyse::analyse_logs(
+        report,
+        &vms,
+        &enqueued.job_of_message,
+        jobs,
+        &plan.workload.deadline_jobs,
+    )?;
     if let (Some(long), Some(message_id), Some(evicted)) =
         (&options.long_job, &enqueued.long_job_message, evicted)
     {

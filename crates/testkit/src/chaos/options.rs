@@ -42,6 +42,15 @@ pub struct Options {
     pub long_job: Option<LongJob>,
     /// Reboots shared by two VMs, in the schedule besides `faults`.
     pub shared_reboots: SharedReboots,
+    /// The share (0 to 1) of the workers' writes on blobs and queue
+    /// messages whose answer the Azurite front drops after Azurite applied
+    /// them (see `front.rs`); 0: none.
+    pub lost_answers: f64,
+    /// Jobs (of `jobs`) that carry a deadline, sent last (see `lanes.rs`).
+    pub deadline_jobs: usize,
+    /// Regular-priority VMs serving the regular lane (no faults hit them);
+    /// with none, the workers run without lanes.
+    pub regular_workers: usize,
 }
 
 /// How many faults of each kind the schedule holds.
@@ -120,6 +129,9 @@ mod tests {
             keep_logs: false,
             long_job: None,
             shared_reboots: SharedReboots::default(),
+            lost_answers: 0.0,
+            deadline_jobs: 0,
+            regular_workers: 0,
         }
     }
 

@@ -186,6 +186,9 @@ mod tests {
             keep_logs: false,
             long_job: None,
             shared_reboots,
+            lost_answers: 0.0,
+            deadline_jobs: 0,
+            regular_workers: 0,
         }
     }
 

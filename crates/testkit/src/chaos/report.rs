@@ -61,6 +61,21 @@ pub struct Report {
     pub lost: u64,
     /// Jobs whose result differs from an independent count.
     pub wrong: u64,
+    /// Jobs with a deadline finished on a regular VM.
+    pub finished_regular: u64,
+    /// Moves to the regular lane the workers logged (the lane keeper's and
+    /// releasing workers').
+    pub moved_to_regular: u64,
+    /// Runs of a job (deliveries whose handler counted) the logs show.
+    pub runs: u64,
+    /// Pairs of runs of one job unsettled at the same moment (beyond the
+    /// slack two processes' timers explain).
+    pub run_twice_at_once: u64,
+    /// The answers the Azurite front dropped after Azurite applied the
+    /// write.
+    pub answers_dropped: Vec<super::DroppedAnswer>,
+    /// The workers' writes on blobs and queue messages through the front.
+    pub covered_writes: u64,
     /// Records in the poison queue.
     pub poisoned: usize,
     /// ERROR lines in the workers' logs.
@@ -183,6 +198,32 @@ impl fmt::Display for Report {
             "  lost             {} (wrong results: {}; poison queue: {} records)",
             self.lost, self.wrong, self.poisoned
         )?;
+        writeln!(
+            f,
+            "  verdict          lost {}, wrong {}, run twice at once {} ({} runs; overlaps up to {:?} not counted)",
+            self.lost,
+            self.wrong,
+            self.run_twice_at_once,
+            self.runs,
+            super::overlaps::SLACK
+        )?;
+        writeln!(
+            f,
+            "  lanes            {} moves to the regular lane, {} jobs with a deadline finished there",
+            self.moved_to_regular, self.finished_regular
+        )?;
+        writeln!(
+            f,
+            "  lost answers     {} of {} writes on blobs and messages applied with their answer dropped by the Azurite front",
+            self.answers_dropped.len(),
+            self.covered_writes
+        )?;
+        // Listed when they may explain a failure.
+        if !self.failures.is_empty() {
+            for dropped in &self.answers_dropped {
+                writeln!(f, "    {dropped}")?;
+            }
+        }
         if let Some(long) = &self.long_job {
             writeln!(f, "  long job         {long}")?;
         }
@@ -245,6 +286,10 @@ mod tests {
                 .contains("2 after Preempt (worst 120 ms), 0 after the final SIGTERM (worst - ms)")
         );
         assert!(printed.ends_with("  result           PASS\n"), "{printed}");
+        assert!(
+            printed.contains("  verdict          lost 0, wrong 0, run twice at once 0 (0 runs;"),
+            "{printed}"
+        );
         report.fail("one check");
         assert!(!report.passed());
         assert!(

@@ -10,8 +10,11 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use spot_worker::azure::{AzureQueue, AzureStorage, BlobResultStore, RetryConfig, StorageConfig};
 use spot_worker::storage::{MessageQueue as _, PoisonRecord, ResultStore as _};
+use spot_worker_decisions::lanes::Lane;
 use spot_worker_primes::PrimesJob;
 
+use super::front::AzuriteFront;
+use super::lanes::{REGULAR_QUEUE, deadline_message};
 use super::workload::Workload;
 use super::{QUEUE, RESULTS};
 use crate::Azurite;
@@ -20,9 +23,9 @@ use crate::Azurite;
 pub(super) struct RunStorage {
     /// Shared with the schedule, which stops and starts it (the outage).
     pub(super) azurite: Arc<Mutex<Azurite>>,
-    /// What the workers are given.
-    pub(super) connection_string: String,
     pub(super) queue: AzureQueue,
+    /// The regular lane's queue (empty unless the run has lanes).
+    pub(super) regular: AzureQueue,
     pub(super) poison: AzureQueue,
     pub(super) results: BlobResultStore,
 }
@@ -64,15 +67,17 @@ impl RunStorage {
         let azurite = Arc::new(Mutex::new(azurite));
         let storage = storage_client(&connection_string)?;
         let queue = storage.queue(QUEUE)?;
+        let regular = storage.queue(REGULAR_QUEUE)?;
         let poison = storage.poison_queue(QUEUE)?;
         let results = storage.result_store(RESULTS)?;
         queue.prepare().await?;
+        regular.prepare().await?;
         poison.prepare().await?;
         results.prepare().await?;
         Ok(RunStorage {
             azurite,
-            connection_string,
             queue,
+            regular,
             poison,
             results,
         })
@@ -83,7 +88,17 @@ impl RunStorage {
         let mut job_of_message: HashMap<String, usize> = HashMap::new();
         let mut long_job_message = None;
         for (job, body) in &workload.messages {
-            let id = self.queue.send(body, Duration::ZERO).await?;
+            let id = match job {
+                Some(job) if workload.deadline_jobs.contains(job) => {
+                    let (lane, text) = deadline_message(body)?;
+                    let queue = match lane {
+                        Lane::Spot => &self.queue,
+                        Lane::Regular => &self.regular,
+                    };
+                    queue.send(&text, Duration::ZERO).await?
+                }
+                _ => self.queue.send(body, Duration::ZERO).await?,
+            };
             if let Some(job) = job {
                 job_of_message.insert(id.as_str().to_owned(), *job);
                 if *job == 0 && long_job {
@@ -95,6 +110,22 @@ impl RunStorage {
             job_of_message,
             long_job_message,
         })
+    }
+
+    /// Starts the front the workers reach Azurite through (the harness's
+    /// own clients go round it), dropping answers to a share `rate` of the
+    /// workers' writes, drawn from `seed`.
+    pub(super) async fn front(
+        &self,
+        rate: f64,
+        seed: u64,
+        started: std::time::Instant,
+    ) -> Result<AzuriteFront> {
+        let (blob, queue) = {
+            let azurite = self.azurite.lock().unwrap();
+            (azurite.blob_endpoint(), azurite.queue_endpoint())
+        };
+        AzuriteFront::start(&blob, &queue, rate, seed, started).await
     }
 
     /// Resolves once storage shows the workload done (polled: storage has no
@@ -136,7 +167,8 @@ impl RunStorage {
                 _ => m.body,
             })
             .collect();
-        let queued = self.queue.approximate_message_count().await?;
+        let queued = self.queue.approximate_message_count().await?
+            + self.regular.approximate_message_count().await?;
         Ok(Progress {
             done,
             poison,

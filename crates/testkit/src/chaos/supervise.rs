@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use spot_worker_decisions::lanes::Lane;
 use spot_worker_imds_emulator::EventSpec;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -22,11 +23,13 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
-    /// Starts a supervisor per worker slot; each boots its first VM.
+    /// Starts a supervisor per worker slot (the Spot VMs', then the
+    /// regular VMs', which the schedule never targets); each boots its
+    /// first VM.
     pub(super) fn start(shared: Arc<Shared>) -> Fleet {
         let mut slots = Vec::new();
         let mut supervisors = Vec::new();
-        for slot in 0..shared.options.workers {
+        for slot in 0..shared.options.workers + shared.options.regular_workers {
             let (tx, rx) = mpsc::channel(64);
             slots.push(tx);
             supervisors.push(tokio::spawn(supervise(Arc::clone(&shared), slot, rx)));
@@ -56,7 +59,12 @@ impl Fleet {
 /// replaces an evicted instance).
 async fn supervise(shared: Arc<Shared>, slot: usize, mut commands: mpsc::Receiver<Order>) {
     loop {
-        let mut vm = match boot_vm(&shared).await {
+        let lane = if slot < shared.options.workers {
+            Lane::Spot
+        } else {
+            Lane::Regular
+        };
+        let mut vm = match boot_vm(&shared, lane).await {
             Ok(vm) => vm,
             Err(error) => {
                 eprintln!("chaos: slot {slot}: {error:#}");

@@ -10,6 +10,7 @@ use spot_worker::storage::ResultStore as _;
 use spot_worker_primes::PrimesJob;
 
 use super::QUEUE;
+use super::lanes::REGULAR_QUEUE;
 use super::report::Report;
 use super::storage::RunStorage;
 use super::workload::Workload;
@@ -22,9 +23,11 @@ pub(super) async fn check_storage(
     expected: &[Value],
 ) -> Result<()> {
     let jobs = &workload.jobs;
-    let progress = storage.progress(jobs, &mut HashSet::new()).await?;
+    let progress =
+        patiently(|| async { storage.progress(jobs, &mut HashSet::new()).await }).await?;
     for (i, job) in jobs.iter().enumerate() {
-        match storage.results.get(&job.result_name()).await? {
+        let name = job.result_name();
+        match patiently(|| async { Ok(storage.results.get(&name).await?) }).await? {
             None => report.lost += 1,
             Some(bytes) => {
                 let got: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -40,7 +43,7 @@ pub(super) async fn check_storage(
     }
     if progress.queued != 0 {
         report.fail(format!(
-            "{} messages left in the queue {QUEUE}",
+            "{} messages left in the queues {QUEUE} and {REGULAR_QUEUE}",
             progress.queued
         ));
     }
@@ -49,6 +52,32 @@ pub(super) async fn check_storage(
         report.fail(failure);
     }
     Ok(())
+}
+
+/// Reads this many times at most before the verdict gives up.
+const READ_ATTEMPTS: u32 = 10;
+
+/// `read`, tried again a second later while it fails (a loaded Azurite
+/// answers 500 now and then, which the client's own retries can outlast):
+/// a verdict must not fail for a slow machine.
+async fn patiently<T, F, Fut>(mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match read().await {
+            Ok(value) => return Ok(value),
+            Err(error) if attempt >= READ_ATTEMPTS => {
+                return Err(error.context(format!("reading storage, {attempt} attempts")));
+            }
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
 }
 
 /// Matches the poison queue's bodies against the malformed messages: each

@@ -12,8 +12,9 @@ use anyhow::{Context as _, Result};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use tokio::process::{Child, Command};
 
-use super::QUEUE;
 use super::fleet::{Shared, VmRecord};
+use super::{Options, QUEUE, lanes};
+use spot_worker_decisions::lanes::Lane;
 
 /// A running VM.
 pub(super) struct Vm {
@@ -24,17 +25,33 @@ pub(super) struct Vm {
     pub(super) health: String,
 }
 
+/// The lanes' settings, when the run has a regular lane: a regular VM
+/// runs one job at a time, as the regular pool does.
+fn lane_env(options: &Options, lane: Lane) -> Vec<(&'static str, String)> {
+    if options.regular_workers == 0 {
+        return Vec::new();
+    }
+    let mut env = lanes::worker_env(lane);
+    if lane == Lane::Regular {
+        env.push(("SPOT_WORKER_CONCURRENCY", "1".to_owned()));
+    }
+    env
+}
+
 fn free_port() -> Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port())
 }
 
-/// Starts a VM: its own IMDS emulator, and the worker process pointed at
-/// it, logging JSON to a file of its own.
-pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
+/// Starts a VM of `lane`: its own IMDS emulator, and the worker process
+/// pointed at it, logging JSON to a file of its own.
+pub(super) async fn boot_vm(shared: &Shared, lane: Lane) -> Result<Vm> {
     let index = shared.vm_counter.fetch_add(1, Ordering::SeqCst);
-    let name = format!("chaos_{index}");
+    let name = match lane {
+        Lane::Spot => format!("chaos_{index}"),
+        Lane::Regular => format!("chaos_regular_{index}"),
+    };
     let emulator = Emulator::start(EmulatorConfig::for_vm(&name))
         .await
         .context("starting an IMDS emulator")?;
@@ -72,6 +89,7 @@ pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
             ),
         )
         .env("SPOT_WORKER_LOG_FORMAT", "json")
+        .envs(lane_env(&shared.options, lane))
         // The consumer's debug lines (lease renewals, deletes) name the
         // message each delivery holds: how the harness finds the long job;
         // the job's own (chunks counted, progress saved) show what each
@@ -89,6 +107,7 @@ pub(super) async fn boot_vm(shared: &Shared) -> Result<Vm> {
         .with_context(|| format!("starting {}", options.binary.display()))?;
     shared.vms.lock().unwrap().push(VmRecord {
         name: name.clone(),
+        regular: lane == Lane::Regular,
         log: log.clone(),
         ending: None,
         exit: None,

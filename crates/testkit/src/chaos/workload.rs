@@ -29,8 +29,10 @@ pub(super) struct Workload {
     /// The malformed messages enqueued.
     pub(super) malformed: Vec<&'static str>,
     /// Every message in the order it is sent, with the index of its job
-    /// (`None`: malformed).
+    /// (`None`: malformed); the deadline jobs come last.
     pub(super) messages: Vec<(Option<usize>, String)>,
+    /// The jobs sent with a deadline.
+    pub(super) deadline_jobs: Vec<usize>,
 }
 
 impl Workload {
@@ -65,10 +67,23 @@ impl Workload {
             .collect();
         let first = usize::from(options.long_job.is_some());
         messages[first..].shuffle(rng);
+        // The last valid jobs sent carry a deadline (never the long one):
+        // moved to the end, they wait the longest in the Spot lane.
+        let mut deadline_jobs = Vec::new();
+        for at in (first..messages.len()).rev() {
+            if deadline_jobs.len() == options.deadline_jobs {
+                break;
+            }
+            if let (Some(job), _) = messages[at] {
+                deadline_jobs.push(job);
+            }
+        }
+        messages.sort_by_key(|(job, _)| job.is_some_and(|job| deadline_jobs.contains(&job)));
         Workload {
             jobs,
             malformed,
             messages,
+            deadline_jobs,
         }
     }
 
