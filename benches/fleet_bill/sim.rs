@@ -150,6 +150,8 @@ struct Vm {
     protected: bool,
     /// An ARM call under way: when it lands and what it sets.
     pending: Option<(u64, bool)>,
+    /// Seconds it existed (paid), and of those, held a message.
+    paid_secs: u64,
     busy_secs: u64,
 }
 
@@ -167,6 +169,7 @@ pub fn simulate(jobs: &[u64], model: &Model, policy: Policy) -> Result<Bill> {
             idle_since: startup,
             protected: false,
             pending: None,
+            paid_secs: 0,
             busy_secs: 0,
         })
         .collect();
@@ -199,6 +202,7 @@ pub fn simulate(jobs: &[u64], model: &Model, policy: Policy) -> Result<Bill> {
         });
         // Each VM: finish, take, protect, release.
         for vm in vms.iter_mut().filter(|vm| vm.removed_at.is_none()) {
+            vm.paid_secs += 1;
             if t < startup {
                 continue;
             }
@@ -254,16 +258,11 @@ pub fn simulate(jobs: &[u64], model: &Model, policy: Policy) -> Result<Bill> {
             );
         }
     }
-    let end = t;
-    let mut paid = 0u64;
-    let mut busy = 0u64;
-    for vm in &vms {
-        paid += vm.removed_at.unwrap_or(end);
-        busy += vm.busy_secs;
-    }
+    let paid: u64 = vms.iter().map(|vm| vm.paid_secs).sum();
+    let busy: u64 = vms.iter().map(|vm| vm.busy_secs).sum();
     bill.paid_vm_hours = paid as f64 / 3600.0;
     bill.busy_vm_hours = busy as f64 / 3600.0;
-    bill.idle_vm_hours = (paid - busy) as f64 / 3600.0;
+    bill.idle_vm_hours = paid.saturating_sub(busy) as f64 / 3600.0;
     bill.makespan_hours = makespan as f64 / 3600.0;
     Ok(bill)
 }
