@@ -53,17 +53,7 @@ fn main() -> Result<()> {
     let args = BenchArgs::from_env();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut jobs_file: PathBuf = workspace.join(HEAVY_TAILED);
-    let mut model = Model {
-        vms: 100,
-        minimum: 1,
-        startup: Duration::from_secs(180),
-        evaluation: Duration::from_secs(60),
-        cooldown: Duration::from_secs(300),
-        checkpoint: Duration::from_secs(20 * 60),
-        visibility: Duration::from_secs(30),
-        arm_latency: Duration::from_secs(15),
-        idle_grace: Duration::from_secs(120),
-    };
+    let mut model = default_model();
     let mut policies: Vec<Policy> = Vec::new();
     let mut in_policies = false;
     let mut write_to: Option<PathBuf> = None;
@@ -163,6 +153,24 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The model unless flags say otherwise: 100 VMs, a minimum of 1, 3 min
+/// of start-up, autoscale every minute with a 5 min cool-down, a save every
+/// 20 min, the worker's 30 s lease, ARM calls landing after 15 s, 2 min of
+/// idle grace.
+fn default_model() -> Model {
+    Model {
+        vms: 100,
+        minimum: 1,
+        startup: Duration::from_secs(180),
+        evaluation: Duration::from_secs(60),
+        cooldown: Duration::from_secs(300),
+        checkpoint: Duration::from_secs(20 * 60),
+        visibility: Duration::from_secs(30),
+        arm_latency: Duration::from_secs(15),
+        idle_grace: Duration::from_secs(120),
+    }
+}
+
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
@@ -249,14 +257,7 @@ fn smoke(jobs: &[u64]) -> Result<()> {
     let jobs = &jobs[..jobs.len().min(200)];
     let model = Model {
         vms: 20,
-        minimum: 1,
-        startup: Duration::from_secs(180),
-        evaluation: Duration::from_secs(60),
-        cooldown: Duration::from_secs(300),
-        checkpoint: Duration::from_secs(1200),
-        visibility: Duration::from_secs(30),
-        arm_latency: Duration::from_secs(15),
-        idle_grace: Duration::from_secs(120),
+        ..default_model()
     };
     let work_hours = jobs.iter().sum::<u64>() as f64 / 3600.0;
     for policy in Policy::ALL {
