@@ -139,6 +139,9 @@ param publishScheduledEventsToEventGrid bool = false
 @description('Deploy the scale set and autoscale (false: storage, identity, network and telemetry only, so the binary can be uploaded first).')
 param deployCompute bool = true
 
+@description('Grant the workers the custom role that protects their own VM from scale-in (bicep/README.md, "Instance protection"; issue 39). false until the worker side ships: an unused right is not granted.')
+param scaleInProtection bool = false
+
 @description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/ (deploy.sh fills in its own address).')
 param operatorIpRanges array = []
 
@@ -345,6 +348,16 @@ module regularAutoscale 'modules/regular-autoscale.bicep' = if (deployCompute &&
     scaleOutStep: regularScaleOutStep
     keeperWakeMinutes: keeperWakeMinutes
     tags: tags
+  }
+}
+
+module scaleInProtectionRole 'modules/scale-in-protection.bicep' = if (deployCompute && scaleInProtection) {
+  name: 'scale-in-protection'
+  params: {
+    namePrefix: namePrefix
+    principalId: identity.outputs.principalId
+    spotScaleSetName: compute.outputs.name
+    regularScaleSetName: regularLane ? regularCompute.outputs.name : ''
   }
 }
 

@@ -20,6 +20,11 @@
 //! - [`lanes`]: the lane a job with a deadline runs in (Spot, or regular
 //!   capacity when it must): Uniform Progress as one pure function,
 //!   [`lanes::choose_lane`], and where a job stands against its deadline.
+//! - [`scale_in`]: scale-in that removes only idle capacity: whether a
+//!   worker keeps its VM protected from scale-in
+//!   ([`scale_in::wants_protection`]), which instances a scale-in removes
+//!   ([`scale_in::choose_removals`]), and the order (and pod-deletion
+//!   cost) when a given number must go whatever they hold.
 //!
 //! ```
 //! use std::time::Duration;
@@ -69,3 +74,4 @@
 pub mod cadence;
 pub mod goodput;
 pub mod lanes;
+pub mod scale_in;

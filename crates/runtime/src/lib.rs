@@ -16,6 +16,7 @@
 //! - `metered`: spans and metrics around the storage traits and the handler;
 //! - `store_health`: a refusing checkpoint store as readiness and a metric;
 //! - `rendezvous`: the workers on one VM, so none approves before all drained;
+//! - [`scale_in_protection`]: this VM kept out of a scale-in while it holds work;
 //! - [`Worker`]: the lifecycle that ties them together.
 
 mod after_drain;
@@ -25,6 +26,7 @@ mod gate;
 pub mod health;
 mod metered;
 mod rendezvous;
+pub mod scale_in_protection;
 pub mod shutdown;
 mod store_health;
 mod worker;

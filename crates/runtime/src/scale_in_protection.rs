@@ -1,0 +1,411 @@
+//! Keeping this worker's own VM out of a scale-in while it holds work
+//! (issue 39, item 1): the worker side of the design in `bicep/README.md`.
+//!
+//! [`ProtectionKeeper`] follows what the worker holds and asks a
+//! [`ScaleInProtection`] (on a scale set: ARM's `protectFromScaleIn` on this
+//! VM) to protect the VM when it takes its first message of a busy period
+//! and to release it once it has been idle for the idle grace, by
+//! [`wants_protection`]: one call each way per busy period, never one per
+//! message.
+//!
+//! A failed call never holds up or loses a job: a failed protect leaves the
+//! job running (unprotected, as every VM is today) and is retried; a failed
+//! release is retried with a bounded, jittered backoff that honours ARM's
+//! `Retry-After`, and while it cannot clear [`ProtectionKeeper::release_stuck`]
+//! says so and every failure is logged, so a VM protected for ever is never
+//! silent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use spot_worker_decisions::scale_in::{Activity, wants_protection};
+use tokio::time::Instant;
+
+/// Sets or clears this VM's protection from scale-in.
+#[async_trait]
+pub trait ScaleInProtection: Send + Sync {
+    /// Asks for this VM to be protected (`true`) or not (`false`). Called
+    /// only when the wanted state differs from the last one that succeeded.
+    async fn set(&self, protected: bool) -> Result<(), ProtectionError>;
+}
+
+/// A call to set the protection that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("setting scale-in protection failed: {message}")]
+pub struct ProtectionError {
+    /// What went wrong, with its context (never a token).
+    pub message: String,
+    /// How long the service asked us to wait (`Retry-After` on a 429 or a
+    /// 503), if it did.
+    pub retry_after: Option<Duration>,
+}
+
+/// The retry policy of a failed call: exponential from `first`, capped at
+/// `max`, each delay placed by jitter in its upper half.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The delay after the first failure (before jitter).
+    pub first: Duration,
+    /// The longest delay, `Retry-After` included.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    /// 5 s, doubling to at most 5 min: a throttled subscription is not
+    /// hammered, and a release that fails is still tried every few minutes.
+    fn default() -> Self {
+        Self {
+            first: Duration::from_secs(5),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after `failures` consecutive failures (1 for the first),
+    /// placed by `jitter` (0..=1) between half and all of the exponential
+    /// step; at least `retry_after`; never above `max`.
+    pub fn delay(&self, failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
+        let exponent = failures.saturating_sub(1).min(30);
+        let step = self.first.saturating_mul(1u32 << exponent).min(self.max);
+        let jittered = step / 2 + (step / 2).mul_f64(jitter.clamp(0.0, 1.0));
+        jittered.max(retry_after.unwrap_or_default()).min(self.max)
+    }
+}
+
+/// Follows what the worker holds and keeps its VM's protection in step.
+///
+/// The worker tells it when it takes ([`taken`](Self::taken)) and settles
+/// ([`settled`](Self::settled)) a message, and calls
+/// [`reconcile`](Self::reconcile) after each and periodically (every few
+/// seconds: that is when a release after the grace happens). Each
+/// `reconcile` makes at most one call.
+pub struct ProtectionKeeper {
+    target: Arc<dyn ScaleInProtection>,
+    idle_grace: Duration,
+    backoff: Backoff,
+    /// What the last successful call set; `None` until one has: a worker
+    /// restarted after a crash may find its VM still protected, so its
+    /// first call clears it.
+    protected: Option<bool>,
+    held: usize,
+    /// Whether any message has been taken yet: until then the worker is
+    /// starting, and a starting worker holds nothing to protect.
+    ever_busy: bool,
+    idle_since: Instant,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl ProtectionKeeper {
+    /// A keeper for a worker that starts at `now`, holding nothing.
+    pub fn new(
+        target: Arc<dyn ScaleInProtection>,
+        idle_grace: Duration,
+        backoff: Backoff,
+        now: Instant,
+    ) -> Self {
+        Self {
+            target,
+            idle_grace,
+            backoff,
+            protected: None,
+            held: 0,
+            ever_busy: false,
+            idle_since: now,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The worker took a message.
+    pub fn taken(&mut self) {
+        self.held += 1;
+        self.ever_busy = true;
+    }
+
+    /// The worker settled a message at `now` (finished, released, moved).
+    pub fn settled(&mut self, now: Instant) {
+        self.held = self.held.saturating_sub(1);
+        if self.held == 0 {
+            self.idle_since = now;
+        }
+    }
+
+    /// What the worker is doing at `now`, as the decision sees it.
+    pub fn activity(&self, now: Instant) -> Activity {
+        if !self.ever_busy {
+            Activity::Starting
+        } else if self.held > 0 {
+            // The keeper does not know the unsaved work; protection does
+            // not depend on it.
+            Activity::Busy {
+                unsaved: Duration::ZERO,
+            }
+        } else {
+            Activity::Idle {
+                idle_for: now.saturating_duration_since(self.idle_since),
+            }
+        }
+    }
+
+    /// Whether the VM is protected, as far as the last successful call
+    /// says (`None` before any has succeeded).
+    pub fn protected(&self) -> Option<bool> {
+        self.protected
+    }
+
+    /// Whether the VM should be unprotected but the release keeps failing:
+    /// a condition that will not clear by itself, for readiness or a metric.
+    pub fn release_stuck(&self, now: Instant) -> bool {
+        self.protected != Some(false) && self.failures > 0 && !self.wanted(now)
+    }
+
+    /// Consecutive failed calls (0 after a success or when nothing is due).
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// When the next call is due, if one is wanted but waits for its
+    /// backoff: the worker's timer can sleep until then.
+    pub fn retry_at(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    fn wanted(&self, now: Instant) -> bool {
+        wants_protection(self.activity(now), self.idle_grace)
+    }
+
+    /// Brings the protection in step with what the worker holds at `now`:
+    /// nothing if it already is or a failed call is still backing off,
+    /// otherwise one call. Returns whether the VM is protected afterwards
+    /// (`false` while unknown).
+    pub async fn reconcile(&mut self, now: Instant) -> bool {
+        let want = self.wanted(now);
+        if self.protected == Some(want) {
+            self.failures = 0;
+            self.retry_at = None;
+            return want;
+        }
+        if self.retry_at.is_some_and(|at| now < at) {
+            return self.protected == Some(true);
+        }
+        match self.target.set(want).await {
+            Ok(()) => {
+                if self.failures > 0 {
+                    tracing::info!(
+                        protected = want,
+                        after_failures = self.failures,
+                        "scale-in protection set after earlier failures"
+                    );
+                }
+                self.protected = Some(want);
+                self.failures = 0;
+                self.retry_at = None;
+            }
+            Err(error) => {
+                self.failures = self.failures.saturating_add(1);
+                let delay =
+                    self.backoff
+                        .delay(self.failures, rand::random::<f64>(), error.retry_after);
+                self.retry_at = Some(now + delay);
+                if want {
+                    tracing::warn!(
+                        %error, failures = self.failures, retry_in = ?delay,
+                        "could not protect this VM from scale-in; the job runs unprotected"
+                    );
+                } else {
+                    tracing::error!(
+                        %error, failures = self.failures, retry_in = ?delay,
+                        "could not release this idle VM's scale-in protection; it stays until a retry succeeds"
+                    );
+                }
+            }
+        }
+        self.protected == Some(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records every call and answers from a script (success once the
+    /// script is empty).
+    #[derive(Default)]
+    struct Scripted {
+        answers: Mutex<VecDeque<Result<(), ProtectionError>>>,
+        calls: Mutex<Vec<bool>>,
+    }
+
+    #[async_trait]
+    impl ScaleInProtection for Scripted {
+        async fn set(&self, protected: bool) -> Result<(), ProtectionError> {
+            self.calls.lock().unwrap().push(protected);
+            self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+        }
+    }
+
+    fn throttled(retry_after: u64) -> Result<(), ProtectionError> {
+        Err(ProtectionError {
+            message: "429".into(),
+            retry_after: Some(Duration::from_secs(retry_after)),
+        })
+    }
+
+    fn server_error() -> Result<(), ProtectionError> {
+        Err(ProtectionError {
+            message: "500".into(),
+            retry_after: None,
+        })
+    }
+
+    const GRACE: Duration = Duration::from_secs(120);
+
+    fn keeper(
+        script: Vec<Result<(), ProtectionError>>,
+    ) -> (Arc<Scripted>, ProtectionKeeper, Instant) {
+        let target = Arc::new(Scripted {
+            answers: Mutex::new(script.into()),
+            calls: Mutex::default(),
+        });
+        let start = Instant::now();
+        let keeper = ProtectionKeeper::new(target.clone(), GRACE, Backoff::default(), start);
+        (target, keeper, start)
+    }
+
+    fn calls(target: &Scripted) -> Vec<bool> {
+        target.calls.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn backoff_table() {
+        let b = Backoff::default();
+        let s = Duration::from_secs;
+        // (failures, jitter, retry_after, expected)
+        let table = [
+            (1, 0.0, None, s(2) + Duration::from_millis(500)),
+            (1, 1.0, None, s(5)),
+            (2, 1.0, None, s(10)),
+            (3, 1.0, None, s(20)),
+            (20, 1.0, None, s(300)),
+            (u32::MAX, 0.5, None, s(225)),
+            (1, 1.0, Some(s(60)), s(60)),
+            (1, 1.0, Some(s(3600)), s(300)),
+            (0, 2.0, None, s(5)),
+        ];
+        for (failures, jitter, retry_after, expected) in table {
+            assert_eq!(
+                b.delay(failures, jitter, retry_after),
+                expected,
+                "{failures} {jitter}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_starting_worker_clears_a_protection_left_by_a_crash_once() {
+        let (target, mut keeper, start) = keeper(vec![server_error()]);
+        assert!(!keeper.reconcile(start).await);
+        assert!(keeper.release_stuck(start), "unknown and failing: reported");
+        let retry = keeper.retry_at().expect("a retry is due");
+        assert!(!keeper.reconcile(retry).await);
+        assert!(!keeper.reconcile(retry + GRACE * 10).await);
+        assert_eq!(keeper.protected(), Some(false));
+        assert_eq!(calls(&target), [false, false]);
+    }
+
+    #[tokio::test]
+    async fn one_protect_and_one_release_per_busy_period() {
+        let (target, mut keeper, start) = keeper(vec![]);
+        let at = |s: u64| start + Duration::from_secs(s);
+        // Three messages with gaps shorter than the grace: one busy period.
+        for (took, done) in [(0, 100), (130, 200), (300, 400)] {
+            keeper.taken();
+            assert!(keeper.reconcile(at(took)).await);
+            keeper.settled(at(done));
+            assert!(keeper.reconcile(at(done + 60)).await, "within the grace");
+        }
+        assert_eq!(calls(&target), [true]);
+        // Idle past the grace: released, once.
+        assert!(!keeper.reconcile(at(400) + GRACE).await);
+        assert!(!keeper.reconcile(at(1000)).await);
+        assert_eq!(calls(&target), [true, false]);
+        // The next message opens a new busy period.
+        keeper.taken();
+        assert!(keeper.reconcile(at(1100)).await);
+        assert_eq!(calls(&target), [true, false, true]);
+    }
+
+    #[tokio::test]
+    async fn concurrent_messages_protect_once_and_release_after_the_last() {
+        let (target, mut keeper, start) = keeper(vec![]);
+        let at = |s: u64| start + Duration::from_secs(s);
+        keeper.taken();
+        keeper.reconcile(at(0)).await;
+        keeper.taken();
+        keeper.reconcile(at(1)).await;
+        keeper.settled(at(10));
+        assert!(keeper.reconcile(at(10) + GRACE * 2).await, "one still held");
+        keeper.settled(at(500));
+        assert!(keeper.reconcile(at(500) + GRACE / 2).await);
+        assert!(!keeper.reconcile(at(500) + GRACE).await);
+        assert_eq!(calls(&target), [true, false]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_protect_is_retried_after_its_backoff_while_the_job_runs() {
+        let (target, mut keeper, start) = keeper(vec![throttled(30), server_error()]);
+        let at = |s: u64| start + Duration::from_secs(s);
+        keeper.taken();
+        assert!(!keeper.reconcile(at(0)).await, "the job runs unprotected");
+        let retry = keeper.retry_at().expect("a retry is due");
+        assert!(retry >= at(30), "Retry-After honoured");
+        assert!(!keeper.reconcile(at(29)).await, "not before the retry");
+        assert_eq!(calls(&target).len(), 1);
+        assert!(!keeper.reconcile(retry).await, "500");
+        assert_eq!(keeper.failures(), 2);
+        let retry = keeper.retry_at().expect("another retry");
+        assert!(keeper.reconcile(retry).await);
+        assert_eq!(calls(&target), [true, true, true]);
+        assert_eq!(keeper.failures(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_release_that_keeps_failing_is_reported_and_retried_until_it_clears() {
+        let script = vec![Ok(()), server_error(), throttled(100), server_error()];
+        let (target, mut keeper, start) = keeper(script);
+        let at = |s: u64| start + Duration::from_secs(s);
+        keeper.taken();
+        keeper.reconcile(at(0)).await;
+        keeper.settled(at(10));
+        let mut now = at(10) + GRACE;
+        for _ in 0..3 {
+            assert!(keeper.reconcile(now).await, "still protected");
+            assert!(keeper.release_stuck(now), "reported while it cannot clear");
+            now = keeper.retry_at().expect("a retry is due");
+        }
+        assert!(!keeper.reconcile(now).await);
+        assert!(!keeper.release_stuck(now));
+        assert_eq!(calls(&target), [true, false, false, false, false]);
+    }
+
+    #[tokio::test]
+    async fn a_message_taken_while_a_release_fails_cancels_the_release() {
+        let (target, mut keeper, start) = keeper(vec![Ok(()), server_error()]);
+        let at = |s: u64| start + Duration::from_secs(s);
+        keeper.taken();
+        keeper.reconcile(at(0)).await;
+        keeper.settled(at(10));
+        assert!(keeper.reconcile(at(10) + GRACE).await);
+        keeper.taken();
+        assert!(keeper.reconcile(at(200)).await);
+        assert!(!keeper.release_stuck(at(200)));
+        assert_eq!(keeper.retry_at(), None);
+        assert_eq!(calls(&target), [true, false]);
+    }
+}
