@@ -49,8 +49,8 @@ mod result;
 mod worker_records;
 
 pub use checkpoint::{
-    Blocking, Checkpoint, CheckpointStore, Committed, ETag, JobCheckpoint, StoredCheckpoint,
-    WritePrecondition,
+    Blocking, Checkpoint, CheckpointStore, Committed, DatedAnew, ETag, JobCheckpoint,
+    StoredCheckpoint, WritePrecondition, date_anew,
 };
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
