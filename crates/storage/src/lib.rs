@@ -55,7 +55,7 @@ pub use checkpoint::{
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
     ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeadlineObserver, DeadlineOutcome,
-    DeliveryOutcome, DrainSignals, FnHandler, GoodputObserver, HandlerError, Job,
+    DeliveryOutcome, DrainSignals, FailingJob, FnHandler, GoodputObserver, HandlerError, Job,
     MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, ResultMarker,
     SettlementObserver, StoreHealth, handler_fn, permanent, poison_body_blob_name,
     poison_queue_name,
