@@ -172,9 +172,11 @@ param operatorPrincipalType string = 'User'
 param retentionInDays int = 30
 
 // Checked by tools/infra/check_infra.py: the floor is the job queue's message
-// time-to-live (7 days, the service default every sender here uses).
-@description('Days after its last write the storage lifecycle policy deletes a blob of the checkpoint container (completion markers under job ids from the body, attempt records, progress a crash left behind). At least the queue messages\' time-to-live (7 days): a message, or a duplicate of it, must still find its job\'s checkpoint.')
-@minValue(7)
+// time-to-live (7 days, the service default every sender here uses) plus the
+// 3 days a checkpoint's chunks may age before a save, restore or move dates
+// them anew (docs/storage.md).
+@description('Days after its last write the storage lifecycle policy deletes a blob of the checkpoint container (completion markers under job ids from the body, attempt records, progress a crash left behind). At least the queue messages\' time-to-live (7 days) plus 3: a message, or a duplicate of it, must still find its job\'s checkpoint and every chunk it names.')
+@minValue(10)
 param checkpointRetentionDays int = 30
 
 param tags object = {

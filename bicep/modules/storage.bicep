@@ -34,8 +34,8 @@ param regularQueueName string
 @description('Blob container for checkpoints (SPOT_WORKER_CHECKPOINT_CONTAINER).')
 param checkpointContainer string
 
-@description('Days after its last write a checkpoint-container blob is deleted; at least the queue messages\' time-to-live (7 days).')
-@minValue(7)
+@description('Days after its last write a checkpoint-container blob is deleted; at least the queue messages\' time-to-live (7 days) plus the 3 days a checkpoint\'s chunks may age before they are dated anew.')
+@minValue(10)
 param checkpointRetentionDays int
 
 @description('Blob container for results (SPOT_WORKER_RESULTS_CONTAINER).')

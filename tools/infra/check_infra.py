@@ -30,7 +30,9 @@
    the rendered env file; the rendered install script passes ShellCheck.
 7. The checkpoint container has a lifecycle rule deleting its blobs
    checkpointRetentionDays after their last write, and that parameter can
-   never be below the queue messages' time-to-live.
+   never be below the queue messages' time-to-live plus the 3 days a
+   checkpoint's chunks may age before a save, restore or move dates them
+   anew.
 8. The role assignments cover every storage operation each identity issues
    (permissions.py: recorded by tests/storage_permissions.rs), what each
    grants beyond use is reported, and docs/deploying.md's table is current;
@@ -273,10 +275,15 @@ def check_autoscale() -> None:
 # The job queue's message time-to-live in days: the service default (7 days),
 # which every sender here uses (crates/azure MessageTtl::ServiceDefault).
 QUEUE_MESSAGE_TTL_DAYS = 7
+# How old a checkpoint's chunks may be when its job's message is sent
+# (crates/storage/src/checkpoint/freshness.rs, REFRESH_AFTER): the rule must
+# spare them for the message's whole life after that.
+CHUNK_REFRESH_DAYS = 3
+RETENTION_FLOOR_DAYS = QUEUE_MESSAGE_TTL_DAYS + CHUNK_REFRESH_DAYS
 
 
 def check_checkpoint_retention() -> None:
-    started = step("checkpoint retention: a lifecycle rule on the checkpoint container, never shorter than the message TTL")
+    started = step("checkpoint retention: a lifecycle rule on the checkpoint container, never shorter than the message TTL plus the chunks' refresh age")
     storage = bicep_model.load(BICEP / "modules" / "storage.bicep")
     name = "checkpointRetentionDays"
     templates = [("modules/storage.bicep", storage, None)]
@@ -290,15 +297,15 @@ def check_checkpoint_retention() -> None:
             fail(f"{where}: no parameter {name}")
             continue
         floor = param.decorators.get("minValue")
-        if not isinstance(floor, int) or floor < QUEUE_MESSAGE_TTL_DAYS:
-            fail(f"{where}: {name} needs @minValue({QUEUE_MESSAGE_TTL_DAYS}) or more (the message TTL), has {floor!r}")
-        if param.has_default and int(param.default) < QUEUE_MESSAGE_TTL_DAYS:
+        if not isinstance(floor, int) or floor < RETENTION_FLOOR_DAYS:
+            fail(f"{where}: {name} needs @minValue({RETENTION_FLOOR_DAYS}) or more (the message TTL plus the chunks' refresh age), has {floor!r}")
+        if param.has_default and int(param.default) < RETENTION_FLOOR_DAYS:
             fail(f"{where}: {name} defaults to {param.default}, below the message TTL")
         if params is None:
             continue
         deployment, given = params
         value = given.get(name)
-        if value is not None and int(value) < QUEUE_MESSAGE_TTL_DAYS:
+        if value is not None and int(value) < RETENTION_FLOOR_DAYS:
             fail(f"{deployment}: {name} = {value}, below the message TTL")
         if template.modules.get("storage") and template.modules["storage"].params.get(name) != name:
             fail(f"{where}: the storage module is not given {name}")
@@ -319,7 +326,7 @@ def check_checkpoint_retention() -> None:
     if not matching:
         fail("modules/storage.bicep: no enabled lifecycle rule deletes the checkpoint container's blobs "
              f"daysAfterModificationGreaterThan: {name}")
-    done(started, f"{len(matching)} rule(s); floor {QUEUE_MESSAGE_TTL_DAYS} days; {len(DEPLOYMENTS)} deployments pass it on")
+    done(started, f"{len(matching)} rule(s); floor {RETENTION_FLOOR_DAYS} days; {len(DEPLOYMENTS)} deployments pass it on")
 
 
 def render_cloud_init(params: dict[str, str], variant: str) -> dict[str, str]:

@@ -26,9 +26,11 @@ mod measure;
 mod notes;
 mod restoring;
 mod save_clock;
+mod waiting;
 
 pub use files::Committed;
 pub use measure::Blocking;
+pub use waiting::{DatedAnew, date_anew};
 
 use files::FilesState;
 pub(crate) use files::spawn_removal;

@@ -50,14 +50,14 @@ mod result;
 mod worker_records;
 
 pub use checkpoint::{
-    Blocking, Checkpoint, CheckpointStore, Committed, ETag, JobCheckpoint, StoredCheckpoint,
-    WritePrecondition,
+    Blocking, Checkpoint, CheckpointStore, Committed, DatedAnew, ETag, JobCheckpoint,
+    StoredCheckpoint, WritePrecondition, date_anew,
 };
 pub use clock::{Clock, SystemClock};
 pub use consumer::{
     BodyBlob, COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, Consumer,
     ConsumerConfig, ConsumerStats, DEFAULT_REFUSAL_GRACE, DeadlineObserver, DeadlineOutcome,
-    DeliveryOutcome, DrainSignals, FnHandler, GoodputObserver, HandlerError, Job,
+    DeliveryOutcome, DrainSignals, FailingJob, FnHandler, GoodputObserver, HandlerError, Job,
     MAX_POISON_MESSAGE_LEN, MessageHandler, MessageSpan, Permanent, PoisonRecord, ResultMarker,
     SettlementObserver, StoreHealth, handler_fn, permanent, poison_body_blob_name,
     poison_queue_name,

@@ -237,3 +237,48 @@ async fn a_job_whose_chunks_outlive_the_retention_period_still_restores() {
         restores(&store, &[("weights", 1), ("step", 100 + step)]).await;
     }
 }
+
+/// Issue 37, item 3: a job that waits unrun for five weeks under a 7-day
+/// rule, its message given a fresh life every 6 days (a lane move, a
+/// requeue: each first calls `date_anew`, as `Lanes`' mover does), still
+/// restores; its manifest is dated anew only when its blobs near the
+/// rule (before: nothing dated them, and the rule removed its chunks on
+/// day 8).
+#[tokio::test]
+async fn a_job_that_waits_five_weeks_moved_every_six_days_still_restores() {
+    use spot_worker_storage::{DatedAnew, date_anew};
+
+    let (inner, _faults, store) = stores();
+    let chunks = inner.chunk_store();
+    let dir = tempfile::tempdir().unwrap();
+    put(dir.path(), "weights", 1);
+    put(dir.path(), "step", 2);
+    let mut holder = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
+    holder
+        .save_files(&CheckpointFiles::dir(dir.path()))
+        .await
+        .unwrap();
+    let mut touched = 0;
+    for day_number in 1..=35u32 {
+        // A day passes; the 7-day rule runs.
+        chunks.advance_clock(Duration::from_secs(24 * 3600));
+        chunks.expire_older_than(Duration::from_secs(7 * 24 * 3600));
+        if day_number % 6 == 0 {
+            match date_anew(&store, KEY).await.unwrap() {
+                DatedAnew::Touched { blobs } => {
+                    assert!(blobs >= 2, "{blobs}");
+                    touched += 1;
+                }
+                other => panic!("day {day_number}: {other:?}"),
+            }
+        }
+        restores(&store, &[("weights", 1), ("step", 2)]).await;
+    }
+    assert_eq!(touched, 5);
+    // Five days since: dated anew once, then a move touches nothing.
+    assert!(matches!(
+        date_anew(&store, KEY).await.unwrap(),
+        DatedAnew::Touched { .. }
+    ));
+    assert_eq!(date_anew(&store, KEY).await.unwrap(), DatedAnew::Recent);
+}

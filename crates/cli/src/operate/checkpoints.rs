@@ -147,7 +147,7 @@ pub async fn job_rows(
 
 /// The `max` most recently written blobs (a job being worked on is written
 /// often; a finished one never again), and how many were left out.
-fn most_recent(mut blobs: Vec<StoredBlob>, max: usize) -> (Vec<StoredBlob>, usize) {
+pub fn most_recent(mut blobs: Vec<StoredBlob>, max: usize) -> (Vec<StoredBlob>, usize) {
     blobs.sort_by_key(|blob| std::cmp::Reverse(blob.last_modified));
     let unread = blobs.len().saturating_sub(max);
     blobs.truncate(max);

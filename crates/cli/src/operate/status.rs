@@ -20,10 +20,12 @@ use super::goodput::{
     read_records, sum_up,
 };
 use super::saved_files;
+use failing::{FailingJobs, failing_jobs};
 use interval::{IntervalStatus, interval_status};
 use lanes::{LanesStatus, lanes_status};
 use notices::{QueueNotices, notices_by_queue};
 
+mod failing;
 mod interval;
 mod lanes;
 mod notices;
@@ -104,6 +106,9 @@ struct Status {
     #[serde(skip_serializing_if = "Option::is_none")]
     regular: Option<QueueStatus>,
     jobs_in_progress: Vec<JobStatus>,
+    /// Jobs whose handler failed and that will be tried again, by job
+    /// key, with the latest failure (their messages' attempt records).
+    failing: FailingJobs,
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
     checkpoints_not_read: usize,
@@ -176,6 +181,7 @@ async fn gather(
     let poison = queue_status(&fleet.poison_queue()?).await?;
     let checkpoints = fleet.checkpoints()?;
     let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
+    let failing = failing_jobs(&checkpoints, max_reads).await?;
     let notices = notices_by_queue(&checkpoints).await?;
     let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
@@ -260,6 +266,7 @@ async fn gather(
         queue,
         poison,
         jobs_in_progress,
+        failing,
         completed_jobs,
         checkpoints_not_read,
         goodput,
@@ -361,6 +368,9 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
             job.job,
             saved_files::one_line(&job.progress, 40)
         );
+    }
+    for line in failing::lines(&status.failing) {
+        println!("{line}");
     }
     print_goodput(&status.goodput);
     if let Some(accounting) = &status.lane_accounting {

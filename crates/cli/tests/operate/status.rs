@@ -404,3 +404,66 @@ async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
         refused.stderr
     );
 }
+
+/// A checkpoint directory no save can store (over the 10,000-entry cap)
+/// fails its delivery at the first look; `status` names the job by its
+/// key with the refusal while its message waits to be tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_checkpoint_no_save_can_store_by_its_job_key() {
+    let azurite = start_azurite();
+    let _storage = deployed(&azurite).await;
+    let cli = || spot_worker(&azurite, MessageEncoding::Text);
+    run_with_stdin(
+        cli().args(["enqueue", "-"]),
+        Some(b"{\"job_id\":\"too-many-files\"}\n"),
+    )
+    .await
+    .assert_success();
+    // Made beside, then moved in whole: one look sees all of it.
+    let program = "cd \"$SPOT_WORKER_WORK_DIR\" && mkdir many && cd many && \
+                   seq 0 10000 | xargs touch && \
+                   mv \"$SPOT_WORKER_WORK_DIR/many\" \"$SPOT_WORKER_CHECKPOINT_DIR/\" && exec sleep 60";
+    let mut worker = cli()
+        .args(["run", "--", "sh", "-c", program])
+        .env("SPOT_WORKER_JOB_KEY", "job_id")
+        // Never poisoned while the test looks: the job keeps failing.
+        .env("SPOT_WORKER_MAX_FAILURES", "1000")
+        .env("SPOT_WORKER_IMDS", "off")
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spot-worker run starts");
+    let screen = poll_until("status naming the failing job", || async {
+        let screen = run(cli().arg("status")).await;
+        screen.assert_success();
+        screen
+            .stdout
+            .contains("too-many-files")
+            .then_some(screen.stdout)
+    })
+    .await;
+    let json = run(cli().args(["status", "--json"])).await;
+    let status = stop_with_sigterm(&mut worker).await;
+    assert_eq!(status.code(), Some(0));
+    let line = screen
+        .lines()
+        .find(|line| line.contains("too-many-files"))
+        .expect("a line for the job");
+    assert!(
+        line.contains("failure(s), last: ")
+            && line.contains("more than 10000 files and directories"),
+        "{screen}"
+    );
+    json.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let failing = &json["failing"]["jobs"][0];
+    assert_eq!(failing["job"], "too-many-files", "{json}");
+    assert!(failing["failures"].as_u64() >= Some(1), "{json}");
+    assert!(
+        failing["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("more than 10000 files and directories")),
+        "{json}"
+    );
+}

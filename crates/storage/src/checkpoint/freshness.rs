@@ -2,7 +2,7 @@
 //! retention rule, whatever the age of the job.
 //!
 //! The rule deletes blobs some days after their last write (Azure's
-//! `daysAfterModificationGreaterThan`, at least 7). A chunk a save reuses
+//! `daysAfterModificationGreaterThan`, at least 10). A chunk a save reuses
 //! is not written again, so its date is its first upload's: a job that
 //! runs, waits and runs again for longer than the retention would find
 //! its oldest chunks gone. So every manifest carries `chunks_dated_since`,
@@ -25,11 +25,12 @@ use serde_json::Value;
 use crate::error::StorageError;
 use crate::files::ChunkStore;
 
-/// How old a manifest's blobs may get before a save or a restore touches
-/// them: 3 days, under half the shortest retention a deployment may set
-/// (7 days), so a manifest is never more than 3 days younger than a blob
-/// it names and its chunks outlive it by at least the retention less 3
-/// days.
+/// How old a manifest's blobs may get before a save, a restore or a move
+/// of its job's message (`waiting`) touches them: 3 days, so a manifest is
+/// never more than 3 days younger than a blob it names and its chunks
+/// outlive it by at least the retention less 3 days; the shortest
+/// retention a deployment may set (10 days) is the messages' time-to-live
+/// (7 days) plus this.
 pub(crate) const REFRESH_AFTER: Duration = Duration::from_secs(3 * 24 * 3600);
 
 /// The field of a manifest that dates its blobs.

@@ -72,6 +72,11 @@ pub(crate) struct Attempts {
     /// running the job again (see [`Poisoning`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) poisoning: Option<Poisoning>,
+    /// The job's key, written with a failure so that `spot-worker status`
+    /// can name the job a failing message belongs to (the record's own
+    /// key is the message id). Absent from records written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) job: Option<String>,
 }
 
 /// A message given up on, durably, before its poison record is sent: what
@@ -139,6 +144,14 @@ impl Attempts {
         }
     }
 
+    /// This record naming `job`, the key of the job it counts for.
+    pub(crate) fn for_job(&self, job: &str) -> Attempts {
+        Attempts {
+            job: Some(job.to_owned()),
+            ..self.clone()
+        }
+    }
+
     /// This record with one more wait.
     pub(crate) fn waited(&self) -> Attempts {
         Attempts {
@@ -177,6 +190,37 @@ impl Attempts {
             released_settled: self.released_settled.saturating_add(1),
             ..self.clone()
         }
+    }
+}
+
+/// What `spot-worker status` shows of an attempt record: a job whose
+/// handler failed and whose message will be tried again (a checkpoint no
+/// save can store, said at the first look, is such a failure).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailingJob {
+    /// The job's key (`None` in records written before it was kept).
+    pub job: Option<String>,
+    /// Deliveries whose handler failed.
+    pub failures: u32,
+    /// The latest failure (at most 1,024 bytes).
+    pub last_error: String,
+}
+
+impl FailingJob {
+    /// The failing job an attempt record (as stored under
+    /// [`crate::ATTEMPT_RECORD_PREFIX`]) describes; `None` if it records
+    /// no failure (only waits, releases or looks), or is no attempt
+    /// record.
+    pub fn from_attempt_record(checkpoint: &Checkpoint) -> Option<FailingJob> {
+        let Checkpoint::InProgress { progress } = checkpoint else {
+            return None;
+        };
+        let attempts: Attempts = serde_json::from_value(progress.clone()).ok()?;
+        Some(FailingJob {
+            job: attempts.job,
+            failures: attempts.failures,
+            last_error: attempts.last_error.filter(|_| attempts.failures > 0)?,
+        })
     }
 }
 
@@ -335,6 +379,7 @@ mod tests {
             unsettled_counted: 0,
             looks: 0,
             poisoning: None,
+            job: None,
         }
         .failed(&huge)
         .released();
@@ -376,6 +421,41 @@ mod tests {
         // The lane keeper's looks explain the receives they made.
         let looked = record(1, 0, 2).looked().looked();
         assert_eq!((looked.looks, looked.unexplained(6)), (2, 1));
+    }
+
+    #[test]
+    fn a_record_shows_a_failing_job_only_if_it_counts_a_failure() {
+        let shown = |attempts: Attempts| {
+            let progress = serde_json::to_value(attempts).unwrap();
+            FailingJob::from_attempt_record(&Checkpoint::InProgress { progress })
+        };
+        let refused = "the checkpoint directory holds more than 10000 files and directories";
+        assert_eq!(
+            shown(Attempts::default().failed(refused).for_job("job-7")),
+            Some(FailingJob {
+                job: Some("job-7".to_owned()),
+                failures: 1,
+                last_error: refused.to_owned(),
+            })
+        );
+        // Written before records named their job: shown, without a key.
+        assert_eq!(
+            shown(Attempts::default().failed("boom")).map(|job| job.job),
+            Some(None)
+        );
+        // Waits, releases and looks are no failures.
+        assert_eq!(
+            shown(Attempts::default().waited().released().looked()),
+            None
+        );
+        let completed = Checkpoint::Completed {
+            result: serde_json::json!({"failures": 1, "last_error": "x"}),
+        };
+        assert_eq!(FailingJob::from_attempt_record(&completed), None);
+        let not_a_record = Checkpoint::InProgress {
+            progress: serde_json::json!("text"),
+        };
+        assert_eq!(FailingJob::from_attempt_record(&not_a_record), None);
     }
 
     #[test]

@@ -84,7 +84,9 @@ impl Consumer {
                 self.poison(delivery, cause, failures).await;
             }
             Settlement::Retry { attempts } => {
-                let attempts = attempts.with_tail(&delivery_tail(&delivery));
+                let attempts = attempts
+                    .with_tail(&delivery_tail(&delivery))
+                    .for_job(delivery.leftover.key());
                 self.record_attempts(&delivery, &record, &attempts).await;
                 let delay = self.backoff(attempts.failures);
                 tracing::warn!(error = attempts.last_error.as_deref().unwrap_or_default(), failures = attempts.failures, retry_in = ?delay, "handler failed; will retry");

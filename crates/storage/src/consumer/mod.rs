@@ -75,6 +75,7 @@ use crate::queue::{MessageQueue, QueueMessage};
 use crate::result::ResultStore;
 
 use attempts::AttemptLog;
+pub use attempts::FailingJob;
 use backoff::IdleBackoff;
 pub use config::{ConsumerConfig, DEFAULT_REFUSAL_GRACE};
 pub use handler::{FnHandler, HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent};

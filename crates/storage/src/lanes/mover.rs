@@ -8,6 +8,7 @@
 
 use spot_worker_decisions::lanes::Lane;
 
+use crate::checkpoint::DatedAnew;
 use crate::encoding::MessageEncoding;
 use crate::error::StorageError;
 use crate::queue::MessageId;
@@ -22,6 +23,30 @@ const LATER_RECEIVE: &str =
 
 /// Why the live message of a job being poisoned is not moved.
 const POISONING: &str = "the job is being poisoned (its lane record is its tombstone)";
+
+/// Dates the job's checkpoint files anew before its message is sent
+/// with a fresh time-to-live (see [`crate::date_anew`]), so the
+/// container's retention rule cannot reach them before the new message
+/// expires. `Some(reason)` if that could not be done for now: then the
+/// move waits (the record's intent only makes the next try move again).
+async fn date_checkpoint_anew(records: &LaneRecords, key: &str) -> Option<String> {
+    match crate::date_anew(records.store(), key).await {
+        Ok(DatedAnew::NoFiles | DatedAnew::Recent) => None,
+        Ok(DatedAnew::Touched { blobs } | DatedAnew::Superseded { blobs }) => {
+            tracing::info!(job = %key, blobs, "the job's checkpoint files were dated anew before its message was sent again");
+            None
+        }
+        // A blob is gone already: no wait brings it back, and the job's
+        // next delivery reports the broken checkpoint as it stands.
+        Err(error @ StorageError::InvalidData { .. }) => {
+            tracing::error!(job = %key, %error, "the job's checkpoint names a missing blob; it is moved all the same");
+            None
+        }
+        Err(error) => Some(format!(
+            "dating its checkpoint files anew, so the retention rule spares them while the new message lives: {error}"
+        )),
+    }
+}
 
 /// The job to move: its message as held, and what goes with it.
 pub(crate) struct MoveJob<'a> {
@@ -110,6 +135,9 @@ impl Lanes {
             }
             Err(error) => return Moved::NotSent(format!("writing its lane record: {error}")),
         };
+        if let Some(reason) = date_checkpoint_anew(records, job.key).await {
+            return Moved::NotSent(reason);
+        }
         let moved = Envelope {
             deadline: envelope.deadline,
             generation: envelope.generation.saturating_add(1),

@@ -322,6 +322,12 @@ impl LaneRecords {
         LaneRecords { store }
     }
 
+    /// The checkpoint store the records are kept in (the jobs' own
+    /// checkpoints are there too).
+    pub(crate) fn store(&self) -> &Arc<dyn CheckpointStore> {
+        &self.store
+    }
+
     /// The checkpoint key of `job`'s record.
     pub fn key(job: &str) -> String {
         format!("{LANE_RECORD_PREFIX}{job}")

@@ -349,3 +349,66 @@ async fn a_long_pass_keeps_the_keepers_lease() {
     stop.cancel();
     running.await.unwrap();
 }
+
+/// Issue 37, item 3: a job that waits unrun keeps its checkpoint files
+/// past the container's retention when its message is moved (a fresh
+/// time-to-live): the move dates them anew. Saved on day 0 under a 7-day
+/// rule that runs daily, moved by the keeper on day 6, restored on day
+/// 12 (before: the rule removed its chunks on day 8, dated by their
+/// upload, and the restore failed "the chunk … is missing").
+#[tokio::test(start_paused = true)]
+async fn a_job_moved_while_it_waits_keeps_its_checkpoint_files_past_the_retention() {
+    use spot_worker_storage::files::CheckpointFiles;
+    use spot_worker_storage::{CheckpointStore, JobCheckpoint};
+
+    let fleet = Fleet::new(Duration::from_secs(60));
+    let store: Arc<dyn CheckpointStore> = fleet.store.clone();
+    let chunks = fleet.store.chunk_store();
+    let retention = Duration::from_secs(7 * 24 * 3600);
+    let day = Duration::from_secs(24 * 3600);
+    let waits_a_day = || {
+        chunks.advance_clock(day);
+        chunks.expire_older_than(retention);
+    };
+    let saved = tempfile::tempdir().unwrap();
+    let weights: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(saved.path().join("weights"), &weights).unwrap();
+    let mut holder = JobCheckpoint::load(store.clone(), "j-late").await.unwrap();
+    holder
+        .save_files(&CheckpointFiles::dir(saved.path()))
+        .await
+        .unwrap();
+    let before = fleet.store.read("j-late").await.unwrap().unwrap();
+    let lanes = fleet.lanes(Lane::Spot, RECHECK);
+    enqueue(
+        &lanes,
+        MessageEncoding::Text,
+        job("j-late").as_bytes(),
+        Some(deadline(100, 200, 150)),
+    )
+    .await
+    .unwrap();
+    for _ in 0..6 {
+        waits_a_day();
+    }
+    let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
+    let pass = keeper(&fleet, lanes, leases).pass().await.unwrap();
+    assert_eq!(pass.moved, ["j-late"]);
+    // The manifest was written again, dated anew, its stamp (the job's
+    // progress as the lane rule reads it) kept.
+    let after = fleet.store.read("j-late").await.unwrap().unwrap();
+    assert_ne!(after.etag, before.etag, "the manifest was dated anew");
+    assert_eq!(after.stamp, before.stamp);
+    for _ in 0..6 {
+        waits_a_day();
+    }
+    let into = tempfile::tempdir().unwrap();
+    let mut resumed = JobCheckpoint::load(store, "j-late").await.unwrap();
+    let restored = resumed
+        .restore_files(&CheckpointFiles::dir(into.path()))
+        .await
+        .expect("every chunk the manifest names outlived the wait")
+        .expect("a manifest is stored");
+    assert_eq!(restored.files, 1);
+    assert_eq!(std::fs::read(into.path().join("weights")).unwrap(), weights);
+}

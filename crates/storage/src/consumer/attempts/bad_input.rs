@@ -114,7 +114,7 @@ proptest! {
     ) {
         let goodput = spot_worker_decisions::goodput::Ledger { redone_ms, deliveries, regular_ms, ..Default::default() };
         let attempts = Attempts {
-            failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted, looks,
+            failures, waits, releases, last_error, goodput, no_outcome_counted, released_settled, unsettled_counted, looks, job: None,
             poisoning: poisoning.map(|(last_error, last_error_truncated, failures, handler_failed, sent)| crate::consumer::attempts::Poisoning { last_error, last_error_truncated, failures, handler_failed, sent }),
         };
         let progress = serde_json::to_value(&attempts).expect("serializes");
