@@ -101,22 +101,28 @@ pub fn with_consistent_databases(
     scratch: &Path,
 ) -> Result<(CheckpointFiles, Copies), BackupError> {
     let mut found = Vec::new();
+    let mut nascent = Vec::new();
     for (name, path, is_dir) in roots.roots() {
         if is_dir {
-            find_databases(path, name, &mut found)?;
+            find_databases(path, name, &mut found, &mut nascent)?;
         }
     }
     let mut copies = Copies {
         _scratch: None,
         databases: Vec::new(),
     };
+    // A database being created (its file still shorter than a header) has
+    // committed nothing yet: its journal is left out, so the version holds
+    // it as it was before its first commit, with nothing to roll back.
+    let mut roots = nascent.iter().fold(roots.clone(), |roots, companion| {
+        roots.leaving_out(companion)
+    });
     if found.is_empty() {
-        return Ok((roots.clone(), copies));
+        return Ok((roots, copies));
     }
     let dir = tempfile::Builder::new()
         .prefix("sqlite-copies-")
         .tempdir_in(scratch)?;
-    let mut roots = roots.clone();
     for (number, database) in found.iter().enumerate() {
         let copy = dir.path().join(format!("{number}.db"));
         backup(database, &copy)?;
@@ -168,7 +174,12 @@ fn at(root: &Path, names: &[OsString]) -> Option<Metadata> {
 
 /// The SQLite databases under the directory root `name` at `root`,
 /// walked as the save walks it (no link followed, bounded).
-fn find_databases(root: &Path, name: &str, found: &mut Vec<Found>) -> Result<(), BackupError> {
+fn find_databases(
+    root: &Path,
+    name: &str,
+    found: &mut Vec<Found>,
+    nascent: &mut Vec<String>,
+) -> Result<(), BackupError> {
     let dir = match Dir::open(root) {
         Ok(dir) => dir,
         Err(error) if error.is_not_found() => return Ok(()),
@@ -177,6 +188,7 @@ fn find_databases(root: &Path, name: &str, found: &mut Vec<Found>) -> Result<(),
     let mut walk = Walk {
         root,
         found,
+        nascent,
         entries: 0,
     };
     walk.dir(&dir, &mut Vec::new(), name)
@@ -185,6 +197,9 @@ fn find_databases(root: &Path, name: &str, found: &mut Vec<Found>) -> Result<(),
 struct Walk<'a> {
     root: &'a Path,
     found: &'a mut Vec<Found>,
+    /// The companions (`-journal`, `-wal`, `-shm`) of files still shorter
+    /// than a SQLite header: databases being created.
+    nascent: &'a mut Vec<String>,
     entries: usize,
 }
 
@@ -196,6 +211,25 @@ impl Walk<'_> {
             return Ok(());
         };
         self.entries += entries.len();
+        let short: Vec<&str> = entries
+            .iter()
+            .filter(|(_, meta)| {
+                meta.file_type().is_file() && meta.len() < SQLITE_HEADER.len() as u64
+            })
+            .filter_map(|(entry, _)| entry.to_str())
+            .collect();
+        for (entry, _) in &entries {
+            let Some(text) = entry.to_str() else {
+                continue;
+            };
+            let of_nascent = COMPANIONS.iter().any(|suffix| {
+                text.strip_suffix(suffix)
+                    .is_some_and(|base| short.contains(&base))
+            });
+            if of_nascent {
+                self.nascent.push(format!("{path}/{text}"));
+            }
+        }
         for (entry, meta) in entries {
             // A name the save refuses is its error to say.
             let Some(text) = entry.to_str() else {
@@ -375,6 +409,22 @@ mod tests {
             assert!(!copy.exists());
             drop(live);
         }
+    }
+
+    #[test]
+    fn the_journal_of_a_database_being_created_is_left_out() {
+        // What the first look after a program's `sqlite3.connect` may
+        // see: the file created empty, its first transaction's journal
+        // beside it, nothing committed.
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        std::fs::write(checkpoint.path().join("rows.db"), b"").unwrap();
+        std::fs::write(checkpoint.path().join("rows.db-journal"), b"pages").unwrap();
+        std::fs::write(checkpoint.path().join("notes-journal"), b"kept").unwrap();
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let (with, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+        assert_eq!(with, roots.clone().leaving_out("dir/rows.db-journal"));
+        assert!(copies.databases.is_empty());
     }
 
     #[test]
