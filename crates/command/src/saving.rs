@@ -98,6 +98,10 @@ struct SaveContext {
     /// When the stop signal was sent, if the checkpoint has changed since:
     /// what this save reads was written after it.
     written_after: Option<Instant>,
+    /// When the program was sent its stop signal, if it was: a version
+    /// whose files were written after it is new since the stop too, even
+    /// when the look beside the signal already found it.
+    stopped_at: Option<Instant>,
     /// The commit marker, if the program has one.
     marker: Option<Marker>,
 }
@@ -161,6 +165,7 @@ impl Run<'_> {
                 .unwrap_or_default(),
             awaited,
             written_after,
+            stopped_at: self.stopped.as_ref().map(|stopped| stopped.at),
             marker: self
                 .handler
                 .config
@@ -611,12 +616,10 @@ async fn save_once(
     // Both clocks at once, to put the version's modification time on the
     // monotonic one.
     let clocks = (std::time::SystemTime::now(), Instant::now());
-    let written_at = crate::kept_until::kept_until(
-        context.awaited,
-        context.written_after.is_some(),
-        version_written_at(&staged, context.written_after, clocks),
-        clocks.1,
-    );
+    let written = version_written_at(&staged, context.written_after, clocks);
+    let after_stop = context.written_after.is_some()
+        || matches!((written, context.stopped_at), (Some(written), Some(stopped)) if written >= stopped);
+    let written_at = crate::kept_until::kept_until(context.awaited, after_stop, written, clocks.1);
     let stats = staged.stats;
     match checkpoint.commit_files(staged, blocking, written_at).await {
         Ok(Committed::Saved(stats)) => {
