@@ -227,6 +227,7 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
             lane: Lane::Regular,
             moves: 1,
         }),
+        progress: Some(1.0),
     };
     let result = serde_json::to_value(&record).unwrap();
     checkpoints
