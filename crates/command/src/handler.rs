@@ -61,8 +61,10 @@ impl MessageHandler for CommandHandler {
     }
 }
 
-/// The value of `field` in the JSON object `body`, as a key.
-pub(crate) fn key_of(body: &[u8], field: &str) -> Option<String> {
+/// The value of `field` in the JSON object `body`, as a key: what a worker
+/// with `--job-key field` (`SPOT_WORKER_JOB_KEY`) keys the job by; `enqueue`
+/// and `status` name a job by it too.
+pub fn key_of(body: &[u8], field: &str) -> Option<String> {
     let document: Value = serde_json::from_slice(body).ok()?;
     match document.get(field)? {
         Value::String(text) if !text.is_empty() => Some(text.clone()),

@@ -48,7 +48,7 @@ pub use exit::{
     ExitStatus, RunnerEnded, Verdict, parse_exit_codes, parse_signal, signal_name, verdict,
 };
 pub use group::{become_subreaper, hide_from_programs};
-pub use handler::CommandHandler;
+pub use handler::{CommandHandler, key_of};
 pub use leftovers::{Leftovers, sweep_leftovers};
 pub use output::{MAX_LINE, PROGRESS_EVERY, STDERR_TAIL, parse_output_level};
 pub use pace::{ProgressFileError, parse_progress};

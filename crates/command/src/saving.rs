@@ -140,7 +140,7 @@ impl Run<'_> {
         };
         // The save stamps the program's progress now (`progress_at_save`).
         if let Some(done) = crate::pace::progress_at_save(&self.dir.progress()) {
-            self.job.report_progress(done);
+            self.job.report_progress_file_at_save(done);
         }
         let roots = self.roots();
         // A stop look not ended yet cannot say the version is new.

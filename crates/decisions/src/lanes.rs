@@ -76,6 +76,7 @@
 //! ```
 
 mod patient;
+mod progress;
 mod rule;
 mod spot_history;
 mod spot_lost;
@@ -83,6 +84,7 @@ mod standing;
 mod switch_cost;
 
 pub use patient::{LanePolicy, choose_lane_patiently, unix_secs};
+pub use progress::{JobProgress, ProgressReadings, ProgressSource, job_progress, reported_share};
 pub use rule::{Lane, LaneChoice, Phase, Reason, Situation, choose_lane};
 pub use spot_history::{
     Current, MAX_PERIODS, MIN_HISTORY_HOURS, Period, Plan, SpotHistory, WINDOW_HOURS,

@@ -73,6 +73,7 @@ impl Record {
                     ..Ledger::default()
                 },
                 deadline: None,
+                progress: Some(1.0),
             })
             .expect("a record serializes"),
             Record::FleetCounts => {

@@ -310,6 +310,7 @@ mod tests {
                     lane: Lane::Regular,
                     moves: 2,
                 }),
+                progress: None,
             })
         };
         let records = [

@@ -196,10 +196,12 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
 
     let azurite = start_azurite();
     let storage = deployed(&azurite).await;
+    // Enqueued as the workers key them: each envelope carries its key.
     for (job, deadline) in [("roomy", "52h"), ("tight", "2885m")] {
         let (_dir, path) = input_file(&format!("{{\"job_id\":\"{job}\"}}\n"));
         run(with_lanes(&azurite, MessageEncoding::Text)
             .await
+            .env("SPOT_WORKER_JOB_KEY", "job_id")
             .args(["enqueue", "--deadline", deadline, "--work", "48h"])
             .arg(&path))
         .await
@@ -227,6 +229,7 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
             lane: Lane::Regular,
             moves: 1,
         }),
+        progress: Some(1.0),
     };
     let result = serde_json::to_value(&record).unwrap();
     checkpoints
@@ -266,12 +269,22 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
         "{tight}"
     );
 
+    // Without the setting, status still names the waiting jobs by their
+    // keys: their envelopes carry them.
     let json = run(with_lanes(&azurite, MessageEncoding::Text)
         .await
         .args(["status", "--json"]))
     .await;
     json.assert_success();
     let status: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let mut named: Vec<&str> = status["lanes"]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|job| job["job"].as_str())
+        .collect();
+    named.sort_unstable();
+    assert_eq!(named, ["roomy", "tight"], "{status}");
     assert_eq!(status["lanes"]["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(status["lanes"]["at_risk"], 1);
     assert_eq!(status["regular"]["approximate_depth"], 1);

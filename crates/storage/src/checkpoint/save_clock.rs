@@ -26,6 +26,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use spot_worker_decisions::goodput::{DeliveryTimes, Ledger, at_save};
+use spot_worker_decisions::lanes::reported_share;
 use tokio::time::Instant;
 
 use super::measure::Blocking;
@@ -64,6 +65,9 @@ struct State {
     stamps_progress: bool,
     /// The share of its work the job last reported done.
     progress: Option<f64>,
+    /// The program's progress file as read for the next save (the command
+    /// runner reads it as a save begins).
+    file_at_save: Option<f64>,
     /// The share reported as of the latest successful save (or what the
     /// checkpoint this delivery resumed from carried).
     saved_progress: Option<f64>,
@@ -126,6 +130,14 @@ impl SaveClock {
         if done.is_finite() {
             self.state().progress = Some(done.clamp(0.0, 1.0));
         }
+    }
+
+    /// The program's progress file, read as a save of its checkpoint
+    /// begins: the next save stamps it ([`job_progress`]'s first source).
+    ///
+    /// [`job_progress`]: spot_worker_decisions::lanes::job_progress
+    pub(crate) fn progress_file_at_save(&self, done: f64) {
+        self.state().file_at_save = Some(done);
     }
 
     /// The share of its work the job had reported done as of its latest
@@ -243,7 +255,7 @@ impl SaveClock {
             ledger: at_save(&state.carried, &reading),
             progress: state
                 .stamps_progress
-                .then_some(state.progress.or(state.saved_progress))
+                .then(|| stamped_share(&mut state))
                 .flatten(),
         }
     }
@@ -272,9 +284,47 @@ impl SaveClock {
     }
 }
 
+/// The share a save stamps, by the one progress rule: the progress file
+/// read for this save, else what the job reported last (else what its
+/// checkpoint was stamped with). The file's reading then stands as the
+/// job's report until a newer one.
+fn stamped_share(state: &mut State) -> Option<f64> {
+    let file = state.file_at_save.take();
+    let share = reported_share(file, state.progress.or(state.saved_progress));
+    if file.is_some() {
+        state.progress = share;
+    }
+    share
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_save_stamps_the_file_read_at_it_before_the_handlers_report() {
+        let clock = SaveClock::new(Instant::now());
+        clock.track_progress(Some(0.1));
+        let stamp = |clock: &SaveClock| {
+            let start = clock.save_started(Instant::now(), Blocking::CALL, None);
+            let progress = start.progress;
+            clock.save_ended(start, Instant::now(), true);
+            progress
+        };
+        // Nothing reported yet: what the checkpoint resumed from carried.
+        assert_eq!(stamp(&clock), Some(0.1));
+        clock.report_progress(0.2);
+        assert_eq!(stamp(&clock), Some(0.2));
+        // The file read at the save wins over the handler's last report,
+        clock.report_progress(0.3);
+        clock.progress_file_at_save(0.375);
+        assert_eq!(stamp(&clock), Some(0.375));
+        // and stands as the job's report until a newer one.
+        assert_eq!(stamp(&clock), Some(0.375));
+        assert_eq!(clock.saved_progress(), Some(0.375));
+        clock.report_progress(0.5);
+        assert_eq!(stamp(&clock), Some(0.5));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn saves_block_once_and_the_latest_success_is_kept() {

@@ -466,6 +466,18 @@ impl Job {
         self.clock.report_progress(done);
     }
 
+    /// The share the program's progress file said as a save of its
+    /// checkpoint begins (the command runner reads it then): that save
+    /// stamps it before anything reported with [`Job::report_progress`],
+    /// by the one progress rule
+    /// ([`spot_worker_decisions::lanes::job_progress`]). Ignored unless
+    /// finite; clamped to 0..=1.
+    pub fn report_progress_file_at_save(&self, done: f64) {
+        if done.is_finite() {
+            self.clock.progress_file_at_save(done);
+        }
+    }
+
     /// The worker's checkpoint interval, which this job's checkpoint
     /// handles follow ([`JobCheckpoint::is_due`]); a handler that does not
     /// save through a [`JobCheckpoint`] can ask it directly.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use spot_worker_decisions::goodput::{Ledger, TimeKind, finished};
-use spot_worker_decisions::lanes::Lane;
+use spot_worker_decisions::lanes::{Lane, ProgressReadings, job_progress};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -39,7 +39,7 @@ pub const COMPLETION_RECORD_MIN: Duration = Duration::from_secs(60);
 /// A finished job's completion record: its ledger, and when and where it
 /// finished (the time is this VM's wall clock, for people; it is never
 /// subtracted from another VM's).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompletionRecord {
     /// The job's checkpoint key.
     pub job: String,
@@ -52,7 +52,17 @@ pub struct CompletionRecord {
     /// For a job with a deadline: the deadline, and whether it met it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineOutcome>,
+    /// The share of its work the job had done as it finished (0 to 1), by
+    /// the one progress rule every reader uses
+    /// ([`spot_worker_decisions::lanes::job_progress`]): a record is written
+    /// when the job's handler succeeded, so 1. `None` in a record written
+    /// before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
 }
+
+// `progress` is a finite share (`job_progress` clamps it): never NaN.
+impl Eq for CompletionRecord {}
 
 /// How a job with a deadline ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -228,6 +238,7 @@ impl Consumer {
                 .unwrap_or_default(),
             goodput,
             deadline,
+            progress: final_progress(),
         };
         let result = match serde_json::to_value(&record) {
             Ok(result) => result,
@@ -252,6 +263,16 @@ impl Consumer {
             Err(_) => tracing::warn!(key, "writing the completion record timed out"),
         }
     }
+}
+
+/// The progress a completion record carries: the job finished, so all of
+/// its work, whatever it last reported.
+fn final_progress() -> Option<f64> {
+    let readings = ProgressReadings {
+        finished: true,
+        ..ProgressReadings::default()
+    };
+    job_progress(&readings, Duration::ZERO).share
 }
 
 #[cfg(test)]
@@ -291,7 +312,9 @@ mod tests {
                 ..Ledger::default()
             },
             deadline: None,
+            progress: final_progress(),
         };
+        assert_eq!(record.progress, Some(1.0));
         let checkpoint = Checkpoint::Completed {
             result: serde_json::to_value(&record).unwrap(),
         };

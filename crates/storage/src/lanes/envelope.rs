@@ -60,9 +60,12 @@ pub struct Envelope {
     /// more at every move between lanes. The job's lane record names the
     /// newest; an older copy a crash left behind is discarded unrun.
     pub generation: u32,
-    /// The job's key, when its body does not give one: a job keyed by its
-    /// first message's id keeps that key (and so its checkpoint) on the
-    /// messages that carry it on after a move.
+    /// The job's key, which a worker takes when its own job-key field does
+    /// not give one: a job keyed by its first message's id keeps that key
+    /// (and so its checkpoint) on the messages that carry it on after a
+    /// move; a producer that knows the body's key field puts the key here
+    /// at enqueue ([`Enqueued::keyed`](super::Enqueued::keyed)), so that
+    /// any reader of the queue (`status`) can name the job.
     pub key: Option<String>,
     /// The lane it was sent to (for people: the queue it is in decides).
     pub lane: Option<Lane>,

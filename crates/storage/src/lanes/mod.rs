@@ -39,7 +39,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_decisions::goodput::Ledger;
-use spot_worker_decisions::lanes::{Deadline, Lane, LaneChoice, LanePolicy, Phase, Situation};
+use spot_worker_decisions::lanes::{
+    Deadline, Lane, LaneChoice, LanePolicy, Phase, ProgressReadings, Situation, job_progress,
+};
 
 use crate::queue::MessageQueue;
 
@@ -129,18 +131,28 @@ impl Lanes {
     }
 }
 
-/// The work a job has done, as the lane rule takes it: the share of its
-/// work it reported done at its last save (`fraction`), times its work;
+/// The work a job has done, as the lane rule takes it, from its last
+/// save's stamp: the share of its work it reported done (`fraction`),
 /// else the useful time of its goodput ledger as of that save; else none.
+/// The precedence is [`job_progress`]'s, the one rule every reader of a
+/// job's progress (release, keeper, `status`, completion record) follows.
 pub fn progress_of(
     deadline: &Deadline,
     fraction: Option<f64>,
     ledger: Option<&Ledger>,
 ) -> Duration {
-    match (fraction, ledger) {
-        (Some(fraction), _) => deadline.work.mul_f64(fraction.clamp(0.0, 1.0)),
-        (None, Some(ledger)) => Duration::from_millis(ledger.useful_ms),
-        (None, None) => Duration::ZERO,
+    job_progress(&stamped_progress(fraction, ledger), deadline.work).done
+}
+
+/// What a save's stamp says of a job's progress: the share it stamped (the
+/// progress file read at the save, else the handler's report) and the
+/// useful time of the ledger it stamped.
+pub fn stamped_progress(fraction: Option<f64>, ledger: Option<&Ledger>) -> ProgressReadings {
+    ProgressReadings {
+        finished: false,
+        file: None,
+        reported: fraction,
+        useful: ledger.map(|ledger| Duration::from_millis(ledger.useful_ms)),
     }
 }
 

@@ -67,6 +67,46 @@ impl Enqueued {
         switch_cost: Duration,
         recheck: Duration,
     ) -> Result<Enqueued, StorageError> {
+        Enqueued::keyed(body, deadline, None, encoding, switch_cost, recheck)
+    }
+
+    /// As [`Enqueued::new`], a job with a deadline also carrying its job
+    /// `key` in its envelope (the body's field the workers key by, read by
+    /// the producer), so that any reader of the queue (`status`) names the
+    /// job without knowing which field that is. A worker keys the job by
+    /// its own setting's field first, then this key, then the message id.
+    /// An empty key is none; a key where the workers keep their own records
+    /// is refused ([`crate::reserved_job_key`]). Without a deadline there is
+    /// no envelope and the key is not sent.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use spot_worker_decisions::lanes::Deadline;
+    /// use spot_worker_storage::MessageEncoding;
+    /// use spot_worker_storage::lanes::{Enqueued, Envelope};
+    ///
+    /// let start = SystemTime::now();
+    /// let deadline = Deadline {
+    ///     start,
+    ///     due: start + Duration::from_secs(36_000),
+    ///     work: Duration::from_secs(3_600),
+    /// };
+    /// let (d, recheck) = (Duration::from_secs(360), Duration::from_secs(60));
+    /// let body = br#"{"job_id":"j1"}"#;
+    /// let job = Enqueued::keyed(body, Some(deadline), Some("j1"), MessageEncoding::Text, d, recheck)?;
+    /// let (envelope, unwrapped) = Envelope::unwrap(job.text.as_bytes()).unwrap();
+    /// assert_eq!(envelope.unwrap().key.as_deref(), Some("j1"));
+    /// assert_eq!(unwrapped, body);
+    /// # Ok::<(), spot_worker_storage::StorageError>(())
+    /// ```
+    pub fn keyed(
+        body: &[u8],
+        deadline: Option<Deadline>,
+        key: Option<&str>,
+        encoding: MessageEncoding,
+        switch_cost: Duration,
+        recheck: Duration,
+    ) -> Result<Enqueued, StorageError> {
         crate::refuse_reserved_body(body)?;
         let Some(deadline) = deadline else {
             return Ok(Enqueued {
@@ -75,6 +115,14 @@ impl Enqueued {
                 choice: None,
             });
         };
+        let key = key.filter(|key| !key.is_empty());
+        if let Some(reserved) = key.and_then(crate::reserved_job_key) {
+            return Err(StorageError::InvalidArgument(format!(
+                "the job key {:?}: {}",
+                key.unwrap_or_default(),
+                reserved.explain()
+            )));
+        }
         if deadline.due <= deadline.start {
             return Err(StorageError::InvalidArgument(
                 "the deadline must come after the job's start".to_owned(),
@@ -98,6 +146,7 @@ impl Enqueued {
         });
         let envelope = Envelope {
             lane: Some(choice.lane),
+            key: key.map(str::to_owned),
             ..Envelope::new(deadline)
         };
         Ok(Enqueued {
@@ -159,4 +208,54 @@ pub async fn enqueue(
         .send(&job.text, Duration::ZERO)
         .await?;
     Ok((job.lane, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_carries_a_usable_key_only() {
+        let start = SystemTime::now();
+        let deadline = Deadline {
+            start,
+            due: start + Duration::from_secs(36_000),
+            work: Duration::from_secs(3_600),
+        };
+        let minute = Duration::from_secs(60);
+        let sent = |key| {
+            Enqueued::keyed(
+                b"{}",
+                Some(deadline),
+                key,
+                MessageEncoding::Text,
+                minute,
+                minute,
+            )
+        };
+        let carried = |key| {
+            let text = sent(key).unwrap().text;
+            let (envelope, _) = Envelope::unwrap(text.as_bytes()).unwrap();
+            envelope.unwrap().key
+        };
+        assert_eq!(carried(Some("j1")), Some("j1".to_owned()));
+        assert_eq!(carried(Some("")), None);
+        assert_eq!(carried(None), None);
+        // A key where the workers keep their records: refused, named.
+        let refused = sent(Some(".spot-worker/lanes/j1")).unwrap_err();
+        assert!(
+            refused.to_string().contains(".spot-worker/lanes/j1"),
+            "{refused}"
+        );
+        // Without a deadline no envelope, and the body exactly.
+        let plain = Enqueued::keyed(
+            b"{}",
+            None,
+            Some("j1"),
+            MessageEncoding::Text,
+            minute,
+            minute,
+        );
+        assert_eq!(plain.unwrap().text, "{}");
+    }
 }

@@ -4,6 +4,7 @@
 //! unless the time left leaves less slack than two switches and a recheck,
 //! when it goes straight to the regular lane's (`SPOT_WORKER_REGULAR_QUEUE`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -11,6 +12,7 @@ use anyhow::{Context as _, Result, bail};
 use spot_worker_azure::AzureQueue;
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, Reason, switch_cost};
 use spot_worker_runtime::parse_duration;
+use spot_worker_runtime::settings::{Source, table};
 use spot_worker_storage::lanes::{Enqueued, FleetSwitchCost};
 use spot_worker_storage::{CheckpointStore, MessageEncoding};
 use time::OffsetDateTime;
@@ -27,6 +29,10 @@ pub(super) struct Routing {
     deadline: Option<Deadline>,
     switch_cost: Duration,
     recheck: Duration,
+    /// The body's field the workers key jobs by (`SPOT_WORKER_JOB_KEY`):
+    /// a job with a deadline carries its key in its envelope, so that
+    /// `status` names it however it is run.
+    key_field: Option<String>,
 }
 
 /// A message ready to send, and its queue.
@@ -69,6 +75,7 @@ impl Routing {
                 deadline: None,
                 switch_cost: lanes.switch_cost,
                 recheck: lanes.keeper_every,
+                key_field: None,
             });
         };
         let Some(regular) = &lanes.regular_queue else {
@@ -96,6 +103,13 @@ impl Routing {
             deadline: Some(deadline),
             switch_cost: switch_cost(&seed, &measured).total(),
             recheck: lanes.keeper_every,
+            key_field: Source::from_env()
+                .and_then(|settings| {
+                    settings
+                        .get(&table::JOB_KEY)
+                        .map(|f| f.map(Cow::into_owned))
+                })
+                .context("reading SPOT_WORKER_JOB_KEY")?,
         })
     }
 
@@ -122,9 +136,14 @@ impl Routing {
                 late: false,
             });
         }
-        let job = Enqueued::new(
+        let key = self
+            .key_field
+            .as_deref()
+            .and_then(|field| spot_worker_command::key_of(body, field));
+        let job = Enqueued::keyed(
             body,
             self.deadline,
+            key.as_deref(),
             self.encoding,
             self.switch_cost,
             self.recheck,

@@ -150,7 +150,7 @@ pub(super) async fn lanes_status(
             let job = live
                 .get(&id)
                 .cloned()
-                .or_else(|| key_field.and_then(|field| body_field(body, field)))
+                .or_else(|| key_field.and_then(|field| spot_worker_command::key_of(body, field)))
                 .or_else(|| envelope.key.clone())
                 .unwrap_or_else(|| id.clone());
             let known = started.get(&job);
@@ -215,18 +215,6 @@ impl Parts {
 /// copy is stale, and says nothing of where the job is.
 fn waits(record: &LaneRecord, message: &str, generation: u32) -> bool {
     record.message == message || generation > record.generation
-}
-
-/// The string (or number) field `field` of a JSON body.
-fn body_field(body: &[u8], field: &str) -> Option<String> {
-    match serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get(field)?
-    {
-        serde_json::Value::String(text) if !text.is_empty() => Some(text.clone()),
-        serde_json::Value::Number(number) => Some(number.to_string()),
-        _ => None,
-    }
 }
 
 /// The job's progress as of its last save, from its checkpoint's stamp.
