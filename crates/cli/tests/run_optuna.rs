@@ -63,6 +63,40 @@ fn programs(python: &Path, script: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// The checkpoint interval the running program was handed
+/// (`SPOT_WORKER_CHECKPOINT_INTERVAL`, seconds), read from its
+/// environment.
+fn interval_handed(python: &Path, script: &Path) -> f64 {
+    let pids = programs(python, script);
+    assert_eq!(pids.len(), 1, "one program runs: {pids:?}");
+    let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+    environ
+        .split(|byte| *byte == 0)
+        .find_map(|entry| entry.strip_prefix(b"SPOT_WORKER_CHECKPOINT_INTERVAL="))
+        .and_then(|value| std::str::from_utf8(value).ok()?.parse().ok())
+        .expect("the program has SPOT_WORKER_CHECKPOINT_INTERVAL")
+}
+
+/// The number logged as `name=` in `line`.
+fn field(line: &str, name: &str) -> f64 {
+    let at = line
+        .find(&format!(" {name}="))
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+        + name.len()
+        + 2;
+    line[at..]
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .next()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{name} is not a number in {line}"))
+}
+
+/// The longest a save of the study's database may cost the job for
+/// Daly's interval at the default eviction rate (0.05 an hour) to be at
+/// most 2 minutes: √(2 · 0.1 s · 72,000 s) = 120 s. A database charged its
+/// age (seconds, as before) gets 5 minutes and more.
+const MAX_INTERVAL_S: f64 = 120.0;
+
 /// Waits (bounded) until `runner`'s log has a line with every one of
 /// `parts` after `after` such lines; how many it has then.
 async fn until_count(runner: &Runner, parts: &[&str], after: usize) -> usize {
@@ -118,16 +152,20 @@ async fn the_optuna_example_survives_two_evictions_and_a_crash_with_every_trial_
     let settings = [("SPOT_WORKER_VISIBILITY_TIMEOUT", "5s")];
     let runner = |vm: &RunningEmulator| world.runner_of(vm, &[], &command, &[], &settings);
 
+    let mut intervals = Vec::new();
     let a = runner(&world.emulator);
     mid_trial(&a).await;
+    intervals.push(interval_handed(&python, &script));
     evict(&world.emulator, a).await;
 
     let b = runner(&world.other_vm);
     mid_trial(&b).await;
+    intervals.push(interval_handed(&python, &script));
     evict(&world.other_vm, b).await;
 
     let mut c = runner(&third_vm);
     mid_trial(&c).await;
+    intervals.push(interval_handed(&python, &script));
     let pids = programs(&python, &script);
     assert_eq!(pids.len(), 1, "one program runs: {pids:?}");
     // SAFETY: signals the program this test's runner started.
@@ -152,5 +190,31 @@ async fn the_optuna_example_survives_two_evictions_and_a_crash_with_every_trial_
     assert_eq!(result["best_x"], 7, "{result}");
     // The trials cut short were failed and run again, not lost or counted.
     assert!(result["failed"].as_u64().unwrap() >= 1, "{result}");
-    eprintln!("result: {result}");
+    // The interval handed to each delivery is Daly's for what a save of
+    // a live database costs the job (tens of milliseconds: its backup),
+    // not for the database's age.
+    assert!(
+        intervals.iter().all(|&interval| interval <= MAX_INTERVAL_S),
+        "intervals handed {intervals:?} s"
+    );
+    // Where the job's time went, by the finishing delivery: saving a
+    // database costs the program nothing it waits for, so checkpointing is
+    // a small share (it was more than half, its age counted as a write).
+    let finished = c
+        .log
+        .line(&["job finished: where its time went"])
+        .unwrap_or_else(|| panic!("the job's goodput is logged:\n{log}"));
+    let [useful, redone, checkpointing, waiting] =
+        ["useful_s", "redone_s", "checkpointing_s", "waiting_s"].map(|name| field(&finished, name));
+    let total = useful + redone + checkpointing + waiting;
+    assert!(
+        checkpointing <= 0.05 * total,
+        "checkpointing {checkpointing} s of {total} s: {finished}"
+    );
+    // Three interruptions, each mid-trial: what each lost is at most the
+    // trial cut short (OPTUNA_TRIAL_SECONDS, 0.5 s, since its start's
+    // commit) and the runner's reaction, never more.
+    assert!(redone <= 3.0 * (0.5 + 0.5), "redone {redone} s: {finished}");
+    assert_eq!(field(&finished, "deliveries"), 4.0, "{finished}");
+    eprintln!("result: {result}; intervals handed {intervals:?} s; {finished}");
 }

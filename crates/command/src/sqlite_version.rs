@@ -21,7 +21,7 @@ use std::fs::Metadata;
 use std::io::Read as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
@@ -287,6 +287,9 @@ fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
         });
     }
     let source = database.on_disk();
+    // Before a connection of the runner's may roll a hot journal back
+    // (which writes the file): the time of the program's last write.
+    let before = last_commit(&source);
     let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NOFOLLOW
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -297,11 +300,24 @@ fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX;
             // A copy a failed try left is written over.
             let _ = std::fs::remove_file(copy);
+            // Opened for writing, the runner's connection may have
+            // written the file itself: the time before it stands.
             backup_from(&source, read_write, copy, &database.path)
+                .map(|under_lock| earliest(before, under_lock))
         }
         done => done,
     };
-    done?;
+    let committed = done?;
+    // The copy is dated by the last commit it holds, not by the backup:
+    // what saving it keeps of the program's work is its work up to that
+    // commit (`write_time.rs`), and the work since is lost if the program
+    // dies now.
+    if let Some(committed) = committed {
+        std::fs::File::options()
+            .write(true)
+            .open(copy)?
+            .set_modified(committed)?;
+    }
     // The file read must be the one found: a link swapped in meanwhile
     // would have had the runner read what is not the program's.
     if !database.still_there() {
@@ -312,33 +328,81 @@ fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
     Ok(())
 }
 
+/// The time of the last commit to the database at `source`: the latest
+/// modification of the file and of its write-ahead log (a commit in WAL
+/// mode writes only the log). `None` if neither can be read.
+fn last_commit(source: &Path) -> Option<SystemTime> {
+    let mut wal = source.as_os_str().to_owned();
+    wal.push("-wal");
+    [source, Path::new(&wal)]
+        .into_iter()
+        .filter_map(|path| std::fs::symlink_metadata(path).ok()?.modified().ok())
+        .max()
+}
+
+/// The earlier of two times, either of which may be unknown.
+fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether SQLite said the database is locked by another connection.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Backs the database at `source` up into `copy` under one read
+/// transaction of the runner's, and returns the time of the last commit
+/// that version holds, read under that transaction ([`last_commit`]): in
+/// rollback-journal mode no commit can land while it is held, in WAL mode
+/// one landing meanwhile dates the version at most that late.
 fn backup_from(
     source: &Path,
     flags: OpenFlags,
     copy: &Path,
     path: &str,
-) -> Result<(), BackupError> {
+) -> Result<Option<SystemTime>, BackupError> {
     let sqlite = |source| BackupError::Sqlite {
         path: path.to_owned(),
         source,
     };
     let from = Connection::open_with_flags(source, flags).map_err(sqlite)?;
+    let mut waits = BUSY_WAITS.iter();
+    let busy = || BackupError::Busy {
+        path: path.to_owned(),
+        tries: BUSY_WAITS.len() + 1,
+    };
+    // The read transaction the backup then copies in (it uses one that
+    // its source connection holds), taken by a first read.
+    from.execute_batch("BEGIN").map_err(sqlite)?;
+    loop {
+        match from.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+            row.get::<_, i64>(0)
+        }) {
+            Ok(_) => break,
+            Err(error) if is_busy(&error) => match waits.next() {
+                Some(wait) => std::thread::sleep(*wait),
+                None => return Err(busy()),
+            },
+            Err(error) => return Err(sqlite(error)),
+        }
+    }
+    let committed = last_commit(source);
     let mut to = Connection::open(copy).map_err(sqlite)?;
     let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
-    let mut waits = BUSY_WAITS.iter();
     loop {
         // All pages in one step: one read transaction, one version.
         match backup.step(-1).map_err(sqlite)? {
-            StepResult::Done => return Ok(()),
+            StepResult::Done => return Ok(committed),
             StepResult::More => {}
             _busy_or_locked => match waits.next() {
                 Some(wait) => std::thread::sleep(*wait),
-                None => {
-                    return Err(BackupError::Busy {
-                        path: path.to_owned(),
-                        tries: BUSY_WAITS.len() + 1,
-                    });
-                }
+                None => return Err(busy()),
             },
         }
     }
@@ -407,6 +471,39 @@ mod tests {
             let copy = copy.clone();
             drop(copies);
             assert!(!copy.exists());
+            drop(live);
+        }
+    }
+
+    /// The copy is dated by the last commit it holds (the database's, or
+    /// in WAL mode its log's, last write), not by the backup: saving it
+    /// keeps the program's work up to that commit, no later.
+    #[test]
+    fn a_copy_is_dated_by_the_last_commit_it_holds() {
+        let old = std::time::SystemTime::now() - Duration::from_secs(100);
+        for wal in [false, true] {
+            let checkpoint = tempfile::tempdir().unwrap();
+            let scratch = tempfile::tempdir().unwrap();
+            let path = checkpoint.path().join("db");
+            let live = database(&path, wal);
+            let mut last = old;
+            for file in ["db", "db-wal"] {
+                let Ok(file) = std::fs::File::options()
+                    .write(true)
+                    .open(checkpoint.path().join(file))
+                else {
+                    continue;
+                };
+                file.set_modified(last).unwrap();
+                last += Duration::from_secs(10);
+            }
+            let committed = last - Duration::from_secs(10);
+            let roots = CheckpointFiles::dir(checkpoint.path());
+            let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+            let copy = &copies.databases[0].1;
+            let modified = std::fs::metadata(copy).unwrap().modified().unwrap();
+            assert_eq!(modified, committed, "wal {wal}");
+            assert_eq!(rows(copy), [1, 2], "wal {wal}");
             drop(live);
         }
     }
