@@ -9,9 +9,12 @@
 //!
 //! A database is told by its first 16 bytes ("SQLite format 3\0"), not its
 //! name. The backup reads through a connection of the runner's, opened
-//! read-only: in WAL mode the program's writes go on meanwhile; in
-//! rollback-journal mode a commit waits while the copy is read
-//! (docs/command.md, "A SQLite database"). A database locked by a commit
+//! read-only: in WAL mode the program's writes go on meanwhile, and the
+//! copy is made in one step; in rollback-journal mode a commit waits while
+//! a step reads, so the copy is made [`STEP_PAGES`] pages at a time, begun
+//! again by SQLite when the program commits between two steps, and made in
+//! one step only after [`STEPWISE_TRIES`] such beginnings (docs/command.md,
+//! "A SQLite database"). A database locked by a commit
 //! is tried again a few times, a little later each time
 //! ([`BUSY_WAITS`]); one that cannot be backed up is an error the save
 //! reports, never passed over.
@@ -290,6 +293,22 @@ fn backup_from(
     };
     let from = Connection::open_with_flags(source, flags).map_err(sqlite)?;
     let mut to = Connection::open(copy).map_err(sqlite)?;
+    // The copy is the runner's scratch, read once and deleted: neither
+    // synced nor journaled, since its last step (which commits it) holds
+    // the program's commits for as long as that takes.
+    to.execute_batch("PRAGMA synchronous = off; PRAGMA journal_mode = off;")
+        .map_err(sqlite)?;
+    // In WAL mode a reader holds no writer: one step, one version, at no
+    // cost to the program. In rollback-journal mode a step holds the
+    // program's commits while it reads, so the copy is made in steps.
+    // A database locked by a commit cannot say (only rollback-journal mode
+    // locks out readers): it is stepped through, locks waited for there.
+    let wal = from
+        .pragma_query_value(None, "journal_mode", |row| row.get::<_, String>(0))
+        .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"));
+    if !wal && stepwise(&from, &mut to, path)? == Stepwise::Copied {
+        return Ok(());
+    }
     let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
     let mut waits = BUSY_WAITS.iter();
     loop {
@@ -305,6 +324,69 @@ fn backup_from(
                         tries: BUSY_WAITS.len() + 1,
                     });
                 }
+            },
+        }
+    }
+}
+
+/// How many pages a step of a stepwise copy reads (256 KiB of 4 KiB
+/// pages): the longest a commit of the program's waits for it.
+pub const STEP_PAGES: i32 = 64;
+
+/// How many times a stepwise copy is begun, each begun again by SQLite
+/// when the program commits meanwhile, before the copy is made in one
+/// step instead (a database committed to faster than it can be stepped
+/// through).
+pub const STEPWISE_TRIES: usize = 4;
+
+/// How a stepwise copy ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Stepwise {
+    /// Every page copied, with no commit between the first step and the
+    /// last: one version.
+    Copied,
+    /// Begun again [`STEPWISE_TRIES`] times, or locked at every wait: to
+    /// be made in one step.
+    GaveUp,
+}
+
+/// Copies `from` into `to` [`STEP_PAGES`] pages at a time, the read lock
+/// let go between steps so that the program's commits wait for one step
+/// at most. A commit by the program between two steps makes SQLite begin
+/// the copy again from its first page (so what is copied is still one
+/// version); that happens at most [`STEPWISE_TRIES`] times.
+fn stepwise(from: &Connection, to: &mut Connection, path: &str) -> Result<Stepwise, BackupError> {
+    let sqlite = |source| BackupError::Sqlite {
+        path: path.to_owned(),
+        source,
+    };
+    let backup = Backup::new(from, to).map_err(sqlite)?;
+    let mut begun = 1;
+    let mut copied_before = 0;
+    let mut busy = 0;
+    loop {
+        match backup.step(STEP_PAGES).map_err(sqlite)? {
+            StepResult::Done => return Ok(Stepwise::Copied),
+            StepResult::More => {
+                busy = 0;
+                let progress = backup.progress();
+                let copied = progress.pagecount - progress.remaining;
+                // Fewer pages copied than before: begun again.
+                if copied <= copied_before {
+                    begun += 1;
+                    if begun > STEPWISE_TRIES {
+                        return Ok(Stepwise::GaveUp);
+                    }
+                }
+                copied_before = copied;
+            }
+            // The program is committing: it takes a few milliseconds.
+            _busy_or_locked => match BUSY_WAITS.get(busy) {
+                Some(wait) => {
+                    busy += 1;
+                    std::thread::sleep(*wait);
+                }
+                None => return Ok(Stepwise::GaveUp),
             },
         }
     }
