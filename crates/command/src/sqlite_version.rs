@@ -292,12 +292,6 @@ fn backup_from(
         source,
     };
     let from = Connection::open_with_flags(source, flags).map_err(sqlite)?;
-    let mut to = Connection::open(copy).map_err(sqlite)?;
-    // The copy is the runner's scratch, read once and deleted: neither
-    // synced nor journaled, since its last step (which commits it) holds
-    // the program's commits for as long as that takes.
-    to.execute_batch("PRAGMA synchronous = off; PRAGMA journal_mode = off;")
-        .map_err(sqlite)?;
     // In WAL mode a reader holds no writer: one step, one version, at no
     // cost to the program. In rollback-journal mode a step holds the
     // program's commits while it reads, so the copy is made in steps.
@@ -306,9 +300,16 @@ fn backup_from(
     let wal = from
         .pragma_query_value(None, "journal_mode", |row| row.get::<_, String>(0))
         .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"));
-    if !wal && stepwise(&from, &mut to, path)? == Stepwise::Copied {
-        return Ok(());
+    if !wal {
+        let mut to = scratch_copy(copy).map_err(sqlite)?;
+        if stepwise(&from, &mut to, path)? == Stepwise::Copied {
+            return Ok(());
+        }
+        // Unjournaled, a copy given up halfway is no database: begun anew.
+        drop(to);
+        std::fs::remove_file(copy)?;
     }
+    let mut to = scratch_copy(copy).map_err(sqlite)?;
     let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
     let mut waits = BUSY_WAITS.iter();
     loop {
@@ -327,6 +328,16 @@ fn backup_from(
             },
         }
     }
+}
+
+/// Opens the copy, made anew at `copy`. It is the runner's scratch, read
+/// once and deleted: neither synced nor journaled, since the last step of a
+/// backup (which commits the copy) holds the program's commits for as long
+/// as that takes.
+fn scratch_copy(copy: &Path) -> rusqlite::Result<Connection> {
+    let to = Connection::open(copy)?;
+    to.execute_batch("PRAGMA synchronous = off; PRAGMA journal_mode = off;")?;
+    Ok(to)
 }
 
 /// How many pages a step of a stepwise copy reads (256 KiB of 4 KiB
@@ -499,5 +510,68 @@ mod tests {
         live.execute_batch("COMMIT").unwrap();
         let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
         assert_eq!(rows(&copies.databases[0].1), [1, 2, 3]);
+    }
+
+    /// A program that commits faster than its database can be stepped
+    /// through (every 2 ms): the stepwise copy is given up after [`STEPWISE_TRIES`]
+    /// beginnings and the copy made in one step, whole (a copy given up
+    /// halfway, unjournaled, is not read).
+    #[test]
+    fn a_database_committed_to_without_pause_is_copied_in_one_step() {
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let db = checkpoint.path().join("db");
+        let live = database(&db, false);
+        // Many more pages than a step.
+        live.execute(
+            "WITH RECURSIVE k(n) AS (SELECT 3 UNION ALL SELECT n + 1 FROM k WHERE n < 2000)
+             INSERT INTO t SELECT n FROM k",
+            (),
+        )
+        .unwrap();
+        live.execute_batch(
+            "CREATE TABLE pad (b BLOB); INSERT INTO pad SELECT randomblob(3000) FROM t;",
+        )
+        .unwrap();
+        drop(live);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (db, stop) = (db.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let connection = Connection::open(db).unwrap();
+                connection.busy_timeout(Duration::from_secs(60)).unwrap();
+                // Short commits (no fsync): the database is free between.
+                connection
+                    .pragma_update(None, "synchronous", "off")
+                    .unwrap();
+                let mut n = 2000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    connection
+                        .execute("INSERT INTO t VALUES (?1)", (n,))
+                        .unwrap();
+                }
+            })
+        };
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let copied = (0..3).map(|_| {
+            let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+            let copy = Connection::open(&copies.databases[0].1).unwrap();
+            let check: String = copy
+                .query_row("PRAGMA integrity_check", (), |row| row.get(0))
+                .unwrap();
+            assert_eq!(check, "ok");
+            let (count, max): (i64, i64) = copy
+                .query_row("SELECT count(*), max(n) FROM t", (), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .unwrap();
+            assert_eq!(count, max, "rows 1..=N, as committed");
+            count
+        });
+        let counts: Vec<i64> = copied.collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(counts.iter().all(|count| *count >= 2000), "{counts:?}");
     }
 }
