@@ -517,7 +517,7 @@ mod tests {
     /// beginnings and the copy made in one step, whole (a copy given up
     /// halfway, unjournaled, is not read).
     #[test]
-    fn a_database_committed_to_without_pause_is_copied_in_one_step() {
+    fn a_database_committed_to_faster_than_it_can_be_stepped_through_is_copied_in_one_step() {
         let checkpoint = tempfile::tempdir().unwrap();
         let scratch = tempfile::tempdir().unwrap();
         let db = checkpoint.path().join("db");
