@@ -1,12 +1,12 @@
 //! What saving a live SQLite database costs: the database in a
 //! checkpoint directory, written continuously by a program's connection
-//! (a commit every 2 ms, each adding a row of 1 KiB, as a study or a log
-//! of work done grows), saved the way
+//! (a commit every 2 ms, or every `--commit-every MS`, each adding a row
+//! of 1 KiB, as a study or a log of work done grows), saved the way
 //! `spot-worker run` saves it — SQLite's online backup into a copy
 //! (`with_consistent_databases`), then the copy chunked and sent
 //! (`JobCheckpoint::save_files`) — over and over.
 //!
-//! `cargo bench --bench sqlite_save [-- --saves N] [-- --gigabyte]`
+//! `cargo bench --bench sqlite_save [-- --saves N] [-- --gigabyte] [-- --commit-every MS]`
 //! (`cargo test --bench sqlite_save -- --bench`: the same on the debug
 //! build). Under `cargo test --all-targets` it runs a smoke version.
 //!
@@ -45,6 +45,7 @@ const ADDED: usize = 1024;
 
 fn main() -> Result<()> {
     let args = BenchArgs::from_env();
+    let mut every = Duration::from_millis(2);
     let (mut saves, mut sizes) = if args.benchmarking() {
         (5, vec![10 * MB, 100 * MB])
     } else {
@@ -53,6 +54,9 @@ fn main() -> Result<()> {
     args.each_flag(|flag, value| {
         if flag == "--saves" {
             saves = value.parse()?;
+        }
+        if flag == "--commit-every" {
+            every = Duration::from_millis(value.parse()?);
         }
         Ok(())
     })?;
@@ -64,8 +68,9 @@ fn main() -> Result<()> {
         "--saves: at least 2 (the first sends everything)"
     );
     println!(
-        "live SQLite database save benchmark on {}",
-        bench::machine()
+        "live SQLite database save benchmark on {}, a commit every {} ms",
+        bench::machine(),
+        every.as_millis()
     );
     println!(
         "| database | mode | save, median | throughput | sent per save (after the first) | commit median / max, no save | commit median / max, saving | peak RSS |"
@@ -74,7 +79,7 @@ fn main() -> Result<()> {
     let runtime = bench::runtime()?;
     for size in sizes {
         for mode in ["delete", "wal"] {
-            case(&runtime, size, mode, saves)?;
+            case(&runtime, size, mode, saves, every)?;
         }
     }
     Ok(())
@@ -82,12 +87,18 @@ fn main() -> Result<()> {
 
 /// One database of `size` bytes in journal mode `mode`, saved `saves`
 /// times while written.
-fn case(runtime: &tokio::runtime::Runtime, size: u64, mode: &str, saves: usize) -> Result<()> {
+fn case(
+    runtime: &tokio::runtime::Runtime,
+    size: u64,
+    mode: &str,
+    saves: usize,
+    every: Duration,
+) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let scratch = tempfile::tempdir()?;
     let db = dir.path().join("state.db");
     fill(&db, mode, size)?;
-    let baseline = writing(&db, || {
+    let baseline = writing(&db, every, || {
         std::thread::sleep(Duration::from_secs(2));
         Ok(())
     })?;
@@ -98,7 +109,7 @@ fn case(runtime: &tokio::runtime::Runtime, size: u64, mode: &str, saves: usize) 
     let mut took = Vec::new();
     let mut sent = Vec::new();
     clear_peak_rss();
-    let during = writing(&db, || {
+    let during = writing(&db, every, || {
         for _ in 0..saves {
             let started = Instant::now();
             let (with, copies) = with_consistent_databases(&roots, scratch.path())?;
@@ -154,8 +165,12 @@ fn fill(db: &Path, mode: &str, size: u64) -> Result<()> {
 }
 
 /// Runs `meanwhile` while a connection of its own adds a row of 1 KiB
-/// every 2 ms, each its own commit; each commit's time.
-fn writing(db: &Path, meanwhile: impl FnOnce() -> Result<()>) -> Result<Vec<Duration>> {
+/// every `every`, each its own commit; each commit's time.
+fn writing(
+    db: &Path,
+    every: Duration,
+    meanwhile: impl FnOnce() -> Result<()>,
+) -> Result<Vec<Duration>> {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (db, stop) = (db.to_owned(), Arc::clone(&stop));
@@ -170,7 +185,7 @@ fn writing(db: &Path, meanwhile: impl FnOnce() -> Result<()>) -> Result<Vec<Dura
                     (ADDED as i64,),
                 )?;
                 times.push(started.elapsed());
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(every);
             }
             Ok(times)
         })

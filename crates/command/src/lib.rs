@@ -58,6 +58,7 @@ pub use reaper::{SWEEP_EVERY, reap_orphans, spawn_orphan_reaper};
 pub use save_cost::{VersionFile, Written, save_cost, written};
 pub use settle::{FIRST_RETRY, LONGEST_RETRY, REPORT_AFTER, retry_after};
 pub use sqlite_version::{
-    BUSY_WAITS, BackupError, COMPANIONS, Copies, SQLITE_HEADER, with_consistent_databases,
+    BUSY_WAITS, BackupError, COMPANIONS, Copies, SQLITE_HEADER, STEP_PAGES, STEPWISE_TRIES,
+    with_consistent_databases,
 };
 pub use write_time::Unmeasured;

@@ -9,9 +9,12 @@
 //!
 //! A database is told by its first 16 bytes ("SQLite format 3\0"), not its
 //! name. The backup reads through a connection of the runner's, opened
-//! read-only: in WAL mode the program's writes go on meanwhile; in
-//! rollback-journal mode a commit waits while the copy is read
-//! (docs/command.md, "A SQLite database"). A database locked by a commit
+//! read-only: in WAL mode the program's writes go on meanwhile, and the
+//! copy is made in one step; in rollback-journal mode a commit waits while
+//! a step reads, so the copy is made [`STEP_PAGES`] pages at a time, begun
+//! again by SQLite when the program commits between two steps, and made in
+//! one step only after [`STEPWISE_TRIES`] such beginnings (docs/command.md,
+//! "A SQLite database"). A database locked by a commit
 //! is tried again a few times, a little later each time
 //! ([`BUSY_WAITS`]); one that cannot be backed up is an error the save
 //! reports, never passed over.
@@ -372,6 +375,23 @@ fn backup_from(
         source,
     };
     let from = Connection::open_with_flags(source, flags).map_err(sqlite)?;
+    // In WAL mode a reader holds no writer: one step, one version, at no
+    // cost to the program. In rollback-journal mode a step holds the
+    // program's commits while it reads, so the copy is made in steps.
+    // A database locked by a commit cannot say (only rollback-journal mode
+    // locks out readers): it is stepped through, locks waited for there.
+    let wal = from
+        .pragma_query_value(None, "journal_mode", |row| row.get::<_, String>(0))
+        .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"));
+    if !wal {
+        let mut to = scratch_copy(copy).map_err(sqlite)?;
+        if let Stepwise::Copied { committed } = stepwise(&from, &mut to, source, path)? {
+            return Ok(committed);
+        }
+        // Unjournaled, a copy given up halfway is no database: begun anew.
+        drop(to);
+        std::fs::remove_file(copy)?;
+    }
     let mut waits = BUSY_WAITS.iter();
     let busy = || BackupError::Busy {
         path: path.to_owned(),
@@ -393,7 +413,7 @@ fn backup_from(
         }
     }
     let committed = last_commit(source);
-    let mut to = Connection::open(copy).map_err(sqlite)?;
+    let mut to = scratch_copy(copy).map_err(sqlite)?;
     let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
     loop {
         // All pages in one step: one read transaction, one version.
@@ -403,6 +423,89 @@ fn backup_from(
             _busy_or_locked => match waits.next() {
                 Some(wait) => std::thread::sleep(*wait),
                 None => return Err(busy()),
+            },
+        }
+    }
+}
+
+/// Opens the copy, made anew at `copy`. It is the runner's scratch, read
+/// once and deleted: neither synced nor journaled, since the last step of a
+/// backup (which commits the copy) holds the program's commits for as long
+/// as that takes.
+fn scratch_copy(copy: &Path) -> rusqlite::Result<Connection> {
+    let to = Connection::open(copy)?;
+    to.execute_batch("PRAGMA synchronous = off; PRAGMA journal_mode = off;")?;
+    Ok(to)
+}
+
+/// How many pages a step of a stepwise copy reads (256 KiB of 4 KiB
+/// pages): the longest a commit of the program's waits for it.
+pub const STEP_PAGES: i32 = 64;
+
+/// How many times a stepwise copy is begun, each begun again by SQLite
+/// when the program commits meanwhile, before the copy is made in one
+/// step instead (a database committed to faster than it can be stepped
+/// through).
+pub const STEPWISE_TRIES: usize = 4;
+
+/// How a stepwise copy ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Stepwise {
+    /// Every page copied, with no commit between the first step and the
+    /// last: one version, whose last commit was at `committed`.
+    Copied { committed: Option<SystemTime> },
+    /// Begun again [`STEPWISE_TRIES`] times, or locked at every wait: to
+    /// be made in one step.
+    GaveUp,
+}
+
+/// Copies `from` into `to` [`STEP_PAGES`] pages at a time, the read lock
+/// let go between steps so that the program's commits wait for one step
+/// at most. A commit by the program between two steps makes SQLite begin
+/// the copy again from its first page (so what is copied is still one
+/// version); that happens at most [`STEPWISE_TRIES`] times.
+fn stepwise(
+    from: &Connection,
+    to: &mut Connection,
+    source: &Path,
+    path: &str,
+) -> Result<Stepwise, BackupError> {
+    let sqlite = |source| BackupError::Sqlite {
+        path: path.to_owned(),
+        source,
+    };
+    let backup = Backup::new(from, to).map_err(sqlite)?;
+    let mut begun = 1;
+    let mut copied_before = 0;
+    let mut busy = 0;
+    loop {
+        // Read before each step: a commit landing after this read begins
+        // the copy again at the step, so the step that finishes it holds
+        // no commit later than this (one landing just before dates the
+        // version early, which counts more as redone, never less).
+        let committed = last_commit(source);
+        match backup.step(STEP_PAGES).map_err(sqlite)? {
+            StepResult::Done => return Ok(Stepwise::Copied { committed }),
+            StepResult::More => {
+                busy = 0;
+                let progress = backup.progress();
+                let copied = progress.pagecount - progress.remaining;
+                // Fewer pages copied than before: begun again.
+                if copied <= copied_before {
+                    begun += 1;
+                    if begun > STEPWISE_TRIES {
+                        return Ok(Stepwise::GaveUp);
+                    }
+                }
+                copied_before = copied;
+            }
+            // The program is committing: it takes a few milliseconds.
+            _busy_or_locked => match BUSY_WAITS.get(busy) {
+                Some(wait) => {
+                    busy += 1;
+                    std::thread::sleep(*wait);
+                }
+                None => return Ok(Stepwise::GaveUp),
             },
         }
     }
@@ -564,5 +667,68 @@ mod tests {
         live.execute_batch("COMMIT").unwrap();
         let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
         assert_eq!(rows(&copies.databases[0].1), [1, 2, 3]);
+    }
+
+    /// A program that commits faster than its database can be stepped
+    /// through (every 2 ms): the stepwise copy is given up after [`STEPWISE_TRIES`]
+    /// beginnings and the copy made in one step, whole (a copy given up
+    /// halfway, unjournaled, is not read).
+    #[test]
+    fn a_database_committed_to_faster_than_it_can_be_stepped_through_is_copied_in_one_step() {
+        let checkpoint = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let db = checkpoint.path().join("db");
+        let live = database(&db, false);
+        // Many more pages than a step.
+        live.execute(
+            "WITH RECURSIVE k(n) AS (SELECT 3 UNION ALL SELECT n + 1 FROM k WHERE n < 2000)
+             INSERT INTO t SELECT n FROM k",
+            (),
+        )
+        .unwrap();
+        live.execute_batch(
+            "CREATE TABLE pad (b BLOB); INSERT INTO pad SELECT randomblob(3000) FROM t;",
+        )
+        .unwrap();
+        drop(live);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (db, stop) = (db.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let connection = Connection::open(db).unwrap();
+                connection.busy_timeout(Duration::from_secs(60)).unwrap();
+                // Short commits (no fsync): the database is free between.
+                connection
+                    .pragma_update(None, "synchronous", "off")
+                    .unwrap();
+                let mut n = 2000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    connection
+                        .execute("INSERT INTO t VALUES (?1)", (n,))
+                        .unwrap();
+                }
+            })
+        };
+        let roots = CheckpointFiles::dir(checkpoint.path());
+        let copied = (0..3).map(|_| {
+            let (_, copies) = with_consistent_databases(&roots, scratch.path()).unwrap();
+            let copy = Connection::open(&copies.databases[0].1).unwrap();
+            let check: String = copy
+                .query_row("PRAGMA integrity_check", (), |row| row.get(0))
+                .unwrap();
+            assert_eq!(check, "ok");
+            let (count, max): (i64, i64) = copy
+                .query_row("SELECT count(*), max(n) FROM t", (), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .unwrap();
+            assert_eq!(count, max, "rows 1..=N, as committed");
+            count
+        });
+        let counts: Vec<i64> = copied.collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(counts.iter().all(|count| *count >= 2000), "{counts:?}");
     }
 }

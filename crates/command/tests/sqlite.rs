@@ -228,3 +228,119 @@ async fn every_version_of_a_live_wal_database_is_one_it_committed() {
     )
     .await;
 }
+
+/// Makes a database of `pages` pages of 4 KiB in rollback-journal mode.
+fn filled(db: &Path, pages: u32) -> rusqlite::Connection {
+    let connection = rusqlite::Connection::open(db).unwrap();
+    connection
+        .execute_batch(
+            "PRAGMA journal_mode = delete; PRAGMA synchronous = off;
+             CREATE TABLE t (n INTEGER PRIMARY KEY, pad BLOB);",
+        )
+        .unwrap();
+    connection
+        .execute(
+            "WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < ?1)
+             INSERT INTO t (pad) SELECT randomblob(3000) FROM k",
+            (pages,),
+        )
+        .unwrap();
+    connection
+}
+
+/// How long SQLite's backup takes to copy `db` in one step (the hold the
+/// program's commits saw before copies were made in steps): the median
+/// of three, on this machine, now.
+fn one_step_copy(db: &Path) -> Duration {
+    let mut times: Vec<Duration> = (0..3)
+        .map(|_| {
+            let into = tempfile::tempdir().unwrap();
+            let from = rusqlite::Connection::open(db).unwrap();
+            let mut to = rusqlite::Connection::open(into.path().join("copy")).unwrap();
+            // As the runner makes its copies: not synced, not journaled.
+            to.execute_batch("PRAGMA synchronous = off; PRAGMA journal_mode = off;")
+                .unwrap();
+            let started = std::time::Instant::now();
+            let backup = rusqlite::backup::Backup::new(&from, &mut to).unwrap();
+            assert_eq!(backup.step(-1).unwrap(), rusqlite::backup::StepResult::Done);
+            started.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[1]
+}
+
+/// In rollback-journal mode a copy made in one step holds every commit
+/// that comes meanwhile for the whole copy; made in steps, a commit waits
+/// for one step. The program here commits a row every 50 ms (or every
+/// three one-step copies' time, on a machine slow enough that 50 ms would
+/// not leave room for a copy between commits) while its database of
+/// 8192 pages is saved again and again: no commit waits half as long as a
+/// one-step copy takes (measured here, now; a step is 1/128 of it), and
+/// every copy holds rows the program committed, in order.
+#[test]
+fn a_rollback_journal_database_holds_a_commit_for_a_step_not_a_copy() {
+    let checkpoint = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let db = checkpoint.path().join("state.db");
+    drop(filled(&db, 8192));
+    let copy = one_step_copy(&db);
+    let period = (copy * 3).max(Duration::from_millis(50));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let connection = rusqlite::Connection::open(db).unwrap();
+            connection
+                .pragma_update(None, "synchronous", "off")
+                .unwrap();
+            // Tries again every millisecond: what it waits is the hold.
+            connection
+                .busy_handler(Some(|_tries| {
+                    std::thread::sleep(Duration::from_millis(1));
+                    true
+                }))
+                .unwrap();
+            let mut times = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                connection
+                    .execute("INSERT INTO t (pad) VALUES (randomblob(1000))", ())
+                    .unwrap();
+                times.push(started.elapsed());
+                std::thread::sleep(period);
+            }
+            times
+        })
+    };
+    let roots = CheckpointFiles::dir(checkpoint.path());
+    let mut rows = Vec::new();
+    // Saves back to back for 24 of the program's commits.
+    let saving = std::time::Instant::now();
+    while saving.elapsed() < period * 24 {
+        let (_, copies) =
+            spot_worker_command::with_consistent_databases(&roots, scratch.path()).unwrap();
+        let copied = rusqlite::Connection::open(&copies.databases[0].1).unwrap();
+        let (count, max): (i64, i64) = copied
+            .query_row("SELECT count(*), max(n) FROM t", (), |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(count, max, "a copy whose rows are not all committed ones");
+        rows.push(count);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let times = writer.join().unwrap();
+    assert!(rows.windows(2).all(|pair| pair[0] <= pair[1]), "{rows:?}");
+    assert!(
+        rows.last() > rows.first(),
+        "no copy saw a new commit: {rows:?}"
+    );
+    let longest = times.iter().max().unwrap();
+    assert!(
+        *longest < copy / 2,
+        "a commit waited {longest:?}; a one-step copy takes {copy:?} ({} commits, {} copies)",
+        times.len(),
+        rows.len()
+    );
+}
