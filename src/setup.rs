@@ -16,8 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_azure::{
-    AccountEndpoints, AzureStorage, CredentialSettings, Credentials, StorageConfig,
+    AccountEndpoints, ArmScaleInProtection, AzureStorage, CredentialSettings, Credentials,
+    StorageConfig, TokenCredential,
 };
+use spot_worker_imds::{ImdsClient, ImdsConfig};
 use spot_worker_runtime::settings::{SettingError, Source, table};
 use spot_worker_runtime::{ConfigError, Worker, WorkerConfig};
 use spot_worker_telemetry::{self as telemetry, Telemetry, TelemetryConfig, TelemetryError};
@@ -44,6 +46,9 @@ pub enum SetupError {
     /// message is part of this one, as for `Telemetry`).
     #[error("storage: {0}")]
     Storage(spot_worker_azure::StorageConfigError),
+    /// `SPOT_WORKER_SCALE_IN_PROTECTION` is on but cannot be set up.
+    #[error("scale-in protection: {0}")]
+    ScaleInProtection(String),
     /// `SPOT_WORKER_STORAGE_ACCOUNT_URL` does not name a storage account.
     #[error("{STORAGE_ACCOUNT_URL_ENV}={value:?} is invalid: {reason}")]
     AccountUrl {
@@ -106,6 +111,8 @@ pub struct Setup {
     /// Until a worker takes it; then `None`, and dropping has nothing left
     /// to flush.
     telemetry: Option<Telemetry>,
+    /// As [`AzureSetup`]'s.
+    scale_in: ScaleIn,
 }
 
 impl Setup {
@@ -121,11 +128,16 @@ impl Setup {
     /// storage ([`AzureSetup::from_source`]).
     pub fn from_source(source: &Source) -> Result<Self, SetupError> {
         let telemetry = telemetry::init(TelemetryConfig::from_source(source)?)?;
-        let AzureSetup { config, storage } = AzureSetup::from_source(source)?;
+        let AzureSetup {
+            config,
+            storage,
+            scale_in,
+        } = AzureSetup::from_source(source)?;
         Ok(Setup {
             config,
             storage,
             telemetry: Some(telemetry),
+            scale_in,
         })
     }
 
@@ -133,7 +145,7 @@ impl Setup {
     /// telemetry (which it flushes when it stops) and owning the process
     /// ([`Worker::owning_the_process`]): a `Setup` is made once per process.
     pub fn worker(mut self) -> Result<Worker, SetupError> {
-        let worker = worker_on(&self.config, &self.storage)?.owning_the_process();
+        let worker = worker_on(&self.config, &self.storage, &self.scale_in)?.owning_the_process();
         Ok(match self.telemetry.take() {
             Some(telemetry) => worker.with_telemetry(telemetry),
             None => worker,
@@ -159,7 +171,14 @@ pub struct AzureSetup {
     /// The storage account (queues, checkpoints, and any containers the
     /// application needs, e.g. for results).
     pub storage: AzureStorage,
+    /// With `SPOT_WORKER_SCALE_IN_PROTECTION`: the identity that protects
+    /// this VM from scale-in, and the idle grace.
+    scale_in: ScaleIn,
 }
+
+/// With `SPOT_WORKER_SCALE_IN_PROTECTION`: the identity that protects this
+/// VM from scale-in, and the idle grace.
+type ScaleIn = Option<(Arc<dyn TokenCredential>, Duration)>;
 
 impl AzureSetup {
     /// Reads the settings from the environment and the `SPOT_WORKER_CONFIG`
@@ -215,8 +234,25 @@ impl AzureSetup {
             credential = credentials.kind(),
             "storage credentials chosen"
         );
+        let scale_in = if source.get(&table::SCALE_IN_PROTECTION)? {
+            // The identity that reaches storage by token, else the VM's
+            // managed identity (storage by connection string).
+            let credential = match credentials.token_credential() {
+                Some(credential) => credential,
+                None => Credentials::managed_identity_credential(
+                    client_id.as_deref().map(str::to_owned),
+                )?,
+            };
+            Some((credential, source.get(&table::SCALE_IN_IDLE_GRACE)?))
+        } else {
+            None
+        };
         let storage = AzureStorage::new(adjust(StorageConfig::new(credentials)))?;
-        Ok(AzureSetup { config, storage })
+        Ok(AzureSetup {
+            config,
+            storage,
+            scale_in,
+        })
     }
 
     /// A worker on the configured queue (its lane's, with lanes:
@@ -228,13 +264,17 @@ impl AzureSetup {
     /// keeper's turns taken by a lease in the checkpoint container. Missing
     /// queues and containers are created by the warmup gate.
     pub fn worker(&self) -> Result<Worker, SetupError> {
-        worker_on(&self.config, &self.storage)
+        worker_on(&self.config, &self.storage, &self.scale_in)
     }
 }
 
 /// A worker configured by `config` on the queues and containers it names in
 /// `storage`.
-fn worker_on(config: &WorkerConfig, storage: &AzureStorage) -> Result<Worker, SetupError> {
+fn worker_on(
+    config: &WorkerConfig,
+    storage: &AzureStorage,
+    scale_in: &ScaleIn,
+) -> Result<Worker, SetupError> {
     let consumed = config.consumed_queue();
     let queue = storage.queue(consumed)?;
     // One poison queue for both lanes: the operator's poison commands see
@@ -246,14 +286,23 @@ fn worker_on(config: &WorkerConfig, storage: &AzureStorage) -> Result<Worker, Se
     let worker = Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))
         .with_checkpoints(checkpoints.clone())
         .with_poison_bodies(Arc::new(poison_bodies));
-    Ok(match &config.lanes.regular_queue {
+    let worker = match &config.lanes.regular_queue {
         Some(regular) => worker.with_lanes(
             Arc::new(storage.queue(&config.queue)?),
             Arc::new(storage.queue(regular)?),
             checkpoints,
         ),
         None => worker,
-    })
+    };
+    let Some((credential, idle_grace)) = scale_in else {
+        return Ok(worker);
+    };
+    // This VM's instance is read from instance metadata on the first call.
+    let imds = ImdsClient::new(ImdsConfig::default().with_endpoint(config.imds.endpoint.clone()))
+        .map_err(|e| SetupError::ScaleInProtection(e.to_string()))?;
+    let target = ArmScaleInProtection::from_imds(imds, Arc::clone(credential))
+        .map_err(|e| SetupError::ScaleInProtection(e.to_string()))?;
+    Ok(worker.with_scale_in_protection(Arc::new(target), *idle_grace))
 }
 
 /// What the account URL must look like, for error messages.

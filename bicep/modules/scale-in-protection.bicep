@@ -1,10 +1,12 @@
 // The workers' right to protect their own VM from scale-in (issue 39;
-// bicep/README.md, "Instance protection"): a custom role with only the read
-// and write of a scale set's VM instances (the write sets
-// properties.protectionPolicy.protectFromScaleIn), assigned to the workers'
-// identity on each scale set, not on the resource group. No delete, no write
-// of the scale set itself. Deployed only with scaleInProtection = true: the
-// worker side is being built, and an unused right is not granted.
+// bicep/README.md, "Instance protection"): a custom role with only the write
+// of a scale set's VM instances (the worker's one call, a PUT that sets
+// properties.protectionPolicy.protectFromScaleIn; it never reads the
+// instance back: a starting worker clears the flag instead), assigned to the
+// workers' identity on each scale set, not on the resource group. No read,
+// no delete, no write of the scale set itself. Deployed only with
+// scaleInProtection = true (the worker's SPOT_WORKER_SCALE_IN_PROTECTION).
+// crates/azure/tests/arm reads the actions below for its stand-in of ARM.
 
 param namePrefix string
 
@@ -30,7 +32,6 @@ resource protector 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
     permissions: [
       {
         actions: [
-          'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read'
           'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write'
         ]
         notActions: []

@@ -87,6 +87,25 @@ impl Credentials {
         })
     }
 
+    /// The token credential, if these credentials are one (not a
+    /// connection string): the same identity may then call Azure Resource
+    /// Manager (scale-in protection).
+    pub fn token_credential(&self) -> Option<Arc<dyn TokenCredential>> {
+        match self {
+            Credentials::Token { credential, .. } => Some(Arc::clone(credential)),
+            Credentials::ConnectionString(_) => None,
+        }
+    }
+
+    /// The VM's managed identity as a token credential (user-assigned when
+    /// `client_id` is given), for calls other than storage when storage is
+    /// reached with a connection string.
+    pub fn managed_identity_credential(
+        client_id: Option<String>,
+    ) -> Result<Arc<dyn TokenCredential>, StorageConfigError> {
+        Ok(ManagedIdentityTokens::new(client_id)?)
+    }
+
     /// The developer's `az login` session.
     pub fn azure_cli(endpoints: AccountEndpoints) -> Result<Self, StorageConfigError> {
         let credential =

@@ -40,7 +40,7 @@ pub(crate) fn describe(error: &azure_core::Error) -> String {
 
 /// `text` with every run of whitespace (newlines too) made one space, cut
 /// to `max` characters with `…`.
-fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if let Some((cut, _)) = line.char_indices().nth(max) {
         line.truncate(cut);

@@ -15,6 +15,8 @@
 //! - [`BlobCheckpointStore`] also implements
 //!   [`LeaseStore`](spot_worker_storage::LeaseStore) with Lease Blob, for
 //!   the lane keeper's turns.
+//! - [`ArmScaleInProtection`] keeps this VM out of a scale-in while it holds
+//!   work (`protectFromScaleIn` through Azure Resource Manager).
 //! - [`AzureStorage`] builds them from a [`StorageConfig`]: a connection
 //!   string (an account key signs short-lived account SAS tokens, since the
 //!   1.x crates have no shared-key auth), a managed identity, or the Azure CLI.
@@ -66,6 +68,7 @@ mod redact;
 mod result;
 mod result_blocks;
 mod sas;
+mod scale_in_protection;
 mod workload_identity;
 
 pub use checkpoint::BlobCheckpointStore;
@@ -78,6 +81,8 @@ pub use container::PROBE_PREFIX;
 /// checkpoints, and the write probe of `prepare` (deleted at once, left
 /// only by a worker that dies in between).
 pub const WORKER_RECORDS: [&str; 2] = [CHUNK_PREFIX, PROBE_PREFIX];
+/// The token credential type the credentials hand out (the Azure SDK's).
+pub use azure_core::credentials::TokenCredential;
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
 pub use config::{
     AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,
@@ -92,4 +97,8 @@ pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};
 pub use result::BlobResultStore;
 pub use sas::{AccountSasScope, SasError, sign_account_sas};
+pub use scale_in_protection::{
+    API_VERSION as SCALE_IN_PROTECTION_API_VERSION, ARM_SCOPE, ArmScaleInProtection, ArmSetupError,
+    arm_endpoint,
+};
 pub use workload_identity::WorkloadIdentity;

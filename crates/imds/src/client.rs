@@ -217,6 +217,18 @@ impl ImdsClient {
         crate::instance::vm_name(&body)
     }
 
+    /// This VM's place in its scale set from instance metadata, or `None`
+    /// when it is in none.
+    pub async fn scale_set_member(
+        &self,
+    ) -> Result<Option<crate::scale_set_member::ScaleSetMember>, ImdsError> {
+        let url = self.instance_url.clone();
+        let body = self
+            .send(Method::GET, url, None, self.config.request_timeout)
+            .await?;
+        crate::scale_set_member::scale_set_member(&body)
+    }
+
     /// Approves an event so Azure may start it before `NotBefore`.
     ///
     /// Reads the current document first, so that only an event that is

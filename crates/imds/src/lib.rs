@@ -5,7 +5,8 @@
 //! endpoint of the Instance Metadata Service. This crate reads it:
 //!
 //! - [`model`]: the document, typed, tolerant of values Azure adds later;
-//! - [`ImdsClient`]: fetches documents, learns this VM's name, approves events;
+//! - [`ImdsClient`]: fetches documents, learns this VM's name and its place
+//!   in its scale set ([`ScaleSetMember`]), approves events;
 //! - [`diff`]: turns two documents into [`Transition`]s (scheduled, started,
 //!   updated, completed, cancelled);
 //! - [`Watcher`]: polls forever, survives IMDS errors, reports its health;
@@ -21,6 +22,7 @@ mod instance;
 pub mod model;
 mod policy;
 mod retry;
+mod scale_set_member;
 mod transition;
 mod watcher;
 
@@ -34,5 +36,6 @@ pub use model::{
 };
 pub use policy::{FreezePolicy, Notice, NoticePolicy, NoticeSignal, deadline_for};
 pub use retry::{METADATA_RETRY_MAX_POLLS, metadata_retry_polls, retry_delay};
+pub use scale_set_member::ScaleSetMember;
 pub use transition::{Transition, TransitionKind, diff};
 pub use watcher::{RunningWatcher, Watcher, WatcherConfig, WatcherHealth};

@@ -16,9 +16,12 @@
 //! - `metered`: spans and metrics around the storage traits and the handler;
 //! - `store_health`: a refusing checkpoint store as readiness and a metric;
 //! - `rendezvous`: the workers on one VM, so none approves before all drained;
+//! - [`activity`]: how many messages the worker holds, one signal to
+//!   subscribe to;
 //! - [`scale_in_protection`]: this VM kept out of a scale-in while it holds work;
 //! - [`Worker`]: the lifecycle that ties them together.
 
+pub mod activity;
 mod after_drain;
 pub mod config;
 mod error;
@@ -31,6 +34,7 @@ pub mod shutdown;
 mod store_health;
 mod worker;
 
+pub use activity::WorkerActivity;
 pub use config::{
     DrainSettings, EXIT_MARGIN, ImdsSettings, LaneSettings, STOP_TIMEOUT, WorkerConfig,
 };

@@ -159,10 +159,13 @@ pub(crate) struct MeteredHandler<H> {
     pub(crate) inner: H,
     pub(crate) metrics: Metrics,
     pub(crate) queue: String,
+    /// Counts the handler as holding a message while it runs.
+    pub(crate) activity: crate::activity::WorkerActivity,
 }
 
 impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
     async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        let _held = self.activity.hold();
         let started = Instant::now();
         let result = self.inner.handle(job).await;
         if result.is_ok() {

@@ -133,6 +133,18 @@ impl ProtectionKeeper {
         }
     }
 
+    /// The worker holds `held` messages at `now` (the count of
+    /// [`WorkerActivity`](crate::activity::WorkerActivity)): the same as the
+    /// `taken` and `settled` calls that lead there.
+    pub fn observe(&mut self, held: usize, now: Instant) {
+        if held > 0 {
+            self.ever_busy = true;
+        } else if self.held > 0 {
+            self.idle_since = now;
+        }
+        self.held = held;
+    }
+
     /// What the worker is doing at `now`, as the decision sees it.
     pub fn activity(&self, now: Instant) -> Activity {
         if !self.ever_busy {
@@ -224,6 +236,70 @@ impl ProtectionKeeper {
             }
         }
         self.protected == Some(true)
+    }
+}
+
+/// How often an idle worker's keeper looks again without a change of
+/// activity: the release happens within this of the grace ending.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest the last release may take as the worker exits.
+pub const LAST_RELEASE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Keeps the VM's protection in step with `activity` (the count of held
+/// messages) until `stop` is cancelled, then releases it once (within
+/// [`LAST_RELEASE_WITHIN`]): a worker that drains or exits holds nothing to
+/// protect, and a VM left protected would be kept by every scale-in.
+/// Returns the keeper, whose [`ProtectionKeeper::protected`] says how it
+/// ended.
+pub async fn keep(
+    mut keeper: ProtectionKeeper,
+    mut activity: tokio::sync::watch::Receiver<usize>,
+    stop: tokio_util::sync::CancellationToken,
+) -> ProtectionKeeper {
+    loop {
+        let held = *activity.borrow_and_update();
+        let now = Instant::now();
+        keeper.observe(held, now);
+        keeper.reconcile(now).await;
+        let next = keeper
+            .retry_at()
+            .map_or(now + RECHECK_EVERY, |at| at.min(now + RECHECK_EVERY));
+        tokio::select! {
+            () = stop.cancelled() => break,
+            changed = activity.changed() => {
+                if changed.is_err() {
+                    // The worker is gone: nothing is held any more.
+                    break;
+                }
+            }
+            () = tokio::time::sleep_until(next) => {}
+        }
+    }
+    release_at_exit(&mut keeper).await;
+    keeper
+}
+
+/// The last release, bounded; a failure is logged (by the keeper) and said
+/// again here, since nothing will retry it.
+async fn release_at_exit(keeper: &mut ProtectionKeeper) {
+    if keeper.protected() == Some(false) {
+        return;
+    }
+    keeper.held = 0;
+    keeper.ever_busy = true;
+    keeper.idle_since = Instant::now()
+        .checked_sub(keeper.idle_grace)
+        .unwrap_or_else(Instant::now);
+    keeper.retry_at = None;
+    let released =
+        tokio::time::timeout(LAST_RELEASE_WITHIN, keeper.reconcile(Instant::now())).await;
+    if !matches!(released, Ok(false)) || keeper.protected() != Some(false) {
+        tracing::error!(
+            "this VM's scale-in protection could not be released as the worker exits; \
+             a scale-in will keep this VM until the protection is cleared \
+             (az vmss update --protect-from-scale-in false, or the next worker on it)"
+        );
     }
 }
 
@@ -392,6 +468,45 @@ mod tests {
         assert!(!keeper.reconcile(now).await);
         assert!(!keeper.release_stuck(now));
         assert_eq!(calls(&target), [true, false, false, false, false]);
+    }
+
+    /// Lets the keeper's task run until `target` has seen `n` calls
+    /// (bounded: the scripted target answers at once).
+    async fn until_calls(target: &Scripted, n: usize) {
+        for _ in 0..10_000 {
+            if calls(target).len() >= n {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the keeper made {:?}, not {n} calls", calls(target));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_running_keeper_follows_the_activity_and_releases_as_the_worker_exits() {
+        let (target, keeper, _) = keeper(vec![]);
+        let activity = crate::activity::WorkerActivity::default();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(keep(keeper, activity.subscribe(), stop.clone()));
+        // Starting: a protection left by a crash is cleared.
+        until_calls(&target, 1).await;
+        let held = activity.hold();
+        until_calls(&target, 2).await;
+        assert_eq!(calls(&target), [false, true]);
+        drop(held);
+        // Within the grace: still protected, no call.
+        tokio::time::sleep(GRACE / 2).await;
+        assert_eq!(calls(&target).len(), 2);
+        tokio::time::sleep(GRACE / 2 + RECHECK_EVERY).await;
+        until_calls(&target, 3).await;
+        assert_eq!(calls(&target), [false, true, false]);
+        // Busy again, then told to stop while holding: released once.
+        let _held = activity.hold();
+        until_calls(&target, 4).await;
+        stop.cancel();
+        let keeper = task.await.unwrap();
+        assert_eq!(calls(&target), [false, true, false, true, false]);
+        assert_eq!(keeper.protected(), Some(false));
     }
 
     #[tokio::test]

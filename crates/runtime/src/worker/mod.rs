@@ -47,6 +47,7 @@ use crate::metered::{
     settlement_observer,
 };
 use crate::rendezvous::Rendezvous;
+use crate::scale_in_protection::{Backoff, ProtectionKeeper, ScaleInProtection};
 use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 
 use finish::{Finished, final_step, wrong_vm_name};
@@ -138,6 +139,11 @@ pub struct Worker {
     /// running in the background; waited for (within a bound) at exit, so
     /// that an idle worker's quick drain does not cut it short.
     eviction_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How many messages the handler holds, for whoever follows busy and
+    /// idle periods.
+    activity: crate::activity::WorkerActivity,
+    /// This VM's protection from scale-in and the idle grace, if kept.
+    scale_in_protection: Option<(Arc<dyn ScaleInProtection>, Duration)>,
 }
 
 impl Worker {
@@ -168,6 +174,8 @@ impl Worker {
             switch_cost,
             spot_capacity: std::sync::OnceLock::new(),
             eviction_note: std::sync::Mutex::default(),
+            activity: crate::activity::WorkerActivity::default(),
+            scale_in_protection: None,
         }
     }
 
@@ -175,6 +183,25 @@ impl Worker {
     /// rests on ([`CheckpointCadence::view`]).
     pub fn cadence(&self) -> &Arc<CheckpointCadence> {
         &self.cadence
+    }
+
+    /// How many messages the handler holds (0: idle), as it changes: the
+    /// one signal of busy and idle periods ([`crate::activity`]).
+    pub fn activity(&self) -> watch::Receiver<usize> {
+        self.activity.subscribe()
+    }
+
+    /// Keeps this VM protected from scale-in while it holds work and until
+    /// it has been idle for `idle_grace`, through `target` (on a scale set:
+    /// `spot_worker_azure::ArmScaleInProtection`); released as the worker
+    /// exits ([`crate::scale_in_protection::keep`]).
+    pub fn with_scale_in_protection(
+        mut self,
+        target: Arc<dyn ScaleInProtection>,
+        idle_grace: Duration,
+    ) -> Self {
+        self.scale_in_protection = Some((target, idle_grace));
+        self
     }
 
     /// Serves the health endpoints on `listener` instead of binding
@@ -295,11 +322,15 @@ impl Worker {
             })
         });
         let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
+        let stop_protection = CancellationToken::new();
+        let protection_task = self.keep_scale_in_protection(&stop_protection);
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
         // Its last addition runs beside the approval and the telemetry flush.
         stop_ledger.cancel();
+        // Nothing is held any more: the VM may be scaled in.
+        stop_protection.cancel();
         // Stop polling before approving: IMDS allows 5 requests a second,
         // and the approval must not queue behind (or be throttled by) polls.
         if let Some(watcher) = watcher {
@@ -321,6 +352,10 @@ impl Worker {
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
+        if let Some(task) = protection_task {
+            // Bounded by its own timeout (`LAST_RELEASE_WITHIN`) and the exit's.
+            let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
+        }
         for task in [ledger_task, switch_cost_task].into_iter().flatten() {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
@@ -332,6 +367,24 @@ impl Worker {
         }
         health::stop(health_task, &stop_health).await;
         result
+    }
+
+    /// The scale-in protection keeper, running until `stop`, if kept.
+    fn keep_scale_in_protection(
+        &self,
+        stop: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let (target, idle_grace) = self.scale_in_protection.clone()?;
+        let keeper = ProtectionKeeper::new(
+            target,
+            idle_grace,
+            Backoff::default(),
+            tokio::time::Instant::now(),
+        );
+        let (activity, stop) = (self.activity.subscribe(), stop.clone());
+        Some(tokio::spawn(async move {
+            crate::scale_in_protection::keep(keeper, activity, stop).await;
+        }))
     }
 
     async fn serve_health(
@@ -523,6 +576,7 @@ impl Worker {
             inner: handler,
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
+            activity: self.activity.clone(),
         });
         let keeper = self.lane_keeper(&handler);
         let mut resumed = 0;
