@@ -353,8 +353,10 @@ impl Worker {
             tracing::warn!(%error, "flushing telemetry failed");
         }
         if let Some(task) = protection_task {
-            // Bounded by its own timeout (`LAST_RELEASE_WITHIN`) and the exit's.
-            let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
+            // Started above, beside the approval and the flush; bounded by
+            // its own timeout (`LAST_RELEASE_WITHIN`) and half the time
+            // left before the hard deadline: an ARM call takes seconds.
+            let _ = tokio::time::timeout(final_step(exit_by, 10), task).await;
         }
         for task in [ledger_task, switch_cost_task].into_iter().flatten() {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
