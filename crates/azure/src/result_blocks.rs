@@ -220,25 +220,12 @@ impl BlobResultStore {
         len: u64,
     ) -> Result<PutOutcome, StorageError> {
         let file = Arc::new(file);
-        for _ in 0..2 {
-            match self.create_in_blocks(name, &file, len).await {
-                Ok(()) => return Ok(PutOutcome::Created),
-                Err(StorageError::Conflict { .. }) => {}
-                Err(other) => return Err(other),
-            }
-            match self.same_as_file(name, &file, len).await? {
-                Some(true) => return Ok(PutOutcome::AlreadyExistsIdentical),
-                Some(false) => {
-                    return Err(StorageError::Conflict {
-                        key: name.to_owned(),
-                    });
-                }
-                None => continue,
-            }
-        }
-        Err(StorageError::Conflict {
-            key: name.to_owned(),
-        })
+        spot_worker_storage::result_blocks::settle_create_only(
+            name,
+            || self.create_in_blocks(name, &file, len),
+            || self.same_as_file(name, &file, len),
+        )
+        .await
     }
 }
 

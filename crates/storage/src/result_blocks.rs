@@ -124,9 +124,7 @@ pub async fn put_new_file<B: BlockBlobs + ?Sized>(
     .await
 }
 
-/// Runs `create`; if the result exists, compares it with `body`. Two
-/// attempts: the second only runs if the result that made the first one
-/// conflict was gone before it could be read back.
+/// Runs `create`; if the result exists, compares it with `body`.
 async fn settle<B, F, Fut>(
     blobs: &B,
     name: &str,
@@ -138,15 +136,35 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), StorageError>>,
 {
+    let same = || async { Ok(blobs.get_blob(name).await?.map(|stored| stored == body)) };
+    settle_create_only(name, create, same).await
+}
+
+/// How every result store settles a create-only write: runs `create`;
+/// if the result exists ([`StorageError::Conflict`]), asks `same` whether
+/// what is stored is these bytes (`None`: it is gone). Two attempts: the
+/// second only runs if the result that made the first one conflict was
+/// gone before it could be compared.
+pub async fn settle_create_only<F, Fut, S, SFut>(
+    name: &str,
+    create: F,
+    same: S,
+) -> Result<PutOutcome, StorageError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), StorageError>>,
+    S: Fn() -> SFut,
+    SFut: Future<Output = Result<Option<bool>, StorageError>>,
+{
     for _ in 0..2 {
         match create().await {
             Ok(()) => return Ok(PutOutcome::Created),
             Err(StorageError::Conflict { .. }) => {}
             Err(other) => return Err(other),
         }
-        match blobs.get_blob(name).await? {
-            Some(stored) if stored == body => return Ok(PutOutcome::AlreadyExistsIdentical),
-            Some(_) => break,
+        match same().await? {
+            Some(true) => return Ok(PutOutcome::AlreadyExistsIdentical),
+            Some(false) => break,
             None => continue,
         }
     }
