@@ -107,27 +107,12 @@ impl ResultStore for BlobResultStore {
     /// reads it back and compares.
     async fn put_new(&self, name: &str, body: &[u8]) -> Result<PutOutcome, StorageError> {
         validate_blob_name(name, "result name")?;
-        // Two attempts: the second only runs if the blob that made the first
-        // one conflict was deleted before it could be read back.
-        for _ in 0..2 {
-            match self.create(name, body).await {
-                Ok(()) => return Ok(PutOutcome::Created),
-                Err(StorageError::Conflict { .. }) => {}
-                Err(other) => return Err(other),
-            }
-            match self.get(name).await? {
-                Some(stored) if stored == body => return Ok(PutOutcome::AlreadyExistsIdentical),
-                Some(_) => {
-                    return Err(StorageError::Conflict {
-                        key: name.to_owned(),
-                    });
-                }
-                None => continue,
-            }
-        }
-        Err(StorageError::Conflict {
-            key: name.to_owned(),
-        })
+        spot_worker_storage::result_blocks::settle_create_only(
+            name,
+            || self.create(name, body),
+            || async { Ok(self.get(name).await?.map(|stored| stored == body)) },
+        )
+        .await
     }
 
     async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {

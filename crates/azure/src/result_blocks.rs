@@ -7,7 +7,7 @@
 //!
 //! Uncommitted blocks belong to the blob, not to the upload that staged
 //! them, so every upload names its blocks with a prefix of its own
-//! ([`block_ids`]): two holders of one job writing its result at once
+//! ([`block_ids`], shared with the in-memory store): two holders of one job writing its result at once
 //! never overwrite each other's blocks, and the first commit stores
 //! exactly its writer's bytes. The other commit finds the blob there (or,
 //! its blocks discarded by that commit, an invalid list) and settles by
@@ -43,14 +43,14 @@ pub(crate) fn block_size(len: u64) -> u64 {
     least.div_ceil(1024 * 1024).max(4) * 1024 * 1024
 }
 
-/// The ids of `count` blocks staged by one upload: a prefix drawn for
-/// this upload, then the block's index. Azure wants every id of a blob to
-/// have the same length (64 bytes at most), so the prefix and the index
-/// have fixed widths.
+/// The ids of `count` blocks staged by one upload, unique to it
+/// ([`spot_worker_storage::result_blocks::block_ids`]: the in-memory
+/// store's model of blob storage, which the fault search runs, uses the
+/// same ones).
 fn block_ids(count: u64) -> Vec<Vec<u8>> {
-    let upload = uuid::Uuid::new_v4().simple();
-    (0..count)
-        .map(|i| format!("{upload}-{i:010}").into_bytes())
+    spot_worker_storage::result_blocks::block_ids(count)
+        .into_iter()
+        .map(String::into_bytes)
         .collect()
 }
 
@@ -220,25 +220,12 @@ impl BlobResultStore {
         len: u64,
     ) -> Result<PutOutcome, StorageError> {
         let file = Arc::new(file);
-        for _ in 0..2 {
-            match self.create_in_blocks(name, &file, len).await {
-                Ok(()) => return Ok(PutOutcome::Created),
-                Err(StorageError::Conflict { .. }) => {}
-                Err(other) => return Err(other),
-            }
-            match self.same_as_file(name, &file, len).await? {
-                Some(true) => return Ok(PutOutcome::AlreadyExistsIdentical),
-                Some(false) => {
-                    return Err(StorageError::Conflict {
-                        key: name.to_owned(),
-                    });
-                }
-                None => continue,
-            }
-        }
-        Err(StorageError::Conflict {
-            key: name.to_owned(),
-        })
+        spot_worker_storage::result_blocks::settle_create_only(
+            name,
+            || self.create_in_blocks(name, &file, len),
+            || self.same_as_file(name, &file, len),
+        )
+        .await
     }
 }
 
@@ -253,20 +240,6 @@ mod tests {
         assert_eq!(block_size(50_000 * BLOCK + 1), 5 * 1024 * 1024);
         let tib = 1u64 << 40;
         assert!(tib.div_ceil(block_size(tib)) <= 50_000);
-    }
-
-    /// Two uploads of one blob never share a block id, and every id of
-    /// one upload has the same length, within Azure's 64 bytes.
-    #[test]
-    fn each_upload_names_its_blocks_alone() {
-        let (first, second) = (block_ids(50_000), block_ids(3));
-        assert_eq!(first.len(), 50_000);
-        let len = first[0].len();
-        assert!(len <= 64, "{len}");
-        assert!(first.iter().chain(&second).all(|id| id.len() == len));
-        let first: std::collections::HashSet<_> = first.into_iter().collect();
-        assert_eq!(first.len(), 50_000, "ids within an upload are distinct");
-        assert!(second.iter().all(|id| !first.contains(id)));
     }
 
     /// The loser of a race learns it lost however the service says so;

@@ -5,58 +5,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use spot_worker_command::{CommandHandler, from_progress};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
-    async_trait,
-};
+use spot_worker_storage::Checkpoint;
+use spot_worker_testkit::store_layer::{KeepWrites, Layered};
 use spot_worker_testkit::worker::{Env, within};
-
-/// A checkpoint store that keeps a copy of every checkpoint written.
-struct Recording {
-    inner: Arc<dyn CheckpointStore>,
-    written: Mutex<Vec<Checkpoint>>,
-}
-
-#[async_trait]
-impl CheckpointStore for Recording {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        let written = self
-            .inner
-            .write(key, checkpoint, precondition, stamp)
-            .await?;
-        if !key.starts_with(".spot-worker/") {
-            self.written.lock().unwrap().push(checkpoint.clone());
-        }
-        Ok(written)
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
-        self.inner.chunks()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_file_replaced_while_being_saved_is_never_saved_half() {
@@ -79,10 +35,8 @@ while time.monotonic() < until:
     let config = spot_worker_command::CommandConfig::new("python3", ["-c", program])
         .with_checkpoint_every(Duration::from_millis(10));
     let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
-    let recording = Arc::new(Recording {
-        inner: env.checkpoints.clone(),
-        written: Mutex::default(),
-    });
+    // Keeps a copy of every checkpoint written.
+    let recording = Arc::new(Layered::wrap(env.checkpoints.clone(), KeepWrites::new()));
     let consumer = spot_worker_storage::Consumer::new(
         env.queue.clone(),
         env.poison.clone(),
@@ -95,7 +49,7 @@ while time.monotonic() < until:
     let stats = running.stop_when(|stats| stats.succeeded == 1).await;
     assert_eq!(stats.succeeded, 1);
 
-    let written = recording.written.lock().unwrap().clone();
+    let written = recording.policy().written();
     let saved: Vec<Vec<u8>> = written
         .iter()
         .filter_map(|checkpoint| match checkpoint {

@@ -8,17 +8,14 @@
 mod common;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::files::{CheckpointFiles, ChunkStore, Manifest};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, JobCheckpoint, StorageError, StoredCheckpoint,
-    WritePrecondition, async_trait,
-};
+use spot_worker_storage::files::{CheckpointFiles, Manifest};
+use spot_worker_storage::{Checkpoint, CheckpointStore, JobCheckpoint, WritePrecondition};
+use spot_worker_testkit::store_layer::{KeepWrites, Layered};
 use spot_worker_testkit::worker::{Env, within};
 
 /// The program: opens `rows.db` in the checkpoint directory in `mode`,
@@ -79,72 +76,6 @@ print(len(rows))
         .unwrap()
 }
 
-/// A checkpoint store that keeps every checkpoint written, and every
-/// chunk (deletes are let through to nothing), so each version saved can
-/// be restored afterwards.
-struct Keeping {
-    inner: Arc<dyn CheckpointStore>,
-    written: Mutex<Vec<Checkpoint>>,
-    chunks: Arc<KeepChunks>,
-}
-
-struct KeepChunks(Arc<dyn ChunkStore>);
-
-#[async_trait]
-impl ChunkStore for KeepChunks {
-    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
-        self.0.put(name, chunk).await
-    }
-
-    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
-        self.0.get(name, len).await
-    }
-
-    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
-        self.0.touch(name).await
-    }
-
-    async fn delete(&self, _name: &str) -> Result<(), StorageError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for Keeping {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        let written = self
-            .inner
-            .write(key, checkpoint, precondition, stamp)
-            .await?;
-        if !key.starts_with(".spot-worker/") {
-            self.written.lock().unwrap().push(checkpoint.clone());
-        }
-        Ok(written)
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
-        Some(self.chunks.clone())
-    }
-}
-
 /// Runs the program to its end with saves every 0.3 s, then restores
 /// every version saved and checks it.
 async fn every_version_is_one_the_program_committed(mode: &str) {
@@ -154,11 +85,13 @@ async fn every_version_is_one_the_program_committed(mode: &str) {
     let config = CommandConfig::new("python3", ["-c", source.as_str()])
         .with_checkpoint_every(Duration::from_millis(300));
     let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
-    let keeping = Arc::new(Keeping {
-        inner: env.checkpoints.clone(),
-        written: Mutex::default(),
-        chunks: Arc::new(KeepChunks(env.checkpoints.chunks().unwrap())),
-    });
+    // Keeps every checkpoint written, and every chunk (deletes are let
+    // through to nothing), so each version saved can be restored
+    // afterwards.
+    let keeping = Arc::new(Layered::wrap(
+        env.checkpoints.clone(),
+        KeepWrites::keeping_chunks(),
+    ));
     let consumer = spot_worker_storage::Consumer::new(
         env.queue.clone(),
         env.poison.clone(),
@@ -171,7 +104,7 @@ async fn every_version_is_one_the_program_committed(mode: &str) {
     let stats = running.stop_when(|stats| stats.succeeded == 1).await;
     assert_eq!(stats.succeeded, 1);
 
-    let written = keeping.written.lock().unwrap().clone();
+    let written = keeping.policy().written();
     let saved: Vec<Checkpoint> = written
         .into_iter()
         .filter(|checkpoint| match checkpoint {
@@ -186,7 +119,7 @@ async fn every_version_is_one_the_program_committed(mode: &str) {
         // Each version, as the next delivery would restore it.
         let key = format!("version-{number}");
         keeping
-            .inner
+            .inner()
             .write(&key, checkpoint, WritePrecondition::Create, None)
             .await
             .unwrap();

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, ETag, HandlerError,
-    InMemoryCheckpointStore, InMemoryQueue, Job, MessageQueue, PoisonRecord, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
+    Consumer, ConsumerConfig, DrainSignals, HandlerError, InMemoryCheckpointStore, InMemoryQueue,
+    Job, MessageQueue, PoisonRecord, handler_fn,
 };
 use spot_worker_testkit::faulty::FaultyQueue;
+use spot_worker_testkit::store_layer::{Action, Call, Layered, Policy, StoreCall};
 use tokio::time::Instant;
 
 mod common;
@@ -153,35 +153,19 @@ async fn a_process_that_keeps_dying_mid_job_is_still_stopped_by_the_guard() {
 }
 
 /// A checkpoint store whose attempt-record writes never answer.
-#[derive(Clone, Debug)]
-struct RecordWritesHang(InMemoryCheckpointStore);
-
-#[async_trait]
-impl CheckpointStore for RecordWritesHang {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.0.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.0.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        if key.starts_with(".spot-worker/attempts/") {
-            std::future::pending::<()>().await;
-        }
-        self.0.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.0.delete(key).await
-    }
+fn record_writes_hang() -> Layered<impl Policy> {
+    Layered::wrap(
+        Arc::new(InMemoryCheckpointStore::new()),
+        |call: &Call<'_>| {
+            if call.kind == StoreCall::CheckpointWrite
+                && call.key.starts_with(".spot-worker/attempts/")
+            {
+                Action::Hang
+            } else {
+                Action::Pass
+            }
+        },
+    )
 }
 
 /// Runs one delivery of `queue`'s only message with attempt-record writes
@@ -193,7 +177,7 @@ async fn release_with_a_hanging_record(
     let (queue, poison) = queues();
     queue.send("job", Duration::ZERO).await.unwrap();
     let faulty = FaultyQueue::new(queue.clone());
-    let store = RecordWritesHang(InMemoryCheckpointStore::new());
+    let store = record_writes_hang();
     let consumer = Consumer::new(
         Arc::new(faulty.clone()),
         Arc::new(poison.clone()),

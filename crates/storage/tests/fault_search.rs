@@ -92,3 +92,12 @@ fn lanes() {
 fn poison() {
     must_hold(Family::Poison);
 }
+
+/// Two holders of one job writing its large results at once, staged as
+/// blocks the way blob storage stages them: a stored result is always
+/// one writer's bytes, whole (with the block ids every upload shared
+/// before issue 37, it found a mixture within the first seeds).
+#[test]
+fn results() {
+    must_hold(Family::Results);
+}

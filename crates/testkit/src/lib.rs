@@ -33,6 +33,7 @@ pub mod lost_answers;
 pub mod otlp;
 pub mod podman;
 pub mod procfs;
+pub mod store_layer;
 pub mod tls_front;
 pub mod worker;
 

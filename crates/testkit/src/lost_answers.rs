@@ -6,7 +6,8 @@
 //! `Unavailable` either way and cannot tell which; a correct caller must
 //! treat such a write as possibly landed.
 //!
-//! Faults are planned per kind of call ([`StoreCall`]), first planned
+//! A [`Policy`] of the one store layer ([`crate::store_layer`]). Faults
+//! are planned per kind of call ([`StoreCall`]), first planned
 //! first used, or decided for every call by a function of the call (a
 //! seeded fault search: [`LostAnswerStore::deciding`]). Every fault that
 //! fired is recorded, so a test can say what happened.
@@ -31,31 +32,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::Bytes;
-use spot_worker_storage::files::ChunkStore;
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
-    async_trait,
-};
+use spot_worker_storage::CheckpointStore;
 
-/// A kind of store call a fault can be planned for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StoreCall {
-    /// [`CheckpointStore::read`].
-    CheckpointRead,
-    /// [`CheckpointStore::write`].
-    CheckpointWrite,
-    /// [`CheckpointStore::delete`].
-    CheckpointDelete,
-    /// [`ChunkStore::put`].
-    ChunkPut,
-    /// [`ChunkStore::get`].
-    ChunkGet,
-    /// [`ChunkStore::touch`].
-    ChunkTouch,
-    /// [`ChunkStore::delete`].
-    ChunkDelete,
-}
+pub use crate::store_layer::StoreCall;
+use crate::store_layer::{Action, Call, Layered, Policy};
 
 /// What happens to one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,40 +57,36 @@ struct Plan {
     fired: Vec<(StoreCall, Fault)>,
 }
 
+/// The [`Policy`] of a [`LostAnswerStore`]: faults planned per kind of
+/// call, then decided by a function of the call, each one that fired
+/// recorded.
+#[derive(Default)]
+pub struct Planned {
+    plan: Mutex<Plan>,
+}
+
 /// A checkpoint store with planned faults (see the module doc). Clones
 /// share the plan and the record.
-#[derive(Clone)]
-pub struct LostAnswerStore {
-    inner: Arc<dyn CheckpointStore>,
-    plan: Arc<Mutex<Plan>>,
-}
+pub type LostAnswerStore = Layered<Planned>;
 
-impl std::fmt::Debug for LostAnswerStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LostAnswerStore").finish_non_exhaustive()
-    }
-}
-
-impl LostAnswerStore {
+impl Layered<Planned> {
     /// `inner`, with no fault planned.
     pub fn new(inner: Arc<dyn CheckpointStore>) -> Self {
-        LostAnswerStore {
-            inner,
-            plan: Arc::default(),
-        }
+        Layered::wrap(inner, Planned::default())
     }
 
     /// `inner`, each call's fault decided by `decider` (after any planned
     /// with [`LostAnswerStore::plan`]).
     pub fn deciding(inner: Arc<dyn CheckpointStore>, decider: Decider) -> Self {
         let store = Self::new(inner);
-        store.lock().decider = Some(decider);
+        store.policy().lock().decider = Some(decider);
         store
     }
 
     /// The next call of kind `call` not yet planned gets `fault`.
     pub fn plan(&self, call: StoreCall, fault: Fault) {
-        self.lock()
+        self.policy()
+            .lock()
             .planned
             .entry(call)
             .or_default()
@@ -120,123 +96,43 @@ impl LostAnswerStore {
     /// The next call of kind `call` not yet planned goes through: a
     /// fault planned after it lands on the one after.
     pub fn plan_clean(&self, call: StoreCall) {
-        self.lock().planned.entry(call).or_default().push_back(None);
+        self.policy()
+            .lock()
+            .planned
+            .entry(call)
+            .or_default()
+            .push_back(None);
     }
 
     /// The faults that fired, in order.
     pub fn fired(&self) -> Vec<(StoreCall, Fault)> {
-        self.lock().fired.clone()
+        self.policy().lock().fired.clone()
     }
+}
 
+impl Planned {
     fn lock(&self) -> MutexGuard<'_, Plan> {
         self.plan.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
-    fn fault(&self, call: StoreCall) -> Option<Fault> {
+impl Policy for Planned {
+    fn decide(&self, call: &Call<'_>) -> Action {
         let mut plan = self.lock();
-        let fault = match plan.planned.get_mut(&call).and_then(VecDeque::pop_front) {
+        let kind = call.kind;
+        let fault = match plan.planned.get_mut(&kind).and_then(VecDeque::pop_front) {
             Some(planned) => planned,
-            None => plan.decider.as_mut().and_then(|decide| decide(call)),
+            None => plan.decider.as_mut().and_then(|decide| decide(kind)),
         };
-        if let Some(fault) = fault {
-            plan.fired.push((call, fault));
-        }
-        fault
-    }
-
-    /// Runs `apply` under the fault planned for `call`.
-    async fn call<T>(
-        &self,
-        call: StoreCall,
-        apply: impl std::future::Future<Output = Result<T, StorageError>>,
-    ) -> Result<T, StorageError> {
-        let lost = |when: &str| StorageError::Unavailable {
-            message: format!("{call:?}: {when} (a planned fault)"),
-        };
-        match self.fault(call) {
-            None => apply.await,
-            Some(Fault::Before) => Err(lost("failed before it reached the store")),
-            Some(Fault::AnswerLost) => {
-                // Applied; whatever it answered is lost.
-                let _ = apply.await;
-                Err(lost("applied, then its answer was lost"))
+        match fault {
+            None => Action::Pass,
+            Some(fault) => {
+                plan.fired.push((kind, fault));
+                match fault {
+                    Fault::Before => Action::FailBefore,
+                    Fault::AnswerLost => Action::LoseAnswer,
+                }
             }
         }
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for LostAnswerStore {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.call(StoreCall::CheckpointRead, self.inner.read(key))
-            .await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.call(
-            StoreCall::CheckpointWrite,
-            self.inner.write(key, checkpoint, precondition, stamp),
-        )
-        .await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.call(StoreCall::CheckpointDelete, self.inner.delete(key))
-            .await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
-        let inner = self.inner.chunks()?;
-        Some(Arc::new(LostAnswerChunks {
-            inner,
-            faults: self.clone(),
-        }))
-    }
-}
-
-/// The chunk store of a [`LostAnswerStore`], under the same plan.
-struct LostAnswerChunks {
-    inner: Arc<dyn ChunkStore>,
-    faults: LostAnswerStore,
-}
-
-#[async_trait]
-impl ChunkStore for LostAnswerChunks {
-    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
-        self.faults
-            .call(StoreCall::ChunkPut, self.inner.put(name, chunk))
-            .await
-    }
-
-    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
-        self.faults
-            .call(StoreCall::ChunkGet, self.inner.get(name, len))
-            .await
-    }
-
-    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
-        self.faults
-            .call(StoreCall::ChunkTouch, self.inner.touch(name))
-            .await
-    }
-
-    fn now(&self) -> std::time::SystemTime {
-        self.inner.now()
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), StorageError> {
-        self.faults
-            .call(StoreCall::ChunkDelete, self.inner.delete(name))
-            .await
     }
 }

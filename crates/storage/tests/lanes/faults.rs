@@ -14,12 +14,12 @@ use spot_worker_storage::lanes::{
     Carried, Envelope, LANE_RECORD_PREFIX, LaneKeeper, LaneRecords, enqueue, requeue_text,
 };
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore,
-    InMemoryLeases, Job, LeaseStore, MessageEncoding, MessageHandler, MessageQueue, PoisonRecord,
-    StorageError, StoredCheckpoint, WritePrecondition, async_trait,
+    CheckpointStore, DrainSignals, HandlerError, InMemoryCheckpointStore, InMemoryLeases, Job,
+    LeaseStore, MessageEncoding, MessageHandler, MessageQueue, PoisonRecord,
 };
 
 use spot_worker_testkit::faulty::FaultyQueue;
+use spot_worker_testkit::store_layer::{Action, Call, Layered, Policy, StoreCall};
 use tokio::time::Instant;
 
 use crate::common::*;
@@ -105,37 +105,14 @@ impl MessageHandler for Overlap {
 /// The fleet's store, whose lane record reads answer `delay` late (what
 /// the reader sees is the record as it is when the answer comes): the
 /// keeper's storage calls, slow enough for its hold to run out.
-struct SlowRecordReads {
-    inner: Arc<InMemoryCheckpointStore>,
-    delay: Duration,
-}
-
-#[async_trait]
-impl CheckpointStore for SlowRecordReads {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        if key.starts_with(LANE_RECORD_PREFIX) {
-            tokio::time::sleep(self.delay).await;
+fn slow_record_reads(inner: Arc<InMemoryCheckpointStore>, delay: Duration) -> Layered<impl Policy> {
+    Layered::wrap(inner, move |call: &Call<'_>| {
+        if call.kind == StoreCall::CheckpointRead && call.key.starts_with(LANE_RECORD_PREFIX) {
+            Action::Delay(delay)
+        } else {
+            Action::Pass
         }
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<spot_worker_storage::ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
+    })
 }
 
 /// Issue 37, item 4: the keeper receives a job behind its line, and its
@@ -154,10 +131,10 @@ async fn a_keeper_whose_hold_runs_out_never_moves_a_job_a_spot_worker_runs() {
     )
     .await
     .unwrap();
-    let slow: Arc<dyn CheckpointStore> = Arc::new(SlowRecordReads {
-        inner: fleet.store.clone(),
-        delay: HOLD + Duration::from_secs(2),
-    });
+    let slow: Arc<dyn CheckpointStore> = Arc::new(slow_record_reads(
+        fleet.store.clone(),
+        HOLD + Duration::from_secs(2),
+    ));
     let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
     let keeper = LaneKeeper::new(
         lanes,
@@ -194,38 +171,18 @@ async fn a_keeper_whose_hold_runs_out_never_moves_a_job_a_spot_worker_runs() {
 /// The fleet's store, every read answering `delay` late once `slow` is
 /// set: a releasing worker's storage calls, slow enough for its hold to
 /// run out.
-struct SlowReadsFrom {
+fn slow_reads_from(
     inner: Arc<InMemoryCheckpointStore>,
     slow: Arc<AtomicBool>,
     delay: Duration,
-}
-
-#[async_trait]
-impl CheckpointStore for SlowReadsFrom {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        if self.slow.load(Ordering::SeqCst) {
-            tokio::time::sleep(self.delay).await;
+) -> Layered<impl Policy> {
+    Layered::wrap(inner, move |call: &Call<'_>| {
+        if call.kind == StoreCall::CheckpointRead && slow.load(Ordering::SeqCst) {
+            Action::Delay(delay)
+        } else {
+            Action::Pass
         }
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<spot_worker_storage::ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
+    })
 }
 
 /// Issue 37, item 4, the releasing worker: a Spot worker's renewals fail
@@ -252,11 +209,11 @@ async fn a_releasing_worker_whose_hold_ran_out_never_moves_a_job_another_runs() 
         .renewals_failing
         .store(true, Ordering::SeqCst);
     let slow = Arc::new(AtomicBool::new(false));
-    let store = Arc::new(SlowReadsFrom {
-        inner: fleet.store.clone(),
-        slow: Arc::clone(&slow),
-        delay: Duration::from_secs(4),
-    });
+    let store = Arc::new(slow_reads_from(
+        fleet.store.clone(),
+        Arc::clone(&slow),
+        Duration::from_secs(4),
+    ));
     let evicted = spot_worker_storage::Consumer::new(
         Arc::new(failing),
         Arc::new(fleet.poison.clone()),

@@ -11,9 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use spot_worker_storage::files::ChunkStore;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, LeaseId, LeaseStore, MessageId, MessageQueue, PopReceipt,
-    PutOutcome, QueueMessage, ResultStore, StorageError, StoredCheckpoint, VisibleMessage,
-    WritePrecondition, async_trait,
+    BlockBlobs, Checkpoint, CheckpointStore, ETag, LeaseId, LeaseStore, MessageId, MessageQueue,
+    PopReceipt, PutOutcome, QueueMessage, ResultStore, StorageError, StoredCheckpoint,
+    VisibleMessage, WritePrecondition, async_trait,
 };
 
 use super::plan::{Fault, FaultPlan};
@@ -235,6 +235,51 @@ impl<L: LeaseStore> LeaseStore for Faulty<L> {
 
     async fn release(&self, name: &str, lease: &LeaseId) -> Result<(), StorageError> {
         self.call(&format!("release {name}"), self.inner.release(name, lease))
+            .await
+    }
+}
+
+/// Every block call yields first, so two uploads under way interleave
+/// call by call (on the run's one thread, in an order the seed fixes).
+#[async_trait]
+impl<B: BlockBlobs> BlockBlobs for Faulty<B> {
+    fn container(&self) -> &str {
+        self.inner.container()
+    }
+
+    async fn prepare_container(&self) -> Result<(), StorageError> {
+        self.inner.prepare_container().await
+    }
+
+    fn block_size(&self, len: u64) -> u64 {
+        self.inner.block_size(len)
+    }
+
+    async fn put_blob_new(&self, name: &str, body: &[u8]) -> Result<(), StorageError> {
+        tokio::task::yield_now().await;
+        let op = format!("put_blob_new {name}");
+        self.call(&op, self.inner.put_blob_new(name, body)).await
+    }
+
+    async fn stage_block(&self, name: &str, id: &str, block: &[u8]) -> Result<(), StorageError> {
+        tokio::task::yield_now().await;
+        // The block's index: the upload's prefix is random per run.
+        let index = id.rsplit('-').next().unwrap_or(id);
+        let op = format!("stage_block {name} {index}");
+        self.call(&op, self.inner.stage_block(name, id, block))
+            .await
+    }
+
+    async fn commit_blocks_new(&self, name: &str, ids: &[String]) -> Result<(), StorageError> {
+        tokio::task::yield_now().await;
+        let op = format!("commit_blocks_new {name} ({} blocks)", ids.len());
+        self.call(&op, self.inner.commit_blocks_new(name, ids))
+            .await
+    }
+
+    async fn get_blob(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        tokio::task::yield_now().await;
+        self.call(&format!("get {name}"), self.inner.get_blob(name))
             .await
     }
 }

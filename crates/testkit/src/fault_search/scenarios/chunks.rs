@@ -300,14 +300,35 @@ fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
 /// Writes `file` with content made from `value` alone, so both holders
 /// writing one value make the same chunk.
 fn write_file(dir: &Path, file: &str, value: u8) {
+    // A write that fails leaves the old content: the save sends that.
+    let _ = std::fs::write(dir.join(file), content(file, value));
+}
+
+/// The content of `file` at `value`: made once per process (every seed
+/// writes the same few), since building it unoptimised was a tenth of a
+/// seed's time.
+fn content(file: &str, value: u8) -> &'static [u8] {
+    use std::sync::OnceLock;
+    const VALUES: usize = 4;
+    static CONTENTS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    let contents = CONTENTS.get_or_init(|| {
+        FILES
+            .iter()
+            .flat_map(|file| (0..VALUES as u8).map(move |value| make(file, value)))
+            .collect()
+    });
+    let at =
+        FILES.iter().position(|f| *f == file).unwrap_or(0) * VALUES + usize::from(value) % VALUES;
+    &contents[at]
+}
+
+fn make(file: &str, value: u8) -> Vec<u8> {
     let seed = file.as_bytes()[0].wrapping_mul(31).wrapping_add(value);
-    // Copied, not computed byte by byte: tests run unoptimised.
     let pattern: Vec<u8> = (0..251u8).map(|i| seed.wrapping_add(i)).collect();
     let mut content = Vec::with_capacity(FILE_BYTES);
     while content.len() < FILE_BYTES {
         let take = pattern.len().min(FILE_BYTES - content.len());
         content.extend_from_slice(&pattern[..take]);
     }
-    // A write that fails leaves the old content: the save sends that.
-    let _ = std::fs::write(dir.join(file), content);
+    content
 }

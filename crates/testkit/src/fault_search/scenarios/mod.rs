@@ -4,6 +4,7 @@
 
 pub mod chunks;
 pub mod lanes;
+pub mod results;
 
 use super::{Failure, FaultPlan, FaultRates, run_seed};
 
@@ -21,16 +22,19 @@ pub enum Family {
     Lanes,
     /// The same, the job failing for good on its first run.
     Poison,
+    /// Two holders writing the job's large results at once.
+    Results,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Chunks,
         Family::ChunksWithoutLostAnswers,
         Family::RestoreRace,
         Family::Lanes,
         Family::Poison,
+        Family::Results,
     ];
 
     /// Its name (the test's).
@@ -41,6 +45,7 @@ impl Family {
             Family::RestoreRace => "restore_race",
             Family::Lanes => "lanes",
             Family::Poison => "poison",
+            Family::Results => "results",
         }
     }
 
@@ -51,9 +56,11 @@ impl Family {
                 lose_answer: 0,
                 ..FaultRates::default()
             },
-            Family::Chunks | Family::RestoreRace | Family::Lanes | Family::Poison => {
-                FaultRates::default()
-            }
+            Family::Chunks
+            | Family::RestoreRace
+            | Family::Lanes
+            | Family::Poison
+            | Family::Results => FaultRates::default(),
         }
     }
 
@@ -66,6 +73,7 @@ impl Family {
             Family::RestoreRace => chunks::run(plan, chunks::Restores::Racing).await,
             Family::Lanes => lanes::run(plan, lanes::Poison::Never).await,
             Family::Poison => lanes::run(plan, lanes::Poison::FirstRun).await,
+            Family::Results => results::run(plan).await,
         }
     }
 
