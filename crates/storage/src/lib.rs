@@ -47,6 +47,7 @@ pub mod memory;
 mod queue;
 mod reserved;
 mod result;
+mod worker_lifetime;
 mod worker_records;
 
 pub use checkpoint::{
@@ -79,6 +80,7 @@ pub use reserved::{
     reserved_body, reserved_job_key,
 };
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
+pub use worker_lifetime::LifetimeLog;
 pub use worker_records::{ATTEMPT_RECORD_PREFIX, WORKER_RECORDS};
 
 // Re-exported so users name the same types the traits use.

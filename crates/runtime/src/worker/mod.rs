@@ -18,6 +18,7 @@
 mod drain;
 mod finish;
 mod lanes;
+mod lifetime;
 mod process;
 mod report;
 
@@ -138,6 +139,9 @@ pub struct Worker {
     /// running in the background; waited for (within a bound) at exit, so
     /// that an idle worker's quick drain does not cut it short.
     eviction_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// This worker's part of the fleet's bill, from its construction
+    /// (`worker/lifetime.rs`).
+    lifetime: Arc<lifetime::Lifetime>,
 }
 
 impl Worker {
@@ -149,6 +153,11 @@ impl Worker {
     ) -> Self {
         let cadence = Arc::new(CheckpointCadence::new(config.interval_source()));
         let switch_cost = lanes::seeded_switch_cost(config.lanes.switch_cost);
+        let lifetime = lifetime::Lifetime::start_now(
+            config.consumed_queue(),
+            config.lanes.lane,
+            config.imds.vm_name.as_deref(),
+        );
         Worker {
             config,
             queue,
@@ -168,6 +177,7 @@ impl Worker {
             switch_cost,
             spot_capacity: std::sync::OnceLock::new(),
             eviction_note: std::sync::Mutex::default(),
+            lifetime,
         }
     }
 
@@ -295,9 +305,11 @@ impl Worker {
             })
         });
         let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
+        let lifetime_task = self.keep_lifetime(&stop_ledger);
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
+        self.lifetime.exited();
         // Its last addition runs beside the approval and the telemetry flush.
         stop_ledger.cancel();
         // Stop polling before approving: IMDS allows 5 requests a second,
@@ -321,7 +333,10 @@ impl Worker {
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
-        for task in [ledger_task, switch_cost_task].into_iter().flatten() {
+        for task in [ledger_task, switch_cost_task, lifetime_task]
+            .into_iter()
+            .flatten()
+        {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
@@ -487,6 +502,7 @@ impl Worker {
     }
 
     fn stopped_before_start(&self, trigger: DrainTrigger) -> RunReport {
+        self.lifetime.draining();
         self.readiness
             .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
         RunReport {
@@ -520,13 +536,17 @@ impl Worker {
             self.metrics.clone(),
         ));
         let handler = Arc::new(MeteredHandler {
-            inner: handler,
+            inner: lifetime::Busy {
+                inner: handler,
+                lifetime: Arc::clone(&self.lifetime),
+            },
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
         });
         let keeper = self.lane_keeper(&handler);
         let mut resumed = 0;
         loop {
+            self.lifetime.ready();
             self.readiness.send_modify(|r| r.shutting_down = None);
             // Not while the checkpoint store refuses (see `store_health`).
             self.metrics.set_ready(self.readiness.borrow().is_ready());
