@@ -8,6 +8,9 @@
 //! `spot-worker status`, and the benches, which replay the very same code
 //! over real traces.
 //!
+//! - [`bill`]: the fleet's bill: each worker's paid time split into
+//!   starting, busy, idle and draining ([`bill::Tally`]), and the workers'
+//!   records summed by lane ([`bill::fleet_bill`]).
 //! - [`cadence`]: how often a job checkpoints: Daly's interval from the
 //!   measured cost of a save ([`cadence::CheckpointCost`]) and the fleet's
 //!   interruption rates, their Gamma–Poisson and Beta estimators, the job
@@ -71,6 +74,7 @@
 //! runner's tests can advance an hour of job time at once. `std`'s
 //! `Instant` would tie those tests to the wall clock.
 
+pub mod bill;
 pub mod cadence;
 pub mod goodput;
 pub mod lanes;

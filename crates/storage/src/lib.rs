@@ -48,6 +48,7 @@ mod queue;
 mod reserved;
 mod result;
 pub mod result_blocks;
+mod worker_lifetime;
 mod worker_records;
 
 pub use checkpoint::{
@@ -81,6 +82,7 @@ pub use reserved::{
 };
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
 pub use result_blocks::{BlockBlobs, BlockResults};
+pub use worker_lifetime::LifetimeLog;
 pub use worker_records::{ATTEMPT_RECORD_PREFIX, WORKER_RECORDS};
 
 // Re-exported so users name the same types the traits use.

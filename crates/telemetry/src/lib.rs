@@ -51,6 +51,7 @@ mod metrics;
 mod outcomes;
 mod span;
 mod telemetry;
+mod worker_time;
 
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -73,6 +74,7 @@ pub use span::{
     MESSAGING_SYSTEM_VALUE, OperationType, message_span, receive_span, record_error, settle_span,
 };
 pub use telemetry::Telemetry;
+pub use worker_time::WORKER_PHASES;
 
 /// Re-exported so callers can name `Meter` (for [`Metrics::new`]) without
 /// depending on a matching `opentelemetry` version themselves.

@@ -19,6 +19,7 @@ use crate::outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
 };
 use crate::span::MESSAGING_DESTINATION_NAME;
+use crate::worker_time::{WorkerTime, WorkerTimeSource};
 
 /// Instrument names, so dashboards and tests do not repeat string literals.
 pub mod names {
@@ -75,9 +76,12 @@ pub mod names {
     pub const LANES_AT_RISK: &str = "spot_worker.lanes.at_risk";
     /// Gauge: d, the switch cost the lane rule uses (`s`).
     pub const LANES_SWITCH_COST: &str = "spot_worker.lanes.switch_cost";
+    /// Counter: this worker's paid time since it started, by `phase`
+    /// ([`WORKER_PHASES`](crate::WORKER_PHASES)) and `lane` (`s`).
+    pub const WORKER_TIME: &str = "spot_worker.worker.time";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -99,6 +103,7 @@ pub mod names {
         LANES_KEEPER_MOVED,
         LANES_AT_RISK,
         LANES_SWITCH_COST,
+        WORKER_TIME,
     ];
 }
 
@@ -126,10 +131,13 @@ pub mod attributes {
     /// Whether a job met its deadline, on `spot_worker.job.deadlines`
     /// ([`DEADLINE_OUTCOMES`](crate::DEADLINE_OUTCOMES)).
     pub const DEADLINE: &str = "deadline";
+    /// What a worker's time was spent on, on `spot_worker.worker.time`
+    /// ([`WORKER_PHASES`](crate::WORKER_PHASES)).
+    pub const PHASE: &str = "phase";
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 8] = [
-        QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND, LANE, DEADLINE,
+    pub const ALL: [&str; 9] = [
+        QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND, LANE, DEADLINE, PHASE,
     ];
 }
 
@@ -201,6 +209,7 @@ struct Instruments {
     job_unaccounted: Counter<u64>,
     checkpoint_gauges: CheckpointGauges,
     lanes: LaneInstruments,
+    worker_time: WorkerTime,
 }
 
 impl Metrics {
@@ -321,6 +330,7 @@ impl Metrics {
             ),
             checkpoint_gauges: CheckpointGauges::new(meter),
             lanes: LaneInstruments::new(meter),
+            worker_time: WorkerTime::new(meter),
         };
         Self {
             inner: Arc::new(inner),
@@ -479,6 +489,22 @@ impl Metrics {
     /// saw `at_risk` jobs waiting at risk.
     pub fn lane_keeper_pass(&self, moved: u64, at_risk: u64) {
         self.inner.lanes.keeper_pass(moved, at_risk);
+    }
+
+    /// Reports this worker's paid time by phase, read from `source` at
+    /// every export (`spot_worker.worker.time`): its lane and the seconds
+    /// starting, busy, idle and draining.
+    pub fn observe_worker_time(
+        &self,
+        source: impl Fn() -> (&'static str, [f64; 4]) + Send + Sync + 'static,
+    ) {
+        let source: WorkerTimeSource = Arc::new(source);
+        *self
+            .inner
+            .worker_time
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
 
     /// Reports d, in seconds, from `source` at every export

@@ -217,6 +217,7 @@ pub fn values(key: &str) -> Vec<&'static str> {
             .collect(),
         attributes::LANE => crate::LANES.to_vec(),
         attributes::DEADLINE => crate::DEADLINE_OUTCOMES.to_vec(),
+        attributes::PHASE => crate::WORKER_PHASES.to_vec(),
         _ => Vec::new(),
     }
 }

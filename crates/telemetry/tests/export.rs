@@ -75,6 +75,7 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
         no_outcome_per_hour: 0.004,
         losing_per_hour: 0.034,
     });
+    metrics.observe_worker_time(|| ("regular", [12.0, 300.0, 45.0, 3.0]));
 }
 
 /// The points of the f64 gauge `name`, each with its `kind` attribute
@@ -285,6 +286,37 @@ async fn otlp_receives_the_message_span_and_metrics() {
             assert_eq!(losing.map(|(_, rate)| *rate), Some(0.034), "{rates:?}");
             let unsaved = rates.iter().find(|(kind, _)| kind.contains("\"unsaved\""));
             assert_eq!(unsaved.map(|(_, rate)| *rate), Some(0.01), "{rates:?}");
+
+            // This worker's paid time, by phase, in its lane.
+            let worker_time = metrics
+                .iter()
+                .rev()
+                .find(|m| m.name == names::WORKER_TIME)?;
+            let Some(metric::Data::Sum(sum)) = &worker_time.data else {
+                panic!("worker.time is not a sum: {:?}", worker_time.data);
+            };
+            let mut by_phase: Vec<(String, f64)> = sum
+                .data_points
+                .iter()
+                .map(|point| {
+                    assert_eq!(string_attribute(&point.attributes, "lane"), Some("regular"));
+                    let phase = string_attribute(&point.attributes, "phase").unwrap_or_default();
+                    let Some(number_data_point::Value::AsDouble(seconds)) = point.value else {
+                        panic!("worker.time: {:?}", point.value);
+                    };
+                    (phase.to_owned(), seconds)
+                })
+                .collect();
+            by_phase.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(
+                by_phase,
+                [
+                    ("busy".to_owned(), 300.0),
+                    ("draining".to_owned(), 3.0),
+                    ("idle".to_owned(), 45.0),
+                    ("starting".to_owned(), 12.0)
+                ]
+            );
 
             // Bounded cardinality: message ids never reach metric attributes.
             for metric in &metrics {

@@ -114,3 +114,26 @@ fn failures_are_plotted_apart_from_evictions_and_releases() {
         .expect("a panel plots releases (evictions)");
     assert!(literals(releases).contains(&names::MESSAGES_SETTLED));
 }
+
+#[test]
+fn the_bill_is_drawn_by_lane_and_phase() {
+    let workbook = workbook_text();
+    let queries = queries(&workbook);
+    let time = format!("'{}'", names::WORKER_TIME);
+    let bill: Vec<_> = queries.iter().filter(|q| q.contains(&time)).collect();
+    assert!(bill.len() >= 2, "a chart and a table of the bill");
+    let by_lane = bill
+        .iter()
+        .find(|q| q.contains(&format!("customDimensions['{}']", attributes::LANE)))
+        .expect("a panel splits the bill by lane");
+    for phase in spot_worker_telemetry::WORKER_PHASES {
+        assert!(
+            literals(by_lane).contains(&phase),
+            "{phase} is summed in {by_lane}"
+        );
+    }
+    assert!(
+        bill.iter()
+            .any(|q| q.contains(&format!("customDimensions['{}']", attributes::PHASE)))
+    );
+}

@@ -1,7 +1,8 @@
 //! `spot-worker status`: one screen for a fleet: the work queue and its
 //! poison queue, the jobs in progress per their checkpoints, the finished
-//! jobs' goodput per their completion records, and, given their health
-//! URLs, whether the workers are ready.
+//! jobs' goodput per their completion records, the fleet's bill per the
+//! workers' lifetime records, and, given their health URLs, whether the
+//! workers are ready.
 
 use std::io::IsTerminal as _;
 use std::sync::Arc;
@@ -20,11 +21,13 @@ use super::goodput::{
     read_records, sum_up,
 };
 use super::saved_files;
+use bill::{BillStatus, read_bill};
 use failing::{FailingJobs, failing_jobs};
 use interval::{IntervalStatus, interval_status};
 use lanes::{LanesStatus, lanes_status};
 use notices::{QueueNotices, notices_by_queue};
 
+mod bill;
 mod failing;
 mod interval;
 mod lanes;
@@ -114,6 +117,9 @@ struct Status {
     checkpoints_not_read: usize,
     /// Where the finished jobs' time went (docs/goodput.md).
     goodput: FleetGoodput,
+    /// What the fleet's VMs (pods) were paid for, by lane: the workers'
+    /// lifetime records (docs/deploying.md, "How to read the bill").
+    bill: BillStatus,
     workers: Vec<WorkerStatus>,
     /// The checkpoint interval and the estimates behind it.
     checkpoint_interval: IntervalStatus,
@@ -233,6 +239,7 @@ async fn gather(
         records_not_read,
         pricing.as_ref().map(|f| f as &dyn Fn(&_) -> _),
     );
+    let bill = read_bill(&fleet.checkpoints()?, max_reads, price, regular_price).await?;
     let (regular, lanes, lane_accounting) = match &fleet.config.lanes.regular_queue {
         Some(name) => {
             let regular_queue = fleet.queue_named(name)?;
@@ -270,6 +277,7 @@ async fn gather(
         completed_jobs,
         checkpoints_not_read,
         goodput,
+        bill,
         workers,
         checkpoint_interval,
         regular,
@@ -373,6 +381,9 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         println!("{line}");
     }
     print_goodput(&status.goodput);
+    for line in bill::lines(&status.bill) {
+        println!("{line}");
+    }
     if let Some(accounting) = &status.lane_accounting {
         println!("{}", accounting_line(accounting));
     }

@@ -5,6 +5,7 @@
 //! One test binary, a module per command.
 
 mod bad_bytes;
+mod bill;
 mod checkpoints;
 mod common;
 mod deadline;

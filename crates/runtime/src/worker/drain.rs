@@ -43,6 +43,7 @@ impl Worker {
             trigger = triggers.first() => trigger,
         };
         stop_keeper.cancel();
+        self.lifetime.draining();
         let noticed_at = Instant::now();
         let plan = DrainPlan::new(&trigger, noticed_at, &self.config.drain);
         self.readiness

@@ -18,6 +18,7 @@
 mod drain;
 mod finish;
 mod lanes;
+mod lifetime;
 mod process;
 mod report;
 
@@ -144,6 +145,9 @@ pub struct Worker {
     activity: crate::activity::WorkerActivity,
     /// This VM's protection from scale-in and the idle grace, if kept.
     scale_in_protection: Option<(Arc<dyn ScaleInProtection>, Duration)>,
+    /// This worker's part of the fleet's bill, from its construction
+    /// (`worker/lifetime.rs`).
+    lifetime: Arc<lifetime::Lifetime>,
 }
 
 impl Worker {
@@ -155,6 +159,11 @@ impl Worker {
     ) -> Self {
         let cadence = Arc::new(CheckpointCadence::new(config.interval_source()));
         let switch_cost = lanes::seeded_switch_cost(config.lanes.switch_cost);
+        let lifetime = lifetime::Lifetime::start_now(
+            config.consumed_queue(),
+            config.lanes.lane,
+            config.imds.vm_name.as_deref(),
+        );
         Worker {
             config,
             queue,
@@ -176,6 +185,7 @@ impl Worker {
             eviction_note: std::sync::Mutex::default(),
             activity: crate::activity::WorkerActivity::default(),
             scale_in_protection: None,
+            lifetime,
         }
     }
 
@@ -324,9 +334,11 @@ impl Worker {
         let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
         let stop_protection = CancellationToken::new();
         let protection_task = self.keep_scale_in_protection(&stop_protection);
+        let lifetime_task = self.keep_lifetime(&stop_ledger);
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
+        self.lifetime.exited();
         // Its last addition runs beside the approval and the telemetry flush.
         stop_ledger.cancel();
         // Nothing is held any more: the VM may be scaled in.
@@ -358,7 +370,10 @@ impl Worker {
             // left before the hard deadline: an ARM call takes seconds.
             let _ = tokio::time::timeout(final_step(exit_by, 10), task).await;
         }
-        for task in [ledger_task, switch_cost_task].into_iter().flatten() {
+        for task in [ledger_task, switch_cost_task, lifetime_task]
+            .into_iter()
+            .flatten()
+        {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
@@ -542,6 +557,7 @@ impl Worker {
     }
 
     fn stopped_before_start(&self, trigger: DrainTrigger) -> RunReport {
+        self.lifetime.draining();
         self.readiness
             .send_modify(|r| r.shutting_down = Some(trigger.to_string()));
         RunReport {
@@ -575,7 +591,10 @@ impl Worker {
             self.metrics.clone(),
         ));
         let handler = Arc::new(MeteredHandler {
-            inner: handler,
+            inner: lifetime::Busy {
+                inner: handler,
+                lifetime: Arc::clone(&self.lifetime),
+            },
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
             activity: self.activity.clone(),
@@ -583,6 +602,7 @@ impl Worker {
         let keeper = self.lane_keeper(&handler);
         let mut resumed = 0;
         loop {
+            self.lifetime.ready();
             self.readiness.send_modify(|r| r.shutting_down = None);
             // Not while the checkpoint store refuses (see `store_health`).
             self.metrics.set_ready(self.readiness.borrow().is_ready());

@@ -1,0 +1,304 @@
+//! This worker's part of the fleet's bill (issue 39, item 3): a
+//! [`Lifetime`] tallies its time as starting, busy, idle and draining
+//! ([`Tally`]), reports it as `spot_worker.worker.time`, and writes it to
+//! its own record in the checkpoint store ([`LifetimeLog`]) when the
+//! warmup ends, every [`WRITE_EVERY`], and as it exits: a few writes per
+//! hour, never one per message.
+//!
+//! Where it is told (the whole hook, in `worker/mod.rs` and `drain.rs`):
+//! started as `run_lifecycle` begins; ready when the gate opens and again
+//! after a withdrawn notice (`serve`); busy while a handler runs
+//! ([`Busy`], around the handler `serve` builds, so the count of handlers
+//! in flight is the consumer's own); draining at the drain's trigger
+//! (`consume`); exited after the drain, before the telemetry flush.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
+
+use spot_worker_decisions::bill::{PaidTime, Tally, WRITE_EVERY};
+use spot_worker_decisions::lanes::Lane;
+use spot_worker_storage::{
+    CheckpointStore, Clock, HandlerError, Job, LifetimeLog, MessageHandler, ResultMarker,
+    SystemClock,
+};
+use spot_worker_telemetry::Metrics;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// This worker's lifetime, told as it changes.
+pub(crate) struct Lifetime {
+    tally: Mutex<Tally>,
+    clock: Arc<dyn Clock>,
+    worker: String,
+    queue: String,
+    lane: Lane,
+    /// Wakes the writer for a write out of turn (ready, exit).
+    changed: Notify,
+}
+
+impl Lifetime {
+    /// A worker of `queue` in `lane` starting now by `clock`.
+    pub(crate) fn start(
+        queue: &str,
+        lane: Lane,
+        vm_name: Option<&str>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
+        let now = millis(clock.as_ref());
+        let host = vm_name.map_or_else(host_name, str::to_owned);
+        let worker = format!(
+            "{host}-{}-{now}-{:04x}",
+            std::process::id(),
+            clock.jitter(0xffff)
+        );
+        Arc::new(Lifetime {
+            tally: Mutex::new(Tally::started(now)),
+            clock,
+            worker,
+            queue: queue.to_owned(),
+            lane,
+            changed: Notify::new(),
+        })
+    }
+
+    /// With the wall clock.
+    pub(crate) fn start_now(queue: &str, lane: Lane, vm_name: Option<&str>) -> Arc<Self> {
+        Self::start(queue, lane, vm_name, Arc::new(SystemClock))
+    }
+
+    fn change(&self, change: impl FnOnce(&mut Tally, u64)) {
+        let now = millis(self.clock.as_ref());
+        change(
+            &mut self.tally.lock().unwrap_or_else(PoisonError::into_inner),
+            now,
+        );
+    }
+
+    /// The warmup ended, or a withdrawn notice lets the worker serve again.
+    pub(crate) fn ready(&self) {
+        self.change(Tally::ready);
+        self.changed.notify_one();
+    }
+
+    /// A stop signal or notice: the drain begins.
+    pub(crate) fn draining(&self) {
+        self.change(Tally::draining);
+    }
+
+    /// The worker is done; the writer writes once more and stops.
+    pub(crate) fn exited(&self) {
+        self.change(Tally::exited);
+        self.changed.notify_one();
+    }
+
+    /// Its time so far.
+    pub(crate) fn time(&self) -> PaidTime {
+        let now = millis(self.clock.as_ref());
+        self.tally
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .time_at(now)
+    }
+
+    /// Reports its time at every export of `metrics`.
+    pub(crate) fn observe(self: &Arc<Self>, metrics: &Metrics) {
+        let lifetime = Arc::clone(self);
+        let lane = match self.lane {
+            Lane::Spot => "spot",
+            Lane::Regular => "regular",
+        };
+        metrics.observe_worker_time(move || {
+            let t = lifetime.time();
+            (lane, [t.starting_s, t.busy_s, t.idle_s, t.draining_s])
+        });
+    }
+
+    /// Keeps the record in `store` until the worker exits or `stop` is
+    /// cancelled: written at each ready, every `every` while not exited,
+    /// and once more at exit. A failed write is logged; the next carries
+    /// everything (the figures are cumulative).
+    pub(crate) async fn keep(
+        self: Arc<Self>,
+        store: Arc<dyn CheckpointStore>,
+        every: Duration,
+        stop: CancellationToken,
+    ) {
+        let log = LifetimeLog::for_worker(store, &self.worker);
+        loop {
+            let stopped = tokio::select! {
+                () = stop.cancelled() => true,
+                () = self.changed.notified() => false,
+                () = tokio::time::sleep(every) => false,
+            };
+            let (record, exited) = {
+                let now = millis(self.clock.as_ref());
+                let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+                let exited = tally.phase() == spot_worker_decisions::bill::Phase::Exited;
+                (
+                    tally.record(&self.worker, &self.queue, self.lane, now),
+                    exited,
+                )
+            };
+            if let Err(error) = log.write(&record).await {
+                tracing::warn!(%error, key = log.key(), "could not write this worker's lifetime record; writing with the next");
+            }
+            if stopped || exited {
+                return;
+            }
+        }
+    }
+}
+
+impl super::Worker {
+    /// Reports this worker's time in the metrics from now on and, with a
+    /// checkpoint store, keeps its record there from the gate's opening
+    /// (the store is ready then) until `stop`.
+    pub(super) fn keep_lifetime(
+        &self,
+        stop: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.lifetime.observe(&self.metrics);
+        let store = Arc::clone(self.checkpoints.as_ref()?);
+        let (lifetime, stop) = (Arc::clone(&self.lifetime), stop.clone());
+        let gate_opened = self.gate_opened.clone();
+        Some(tokio::spawn(async move {
+            // A worker that stops before its gate opens leaves no record:
+            // its store may not be ready, and its time shows in the metrics.
+            if stop
+                .run_until_cancelled(gate_opened.cancelled())
+                .await
+                .is_none()
+            {
+                return;
+            }
+            lifetime.keep(store, WRITE_EVERY, stop).await;
+        }))
+    }
+}
+
+/// A handler counted busy while it runs.
+pub(crate) struct Busy<H> {
+    pub(crate) inner: H,
+    pub(crate) lifetime: Arc<Lifetime>,
+}
+
+/// Ends a handler's busy time however the handler ends (returned,
+/// panicked, dropped).
+struct Running<'a>(&'a Lifetime);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.change(Tally::finished);
+    }
+}
+
+impl<H: MessageHandler> MessageHandler for Busy<H> {
+    async fn handle(&self, job: Job) -> Result<(), HandlerError> {
+        self.lifetime.change(Tally::took);
+        let _running = Running(&self.lifetime);
+        self.inner.handle(job).await
+    }
+
+    // A decorator forwards what the handler knows about its jobs.
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        self.inner.job_key(body)
+    }
+
+    fn completion_marker(&self, body: &[u8]) -> Option<ResultMarker> {
+        self.inner.completion_marker(body)
+    }
+
+    fn verify_completed(
+        &self,
+        body: &[u8],
+        result: &serde_json::Value,
+    ) -> Result<(), HandlerError> {
+        self.inner.verify_completed(body, result)
+    }
+}
+
+fn millis(clock: &dyn Clock) -> u64 {
+    clock.now().duration_since(UNIX_EPOCH).map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+/// The machine's name (the VM's, or the pod's on AKS), for the worker's id.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "worker".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spot_worker_storage::InMemoryCheckpointStore;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::SystemTime;
+
+    /// A clock moved by hand.
+    #[derive(Clone, Default)]
+    struct HandClock(Arc<AtomicU64>);
+
+    impl HandClock {
+        fn advance(&self, seconds: u64) {
+            self.0.fetch_add(seconds * 1000, Ordering::SeqCst);
+        }
+    }
+
+    impl Clock for HandClock {
+        fn now(&self) -> SystemTime {
+            UNIX_EPOCH + Duration::from_millis(self.0.load(Ordering::SeqCst))
+        }
+        fn jitter(&self, _max: u64) -> u64 {
+            7
+        }
+    }
+
+    #[tokio::test]
+    async fn the_record_follows_ready_handlers_the_drain_and_exit() {
+        let clock = HandClock::default();
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        let lifetime = Lifetime::start("jobs", Lane::Regular, Some("vm3"), Arc::new(clock.clone()));
+        assert_eq!(
+            lifetime.worker,
+            format!("vm3-{}-0-0007", std::process::id())
+        );
+        let stop = CancellationToken::new();
+        let writer = tokio::spawn(Arc::clone(&lifetime).keep(
+            Arc::clone(&store),
+            Duration::from_secs(3600),
+            stop.clone(),
+        ));
+        clock.advance(40);
+        lifetime.ready();
+        clock.advance(5);
+        {
+            // A handler runs for 100 s (what `Busy` does around it).
+            lifetime.change(Tally::took);
+            let _running = Running(&lifetime);
+            clock.advance(100);
+        }
+        clock.advance(10);
+        lifetime.draining();
+        clock.advance(3);
+        lifetime.exited();
+        writer.await.unwrap();
+        let key = LifetimeLog::key_of(&lifetime.worker);
+        let record = LifetimeLog::read_key(store.as_ref(), &key)
+            .await
+            .unwrap()
+            .expect("written at exit");
+        let t = record.time;
+        assert_eq!(
+            [t.starting_s, t.busy_s, t.idle_s, t.draining_s],
+            [40.0, 100.0, 15.0, 3.0]
+        );
+        assert_eq!((record.lane, record.seen_ms), (Lane::Regular, 158_000));
+        assert_eq!(lifetime.time(), t);
+    }
+}
