@@ -17,6 +17,8 @@
 //! - `store_health`: a refusing checkpoint store as readiness and a metric;
 //! - `rendezvous`: the workers on one VM, so none approves before all drained;
 //! - [`scale_in_protection`]: this VM kept out of a scale-in while it holds work;
+//! - [`pod_deletion_cost`], [`pod_activity`], [`kubernetes_api`]: this pod's
+//!   `controller.kubernetes.io/pod-deletion-cost` kept equal to its unsaved work;
 //! - [`Worker`]: the lifecycle that ties them together.
 
 mod after_drain;
@@ -24,7 +26,10 @@ pub mod config;
 mod error;
 mod gate;
 pub mod health;
+pub mod kubernetes_api;
 mod metered;
+pub mod pod_activity;
+pub mod pod_deletion_cost;
 mod rendezvous;
 pub mod scale_in_protection;
 pub mod shutdown;

@@ -75,9 +75,13 @@ pub mod names {
     pub const LANES_AT_RISK: &str = "spot_worker.lanes.at_risk";
     /// Gauge: d, the switch cost the lane rule uses (`s`).
     pub const LANES_SWITCH_COST: &str = "spot_worker.lanes.switch_cost";
+    /// Counter of writes of the pod's `controller.kubernetes.io/pod-deletion-cost`,
+    /// by `result`: `ok`, `throttled`, `forbidden`, `server_error`,
+    /// `refused`, `unreachable` (`{write}`).
+    pub const POD_DELETION_COST_WRITES: &str = "spot_worker.pod_deletion_cost.writes";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -99,6 +103,7 @@ pub mod names {
         LANES_KEEPER_MOVED,
         LANES_AT_RISK,
         LANES_SWITCH_COST,
+        POD_DELETION_COST_WRITES,
     ];
 }
 
@@ -201,6 +206,7 @@ struct Instruments {
     job_unaccounted: Counter<u64>,
     checkpoint_gauges: CheckpointGauges,
     lanes: LaneInstruments,
+    pod_deletion_cost_writes: Counter<u64>,
 }
 
 impl Metrics {
@@ -321,6 +327,12 @@ impl Metrics {
             ),
             checkpoint_gauges: CheckpointGauges::new(meter),
             lanes: LaneInstruments::new(meter),
+            pod_deletion_cost_writes: counter(
+                names::POD_DELETION_COST_WRITES,
+                "{write}",
+                "Writes of the pod's controller.kubernetes.io/pod-deletion-cost, by result: ok, \
+                 throttled, forbidden, server_error, refused, unreachable.",
+            ),
         };
         Self {
             inner: Arc::new(inner),
@@ -491,6 +503,14 @@ impl Metrics {
             .switch_cost
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// A write of the pod's deletion cost ended with `result` (`ok`, or
+    /// why it failed: it is retried).
+    pub fn pod_deletion_cost_written(&self, result: &'static str) {
+        self.inner
+            .pod_deletion_cost_writes
+            .add(1, &[KeyValue::new(attributes::RESULT, result)]);
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

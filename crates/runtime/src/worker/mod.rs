@@ -18,6 +18,7 @@
 mod drain;
 mod finish;
 mod lanes;
+mod pod_cost;
 mod process;
 mod report;
 
@@ -138,6 +139,8 @@ pub struct Worker {
     /// running in the background; waited for (within a bound) at exit, so
     /// that an idle worker's quick drain does not cut it short.
     eviction_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// This pod's deletion cost, kept in step with its work (`pod_cost`).
+    pod_cost: pod_cost::PodCost,
 }
 
 impl Worker {
@@ -168,6 +171,7 @@ impl Worker {
             switch_cost,
             spot_capacity: std::sync::OnceLock::new(),
             eviction_note: std::sync::Mutex::default(),
+            pod_cost: pod_cost::PodCost::default(),
         }
     }
 
@@ -295,6 +299,7 @@ impl Worker {
             })
         });
         let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
+        let pod_cost_task = self.keep_pod_deletion_cost(stop_ledger.clone())?;
         let mut result = self
             .gate_then_serve(handler, &triggers, watcher.as_ref(), &rendezvous)
             .await;
@@ -321,7 +326,10 @@ impl Worker {
         {
             tracing::warn!(%error, "flushing telemetry failed");
         }
-        for task in [ledger_task, switch_cost_task].into_iter().flatten() {
+        for task in [ledger_task, switch_cost_task, pod_cost_task]
+            .into_iter()
+            .flatten()
+        {
             // Bounded by its own timeout (`LEDGER_LAST_ADD`) and the exit's.
             let _ = tokio::time::timeout(final_step(exit_by, 2), task).await;
         }
@@ -520,7 +528,7 @@ impl Worker {
             self.metrics.clone(),
         ));
         let handler = Arc::new(MeteredHandler {
-            inner: handler,
+            inner: self.pod_cost.wrap_handler(handler),
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
         });
@@ -611,7 +619,7 @@ impl Worker {
         }
         Ok(match &self.checkpoints {
             Some(store) => consumer.with_checkpoints(Arc::new(MeteredCheckpoints {
-                inner: Arc::clone(store),
+                inner: self.pod_cost.wrap_checkpoints(Arc::clone(store)),
                 metrics: metrics.clone(),
             })),
             None => consumer,
