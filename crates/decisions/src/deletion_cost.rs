@@ -7,7 +7,7 @@
 //! lose makes a KEDA scale-in take an idle pod before a busy one, and among
 //! busy ones the one with the least unsaved work.
 //!
-//! - **What**: [`cost`] — 0 when idle or starting (nothing to lose), −1 when
+//! - **What**: [`cost`] — [`deletion_cost`](crate::scale_in::deletion_cost) rounded: 0 when idle or starting (nothing to lose), −1 when
 //!   draining (it is leaving: remove it first), and when busy the **sum**
 //!   over the jobs it holds of the job time since each one's last save,
 //!   in whole seconds, rounded down to a [`CostPolicy::bucket`] and at
@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::scale_in::Activity;
+use crate::scale_in::{Activity, deletion_cost};
 
 /// How coarse the published cost is and how often it may change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,15 +82,13 @@ pub struct Published {
 /// its unsaved seconds rounded down to the policy's bucket, at least 1 and
 /// at most `i32::MAX`. Never lower for more unsaved work.
 pub fn cost(activity: Activity, policy: &CostPolicy) -> i32 {
-    match activity {
-        Activity::Draining => -1,
-        Activity::Idle { .. } | Activity::Starting => 0,
-        Activity::Busy { unsaved } => {
-            let bucket = policy.bucket.as_secs().max(1);
-            let rounded = unsaved.as_secs() / bucket * bucket;
-            i32::try_from(rounded).map_or(i32::MAX, |seconds| seconds.max(1))
-        }
+    // The unquantised value is scale_in's; only a busy one is rounded.
+    let exact = deletion_cost(activity);
+    if exact <= 0 {
+        return exact;
     }
+    let bucket = i32::try_from(policy.bucket.as_secs().max(1)).unwrap_or(i32::MAX);
+    (exact / bucket * bucket).max(1)
 }
 
 /// Whether to write `wanted` now, given what was `last` published (`None`:
@@ -138,13 +136,21 @@ mod tests {
             (busy(60), 60, "second bucket"),
             (busy(119), 60, "still the second"),
             (busy(3000), 3000, "50 minutes"),
-            (busy(u64::MAX), i32::MAX, "clamped, no overflow"),
+            (
+                busy(u64::MAX),
+                2_147_483_640,
+                "clamped, no overflow, rounded down",
+            ),
             (
                 busy(i32::MAX as u64 + 1),
                 2_147_483_640,
-                "rounded down, still an i32",
+                "just past i32: clamped, rounded down",
             ),
-            (busy(1 << 40), i32::MAX, "beyond i32: clamped"),
+            (
+                busy(1 << 40),
+                2_147_483_640,
+                "beyond i32: clamped, rounded down",
+            ),
         ];
         for (activity, expected, why) in table {
             assert_eq!(cost(activity, &policy), expected, "{activity:?}: {why}");

@@ -48,6 +48,9 @@ pub struct PodSettings {
     pub api_port: u16,
     /// Where `token` and `ca.crt` are.
     pub service_account_dir: PathBuf,
+    /// The cost's step and least interval between busy values
+    /// (`SPOT_WORKER_POD_DELETION_COST_STEP`).
+    pub step: Duration,
 }
 
 impl PodSettings {
@@ -99,6 +102,7 @@ impl PodSettings {
             api_host,
             api_port,
             service_account_dir: PathBuf::from(source.get(&table::SERVICE_ACCOUNT_DIR)?.as_ref()),
+            step: source.get(&table::POD_DELETION_COST_STEP)?,
         }))
     }
 
@@ -265,6 +269,7 @@ mod tests {
             found.service_account_dir,
             Path::new("/var/run/secrets/kubernetes.io/serviceaccount")
         );
+        assert_eq!(found.step, Duration::from_secs(60));
         assert_eq!(settings(&[]).unwrap(), None, "not in a pod");
         let mut off = pod.to_vec();
         off.push(("SPOT_WORKER_POD_DELETION_COST", "false"));
@@ -317,6 +322,7 @@ mod tests {
             api_host: "127.0.0.1".into(),
             api_port: 443,
             service_account_dir: dir.path().to_owned(),
+            step: Duration::from_secs(60),
         };
         let error = KubernetesPodCost::new(&pod)
             .err()

@@ -150,13 +150,19 @@ impl DeletionCostKeeper {
     }
 }
 
-/// How often the keeper looks at the unsaved work when nothing wakes it:
-/// often enough that a new bucket is written within seconds of the
-/// interval allowing it.
+/// How often, at most, the keeper looks at the unsaved work when nothing
+/// wakes it (more often with a finer policy): a new bucket is written
+/// within seconds of the interval allowing it.
 const TICK: Duration = Duration::from_secs(5);
 
+impl DeletionCostKeeper {
+    fn tick(&self) -> Duration {
+        TICK.min(self.policy.min_interval.max(Duration::from_millis(100)))
+    }
+}
+
 /// Runs `keeper` until `stop`: a pass when the worker turns busy or idle,
-/// every [`TICK`] otherwise, each write counted in `metrics`.
+/// every tick otherwise, each write counted in `metrics`.
 pub async fn keep(
     mut keeper: DeletionCostKeeper,
     activity: PodActivity,
@@ -170,9 +176,8 @@ pub async fn keep(
             Some(Err(error)) => metrics.pod_deletion_cost_written(error.result()),
             None => {}
         }
-        let wake = keeper
-            .retry_at()
-            .map_or(now + TICK, |at| at.min(now + TICK).max(now));
+        let tick = now + keeper.tick();
+        let wake = keeper.retry_at().map_or(tick, |at| at.min(tick).max(now));
         tokio::select! {
             () = stop.cancelled() => return,
             () = activity.changed() => {}

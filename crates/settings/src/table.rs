@@ -451,6 +451,15 @@ pub const POD_DELETION_COST: Setting<bool> = Setting {
     secret: false,
 };
 
+/// How coarse the pod's deletion cost is, and how often it may change.
+pub const POD_DELETION_COST_STEP: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_POD_DELETION_COST_STEP",
+    default: seconds(60),
+    default_doc: None,
+    doc: "a busy pod's deletion cost is its unsaved seconds rounded down to a multiple of this, and changes at most once per this long while it stays busy (KEP-2255 advises against updating it on every small step); between idle and busy it changes at once",
+    secret: false,
+};
+
 /// This pod's name.
 pub const POD_NAME: Setting<Option<Text>> = Setting {
     key: "SPOT_WORKER_POD_NAME",
@@ -692,6 +701,7 @@ pub const ALL: &[&dyn Describe] = &[
     &IMDS_POLL_INTERVAL,
     &VM_NAME,
     &POD_DELETION_COST,
+    &POD_DELETION_COST_STEP,
     &POD_NAME,
     &POD_NAMESPACE,
     &KUBERNETES_SERVICE_HOST,

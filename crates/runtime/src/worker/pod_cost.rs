@@ -68,6 +68,14 @@ impl Worker {
         &mut self,
         stop: CancellationToken,
     ) -> Result<Option<tokio::task::JoinHandle<()>>, WorkerError> {
+        let policy = self
+            .config
+            .pod
+            .as_ref()
+            .map_or_else(CostPolicy::default, |pod| CostPolicy {
+                bucket: pod.step,
+                min_interval: pod.step,
+            });
         let target = match (&self.pod_cost.target, &self.config.pod) {
             (Some(target), _) => Arc::clone(target),
             (None, Some(pod)) => {
@@ -82,7 +90,7 @@ impl Worker {
         };
         let activity = PodActivity::new();
         self.pod_cost.activity = Some(activity.clone());
-        let keeper = DeletionCostKeeper::new(target, CostPolicy::default(), Backoff::default());
+        let keeper = DeletionCostKeeper::new(target, policy, Backoff::default());
         Ok(Some(tokio::spawn(keep(
             keeper,
             activity,
