@@ -168,7 +168,7 @@ if [[ -n "$APP_INSIGHTS" ]]; then
     "$NAMESPACE" "${connection//\"/\\\"}" | kubectl apply -f -
   unset connection
 fi
-manifests=(serviceaccount deployment keda)
+manifests=(serviceaccount pod-deletion-cost deployment keda)
 scaled_objects=(spot-worker)
 if [[ -n "$REGULAR_QUEUE" ]]; then
   manifests+=(regular)

@@ -46,6 +46,15 @@ var deployerDataActions = [
   'Microsoft.ContainerService/managedClusters/keda.sh/triggerauthentications/read'
   'Microsoft.ContainerService/managedClusters/keda.sh/triggerauthentications/write'
   'Microsoft.ContainerService/managedClusters/pods/read'
+  // deploy/kubernetes/pod-deletion-cost.yaml: the workers' Role and its
+  // binding. Kubernetes lets a user grant only what it holds itself (RBAC's
+  // escalation check), so the operator also holds what the Role allows:
+  // patch on pods (write).
+  'Microsoft.ContainerService/managedClusters/rbac.authorization.k8s.io/roles/read'
+  'Microsoft.ContainerService/managedClusters/rbac.authorization.k8s.io/roles/write'
+  'Microsoft.ContainerService/managedClusters/rbac.authorization.k8s.io/rolebindings/read'
+  'Microsoft.ContainerService/managedClusters/rbac.authorization.k8s.io/rolebindings/write'
+  'Microsoft.ContainerService/managedClusters/pods/write'
   // scripts/deploy-aks.sh: the spot-worker-telemetry Secret, and KEDA's
   // events when it checks the ScaledObject.
   'Microsoft.ContainerService/managedClusters/secrets/read'

@@ -41,6 +41,8 @@ KINDS = {
     "Deployment": ("apps", "deployments"),
     "ScaledObject": ("keda.sh", "scaledobjects"),
     "TriggerAuthentication": ("keda.sh", "triggerauthentications"),
+    "Role": ("rbac.authorization.k8s.io", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
 }
 # `kubectl -n <namespace> get scaledobject,pods -w` (docs/deploying.md).
 WATCHED = [("", "pods"), ("keda.sh", "scaledobjects")]

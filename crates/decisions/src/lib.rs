@@ -16,6 +16,9 @@
 //!   interruption rates, their Gamma–Poisson and Beta estimators, the job
 //!   time counted as it accrues, and the interval spread over a job's known
 //!   end ([`cadence::CheckpointCadence`] holds one worker's live interval).
+//! - [`deletion_cost`]: the value of a pod's
+//!   `controller.kubernetes.io/pod-deletion-cost` from what its worker
+//!   holds, and when to write it (within KEP-2255's advice on update rates).
 //! - [`goodput`]: where a job's time went across its deliveries (useful,
 //!   redone, checkpointing, waiting): the [`goodput::Ledger`], how a
 //!   delivery's readings add to it, and the stamp a checkpoint write
@@ -76,6 +79,7 @@
 
 pub mod bill;
 pub mod cadence;
+pub mod deletion_cost;
 pub mod goodput;
 pub mod lanes;
 pub mod scale_in;

@@ -97,6 +97,9 @@ pub struct WorkerConfig {
     pub eviction_rate: f64,
     /// The two lanes of jobs with a deadline (docs/deploying.md, "The two lanes").
     pub lanes: LaneSettings,
+    /// In a Kubernetes pod: where it is, to keep its deletion cost
+    /// (`SPOT_WORKER_POD_DELETION_COST`, on in a pod); `None` elsewhere.
+    pub pod: Option<crate::kubernetes_api::PodSettings>,
 }
 
 /// The lanes: Spot capacity, and regular capacity for jobs with a deadline
@@ -242,6 +245,8 @@ impl Default for WorkerConfig {
                 policy: LanePolicy::Patient,
                 price_ratio: DEFAULT_PRICE_RATIO,
             },
+            // table::POD_NAME has no default: not in a pod.
+            pod: None,
         }
     }
 }
@@ -313,6 +318,7 @@ impl WorkerConfig {
                 policy: lane_policy(source)?,
                 price_ratio: price_ratio(source)?,
             },
+            pod: crate::kubernetes_api::PodSettings::from_source(source)?,
         };
         config.validate()?;
         Ok(config)

@@ -19,6 +19,8 @@
 //! - [`activity`]: how many messages the worker holds, one signal to
 //!   subscribe to;
 //! - [`scale_in_protection`]: this VM kept out of a scale-in while it holds work;
+//! - [`pod_deletion_cost`], [`pod_activity`], [`kubernetes_api`]: this pod's
+//!   `controller.kubernetes.io/pod-deletion-cost` kept equal to its unsaved work;
 //! - [`Worker`]: the lifecycle that ties them together.
 
 pub mod activity;
@@ -27,7 +29,10 @@ pub mod config;
 mod error;
 mod gate;
 pub mod health;
+pub mod kubernetes_api;
 mod metered;
+pub mod pod_activity;
+pub mod pod_deletion_cost;
 mod rendezvous;
 pub mod scale_in_protection;
 pub mod shutdown;

@@ -79,9 +79,13 @@ pub mod names {
     /// Counter: this worker's paid time since it started, by `phase`
     /// ([`WORKER_PHASES`](crate::WORKER_PHASES)) and `lane` (`s`).
     pub const WORKER_TIME: &str = "spot_worker.worker.time";
+    /// Counter of writes of the pod's `controller.kubernetes.io/pod-deletion-cost`,
+    /// by `result`: `ok`, `throttled`, `forbidden`, `server_error`,
+    /// `refused`, `unreachable` (`{write}`).
+    pub const POD_DELETION_COST_WRITES: &str = "spot_worker.pod_deletion_cost.writes";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -104,6 +108,7 @@ pub mod names {
         LANES_AT_RISK,
         LANES_SWITCH_COST,
         WORKER_TIME,
+        POD_DELETION_COST_WRITES,
     ];
 }
 
@@ -210,6 +215,7 @@ struct Instruments {
     checkpoint_gauges: CheckpointGauges,
     lanes: LaneInstruments,
     worker_time: WorkerTime,
+    pod_deletion_cost_writes: Counter<u64>,
 }
 
 impl Metrics {
@@ -331,6 +337,12 @@ impl Metrics {
             checkpoint_gauges: CheckpointGauges::new(meter),
             lanes: LaneInstruments::new(meter),
             worker_time: WorkerTime::new(meter),
+            pod_deletion_cost_writes: counter(
+                names::POD_DELETION_COST_WRITES,
+                "{write}",
+                "Writes of the pod's controller.kubernetes.io/pod-deletion-cost, by result: ok, \
+                 throttled, forbidden, server_error, refused, unreachable.",
+            ),
         };
         Self {
             inner: Arc::new(inner),
@@ -517,6 +529,14 @@ impl Metrics {
             .switch_cost
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// A write of the pod's deletion cost ended with `result` (`ok`, or
+    /// why it failed: it is retried).
+    pub fn pod_deletion_cost_written(&self, result: &'static str) {
+        self.inner
+            .pod_deletion_cost_writes
+            .add(1, &[KeyValue::new(attributes::RESULT, result)]);
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

@@ -19,6 +19,7 @@ mod drain;
 mod finish;
 mod lanes;
 mod lifetime;
+mod pod_cost;
 mod process;
 mod report;
 
@@ -148,6 +149,8 @@ pub struct Worker {
     /// This worker's part of the fleet's bill, from its construction
     /// (`worker/lifetime.rs`).
     lifetime: Arc<lifetime::Lifetime>,
+    /// This pod's deletion cost, kept in step with its work (`pod_cost`).
+    pod_cost: pod_cost::PodCost,
 }
 
 impl Worker {
@@ -186,6 +189,7 @@ impl Worker {
             activity: crate::activity::WorkerActivity::default(),
             scale_in_protection: None,
             lifetime,
+            pod_cost: pod_cost::PodCost::default(),
         }
     }
 
@@ -595,6 +599,7 @@ impl Worker {
                 inner: handler,
                 lifetime: Arc::clone(&self.lifetime),
             },
+            inner: self.pod_cost.wrap_handler(handler),
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
             activity: self.activity.clone(),
@@ -687,7 +692,7 @@ impl Worker {
         }
         Ok(match &self.checkpoints {
             Some(store) => consumer.with_checkpoints(Arc::new(MeteredCheckpoints {
-                inner: Arc::clone(store),
+                inner: self.pod_cost.wrap_checkpoints(Arc::clone(store)),
                 metrics: metrics.clone(),
             })),
             None => consumer,
