@@ -499,7 +499,8 @@ impl Run<'_> {
             } else {
                 "the program writes the directory all the time; name a commit marker the program writes last (SPOT_WORKER_CHECKPOINT_MARKER, docs/command.md)"
             };
-            tracing::warn!(job_key = %self.key, tries = self.unsettled, ?since_last_save, hint, "the checkpoint never held still long enough to be saved as one state of the program: the version saved last stands; still trying");
+            let dir = self.dir.checkpoint_dir();
+            tracing::warn!(job_key = %self.key, dir = %dir.display(), tries = self.unsettled, ?since_last_save, hint, "the checkpoint never held still long enough to be saved as one state of the program: the version saved last stands; still trying");
         }
         Some(crate::settle::retry_after(
             self.unsettled,

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::delivery::Run;
-use crate::settle::{AtMarker, MarkerStamp, at_marker};
+use crate::settle::{AtMarker, MarkerStamp, at_marker, database_copy_changed};
 use crate::version_files::{Roots, SavedFiles};
 use crate::write_time::{Unmeasured, version_modified, written_at};
 
@@ -557,7 +557,7 @@ async fn save_once(
     }
     // A live database is read from a consistent copy; the copies go
     // when this save is done with them.
-    let (roots, _copies) = match consistent_databases(context).await {
+    let (roots, copies) = match consistent_databases(context).await {
         Ok(found) => found,
         Err(error) => {
             tracing::warn!(job_key = %key, %error, "a SQLite database in the checkpoint directory could not be backed up, so the checkpoint is not saved this time; trying again later");
@@ -584,7 +584,7 @@ async fn save_once(
     let skipped = staged.skipped().to_vec();
     let marker = match &context.marker {
         None => None,
-        Some(marker) => match marker_rule(&staged, marker) {
+        Some(marker) => match marker_rule(&staged, marker, &copies.as_of) {
             AtMarker::Take(stamp) => Some(stamp),
             AtMarker::NoMarker | AtMarker::Unchanged => return Ok(unchanged),
             AtMarker::WrittenSince(path) => {
@@ -678,8 +678,14 @@ async fn consistent_databases(
 /// The marker rule ([`at_marker`]) for the version `staged` read: the
 /// directory's files, each with its change time, against the marker read
 /// with them. The checkpoint file (`SPOT_WORKER_CHECKPOINT`) is a version
-/// of its own (renamed whole) and is not weighed.
-fn marker_rule(staged: &spot_worker_storage::files::Staged, marker: &Marker) -> AtMarker {
+/// of its own (renamed whole) and is not weighed; a live database's copy
+/// (one of `databases`) is weighed by when it was made and the last commit
+/// it holds ([`database_copy_changed`]), not by its file's times alone.
+fn marker_rule(
+    staged: &spot_worker_storage::files::Staged,
+    marker: &Marker,
+    databases: &std::collections::BTreeMap<String, std::time::SystemTime>,
+) -> AtMarker {
     let versions = staged.versions();
     let read = versions
         .iter()
@@ -688,7 +694,15 @@ fn marker_rule(staged: &spot_worker_storage::files::Staged, marker: &Marker) -> 
     let others = versions
         .iter()
         .filter(|(path, _)| *path != marker.listed && path != "file")
-        .map(|(path, meta)| (path.as_str(), crate::settle::changed(meta)));
+        .map(|(path, meta)| {
+            let changed = match (read, databases.get(path)) {
+                (Some(marker), Some(as_of)) => {
+                    database_copy_changed(meta, Some(*as_of), marker.changed())
+                }
+                _ => crate::settle::changed(meta),
+            };
+            (path.as_str(), changed)
+        });
     at_marker(read, marker.saved, others)
 }
 

@@ -81,6 +81,50 @@ pub fn changed(meta: &std::fs::Metadata) -> i128 {
     nanos(meta.mtime(), meta.mtime_nsec()).max(nanos(meta.ctime(), meta.ctime_nsec()))
 }
 
+/// How far a file system's time stamps may lag the system's clock (they
+/// are taken from a clock updated once a tick: 10 ms at the slowest, a
+/// kernel at 100 Hz).
+pub const FILE_CLOCK_TICK: Duration = Duration::from_millis(10);
+
+/// When a live SQLite database's consistent copy (made by the save's read,
+/// `crate::sqlite_version`) counts as changed, as the marker rule weighs
+/// it against the marker's change `marker`: `as_of`, a moment at which the
+/// database was as the copy holds it (`Copies::as_of`), and `committed`,
+/// the last commit it holds (the copy's modification time, which the
+/// backup sets), all in ns.
+///
+/// The copy is the database as it was at the marker only if the database
+/// was still as the copy holds it after the marker was written, and the
+/// copy holds no commit from the marker on: then it counts as changed at
+/// its last commit. A copy of the database as it was at or before the
+/// marker (the program wrote a new marker while the save read) may lack
+/// commits the program made before that marker: it counts as changed at
+/// the marker, so the read is tried again.
+pub fn database_copy_change(as_of: i128, committed: i128, marker: i128) -> i128 {
+    // `as_of` is read from the system's clock, the marker's time from the
+    // file system's, which may lag it by a tick: within a tick of the
+    // marker is not after it.
+    if as_of <= marker.saturating_add(FILE_CLOCK_TICK.as_nanos() as i128) {
+        marker
+    } else {
+        committed
+    }
+}
+
+/// [`database_copy_change`] of a copy's metadata and the moment it was
+/// the database (`None`: not known, so not taken as after the marker).
+pub fn database_copy_changed(
+    meta: &std::fs::Metadata,
+    as_of: Option<std::time::SystemTime>,
+    marker: i128,
+) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    let as_of = as_of
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(i128::MIN, |since| since.as_nanos() as i128);
+    database_copy_change(as_of, nanos(meta.mtime(), meta.mtime_nsec()), marker)
+}
+
 fn nanos(seconds: i64, nanos: i64) -> i128 {
     i128::from(seconds) * 1_000_000_000 + i128::from(nanos)
 }
@@ -296,6 +340,57 @@ mod tests {
         ];
         for (case, read, saved, others, want) in table {
             assert_eq!(at_marker(read, saved, others), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_database_copy_is_the_state_at_the_marker_only_if_read_after_it_with_no_commit_since() {
+        // Milliseconds, in ns.
+        let ms = |ms: i128| ms * 1_000_000;
+        let marker = ms(1_000);
+        // (case, the database as the copy holds it at, its last commit) →
+        // its change as weighed
+        let table = [
+            ("read after, committed before", 1_050, 990, 990),
+            (
+                "read after, committed in the marker's tick",
+                1_050,
+                1_000,
+                1_000,
+            ),
+            ("read after, committed after", 1_050, 1_020, 1_020),
+            ("read before the marker", 980, 970, 1_000),
+            ("read at the marker", 1_000, 970, 1_000),
+            (
+                "read within a file clock's tick after it",
+                1_009,
+                970,
+                1_000,
+            ),
+            ("read just over a tick after it", 1_011, 970, 970),
+        ]
+        .map(|(case, as_of, committed, want)| (case, ms(as_of), ms(committed), ms(want)));
+        for (case, as_of, committed, want) in table {
+            assert_eq!(
+                database_copy_change(as_of, committed, marker),
+                want,
+                "{case}"
+            );
+            // What the marker rule then says of it.
+            let stamp = marker_at(marker);
+            let rule = at_marker(Some(stamp), None, [("dir/db", want)]);
+            let taken = matches!(rule, AtMarker::Take(_));
+            assert_eq!(
+                taken,
+                as_of > marker + ms(10) && committed < marker,
+                "{case}: {rule:?}"
+            );
+        }
+    }
+
+    fn marker_at(changed: i128) -> MarkerStamp {
+        MarkerStamp {
+            version: (1, 7, 2, changed, changed),
         }
     }
 

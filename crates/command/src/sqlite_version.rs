@@ -19,6 +19,7 @@
 //! ([`BUSY_WAITS`]); one that cannot be backed up is an error the save
 //! reports, never passed over.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::Metadata;
 use std::io::Read as _;
@@ -92,6 +93,10 @@ pub struct Copies {
     _scratch: Option<tempfile::TempDir>,
     /// The databases backed up: manifest path, and the copy read for it.
     pub databases: Vec<(String, PathBuf)>,
+    /// By manifest path: a moment at which the database was exactly as its
+    /// copy holds it (inside the copy's read, after its last commit), for
+    /// the commit marker's rule (`crate::settle::database_copy_change`).
+    pub as_of: BTreeMap<String, SystemTime>,
 }
 
 /// `roots`, with every SQLite database under its directory roots standing
@@ -113,6 +118,7 @@ pub fn with_consistent_databases(
     let mut copies = Copies {
         _scratch: None,
         databases: Vec::new(),
+        as_of: BTreeMap::new(),
     };
     // A database being created (its file still shorter than a header) has
     // committed nothing yet: its journal is left out, so the version holds
@@ -128,7 +134,8 @@ pub fn with_consistent_databases(
         .tempdir_in(scratch)?;
     for (number, database) in found.iter().enumerate() {
         let copy = dir.path().join(format!("{number}.db"));
-        backup(database, &copy)?;
+        let as_of = backup(database, &copy)?;
+        copies.as_of.insert(database.path.clone(), as_of);
         roots = roots.with_stand_in(&database.path, &copy);
         for suffix in COMPANIONS {
             roots = roots.leaving_out(&format!("{}{suffix}", database.path));
@@ -283,7 +290,8 @@ fn untrusted(error: UntrustedError) -> BackupError {
 /// its hot journal rolled back first (its program died mid-commit), or a
 /// WAL-mode one whose shared-memory file is gone (its program closed it),
 /// is opened for writing, as the program itself would open it next.
-fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
+/// Returns a moment at which the database was as the copy holds it.
+fn backup(database: &Found, copy: &Path) -> Result<SystemTime, BackupError> {
     if !database.still_there() {
         return Err(BackupError::Replaced {
             path: database.path.clone(),
@@ -306,11 +314,11 @@ fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
             // Opened for writing, the runner's connection may have
             // written the file itself: the time before it stands.
             backup_from(&source, read_write, copy, &database.path)
-                .map(|under_lock| earliest(before, under_lock))
+                .map(|(under_lock, as_of)| (earliest(before, under_lock), as_of))
         }
         done => done,
     };
-    let committed = done?;
+    let (committed, as_of) = done?;
     // The copy is dated by the last commit it holds, not by the backup:
     // what saving it keeps of the program's work is its work up to that
     // commit (`write_time.rs`), and the work since is lost if the program
@@ -328,7 +336,7 @@ fn backup(database: &Found, copy: &Path) -> Result<(), BackupError> {
             path: database.path.clone(),
         });
     }
-    Ok(())
+    Ok(as_of)
 }
 
 /// The time of the last commit to the database at `source`: the latest
@@ -363,13 +371,15 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 /// transaction of the runner's, and returns the time of the last commit
 /// that version holds, read under that transaction ([`last_commit`]): in
 /// rollback-journal mode no commit can land while it is held, in WAL mode
-/// one landing meanwhile dates the version at most that late.
+/// one landing meanwhile dates the version at most that late. With it, a
+/// moment inside that read transaction: the database was as the copy
+/// holds it then.
 fn backup_from(
     source: &Path,
     flags: OpenFlags,
     copy: &Path,
     path: &str,
-) -> Result<Option<SystemTime>, BackupError> {
+) -> Result<(Option<SystemTime>, SystemTime), BackupError> {
     let sqlite = |source| BackupError::Sqlite {
         path: path.to_owned(),
         source,
@@ -385,8 +395,8 @@ fn backup_from(
         .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"));
     if !wal {
         let mut to = scratch_copy(copy).map_err(sqlite)?;
-        if let Stepwise::Copied { committed } = stepwise(&from, &mut to, source, path)? {
-            return Ok(committed);
+        if let Stepwise::Copied { committed, as_of } = stepwise(&from, &mut to, source, path)? {
+            return Ok((committed, as_of));
         }
         // Unjournaled, a copy given up halfway is no database: begun anew.
         drop(to);
@@ -413,12 +423,13 @@ fn backup_from(
         }
     }
     let committed = last_commit(source);
+    let as_of = SystemTime::now();
     let mut to = scratch_copy(copy).map_err(sqlite)?;
     let backup = Backup::new(&from, &mut to).map_err(sqlite)?;
     loop {
         // All pages in one step: one read transaction, one version.
         match backup.step(-1).map_err(sqlite)? {
-            StepResult::Done => return Ok(committed),
+            StepResult::Done => return Ok((committed, as_of)),
             StepResult::More => {}
             _busy_or_locked => match waits.next() {
                 Some(wait) => std::thread::sleep(*wait),
@@ -452,8 +463,12 @@ pub const STEPWISE_TRIES: usize = 4;
 #[derive(Debug, PartialEq, Eq)]
 enum Stepwise {
     /// Every page copied, with no commit between the first step and the
-    /// last: one version, whose last commit was at `committed`.
-    Copied { committed: Option<SystemTime> },
+    /// last: one version, whose last commit was at `committed`, and which
+    /// the database still was at `as_of` (as the last step began).
+    Copied {
+        committed: Option<SystemTime>,
+        as_of: SystemTime,
+    },
     /// Begun again [`STEPWISE_TRIES`] times, or locked at every wait: to
     /// be made in one step.
     GaveUp,
@@ -484,8 +499,9 @@ fn stepwise(
         // no commit later than this (one landing just before dates the
         // version early, which counts more as redone, never less).
         let committed = last_commit(source);
+        let as_of = SystemTime::now();
         match backup.step(STEP_PAGES).map_err(sqlite)? {
-            StepResult::Done => return Ok(Stepwise::Copied { committed }),
+            StepResult::Done => return Ok(Stepwise::Copied { committed, as_of }),
             StepResult::More => {
                 busy = 0;
                 let progress = backup.progress();

@@ -65,7 +65,11 @@ struct DeadlineJob {
     state: &'static str,
     due: String,
     work_seconds: f64,
+    /// As of the job's last save (0 before its first).
     progress_seconds: f64,
+    /// Whether the job has saved a checkpoint yet: before its first save
+    /// the fleet knows nothing of its progress, and says so.
+    saved_yet: bool,
     /// Time left less work left, seconds; negative: late.
     slack_seconds: f64,
     /// Ahead of the line (negative: behind), seconds of work.
@@ -105,7 +109,7 @@ pub(super) async fn lanes_status(
     let not_read = blobs.len().saturating_sub(max_reads);
     blobs.truncate(max_reads);
     let records = LaneRecords::new(Arc::clone(&store));
-    let read: Vec<Option<(String, LaneRecord, Duration)>> = stream::iter(blobs)
+    let read: Vec<Option<(String, LaneRecord, Option<Duration>)>> = stream::iter(blobs)
         .map(|blob| {
             let (records, store) = (records.clone(), Arc::clone(&store));
             async move {
@@ -123,7 +127,7 @@ pub(super) async fn lanes_status(
         .collect()
         .await;
     // The records, by job key, and which job each live message is.
-    let mut started: BTreeMap<String, (LaneRecord, Duration)> = BTreeMap::new();
+    let mut started: BTreeMap<String, (LaneRecord, Option<Duration>)> = BTreeMap::new();
     let mut live: BTreeMap<String, String> = BTreeMap::new();
     for (job, record, progress) in read.into_iter().flatten() {
         live.insert(record.message.clone(), job.clone());
@@ -217,19 +221,20 @@ fn waits(record: &LaneRecord, message: &str, generation: u32) -> bool {
     record.message == message || generation > record.generation
 }
 
-/// The job's progress as of its last save, from its checkpoint's stamp.
+/// The job's progress as of its last save, from its checkpoint's stamp;
+/// `None` before its first save (no checkpoint to read).
 async fn progress_from(
     store: &Arc<dyn CheckpointStore>,
     job: &str,
     deadline: &Deadline,
-) -> Duration {
+) -> Option<Duration> {
     let stamp = match store.read(job).await {
         Ok(Some(stored)) => stored.stamp,
-        _ => None,
+        _ => return None,
     };
     let fraction = stamp.as_deref().and_then(stamp_progress);
     let ledger = stamp.as_deref().and_then(|stamp| split_stamp(stamp).1);
-    progress_of(deadline, fraction, ledger.as_ref())
+    Some(progress_of(deadline, fraction, ledger.as_ref()))
 }
 
 fn row(
@@ -237,17 +242,21 @@ fn row(
     lane: Lane,
     state: &'static str,
     deadline: Deadline,
-    progress: Duration,
+    progress: Option<Duration>,
     margin: Duration,
 ) -> DeadlineJob {
-    let standing = deadline.standing(progress, SystemTime::now());
+    // Before a save, none of the work counts: the slack is the least it
+    // can be.
+    let done = progress.unwrap_or_default();
+    let standing = deadline.standing(done, SystemTime::now());
     DeadlineJob {
         job: job.to_owned(),
         lane,
         state,
         due: crate::operate::rfc3339(time::OffsetDateTime::from(deadline.due)),
         work_seconds: deadline.work.as_secs_f64(),
-        progress_seconds: progress.as_secs_f64(),
+        progress_seconds: done.as_secs_f64(),
+        saved_yet: progress.is_some(),
         slack_seconds: standing.slack_secs(),
         lead_seconds: standing.lead_secs(),
         at_risk: standing.slack_secs() < margin.as_secs_f64(),
@@ -262,6 +271,21 @@ fn signed_age(seconds: f64) -> String {
     } else {
         text
     }
+}
+
+/// How much of `job` is done, as `status` prints it: the share as of its
+/// last save, or "no save yet" (not 0 %: the fleet cannot know before the
+/// job's first save).
+fn done(job: &DeadlineJob) -> String {
+    if !job.saved_yet {
+        return format!("{:>12}", "no save yet");
+    }
+    let done = if job.work_seconds > 0.0 {
+        100.0 * job.progress_seconds / job.work_seconds
+    } else {
+        100.0
+    };
+    format!("{done:>5.1} % done")
 }
 
 /// The lines `status` prints.
@@ -295,17 +319,12 @@ pub(super) fn lines(status: &LanesStatus) -> Vec<String> {
         } else {
             "ok"
         };
-        let done = if job.work_seconds > 0.0 {
-            100.0 * job.progress_seconds / job.work_seconds
-        } else {
-            100.0
-        };
         lines.push(format!(
-            "  {:<24} {:<7} {:<7} {:>5.1} % done, slack {:>6}, {} the line by {}, due {}  {flag}",
+            "  {:<24} {:<7} {:<7} {}, slack {:>6}, {} the line by {}, due {}  {flag}",
             job.job,
             job.lane.as_str(),
             job.state,
-            done,
+            done(job),
             signed_age(job.slack_seconds),
             if job.lead_seconds < 0.0 {
                 "behind"
@@ -357,6 +376,58 @@ mod tests {
         }
     }
 
+    /// A running job that has not saved yet says so, not 0 %; one that has
+    /// saved shows its share, 0 % included.
+    #[test]
+    fn a_job_before_its_first_save_shows_no_save_yet_not_0_percent() {
+        let start = SystemTime::now() - Duration::from_secs(60);
+        let deadline = Deadline {
+            start,
+            due: SystemTime::now() + Duration::from_secs(7200),
+            work: Duration::from_secs(1000),
+        };
+        let margin = Duration::from_secs(60);
+        // (progress as of the last save) → shown
+        let rows = [
+            (None, "no save yet"),
+            (Some(0.0), "0.0 % done"),
+            (Some(375.0), "37.5 % done"),
+        ];
+        for (progress, shown) in rows {
+            let job = row(
+                "job-1",
+                Lane::Spot,
+                "started",
+                deadline,
+                progress.map(Duration::from_secs_f64),
+                margin,
+            );
+            assert_eq!(job.saved_yet, progress.is_some());
+            let status = LanesStatus {
+                switch_cost_seconds: 1.0,
+                switch_cost_parts: Parts {
+                    queue_wait: 0.0,
+                    start_up: 0.0,
+                    restore: 0.0,
+                    lost_work: 0.0,
+                },
+                measured_switches: 0,
+                recheck_seconds: 60.0,
+                jobs: vec![job],
+                at_risk: 0,
+                late: 0,
+                not_read: 0,
+            };
+            let lines = lines(&status);
+            let line = lines.last().unwrap();
+            assert!(line.contains(shown), "{progress:?}: {line}");
+            assert!(line.contains("job-1"), "{line}");
+            if progress.is_none() {
+                assert!(!line.contains('%'), "{line}");
+            }
+        }
+    }
+
     #[test]
     fn a_job_is_at_risk_below_two_switches_and_a_recheck_and_late_below_nothing() {
         let start = SystemTime::now() - Duration::from_secs(3600);
@@ -379,7 +450,7 @@ mod tests {
                 Lane::Spot,
                 "started",
                 deadline,
-                Duration::from_secs_f64(progress),
+                Some(Duration::from_secs_f64(progress)),
                 margin,
             );
             assert!((row.slack_seconds - slack).abs() < 2.0, "{row:?}");
