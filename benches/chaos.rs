@@ -20,7 +20,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use spot_worker_testkit::bench::{self, BenchArgs};
-use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
+use spot_worker_testkit::chaos::{
+    self as harness, COMMAND_STATE_BYTES, CommandJobs, FaultMix, LongJob, Options, SharedReboots,
+};
 
 /// The share of the workers' writes whose answer the Azurite front drops
 /// after Azurite applied them: twice the CI run's.
@@ -85,6 +87,18 @@ fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         // Spot lane: moved to the regular lane, they finish there.
         deadline_jobs: DEADLINE_JOBS,
         regular_workers: 1,
+        // Jobs of the real `spot-worker run` whose checkpoints are several
+        // chunks, evicted just after their saves (see tests/chaos.rs).
+        command_jobs: Some(CommandJobs {
+            workers: 2,
+            jobs: 24,
+            steps: (8, 24),
+            rounds: 20_000,
+            step_time: Duration::from_millis(2500),
+            bytes: COMMAND_STATE_BYTES,
+            evictions: 12,
+            checkpoint_every: Duration::from_secs(2),
+        }),
     };
     harness::parse_args(&mut options, args.all())?;
     options.binary = harness::worker_binary()?;

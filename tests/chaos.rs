@@ -15,7 +15,9 @@
 
 use std::time::Duration;
 
-use spot_worker_testkit::chaos::{self as harness, FaultMix, LongJob, Options, SharedReboots};
+use spot_worker_testkit::chaos::{
+    self as harness, COMMAND_STATE_BYTES, CommandJobs, FaultMix, LongJob, Options, SharedReboots,
+};
 
 /// Fixed, so CI runs the same schedule every time; the long run draws one.
 const SEED: u64 = 20_260_606;
@@ -75,6 +77,23 @@ fn chaos_run_loses_nothing() {
         // Spot lane: moved to the regular lane, they finish there.
         deadline_jobs: DEADLINE_JOBS,
         regular_workers: 1,
+        // Two VMs of the real `spot-worker run -- state_job.py`, whose
+        // checkpoint directory is a version of two 512 KiB files (each over
+        // what a manifest keeps whole: never fewer than two chunks),
+        // SIGKILLed or Preempted just after a save, three times in all. A
+        // version stands 2.5 s: a save reads the files as it sends them, so
+        // a program that replaces them faster than a loaded machine sends
+        // them is never saved.
+        command_jobs: Some(CommandJobs {
+            workers: 2,
+            jobs: 4,
+            steps: (6, 9),
+            rounds: 20_000,
+            step_time: Duration::from_millis(2500),
+            bytes: COMMAND_STATE_BYTES,
+            evictions: 3,
+            checkpoint_every: Duration::from_secs(2),
+        }),
     };
     let report = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -60,7 +60,7 @@ async fn restore(
                 .await
                 .map_err(|e| format!("job {key}: restoring its checkpoint: {e}"))?;
             if let Some(restored) = restored {
-                tracing::info!(job_key = %key, files = restored.files, bytes = restored.bytes, took_ms = restored.took.as_millis() as u64, "resuming from the saved checkpoint");
+                tracing::info!(job_key = %key, files = restored.files, bytes = restored.bytes, chunks = restored.chunks, took_ms = restored.took.as_millis() as u64, "resuming from the saved checkpoint");
             }
         }
         Ok(None) => {

@@ -35,6 +35,7 @@ mod saving;
 mod settle;
 mod spawner;
 mod sqlite_version;
+mod store_refusal;
 mod version_files;
 mod write_time;
 

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::delivery::Run;
 use crate::settle::{AtMarker, MarkerStamp, at_marker, database_copy_changed};
+use crate::store_refusal::{AfterStoreError, after_store_error};
 use crate::version_files::{Roots, SavedFiles};
 use crate::write_time::{Unmeasured, version_modified, written_at};
 
@@ -576,6 +577,13 @@ async fn save_once(
             tracing::debug!(job_key = %key, "the checkpoint changed while it was read; read again shortly");
             return Ok(unsettled);
         }
+        Err(SaveFilesError::Storage(error)) => {
+            if let AfterStoreError::Fail(reason) = after_store_error(&error) {
+                return Err(reason);
+            }
+            tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
+            return Ok(later(Vec::new()));
+        }
         Err(error) => {
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
             return Ok(later(Vec::new()));
@@ -654,6 +662,9 @@ async fn save_once(
             "saving its checkpoint lost to another holder of the job: {error}"
         )),
         Err(error) => {
+            if let AfterStoreError::Fail(reason) = after_store_error(&error) {
+                return Err(reason);
+            }
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
             Ok(later(skipped))
         }

@@ -596,10 +596,9 @@ impl Worker {
         ));
         let handler = Arc::new(MeteredHandler {
             inner: lifetime::Busy {
-                inner: handler,
+                inner: self.pod_cost.wrap_handler(handler),
                 lifetime: Arc::clone(&self.lifetime),
             },
-            inner: self.pod_cost.wrap_handler(handler),
             metrics: self.metrics.clone(),
             queue: self.queue.name().to_owned(),
             activity: self.activity.clone(),

@@ -27,6 +27,9 @@ pub struct Restored {
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
+    /// The chunks downloaded for them (0: every file was kept whole in
+    /// the manifest), so a caller can tell the chunked path was walked.
+    pub chunks: usize,
     /// How long it took.
     pub took: Duration,
 }
@@ -158,6 +161,7 @@ pub(crate) async fn restore(
         restored.files += 1;
         restored.bytes += entry.size;
     }
+    restored.chunks = chunks.len();
     restored.took = started.elapsed();
     Ok((restored, ChunkIndex::new(prefix, chunks, blobs)))
 }

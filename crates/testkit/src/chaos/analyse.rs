@@ -13,7 +13,7 @@ use super::endings::{Drains, LastDrain, freeze_drains, judge_ending};
 use super::fleet::Ending;
 use super::fleet::VmRecord;
 use super::logs::{ALREADY_COMPLETED, Line, RELEASED, WAITED_FOR_PEER, parse_line};
-use super::overlaps::{Run, SLACK, overlapping, runs_in_log};
+use super::overlaps::{Run, SLACK, overlapping, primes_counted, runs_in_log};
 use super::report::Report;
 
 /// Per job, across every VM.
@@ -71,7 +71,13 @@ pub(super) fn analyse_logs(
                 .ok()
                 .map(|since| since.as_secs_f64())
         });
-        runs.extend(runs_in_log(&vm.name, &lines, job_of_message, ended_at));
+        runs.extend(runs_in_log(
+            &vm.name,
+            &lines,
+            job_of_message,
+            ended_at,
+            primes_counted,
+        ));
         logs.push((vm.name.clone(), text));
         for failure in freeze_drains(&drains.triggers) {
             report.fail(format!("{}: {failure}", vm.name));

@@ -88,6 +88,7 @@ pub(super) mod tests {
         VmRecord {
             name: "chaos_0".to_owned(),
             regular: false,
+            command: false,
             log: PathBuf::new(),
             ending,
             exit: Some(

@@ -34,6 +34,9 @@ pub(super) struct VmRecord {
     pub(super) name: String,
     /// Whether it serves the regular lane (a regular-priority VM).
     pub(super) regular: bool,
+    /// Whether it runs `spot-worker run` on the command jobs' queue (see
+    /// `command_jobs.rs`) rather than `examples/primes`.
+    pub(super) command: bool,
     pub(super) log: PathBuf,
     pub(super) ending: Option<Ending>,
     pub(super) exit: Option<String>,
@@ -88,6 +91,18 @@ pub(super) struct Shared {
     /// a VM waiting for a shared Reboot would end it mid-check.
     pub(super) exclusive_step: tokio::sync::Mutex<()>,
     pub(super) http: reqwest::Client,
+    /// What the command VMs run: the `spot-worker` command, Python and
+    /// the program (with command jobs only).
+    pub(super) command_program: Option<CommandProgram>,
+}
+
+/// What a command VM runs (see `command_jobs.rs`).
+#[derive(Clone, Debug)]
+pub(super) struct CommandProgram {
+    pub(super) cli: PathBuf,
+    pub(super) python: PathBuf,
+    pub(super) script: PathBuf,
+    pub(super) checkpoint_every: Duration,
 }
 
 impl Shared {
@@ -98,6 +113,7 @@ impl Shared {
         connection_string: String,
         log_dir: PathBuf,
         started: Instant,
+        command_program: Option<CommandProgram>,
     ) -> Result<Shared> {
         Ok(Shared {
             options: options.clone(),
@@ -107,7 +123,7 @@ impl Shared {
             vm_counter: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             vms: Mutex::new(Vec::new()),
-            current: Mutex::new(vec![None; options.workers + options.regular_workers]),
+            current: Mutex::new(vec![None; options.slots()]),
             expected_exits: Mutex::new(HashMap::new()),
             step_failures: Mutex::new(Vec::new()),
             reboots: Mutex::new(Vec::new()),
@@ -117,6 +133,7 @@ impl Shared {
                 .no_proxy()
                 .timeout(Duration::from_secs(2))
                 .build()?,
+            command_program,
         })
     }
 

@@ -18,6 +18,11 @@
 //! `lanes.rs`); and the verdict counts, besides lost and wrong results, the
 //! runs of one job unsettled at the same moment (see `overlaps.rs`).
 //!
+//! Besides the `primes` VMs, a run may have jobs of the real `spot-worker
+//! run -- PROGRAM` on VMs of their own, whose checkpoints are directories
+//! of several chunks, SIGKILLed and Preempted just after a save (see
+//! `command_jobs.rs`).
+//!
 //! Two scripted faults go beyond single VMs: one long job, enqueued first,
 //! is Preempted on whichever VM holds it more times than `max_failures`
 //! (see `long_job.rs`), and one Reboot listing two VMs is posted to both,
@@ -28,7 +33,7 @@
 //! supervise (inject the faults until storage shows the work done), drain
 //! (stop every worker with SIGTERM), analyse (storage, then the logs) and
 //! report. The pieces, one module each: `options`, `workload`, `plan`,
-//! `storage`, `front`, `lanes`, `fleet`, `vm`, `supervise`, `faults`,
+//! `storage`, `front`, `lanes`, `command_jobs`, `fleet`, `vm`, `supervise`, `faults`,
 //! `logs`, `analyse`, `overlaps`,
 //! `goodput` (reported against observed redone work),
 //! `endings`, `verdict`, `report`, and the binary in `worker_binary`.
@@ -37,6 +42,7 @@
 //! and `tests/chaos.rs` (a short, seed-fixed run in CI).
 
 mod analyse;
+mod command_jobs;
 mod endings;
 mod faults;
 mod fleet;
@@ -57,6 +63,7 @@ mod vm;
 mod worker_binary;
 mod workload;
 
+pub use command_jobs::{COMMAND_STATE_BYTES, CommandJobs};
 pub use front::DroppedAnswer;
 pub use goodput::GoodputFigures;
 pub use long_job::LongJob;
@@ -110,6 +117,7 @@ pub async fn run(options: Options) -> Result<Report> {
     let enqueued = storage
         .enqueue(&plan.workload, options.long_job.is_some())
         .await?;
+    let command_messages = command_jobs::enqueue(&storage.command, &plan.command_jobs).await?;
     // The run's clock starts here, shared by the fleet and the front.
     let started = std::time::Instant::now();
     let front = storage
@@ -121,14 +129,33 @@ pub async fn run(options: Options) -> Result<Report> {
         front.connection_string(),
         log_dir.clone(),
         started,
+        command_program(&options)?,
     )?);
     let fleet = Fleet::start(Arc::clone(&shared));
+    let command_evictions = options.command_jobs.as_ref().map(|command| {
+        let first = options.workers + options.regular_workers;
+        let slots = fleet.slots[first..].iter().cloned().enumerate();
+        let slots = slots.map(|(i, sender)| (first + i, sender)).collect();
+        tokio::spawn(command_jobs::evict_holders(
+            Arc::clone(&shared),
+            slots,
+            command.evictions,
+        ))
+    });
 
     // Supervise: the faults, until storage shows the work done.
     let evictions = supervise_until_done(&mut report, &plan, &enqueued, &fleet, &storage).await;
 
     // Drain: the scripted steps end, every worker gets SIGTERM.
     let evicted = stop_evictions(&shared, evictions).await?;
+    let command_evicted = match command_evictions {
+        Some(task) => Some(
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .map_err(|_| anyhow::anyhow!("the command VMs' evictions did not stop"))??,
+        ),
+        None => None,
+    };
     fleet.stop().await;
     report.answers_dropped = front.dropped();
     report.covered_writes = front.writes();
@@ -136,12 +163,32 @@ pub async fn run(options: Options) -> Result<Report> {
 
     // Analyse: storage, then what the fleet recorded and the workers logged.
     verdict::check_storage(&mut report, &storage, &plan.workload, &expected.await?).await?;
+    if let Some(evicted) = command_evicted {
+        let vms: Vec<_> = shared.vms.lock().unwrap().clone();
+        let vms: Vec<_> = vms.into_iter().filter(|vm| vm.command).collect();
+        let (jobs, messages) = (&plan.command_jobs, &command_messages);
+        command_jobs::check(&mut report, &storage, jobs, messages, &vms, evicted).await?;
+    }
     analyse(&mut report, &options, &plan, &enqueued, &shared, evicted)?;
     verdict::check_totals(&mut report);
 
     // Report.
     keep_or_remove_logs(&mut report, &options, log_dir);
     Ok(report)
+}
+
+/// What the command VMs run, if the run has command jobs.
+fn command_program(options: &Options) -> Result<Option<fleet::CommandProgram>> {
+    let Some(command) = &options.command_jobs else {
+        return Ok(None);
+    };
+    let (python, script) = command_jobs::program()?;
+    Ok(Some(fleet::CommandProgram {
+        cli: cli_binary()?,
+        python,
+        script,
+        checkpoint_every: command.checkpoint_every,
+    }))
 }
 
 /// What the seed decides.
@@ -152,21 +199,31 @@ struct Plan {
     eviction_seed: u64,
     /// Seeds which writes lose their answer at the Azurite front.
     front_seed: u64,
+    /// The jobs of `spot-worker run` (none without command jobs).
+    command_jobs: Vec<command_jobs::StateJob>,
 }
 
 impl Plan {
     /// Draws, in this order, the workload, the fault schedule, the
-    /// evictions' seed and the front's: the order is what makes a seed
-    /// replay a run.
+    /// evictions' seed, the front's and the command jobs: the order is
+    /// what makes a seed replay a run (and the command jobs, drawn last,
+    /// leave the rest as it was without them).
     fn draw(options: &Options) -> Plan {
         let mut rng = StdRng::seed_from_u64(options.seed);
         let workload = Workload::draw(&mut rng, options);
         let schedule = plan_faults(&mut rng, options);
+        let eviction_seed = rng.random();
+        let front_seed = rng.random();
+        let command_jobs = options
+            .command_jobs
+            .as_ref()
+            .map_or_else(Vec::new, |command| command_jobs::draw(&mut rng, command));
         Plan {
             workload,
             schedule,
-            eviction_seed: rng.random(),
-            front_seed: rng.random(),
+            eviction_seed,
+            front_seed,
+            command_jobs,
         }
     }
 }
@@ -219,6 +276,7 @@ async fn supervise_until_done(
     let outcome = async {
         faults::run_schedule(&plan.schedule, shared, &fleet.slots, &storage.azurite).await?;
         storage.wait_until_done(&plan.workload).await;
+        command_jobs::wait_until_done(storage, &plan.command_jobs).await;
         Ok::<_, anyhow::Error>(())
     };
     let finished = tokio::time::timeout_at(deadline, outcome).await;
@@ -262,6 +320,8 @@ fn analyse(
     report.faults = shared.faults.lock().unwrap().clone();
     let vms = shared.vms.lock().unwrap().clone();
     report.vms_started = vms.len();
+    // The command VMs' logs are checked with their jobs (`command_jobs`).
+    let vms: Vec<_> = vms.into_iter().filter(|vm| !vm.command).collect();
     let jobs = &plan.workload.jobs;
     analyse::analyse_logs(
         report,

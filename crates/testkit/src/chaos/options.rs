@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use super::{LongJob, SharedReboots};
+use super::{CommandJobs, LongJob, SharedReboots};
 
 /// One run's settings.
 #[derive(Clone, Debug)]
@@ -51,6 +51,22 @@ pub struct Options {
     /// Regular-priority VMs serving the regular lane (no faults hit them);
     /// with none, the workers run without lanes.
     pub regular_workers: usize,
+    /// Jobs of the real `spot-worker run -- PROGRAM` on VMs of their own,
+    /// with checkpoints of several chunks (see `command_jobs.rs`).
+    pub command_jobs: Option<CommandJobs>,
+}
+
+impl Options {
+    /// Worker slots: the Spot VMs', then the regular VMs', then the
+    /// command VMs'.
+    pub fn slots(&self) -> usize {
+        self.workers + self.regular_workers + self.command_workers()
+    }
+
+    /// The command VMs at any time (none without command jobs).
+    pub fn command_workers(&self) -> usize {
+        self.command_jobs.as_ref().map_or(0, |c| c.workers)
+    }
 }
 
 /// How many faults of each kind the schedule holds.
@@ -132,6 +148,7 @@ mod tests {
             lost_answers: 0.0,
             deadline_jobs: 0,
             regular_workers: 0,
+            command_jobs: None,
         }
     }
 

@@ -54,14 +54,21 @@ fn ends_the_run(message: &str) -> bool {
         || message.starts_with("the checkpoint store could not be reached")
 }
 
+/// Whether a line shows that the `primes` handler ran its delivery.
+pub(super) fn primes_counted(line: &Line) -> bool {
+    line.message == "chunk counted"
+}
+
 /// The runs in one VM's log: deliveries of a known job whose handler
-/// counted. `ended_at`: when the process ended if it was killed, for a
-/// run it cut without an ending line.
+/// ran, as `ran` tells from one of their lines ([`primes_counted`] for
+/// the `primes` worker). `ended_at`: when the process ended if it was
+/// killed, for a run it cut without an ending line.
 pub(super) fn runs_in_log(
     vm: &str,
     lines: &[Line],
     job_of_message: &HashMap<String, usize>,
     ended_at: Option<f64>,
+    ran: fn(&Line) -> bool,
 ) -> Vec<Run> {
     let mut deliveries: HashMap<(usize, String), Delivery> = HashMap::new();
     for line in lines {
@@ -78,7 +85,7 @@ pub(super) fn runs_in_log(
             .or_default();
         delivery.from.get_or_insert(at);
         delivery.last = delivery.last.max(at);
-        delivery.counted |= line.message == "chunk counted";
+        delivery.counted |= ran(line);
         delivery.ended |= ends_the_run(&line.message);
     }
     let mut runs: Vec<Run> = deliveries
@@ -158,7 +165,7 @@ mod tests {
                 4,
             ),
         ];
-        let runs = runs_in_log("vm", &lines, &jobs, Some(T0 + 20.0));
+        let runs = runs_in_log("vm", &lines, &jobs, Some(T0 + 20.0), primes_counted);
         let spans: Vec<(String, f64, f64)> = runs
             .iter()
             .map(|r| (r.delivery.clone(), r.from - T0, r.to - T0))
@@ -172,10 +179,10 @@ mod tests {
             ]
         );
         // Without a process end, the last line ends it.
-        let runs = runs_in_log("vm", &lines, &jobs, None);
+        let runs = runs_in_log("vm", &lines, &jobs, None, primes_counted);
         assert_eq!(runs[1].to - T0, 8.0);
         // Lines of messages that are no job's are not runs.
-        assert!(runs_in_log("vm", &lines, &HashMap::new(), None).is_empty());
+        assert!(runs_in_log("vm", &lines, &HashMap::new(), None, primes_counted).is_empty());
     }
 
     #[test]

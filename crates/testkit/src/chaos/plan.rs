@@ -189,6 +189,7 @@ mod tests {
             lost_answers: 0.0,
             deadline_jobs: 0,
             regular_workers: 0,
+            command_jobs: None,
         }
     }
 

@@ -82,6 +82,8 @@ pub struct Report {
     pub error_lines: u64,
     /// The long job's evictions, if the run had one.
     pub long_job: Option<long_job::Figures>,
+    /// The jobs of `spot-worker run`, if the run had them.
+    pub command: Option<super::command_jobs::Figures>,
     /// The shared Reboots, in schedule order.
     pub shared_reboots: Vec<shared_reboot::Record>,
     /// Where the logs were kept, if they were.
@@ -226,6 +228,9 @@ impl fmt::Display for Report {
         }
         if let Some(long) = &self.long_job {
             writeln!(f, "  long job         {long}")?;
+        }
+        if let Some(command) = &self.command {
+            writeln!(f, "  command jobs     {command}")?;
         }
         for reboot in &self.shared_reboots {
             writeln!(f, "  shared reboot    {reboot}")?;

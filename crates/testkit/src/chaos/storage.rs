@@ -13,6 +13,7 @@ use spot_worker::storage::{MessageQueue as _, PoisonRecord, ResultStore as _};
 use spot_worker_decisions::lanes::Lane;
 use spot_worker_primes::PrimesJob;
 
+use super::command_jobs::COMMAND_QUEUE;
 use super::front::AzuriteFront;
 use super::lanes::{REGULAR_QUEUE, deadline_message};
 use super::workload::Workload;
@@ -28,6 +29,10 @@ pub(super) struct RunStorage {
     pub(super) regular: AzureQueue,
     pub(super) poison: AzureQueue,
     pub(super) results: BlobResultStore,
+    /// The `spot-worker run` VMs' queue and its poison queue (empty unless
+    /// the run has command jobs).
+    pub(super) command: AzureQueue,
+    pub(super) command_poison: AzureQueue,
 }
 
 /// The messages sent, by id.
@@ -70,6 +75,10 @@ impl RunStorage {
         let regular = storage.queue(REGULAR_QUEUE)?;
         let poison = storage.poison_queue(QUEUE)?;
         let results = storage.result_store(RESULTS)?;
+        let command = storage.queue(COMMAND_QUEUE)?;
+        let command_poison = storage.poison_queue(COMMAND_QUEUE)?;
+        command.prepare().await?;
+        command_poison.prepare().await?;
         queue.prepare().await?;
         regular.prepare().await?;
         poison.prepare().await?;
@@ -80,6 +89,8 @@ impl RunStorage {
             regular,
             poison,
             results,
+            command,
+            command_poison,
         })
     }
 

@@ -6,13 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use spot_worker_decisions::lanes::Lane;
 use spot_worker_imds_emulator::EventSpec;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fleet::{Ending, Order, Shared, VmHandle};
-use super::vm::{Vm, boot_vm, ready, wait_exit};
+use super::vm::{SlotKind, Vm, boot_vm, ready, wait_exit};
 use super::{FaultKind, PREEMPT_EXIT_BOUND, STOP_EXIT_BOUND, faults};
 
 /// The worker slots: one supervisor each, and the channel of its orders.
@@ -24,12 +23,12 @@ pub(super) struct Fleet {
 
 impl Fleet {
     /// Starts a supervisor per worker slot (the Spot VMs', then the
-    /// regular VMs', which the schedule never targets); each boots its
-    /// first VM.
+    /// regular VMs' and the command VMs', which the schedule never
+    /// targets); each boots its first VM.
     pub(super) fn start(shared: Arc<Shared>) -> Fleet {
         let mut slots = Vec::new();
         let mut supervisors = Vec::new();
-        for slot in 0..shared.options.workers + shared.options.regular_workers {
+        for slot in 0..shared.options.slots() {
             let (tx, rx) = mpsc::channel(64);
             slots.push(tx);
             supervisors.push(tokio::spawn(supervise(Arc::clone(&shared), slot, rx)));
@@ -59,12 +58,7 @@ impl Fleet {
 /// replaces an evicted instance).
 async fn supervise(shared: Arc<Shared>, slot: usize, mut commands: mpsc::Receiver<Order>) {
     loop {
-        let lane = if slot < shared.options.workers {
-            Lane::Spot
-        } else {
-            Lane::Regular
-        };
-        let mut vm = match boot_vm(&shared, lane).await {
+        let mut vm = match boot_vm(&shared, SlotKind::of(&shared.options, slot)).await {
             Ok(vm) => vm,
             Err(error) => {
                 eprintln!("chaos: slot {slot}: {error:#}");

@@ -1,6 +1,7 @@
 //! One emulated Spot VM: an IMDS emulator of its own and a worker process
-//! (the real `examples/primes` binary) configured only through its
-//! environment, as `spot-worker.service` configures it on a real VM.
+//! (the real `examples/primes` binary, or for the command jobs the real
+//! `spot-worker run -- PROGRAM`) configured only through its environment,
+//! as `spot-worker.service` configures it on a real VM.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -12,9 +13,34 @@ use anyhow::{Context as _, Result};
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use tokio::process::{Child, Command};
 
-use super::fleet::{Shared, VmRecord};
+use super::command_jobs::COMMAND_QUEUE;
+use super::fleet::{CommandProgram, Shared, VmRecord};
 use super::{Options, QUEUE, lanes};
 use spot_worker_decisions::lanes::Lane;
+
+/// What a worker slot runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SlotKind {
+    /// `examples/primes` in the Spot lane (the fault schedule's targets).
+    Spot,
+    /// `examples/primes` serving the regular lane.
+    Regular,
+    /// `spot-worker run` on the command jobs' queue (see `command_jobs.rs`).
+    Command,
+}
+
+impl SlotKind {
+    /// The kind of the slot at `slot`, by [`Options::slots`]' order.
+    pub(super) fn of(options: &Options, slot: usize) -> SlotKind {
+        if slot < options.workers {
+            SlotKind::Spot
+        } else if slot < options.workers + options.regular_workers {
+            SlotKind::Regular
+        } else {
+            SlotKind::Command
+        }
+    }
+}
 
 /// A running VM.
 pub(super) struct Vm {
@@ -44,13 +70,14 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Starts a VM of `lane`: its own IMDS emulator, and the worker process
+/// Starts a VM of `kind`: its own IMDS emulator, and the worker process
 /// pointed at it, logging JSON to a file of its own.
-pub(super) async fn boot_vm(shared: &Shared, lane: Lane) -> Result<Vm> {
+pub(super) async fn boot_vm(shared: &Shared, kind: SlotKind) -> Result<Vm> {
     let index = shared.vm_counter.fetch_add(1, Ordering::SeqCst);
-    let name = match lane {
-        Lane::Spot => format!("chaos_{index}"),
-        Lane::Regular => format!("chaos_regular_{index}"),
+    let (name, lane) = match kind {
+        SlotKind::Spot => (format!("chaos_{index}"), Lane::Spot),
+        SlotKind::Regular => (format!("chaos_regular_{index}"), Lane::Regular),
+        SlotKind::Command => (format!("chaos_command_{index}"), Lane::Spot),
     };
     let emulator = Emulator::start(EmulatorConfig::for_vm(&name))
         .await
@@ -59,7 +86,11 @@ pub(super) async fn boot_vm(shared: &Shared, lane: Lane) -> Result<Vm> {
     let log = shared.log_dir.join(format!("{name}.log"));
     let file = std::fs::File::create(&log)?;
     let options = &shared.options;
-    let mut command = Command::new(&options.binary);
+    let mut command = match (kind, &shared.command_program) {
+        (SlotKind::Command, Some(program)) => Command::new(&program.cli),
+        (SlotKind::Command, None) => anyhow::bail!("a command slot without a program"),
+        _ => Command::new(&options.binary),
+    };
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -89,25 +120,33 @@ pub(super) async fn boot_vm(shared: &Shared, lane: Lane) -> Result<Vm> {
             ),
         )
         .env("SPOT_WORKER_LOG_FORMAT", "json")
-        .envs(lane_env(&shared.options, lane))
         // The consumer's debug lines (lease renewals, deletes) name the
         // message each delivery holds: how the harness finds the long job;
         // the job's own (chunks counted, progress saved) show what each
-        // delivery redid, for the goodput check.
+        // delivery redid, for the goodput check; the runner's, each save of
+        // a command job's checkpoint.
         .env(
             "RUST_LOG",
-            "info,spot_worker_storage=debug,spot_worker_primes=debug",
-        )
+            "info,spot_worker_storage=debug,spot_worker_primes=debug,spot_worker_command=debug",
+        );
+    match (kind, &shared.command_program) {
+        (SlotKind::Command, Some(program)) => command_worker(&mut command, program),
+        _ => {
+            command.envs(lane_env(&shared.options, lane));
+        }
+    }
+    command
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
         .kill_on_drop(true);
     let child = command
         .spawn()
-        .with_context(|| format!("starting {}", options.binary.display()))?;
+        .with_context(|| format!("starting the worker of {name}"))?;
     shared.vms.lock().unwrap().push(VmRecord {
         name: name.clone(),
-        regular: lane == Lane::Regular,
+        regular: kind == SlotKind::Regular,
+        command: kind == SlotKind::Command,
         log: log.clone(),
         ending: None,
         exit: None,
@@ -121,6 +160,32 @@ pub(super) async fn boot_vm(shared: &Shared, lane: Lane) -> Result<Vm> {
         child,
         health: format!("http://127.0.0.1:{port}/readyz"),
     })
+}
+
+/// Makes `command` (the `spot-worker` command, its environment set) run
+/// the command jobs' program on their queue, one job at a time (its
+/// settings override the `primes` workers'); the job key is the message's `job_id`, and the result the
+/// blob `<job_id>.digest`.
+fn command_worker(command: &mut Command, program: &CommandProgram) {
+    command
+        .args([
+            "run",
+            "--job-key",
+            "job_id",
+            "--result-name",
+            "{job_key}.digest",
+        ])
+        .arg("--")
+        .arg(&program.python)
+        .arg(&program.script)
+        .env("SPOT_WORKER_QUEUE", COMMAND_QUEUE)
+        .env("SPOT_WORKER_CONCURRENCY", "1")
+        // Saves often, so that an eviction soon after one finds a
+        // checkpoint of several chunks to restore.
+        .env(
+            "SPOT_WORKER_CHECKPOINT_EVERY",
+            format!("{}s", program.checkpoint_every.as_secs().max(1)),
+        );
 }
 
 /// Resolves once the worker's `/readyz` answers 200 (polled every 100 ms:
