@@ -182,6 +182,10 @@ impl CheckpointStore for RecordWritesHang {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.0.delete(key).await
     }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.0.list(prefix).await
+    }
 }
 
 /// Runs one delivery of `queue`'s only message with attempt-record writes

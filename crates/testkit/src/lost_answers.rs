@@ -195,6 +195,10 @@ impl CheckpointStore for LostAnswerStore {
             .await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         let inner = self.inner.chunks()?;
         Some(Arc::new(LostAnswerChunks {

@@ -136,6 +136,10 @@ impl CheckpointStore for SlowRecordReads {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
 }
 
 /// Issue 37, item 4: the keeper receives a job behind its line, and its
@@ -225,6 +229,10 @@ impl CheckpointStore for SlowReadsFrom {
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
     }
 }
 
