@@ -286,8 +286,8 @@ async fn seed_running(
             Layout::Flat => {
                 // The worker's own word, named as `FleetSpotCapacity::heard`
                 // names it (the shape its unit tests pin).
-                let ms = (unix_secs(heard(i)) * 1000.0).floor() as u64;
-                let key = format!("{NOTES_PREFIX}{name}/heard-{ms:013}");
+                let us = (unix_secs(heard(i)) * 1_000_000.0).floor() as u64;
+                let key = format!("{NOTES_PREFIX}{name}/heard-{us:016}");
                 let progress = serde_json::json!({});
                 store
                     .write(

@@ -4,7 +4,7 @@
 //!
 //! - each Spot worker's word and eviction is a record of its own, named
 //!   by worker, kind and time (`notes.rs`:
-//!   `.spot-worker/fleet/spot-sightings/by-worker/<worker>/heard-<ms>`),
+//!   `.spot-worker/fleet/spot-sightings/by-worker/<worker>/heard-<µs>`),
 //!   created once and written by no other worker, so a note is one write
 //!   however large the fleet, and a whole pool evicted at once races on
 //!   nothing; a reader lists the prefix and reads no note (the names say

@@ -1,7 +1,7 @@
 //! Each Spot worker's notes as records of its own (issue 37, item 7): a
 //! word that it runs or its eviction is one create-only record, named by
 //! the worker, the kind and the time
-//! (`.spot-worker/fleet/spot-sightings/by-worker/<worker>/evicted-<unix ms>`),
+//! (`.spot-worker/fleet/spot-sightings/by-worker/<worker>/evicted-<unix µs>`),
 //! which no other worker writes. A note is one write whatever the size of
 //! the fleet (no document to read first, no race to lose), and everything
 //! a reader needs is in the names: it lists the prefix (5,000 names a
@@ -53,35 +53,36 @@ pub struct Note {
     pub worker: String,
     /// What it says.
     pub kind: NoteKind,
-    /// When, Unix milliseconds.
-    pub at_ms: u64,
+    /// When, Unix microseconds.
+    pub at_us: u64,
 }
 
 impl Note {
     /// The note `worker` writes that it was `kind` at `at` (Unix seconds,
-    /// kept to the millisecond; a time before 1970 is 1970).
+    /// kept to the microsecond, as fine as an `f64` of today's time; a
+    /// time before 1970 is 1970).
     pub fn new(worker: &str, kind: NoteKind, at: f64) -> Note {
         // `as` saturates: a negative or NaN time is 0.
-        let at_ms = (at * 1000.0).floor() as u64;
+        let at_us = (at * 1_000_000.0).floor() as u64;
         Note {
             worker: worker.to_owned(),
             kind,
-            at_ms,
+            at_us,
         }
     }
 
     /// Its time, Unix seconds.
     pub fn at(&self) -> f64 {
-        self.at_ms as f64 / 1000.0
+        self.at_us as f64 / 1_000_000.0
     }
 
     /// Its checkpoint key.
     pub fn key(&self) -> String {
         format!(
-            "{NOTES_PREFIX}{}/{}-{:013}",
+            "{NOTES_PREFIX}{}/{}-{:016}",
             self.worker,
             self.kind.name(),
-            self.at_ms
+            self.at_us
         )
     }
 
@@ -90,17 +91,17 @@ impl Note {
     pub fn parse(key: &str) -> Option<Note> {
         let rest = key.strip_prefix(NOTES_PREFIX)?;
         let (worker, last) = rest.rsplit_once('/')?;
-        let (kind, at_ms) = last.split_once('-')?;
+        let (kind, at_us) = last.split_once('-')?;
         let kind = match kind {
             "heard" => NoteKind::Heard,
             "evicted" => NoteKind::Evicted,
             _ => return None,
         };
-        let at_ms = at_ms.parse().ok()?;
+        let at_us = at_us.parse().ok()?;
         (!worker.is_empty()).then(|| Note {
             worker: worker.to_owned(),
             kind,
-            at_ms,
+            at_us,
         })
     }
 }
@@ -159,7 +160,7 @@ impl Notes {
         kept: &'a Note,
     ) -> impl Iterator<Item = &'a Note> + 'a {
         self.notes.iter().filter(move |note| {
-            note.worker == worker && note.kind == NoteKind::Heard && note.at_ms < kept.at_ms
+            note.worker == worker && note.kind == NoteKind::Heard && note.at_us < kept.at_us
         })
     }
 
@@ -218,7 +219,7 @@ mod note_tests {
             let key = note.key();
             assert!(key.starts_with(NOTES_PREFIX), "{key}");
             assert_eq!(Note::parse(&key), Some(note.clone()), "{key}");
-            assert!((note.at() - t).abs() < 0.001);
+            assert!((note.at() - t).abs() < 0.000_01);
         }
         for other in [
             ".spot-worker/fleet/spot-sightings/07",
@@ -229,7 +230,7 @@ mod note_tests {
         ] {
             assert_eq!(Note::parse(other), None, "{other}");
         }
-        assert_eq!(Note::new("w", NoteKind::Heard, -5.0).at_ms, 0);
+        assert_eq!(Note::new("w", NoteKind::Heard, -5.0).at_us, 0);
     }
 
     #[test]
