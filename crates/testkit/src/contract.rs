@@ -44,7 +44,7 @@ pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
 /// keys with slashes included and deleted ones gone; a prefix nothing has
 /// lists nothing.
 async fn list_finds_the_keys_under_a_prefix_in_name_order(store: &dyn CheckpointStore) {
-    let prefix = ".spot-worker/fleet/contract-list/";
+    let prefix = "contract-list/";
     let checkpoint = Checkpoint::InProgress {
         progress: json!({}),
     };
@@ -61,7 +61,7 @@ async fn list_finds_the_keys_under_a_prefix_in_name_order(store: &dyn Checkpoint
     }
     store
         .write(
-            ".spot-worker/fleet/contract-lisT",
+            "contract-lisT",
             &checkpoint,
             WritePrecondition::Create,
             None,
@@ -88,11 +88,7 @@ async fn list_finds_the_keys_under_a_prefix_in_name_order(store: &dyn Checkpoint
         "a deleted key is not listed"
     );
     assert!(
-        store
-            .list(".spot-worker/fleet/contract-none/")
-            .await
-            .expect("list")
-            .is_empty(),
+        store.list("contract-none/").await.expect("list").is_empty(),
         "a prefix nothing has lists nothing"
     );
 }
