@@ -1,7 +1,7 @@
 //! A whole Spot pool evicted at once: what noting it costs the fleet's
 //! shared documents as the fleet grows (issue 37, item 7).
 //!
-//! `cargo bench --bench mass_eviction [-- --runs N --fleets 100,1000,5000 --sharded-only]`
+//! `cargo bench --bench mass_eviction [-- --runs N --fleets 100,1000,5000 --layouts sharded,flat]`
 //!
 //! Under `cargo test --all-targets` (no `--bench` flag) it runs a smoke
 //! version (one run of a fleet of 100) so it cannot rot unnoticed.
@@ -9,28 +9,36 @@
 //! Each run: a fleet of N Spot workers, each heard from within the last
 //! minute, all get their eviction notice within one second; each notes it
 //! against the in-memory checkpoint store answering every call after
-//! 20 ms. Simulated time (tokio's paused clock), so the times are those of
-//! the model, exact and the same on any machine; the figures are medians
-//! of `--runs` runs (the backoff's jitter differs from run to run).
+//! 20 ms (a listing: 20 ms a page of 5,000 names). Simulated time (tokio's
+//! paused clock), so the times are those of the model, exact and the same
+//! on any machine; the figures are medians of `--runs` runs (the backoff's
+//! jitter differs from run to run).
 //!
 //! - **baseline**, the layout before issue 37: one ETag-fenced document,
 //!   each note a read and rewrite that forgets the worker, 8 attempts with
 //!   no wait between them, within the 1 s the worker gave it; the outage
 //!   only when no other worker is fresh;
-//! - **sharded**: [`FleetSpotCapacity`] as it is now: each note in the
-//!   worker's shard, jittered backoff, within 20 s; the outage written to
-//!   the fleet's document once the evictions say so.
+//! - **sharded**, the layout before the flat one (kept here to compare):
+//!   each note a read and ETag-fenced rewrite of one of 16 shards picked by
+//!   the worker's name, jittered backoff (16 attempts, 20 ms doubling to
+//!   2 s), then the 17 documents read and the outage written to the
+//!   fleet's document once the evictions say so; within 20 s;
+//! - **flat**: [`FleetSpotCapacity`] as it is now: each note a
+//!   create-only record of the worker's own, then the prefix listed and
+//!   the fleet's document read, the outage written once; within 20 s.
 //!
-//! Reported: the share of the notes that landed, the store's writes and
-//! reads per worker, and the simulated time from the first notice until the
-//! outage is in the fleet's document and until the last note landed.
+//! Reported: the share of the notes that landed, the store's writes
+//! (deletes included) and reads (listing pages included) per worker, and
+//! the simulated time from the first notice until the outage is in the
+//! fleet's document and until the last note landed.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Result, ensure};
+use futures_util::future::try_join_all;
 use spot_worker::decisions::lanes::unix_secs;
-use spot_worker::storage::lanes::{FleetSpotCapacity, SpotSightings};
+use spot_worker::storage::lanes::{FleetSpotCapacity, NOTES_PREFIX, SpotSightings};
 use spot_worker::storage::memory::{DelayedCheckpointStore, InMemoryCheckpointStore};
 use spot_worker::storage::{Checkpoint, CheckpointStore, StorageError, WritePrecondition};
 use spot_worker_testkit::bench::{self, BenchArgs, median};
@@ -48,7 +56,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(50);
 fn main() -> Result<()> {
     let args = BenchArgs::from_env();
     let mut runs = if args.benchmarking() { 5 } else { 1 };
-    let mut layouts = vec![Layout::Baseline, Layout::Sharded];
+    let mut layouts = vec![Layout::Baseline, Layout::Sharded, Layout::Flat];
     let mut fleets = if args.benchmarking() {
         vec![100, 1000, 5000]
     } else {
@@ -58,8 +66,14 @@ fn main() -> Result<()> {
         match flag {
             "--runs" => runs = value.parse()?,
             // The baseline's cost to simulate grows with the square of
-            // the fleet; this measures the layout of now alone.
-            "--sharded-only" => layouts = vec![Layout::Sharded],
+            // the fleet: leave it out of the largest.
+            "--layouts" => {
+                layouts = value
+                    .text()?
+                    .split(',')
+                    .map(Layout::parse)
+                    .collect::<Result<_>>()?
+            }
             "--fleets" => {
                 fleets = value
                     .text()?
@@ -96,6 +110,18 @@ fn main() -> Result<()> {
 enum Layout {
     Baseline,
     Sharded,
+    Flat,
+}
+
+impl Layout {
+    fn parse(name: &str) -> Result<Layout> {
+        Ok(match name {
+            "baseline" => Layout::Baseline,
+            "sharded" => Layout::Sharded,
+            "flat" => Layout::Flat,
+            other => anyhow::bail!("no layout {other:?}: baseline, sharded or flat"),
+        })
+    }
 }
 
 /// One run's figures.
@@ -170,6 +196,14 @@ fn simulate(layout: Layout, workers: usize) -> Result<Outcome> {
                     })),
                     Layout::Sharded => tokio::time::timeout(
                         Duration::from_secs(20),
+                        sharded_lost(&store, &name, at),
+                    )
+                    .await
+                    .unwrap_or(Err(StorageError::Unavailable {
+                        message: "no answer within 20 s".into(),
+                    })),
+                    Layout::Flat => tokio::time::timeout(
+                        Duration::from_secs(20),
                         FleetSpotCapacity::new(store).lost(Some(&name), at, FRESH_FOR),
                     )
                     .await
@@ -207,8 +241,8 @@ fn simulate(layout: Layout, workers: usize) -> Result<Outcome> {
         }
         Ok(Outcome {
             landed,
-            writes: store.writes(),
-            reads: store.reads(),
+            writes: store.writes() + store.deletes(),
+            reads: store.reads() + store.lists(),
             recorded: watcher.await?,
             last_note,
         })
@@ -227,7 +261,8 @@ fn stored(memory: &InMemoryCheckpointStore) -> SpotSightings {
 
 /// Every worker heard from within the last minute, Spot there for an
 /// hour: written without latency (the set-up, not measured), in the
-/// fleet's document (baseline) or each worker's shard (sharded).
+/// fleet's document (baseline), each worker's shard (sharded) or each
+/// worker's own note (flat).
 async fn seed_running(
     layout: Layout,
     memory: &Arc<InMemoryCheckpointStore>,
@@ -248,6 +283,22 @@ async fn seed_running(
             Layout::Sharded => shards
                 .entry(FleetSpotCapacity::shard_key_of(name))
                 .or_default(),
+            Layout::Flat => {
+                // The worker's own word, named as `FleetSpotCapacity::heard`
+                // names it (the shape its unit tests pin).
+                let us = (unix_secs(heard(i)) * 1_000_000.0).floor() as u64;
+                let key = format!("{NOTES_PREFIX}{name}/heard-{us:016}");
+                let progress = serde_json::json!({});
+                store
+                    .write(
+                        &key,
+                        &Checkpoint::InProgress { progress },
+                        WritePrecondition::Create,
+                        None,
+                    )
+                    .await?;
+                continue;
+            }
         };
         record.workers.insert(name.clone(), unix_secs(heard(i)));
         record.heard_at = Some(unix_secs(now));
@@ -319,5 +370,105 @@ async fn baseline_lost(
     }
     Err(StorageError::Conflict {
         key: FleetSpotCapacity::KEY.to_owned(),
+    })
+}
+
+/// The note of an eviction in the sharded layout (before the flat one):
+/// the worker's shard read and rewritten (the worker moved from the
+/// running to the evicted), then all 17 documents read, and the outage
+/// written to the fleet's document when the evictions say so.
+async fn sharded_lost(
+    store: &Arc<dyn CheckpointStore>,
+    worker: &str,
+    at: SystemTime,
+) -> Result<(), StorageError> {
+    let at = unix_secs(at);
+    fenced_update(store, FleetSpotCapacity::shard_key_of(worker), |shard| {
+        let known = shard.evicted.get(worker).is_some_and(|noted| *noted >= at);
+        if known && !shard.workers.contains_key(worker) {
+            return None;
+        }
+        let mut next = shard.clone();
+        next.workers.remove(worker);
+        let noted = next.evicted.entry(worker.to_owned()).or_insert(at);
+        *noted = noted.max(at);
+        Some(next)
+    })
+    .await?;
+    let keys = std::iter::once(FleetSpotCapacity::KEY)
+        .chain(FleetSpotCapacity::shard_keys().iter().copied());
+    let records = try_join_all(keys.map(|key| read_sightings(store, key))).await?;
+    let document = records.first().map(|(s, _)| s.clone()).unwrap_or_default();
+    let now = unix_secs(SystemTime::now());
+    let window = FRESH_FOR.as_secs_f64();
+    let view = SpotSightings::merge(records.into_iter().map(|(s, _)| s)).seen_at(now, window);
+    let Some(start) = view.history.current().filter(|c| !c.there).map(|c| c.since) else {
+        return Ok(());
+    };
+    let outage = |s: &SpotSightings| {
+        let mut next = s.clone();
+        next.history.see(false, start);
+        (next.history != s.history).then_some(next)
+    };
+    if outage(&document).is_some() {
+        fenced_update(store, FleetSpotCapacity::KEY, outage).await?;
+    }
+    Ok(())
+}
+
+/// A document's sightings and the precondition of its next write.
+async fn read_sightings(
+    store: &Arc<dyn CheckpointStore>,
+    key: &str,
+) -> Result<(SpotSightings, WritePrecondition), StorageError> {
+    Ok(match store.read(key).await? {
+        Some(stored) => match &stored.checkpoint {
+            Checkpoint::InProgress { progress } => (
+                serde_json::from_value(progress.clone()).unwrap_or_default(),
+                WritePrecondition::IfMatch(stored.etag.clone()),
+            ),
+            Checkpoint::Completed { .. } => {
+                return Err(StorageError::InvalidArgument("not sightings".into()));
+            }
+        },
+        None => (SpotSightings::default(), WritePrecondition::Create),
+    })
+}
+
+/// The sharded layout's read and ETag-fenced rewrite: 16 attempts, a
+/// jittered wait from 20 ms doubling to 2 s after each race lost.
+async fn fenced_update(
+    store: &Arc<dyn CheckpointStore>,
+    key: &str,
+    change: impl Fn(&SpotSightings) -> Option<SpotSightings>,
+) -> Result<(), StorageError> {
+    for attempt in 0..16u32 {
+        if attempt > 0 {
+            let wait = (Duration::from_millis(20) * (1 << (attempt - 1).min(10)))
+                .min(Duration::from_secs(2));
+            tokio::time::sleep(wait.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
+        }
+        let (current, precondition) = read_sightings(store, key).await?;
+        let Some(next) = change(&current) else {
+            return Ok(());
+        };
+        let progress = serde_json::to_value(&next)
+            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
+        match store
+            .write(
+                key,
+                &Checkpoint::InProgress { progress },
+                precondition,
+                None,
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(StorageError::Conflict { .. }) => continue,
+            Err(other) => return Err(other),
+        }
+    }
+    Err(StorageError::Conflict {
+        key: key.to_owned(),
     })
 }

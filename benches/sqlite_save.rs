@@ -276,6 +276,10 @@ impl CheckpointStore for Dropping {
         self.0.delete(key).await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.0.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         Some(Arc::new(NoChunks))
     }

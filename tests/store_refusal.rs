@@ -73,6 +73,10 @@ impl CheckpointStore for Switched {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.current().delete(key).await
     }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.current().list(prefix).await
+    }
 }
 
 /// Error-level log lines, by the `queue` field they carry (tests in this

@@ -121,6 +121,12 @@ impl CheckpointStore for BlobCheckpointStore {
         self.container.delete(key, &self.what(key)).await
     }
 
+    /// The blobs named `prefix…`, every page (5,000 names a request).
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let blobs = self.container.list(prefix).await?;
+        Ok(blobs.into_iter().map(|blob| blob.name).collect())
+    }
+
     /// The container's `.spot-worker/chunks/` ([`BlobChunkStore`]).
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         Some(Arc::clone(&self.chunks) as Arc<dyn ChunkStore>)

@@ -247,7 +247,7 @@ pub struct StorageConfig {
     pub sas_lifetime: Duration,
     /// What SAS tokens signed from an account key allow:
     /// [`AccountSasScope::WORKER`] by default, [`AccountSasScope::OPERATOR`]
-    /// (listing too) for the operator's command ([`StorageConfig::for_operator`]).
+    /// (the service level too) for the operator's command ([`StorageConfig::for_operator`]).
     pub sas_scope: AccountSasScope,
 }
 
@@ -262,8 +262,9 @@ impl StorageConfig {
         }
     }
 
-    /// The same account for an operator's tools, which also list blobs
-    /// (checkpoints). Never for a worker: it needs no listing.
+    /// The same account for an operator's tools, which also reach the
+    /// service level (containers, queues). Never for a worker: it needs
+    /// none of that.
     #[must_use]
     pub fn for_operator(mut self) -> Self {
         self.sas_scope = AccountSasScope::OPERATOR;

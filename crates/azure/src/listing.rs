@@ -1,7 +1,7 @@
-//! Listing a container's blobs: operator-side only (`spot-worker
-//! checkpoints`, `status`). Workers never enumerate, so the worker's SAS
-//! scope has no list permission; see
-//! [`StorageConfig::for_operator`](crate::StorageConfig::for_operator).
+//! Listing a container's blobs: the operator's whole container
+//! (`spot-worker checkpoints`, `status`), and a worker's one prefix (the
+//! fleet's Spot sightings, [`CheckpointStore::list`](spot_worker_storage::CheckpointStore::list)),
+//! every page of 5,000 names.
 
 use futures_util::TryStreamExt as _;
 use time::OffsetDateTime;

@@ -39,17 +39,21 @@ impl AccountSasScope {
     /// blobs (`r`, `w`, `c`: checkpoints are overwritten, results created),
     /// delete blobs (`d`: probes, finished checkpoints, claim checks), add
     /// messages (`a`: poison records), update them (`u`: visibility
-    /// renewals) and get/delete them (`p`). No service level (`s`), so no
-    /// account properties; no list (`l`): the worker never enumerates.
+    /// renewals) and get/delete them (`p`), and list blobs (`l`: the
+    /// fleet's Spot sightings are one record a worker, found by listing
+    /// their prefix; an account SAS cannot narrow a listing to a prefix).
+    /// No service level (`s`), so no account properties or container
+    /// listing.
     pub const WORKER: Self = AccountSasScope {
         services: "bq",
         resource_types: "co",
-        permissions: "rwdacup",
+        permissions: "rwdlacup",
         https_only: true,
     };
 
     /// For operators and tests that inspect an account: everything the
-    /// worker may do plus listing, at every level. Never given to a worker.
+    /// worker may do, at every level (the service too: containers and
+    /// queues listed). Never given to a worker.
     pub const OPERATOR: Self = AccountSasScope {
         services: "bq",
         resource_types: "sco",
@@ -93,7 +97,7 @@ pub struct SasError(String);
 /// let expiry = time::macros::datetime!(2030-01-01 0:00 UTC);
 /// let sas = sign_account_sas("devstoreaccount1", &Secret::new("a2V5"), &AccountSasScope::WORKER, expiry).unwrap();
 /// assert!(sas.secret().contains("se=2030-01-01T00%3A00%3A00Z"));
-/// assert!(sas.secret().contains("sp=rwdacup") && sas.secret().contains("spr=https&"));
+/// assert!(sas.secret().contains("sp=rwdlacup") && sas.secret().contains("spr=https&"));
 /// assert!(sas.secret().contains("&sig="));
 /// ```
 pub fn sign_account_sas(

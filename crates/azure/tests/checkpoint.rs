@@ -57,6 +57,10 @@ impl CheckpointStore for FirstResponseLost {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        CheckpointStore::list(&self.inner, prefix).await
+    }
     async fn write(
         &self,
         key: &str,
@@ -168,7 +172,7 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_operator_scope_lists_checkpoints() {
+async fn the_operator_lists_every_blob_and_the_worker_a_prefix() {
     let azurite = start_azurite();
     let mut operator_config =
         spot_worker_azure::StorageConfig::from_connection_string(&azurite.connection_string())
@@ -195,12 +199,23 @@ async fn only_the_operator_scope_lists_checkpoints() {
     assert!(listed.iter().all(|blob| blob.len == written), "{listed:?}");
     assert!(listed.iter().all(|blob| blob.last_modified.is_some()));
 
-    // The worker's SAS has no list permission: least privilege.
+    // The worker's SAS lists a prefix of its container (the fleet's Spot
+    // sightings are found so), every page, in name order.
     let worker = storage(&azurite).checkpoint_store(&name).unwrap();
-    let refused = worker.list().await.unwrap_err();
+    let under = CheckpointStore::list(&worker, ".spot-worker/")
+        .await
+        .unwrap();
+    assert_eq!(under, [".spot-worker/attempts/m1"]);
+    assert_eq!(
+        CheckpointStore::list(&worker, "").await.unwrap(),
+        [".spot-worker/attempts/m1", "a", "b"]
+    );
     assert!(
-        matches!(refused, StorageError::Refused { status: 403, .. }),
-        "{refused:?}"
+        CheckpointStore::list(&worker, "c")
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing under a prefix no blob has"
     );
 }
 

@@ -75,6 +75,10 @@ impl CheckpointStore for RefusingChunks {
         self.inner.delete(key).await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         Some(self.chunks.clone())
     }

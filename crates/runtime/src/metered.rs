@@ -136,6 +136,10 @@ impl CheckpointStore for MeteredCheckpoints {
         self.inner.delete(key).await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
         self.inner.chunks()
     }

@@ -197,6 +197,13 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// message is gone; operators delete abandoned checkpoints.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
 
+    /// The keys that start with `prefix`, in name order (every page: a
+    /// blob store lists 5,000 a request). Only the fleet's records use it
+    /// (`lanes::spot_capacity`: each Spot worker's notes, merged by the
+    /// reader), under a prefix whose records are few and cleaned; never
+    /// the job checkpoints.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError>;
+
     /// Where the chunks of large checkpoints go
     /// ([`JobCheckpoint::save_files`]), beside the documents (the blob
     /// store: the same container). `None` (the default): this store keeps
@@ -244,6 +251,10 @@ impl CheckpointStore for Arc<dyn CheckpointStore> {
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         (**self).delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        (**self).list(prefix).await
     }
 
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
@@ -803,6 +814,10 @@ mod tests {
         }
         async fn delete(&self, key: &str) -> Result<(), StorageError> {
             self.inner.delete(key).await
+        }
+
+        async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+            self.inner.list(prefix).await
         }
         async fn write(
             &self,

@@ -6,8 +6,9 @@
 //! reading again, so no addition is lost or counted twice. The figures
 //! only grow: adding is the whole merge.
 //!
-//! The fleet's switch cost (the lanes' d) and its Spot sightings (in
-//! shards: `lanes/spot_capacity/shards.rs`) are kept this way.
+//! The fleet's switch cost (the lanes' d) and its Spot sightings' history
+//! and probes (`lanes/spot_capacity/fleet.rs`; each worker's notes are
+//! records of its own, `notes.rs`) are kept this way.
 
 use std::marker::PhantomData;
 use std::sync::Arc;

@@ -25,7 +25,7 @@ use spot_worker_storage::{
 /// Runs the [`CheckpointStore`] contract against `store`, fresh and empty:
 /// ETag-fenced reads and writes (If-None-Match and If-Match conflicts),
 /// keys with slashes, the write stamp's round trip, completed checkpoints,
-/// delete, [`JobCheckpoint`] fencing out a stale handle, and the fleet's
+/// delete, listing a prefix, [`JobCheckpoint`] fencing out a stale handle, and the fleet's
 /// interruption counts merged from racing additions.
 pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
     // Prepare creates what is missing; a second call is harmless.
@@ -35,8 +35,62 @@ pub async fn checkpoint_store(store: Arc<dyn CheckpointStore>) {
     stamps_are_kept_with_the_checkpoint_and_replaced_by_every_write(store.as_ref()).await;
     completed_checkpoints_read_back_as_completed(store.as_ref()).await;
     delete_removes_and_is_idempotent(store.as_ref()).await;
+    list_finds_the_keys_under_a_prefix_in_name_order(store.as_ref()).await;
     a_stale_handle_writing_the_same_progress_is_still_fenced_out(Arc::clone(&store)).await;
     fleet_counts_added_at_once_by_many_workers_all_count(store).await;
+}
+
+/// [`CheckpointStore::list`]: the keys under a prefix, in name order,
+/// keys with slashes included and deleted ones gone; a prefix nothing has
+/// lists nothing.
+async fn list_finds_the_keys_under_a_prefix_in_name_order(store: &dyn CheckpointStore) {
+    let prefix = "contract-list/";
+    let checkpoint = Checkpoint::InProgress {
+        progress: json!({}),
+    };
+    for key in ["w2/heard-2", "w1/evicted-3", "w1/heard-1"] {
+        store
+            .write(
+                &format!("{prefix}{key}"),
+                &checkpoint,
+                WritePrecondition::Create,
+                None,
+            )
+            .await
+            .expect("write a record to list");
+    }
+    store
+        .write(
+            "contract-lisT",
+            &checkpoint,
+            WritePrecondition::Create,
+            None,
+        )
+        .await
+        .expect("write a record beside the prefix");
+    let listed = store.list(prefix).await.expect("list");
+    assert_eq!(
+        listed,
+        [
+            format!("{prefix}w1/evicted-3"),
+            format!("{prefix}w1/heard-1"),
+            format!("{prefix}w2/heard-2"),
+        ],
+        "the keys under the prefix, in name order, and no other"
+    );
+    store
+        .delete(&format!("{prefix}w1/heard-1"))
+        .await
+        .expect("delete");
+    assert_eq!(
+        store.list(prefix).await.expect("list").len(),
+        2,
+        "a deleted key is not listed"
+    );
+    assert!(
+        store.list("contract-none/").await.expect("list").is_empty(),
+        "a prefix nothing has lists nothing"
+    );
 }
 
 /// The fleet's interruption counts ([`FleetLedger`]) on top of the store's

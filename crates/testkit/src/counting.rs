@@ -207,6 +207,12 @@ impl<S: CheckpointStore> CheckpointStore for CountingStore<S> {
         self.inner.delete(key).await
     }
 
+    /// Only the fleet's records are listed: a fleet call.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        StoreCalls::count(&self.calls.fleet);
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         let inner = self.inner.chunks()?;
         Some(Arc::new(CountingChunks {

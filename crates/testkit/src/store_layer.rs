@@ -225,6 +225,11 @@ impl<P: Policy> CheckpointStore for Layered<P> {
         self.call(call, Some(()), self.inner.delete(key)).await
     }
 
+    /// Let through: no fault plan yet needs a listing to fail.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         let chunks = self.inner.chunks()?;
         Some(Arc::new(LayeredChunks {

@@ -119,6 +119,10 @@ impl CheckpointStore for WatchedStore {
         result
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn crate::files::ChunkStore>> {
         self.inner.chunks()
     }

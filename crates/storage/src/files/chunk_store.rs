@@ -14,8 +14,8 @@ use crate::error::StorageError;
 /// Immutable blobs of at most a few MiB, each written once under a name
 /// the caller chooses (see `files::manifest` for how names are made: a
 /// job's prefix, the content's hash and the save that sent it) and read
-/// back whole. No listing: a worker's credentials need no list permission,
-/// and every chunk a job uses is named by its manifest.
+/// back whole. No listing: every chunk a job uses is named by its
+/// manifest.
 #[async_trait]
 pub trait ChunkStore: Send + Sync + 'static {
     /// Stores `chunk` under `name`. Writing the same name again replaces

@@ -51,8 +51,8 @@ pub use producer::{Enqueued, enqueue};
 pub use record::{LANE_RECORD_PREFIX, LaneRecord, LaneRecords};
 pub use requeue::requeue_text;
 pub use spot_capacity::{
-    FRESH_FOR_RECHECKS, FleetSpotCapacity, PROBE_BODY, SHARDS, SpotCapacity, SpotSightings,
-    probe_every, waits_for_spot,
+    FRESH_FOR_RECHECKS, FleetSpotCapacity, NOTES_PREFIX, PROBE_BODY, SHARDS, SpotCapacity,
+    SpotSightings, probe_every, waits_for_spot,
 };
 pub use switch_cost::{FleetSwitchCost, SwitchCost};
 

@@ -2,14 +2,20 @@
 //! what they have seen of it ([`SpotHistory`]): [`FleetSpotCapacity`], in
 //! the checkpoint store as records merged by the reader (`fleet.rs`):
 //!
-//! - each Spot worker's word and eviction go to one of [`SHARDS`] shards
-//!   (`.spot-worker/fleet/spot-sightings/00` …), picked by its name, so a
-//!   whole pool evicted at once writes to [`SHARDS`] documents in parallel
-//!   rather than queueing on one;
-//! - the fleet's document (`.spot-worker/fleet/spot-capacity`, the one
-//!   the previous version kept everything in) keeps the history and the
-//!   probes, written only when they change (an outage begins or ends, a
-//!   probe goes out or is taken), and is read as one more record;
+//! - each Spot worker's word and eviction is a record of its own, named
+//!   by worker, kind and time (`notes.rs`:
+//!   `.spot-worker/fleet/spot-sightings/by-worker/<worker>/heard-<µs>`),
+//!   created once and written by no other worker, so a note is one write
+//!   however large the fleet, and a whole pool evicted at once races on
+//!   nothing; a reader lists the prefix and reads no note (the names say
+//!   it all);
+//! - the fleet's document (`.spot-worker/fleet/spot-capacity`) keeps the
+//!   history and the probes, written only when they change (an outage
+//!   begins or ends, a probe goes out or is taken), and is read as one
+//!   more record;
+//! - the [`SHARDS`] shards (`.spot-worker/fleet/spot-sightings/00` …) in
+//!   which workers of the previous version keep their notes are read while
+//!   the listing finds them, so a fleet mid-upgrade loses no note;
 //! - a reader merges them ([`SpotSightings::merge`]) and judges the
 //!   evictions ([`SpotSightings::seen_at`]).
 //!
@@ -76,8 +82,10 @@ pub fn probe_every(recheck: Duration) -> Duration {
 /// How long a Spot worker not heard from stays in the sightings.
 pub const FORGET_WORKERS_AFTER: Duration = Duration::from_secs(3600);
 
-/// The most Spot workers the sightings name (the longest silent go first).
-pub const MAX_WORKERS: usize = 1024;
+/// The most Spot workers a shard of the previous version named (the
+/// longest silent went first).
+#[cfg(test)]
+const MAX_WORKERS: usize = 1024;
 
 /// After how many [`probe_every`] periods a probe nobody took is sent
 /// again: twelve (an hour by default).
@@ -135,7 +143,7 @@ pub struct SpotSightings {
     #[serde(default)]
     pub workers: BTreeMap<String, f64>,
     /// When each Spot worker got an eviction notice, Unix seconds, by
-    /// worker (those within [`FORGET_WORKERS_AFTER`]); kept in the shards.
+    /// worker (those within [`FORGET_WORKERS_AFTER`]); kept in the notes.
     #[serde(default)]
     pub evicted: BTreeMap<String, f64>,
     /// When the last probe was sent, Unix seconds.
@@ -336,9 +344,11 @@ impl SpotCapacity {
 }
 
 mod fleet;
+mod notes;
 mod records;
 
 pub use fleet::{FleetSpotCapacity, SHARDS};
+pub use notes::NOTES_PREFIX;
 
 #[cfg(test)]
 mod tests;

@@ -119,6 +119,18 @@ impl CheckpointStore for InMemoryCheckpointStore {
         Ok(())
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.outage.check("checkpoint store")?;
+        let mut keys: Vec<String> = self
+            .lock()
+            .keys()
+            .filter(|key| key.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         Some(Arc::new(self.chunk_store()))
     }

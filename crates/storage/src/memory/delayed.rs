@@ -13,6 +13,9 @@ use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, Wri
 use crate::error::StorageError;
 use crate::files::ChunkStore;
 
+/// How many names a blob store returns a listing request (Azure's most).
+pub const LIST_PAGE: usize = 5000;
+
 /// `inner`, each call answered `latency` after it was made (the call
 /// applies at the end of the wait).
 ///
@@ -39,6 +42,8 @@ pub struct DelayedCheckpointStore {
     latency: Duration,
     reads: AtomicU64,
     writes: AtomicU64,
+    deletes: AtomicU64,
+    lists: AtomicU64,
 }
 
 impl DelayedCheckpointStore {
@@ -49,6 +54,8 @@ impl DelayedCheckpointStore {
             latency,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            deletes: AtomicU64::new(0),
+            lists: AtomicU64::new(0),
         }
     }
 
@@ -60,6 +67,18 @@ impl DelayedCheckpointStore {
     /// How many writes were made (those refused included).
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// How many deletes were made.
+    pub fn deletes(&self) -> u64 {
+        self.deletes.load(Ordering::Relaxed)
+    }
+
+    /// How many pages of listings were read: a blob store answers a
+    /// listing [`LIST_PAGE`] names a request, so each page costs a call
+    /// (and its latency).
+    pub fn lists(&self) -> u64 {
+        self.lists.load(Ordering::Relaxed)
     }
 }
 
@@ -89,8 +108,21 @@ impl CheckpointStore for DelayedCheckpointStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.deletes.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(self.latency).await;
         self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(self.latency).await;
+        let keys = self.inner.list(prefix).await?;
+        // Bounded: one more page per LIST_PAGE names.
+        for _ in 1..keys.len().div_ceil(LIST_PAGE) {
+            self.lists.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(self.latency).await;
+        }
+        Ok(keys)
     }
 
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {

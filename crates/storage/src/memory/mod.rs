@@ -13,6 +13,6 @@ mod result;
 
 pub use checkpoint::InMemoryCheckpointStore;
 pub use chunks::InMemoryChunkStore;
-pub use delayed::DelayedCheckpointStore;
+pub use delayed::{DelayedCheckpointStore, LIST_PAGE};
 pub use queue::{InMemoryQueue, StoredMessage};
 pub use result::InMemoryResultStore;

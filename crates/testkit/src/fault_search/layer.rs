@@ -148,6 +148,11 @@ impl<C: CheckpointStore> CheckpointStore for Faulty<C> {
             .await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.call(&format!("list {prefix}"), self.inner.list(prefix))
+            .await
+    }
+
     fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
         let chunks = self.inner.chunks()?;
         Some(Arc::new(Faulty::new(

@@ -1,28 +1,33 @@
 //! [`FleetSpotCapacity`]: the fleet's Spot sightings in a checkpoint
-//! store, as [`SHARDS`] shards and the fleet's document, merged by the
-//! reader (see the parent module). Each write is the shared
-//! [`FleetDocument`] read and rewrite (ETag-fenced, jittered backoff after
-//! a race lost); what makes a mass eviction cheap is where the writes go:
-//! a worker writes its own word and eviction to its shard only, and the
-//! fleet's document only when the history changes, which one worker
-//! writes and the rest find done.
+//! store (see the parent module): each Spot worker's notes as records of
+//! its own (`notes.rs`: one create-only write a note, however large the
+//! fleet), the fleet's document (history and probes, ETag-fenced, written
+//! only when they change, which one worker writes and the rest find done),
+//! and, while workers of the previous version still write them, the
+//! [`SHARDS`] shards they kept their notes in. A reader lists the notes'
+//! prefix (which holds the shards too), reads the fleet's document and any
+//! shard the listing found, and merges them all.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt as _;
 use futures_util::future::try_join_all;
 use spot_worker_decisions::lanes::unix_secs;
 
-use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::{Checkpoint, CheckpointStore, WritePrecondition};
 use crate::clock::{Clock, SystemClock};
 use crate::error::StorageError;
 use crate::fleet_document::FleetDocument;
 
-use super::{FRESH_FOR_RECHECKS, SpotSightings};
+use super::notes::{Note, NoteKind, Notes};
+use super::{FORGET_WORKERS_AFTER, FRESH_FOR_RECHECKS, SpotSightings};
 
-/// How many shards the Spot workers' words and evictions are spread over:
-/// a whole pool evicted at once queues on each shard a sixteenth as long as
-/// on one document, and a reader reads seventeen small documents at once.
+/// How many deletes the cleaner has in flight at once.
+const CLEAN_IN_PARALLEL: usize = 16;
+
+/// How many shards workers of the previous version spread their words and
+/// evictions over (read while the listing finds them).
 pub const SHARDS: usize = 16;
 
 /// The shards' checkpoint keys.
@@ -48,6 +53,7 @@ const SHARD_KEYS: [&str; SHARDS] = [
 /// The fleet's Spot sightings in a checkpoint store.
 #[derive(Clone, Debug)]
 pub struct FleetSpotCapacity {
+    store: Arc<dyn CheckpointStore>,
     document: FleetDocument<SpotSightings>,
     shards: Arc<[FleetDocument<SpotSightings>]>,
     fresh_for: Duration,
@@ -59,8 +65,9 @@ impl FleetSpotCapacity {
     /// probes (and, from workers of the previous version, everything).
     pub const KEY: &'static str = ".spot-worker/fleet/spot-capacity";
 
-    /// Where the shards of the Spot workers' words and evictions live:
-    /// this and a two-digit shard number.
+    /// Where the shards of the previous version's words and evictions
+    /// live (this and a two-digit shard number), and the notes
+    /// ([`NOTES_PREFIX`](super::NOTES_PREFIX)): one listing finds both.
     pub const SHARDS_PREFIX: &'static str = ".spot-worker/fleet/spot-sightings/";
 
     /// The sightings in `store`, a word fresh for [`FRESH_FOR_RECHECKS`]
@@ -77,7 +84,8 @@ impl FleetSpotCapacity {
             })
             .collect();
         FleetSpotCapacity {
-            document: FleetDocument::new(store, Self::KEY, "fleet Spot sightings"),
+            document: FleetDocument::new(Arc::clone(&store), Self::KEY, "fleet Spot sightings"),
+            store,
             shards,
             fresh_for: Duration::from_secs(60).saturating_mul(FRESH_FOR_RECHECKS),
             clock: Arc::new(SystemClock),
@@ -109,8 +117,8 @@ impl FleetSpotCapacity {
         &SHARD_KEYS
     }
 
-    /// The checkpoint key of the shard `worker`'s word and eviction go to:
-    /// the same in every process, so a worker's records stay in one place.
+    /// The checkpoint key of the shard a worker of the previous version
+    /// wrote `worker`'s word and eviction to.
     pub fn shard_key_of(worker: &str) -> &'static str {
         SHARD_KEYS[Self::shard_index(worker)]
     }
@@ -120,62 +128,159 @@ impl FleetSpotCapacity {
         usize::from(hash.as_bytes()[0]) % SHARDS
     }
 
-    /// The shard `worker`'s word and eviction go to.
-    fn shard_of(&self, worker: &str) -> &FleetDocument<SpotSightings> {
-        &self.shards[Self::shard_index(worker)]
-    }
-
-    /// The sightings as they stand now: the fleet's document and every
-    /// shard, merged and judged ([`SpotSightings::seen_at`]).
+    /// The sightings as they stand now: the fleet's document, the notes
+    /// and any shard of the previous version, merged and judged
+    /// ([`SpotSightings::seen_at`]).
     pub async fn read(&self) -> Result<SpotSightings, StorageError> {
-        Ok(self.read_all().await?.1)
+        let snapshot = self.snapshot().await?;
+        Ok(self.view(&snapshot, unix_secs(self.clock.now())))
     }
 
-    /// The fleet's document as stored, and the merged view at now.
-    async fn read_all(&self) -> Result<(SpotSightings, SpotSightings), StorageError> {
-        let reads = std::iter::once(&self.document)
-            .chain(self.shards.iter())
-            .map(FleetDocument::read);
-        let records = try_join_all(reads).await?;
-        let document = records.first().cloned().unwrap_or_default();
-        let now = unix_secs(self.clock.now());
-        let view = SpotSightings::merge(records).seen_at(now, self.fresh_for.as_secs_f64());
-        Ok((document, view))
+    /// One reading of everything: the listing (one request a page of
+    /// 5,000 names) and the fleet's document at once, then the shards
+    /// the listing found (none once the previous version is gone).
+    async fn snapshot(&self) -> Result<Snapshot, StorageError> {
+        let (keys, document) =
+            futures_util::try_join!(self.store.list(Self::SHARDS_PREFIX), self.document.read())?;
+        let present: Vec<usize> = (0..SHARDS)
+            .filter(|&i| keys.iter().any(|key| key == SHARD_KEYS[i]))
+            .collect();
+        let shards = try_join_all(present.iter().map(|&i| self.shards[i].read())).await?;
+        Ok(Snapshot {
+            document,
+            shards: present.into_iter().zip(shards).collect(),
+            notes: Notes::from_keys(keys.iter().map(String::as_str)),
+        })
     }
 
-    /// Spot `worker` is running now (it says so every `every`): written to
-    /// its shard, and to the fleet's document when the history did not
-    /// know Spot was there, or its word is older than `every` / 2. Returns
-    /// the sightings.
+    /// The merged view of `snapshot` at `now`.
+    fn view(&self, snapshot: &Snapshot, now: f64) -> SpotSightings {
+        let records = std::iter::once(snapshot.document.clone())
+            .chain(snapshot.shards.iter().map(|(_, shard)| shard.clone()))
+            .chain(std::iter::once(snapshot.notes.sightings(now)));
+        SpotSightings::merge(records).seen_at(now, self.fresh_for.as_secs_f64())
+    }
+
+    /// Writes `note`: created, never overwritten; found there already
+    /// (a retry whose first try landed) is written.
+    async fn write_note(&self, note: &Note) -> Result<(), StorageError> {
+        let progress = serde_json::json!({ "worker": note.worker, "at": note.at() });
+        match self
+            .store
+            .write(
+                &note.key(),
+                &Checkpoint::InProgress { progress },
+                WritePrecondition::Create,
+                None,
+            )
+            .await
+        {
+            Ok(_) | Err(StorageError::Conflict { .. }) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Spot `worker` is running now (it says so every `every`): a note of
+    /// its own, unless its last is fresher than `every` / 2 (its earlier
+    /// words deleted), and into the fleet's document when the history did
+    /// not know Spot was there, or its word is older than `every` / 2.
+    /// The first running worker in name order also deletes stale notes.
+    /// Returns the sightings.
     pub async fn heard(
         &self,
         worker: &str,
         every: Duration,
     ) -> Result<SpotSightings, StorageError> {
         let now = unix_secs(self.clock.now());
-        self.shard_of(worker)
-            .update(|s| s.heard_in_shard(worker, now, every))
+        let mut snapshot = self.snapshot().await?;
+        let recent = snapshot
+            .notes
+            .last_word(worker)
+            .is_some_and(|heard| now - heard < every.as_secs_f64() / 2.0);
+        if !recent {
+            let note = Note::new(worker, NoteKind::Heard, now);
+            self.write_note(&note).await?;
+            let superseded: Vec<String> = snapshot
+                .notes
+                .superseded_words(worker, &note)
+                .map(Note::key)
+                .collect();
+            self.delete_all(superseded).await;
+            snapshot.notes.push(note);
+        }
+        if snapshot
+            .notes
+            .cleaner(worker, now, self.fresh_for.as_secs_f64())
+        {
+            self.clean(&snapshot, now).await;
+        }
+        let view = self.view(&snapshot, now);
+        self.note_there(&snapshot.document, &view, now, every)
             .await?;
-        self.note_there(now, every).await
+        Ok(view)
+    }
+
+    /// Deletes `keys` (notes no reader needs), a few at a time; a failure
+    /// is logged and the note deleted at a later pass (readers ignore it
+    /// meanwhile).
+    async fn delete_all(&self, keys: Vec<String>) {
+        futures_util::stream::iter(keys)
+            .for_each_concurrent(CLEAN_IN_PARALLEL, |key| async move {
+                if let Err(error) = self.store.delete(&key).await {
+                    tracing::debug!(%error, key, "could not delete a stale Spot sighting; deleting it later");
+                }
+            })
+            .await;
+    }
+
+    /// The cleaner's pass: the stale notes ([`Notes::stale`]), and the
+    /// shards of the previous version that hold nothing fresher than
+    /// [`FORGET_WORKERS_AFTER`] (no worker of that version has written
+    /// there for that long: every one says it runs each recheck).
+    async fn clean(&self, snapshot: &Snapshot, now: f64) {
+        let forget = FORGET_WORKERS_AFTER.as_secs_f64();
+        let stale_shards = snapshot
+            .shards
+            .iter()
+            .filter(|(_, shard)| {
+                let times = shard.workers.values().chain(shard.evicted.values());
+                times
+                    .chain(shard.heard_at.iter())
+                    .all(|at| now - at >= forget)
+            })
+            .map(|(i, _)| SHARD_KEYS[*i].to_owned());
+        let keys = snapshot
+            .notes
+            .stale(now)
+            .map(Note::key)
+            .chain(stale_shards)
+            .collect();
+        self.delete_all(keys).await;
     }
 
     /// Writes into the fleet's document that Spot is there, if the view
-    /// says so and the document does not (or its word is stale).
-    async fn note_there(&self, now: f64, every: Duration) -> Result<SpotSightings, StorageError> {
-        let (document, view) = self.read_all().await?;
+    /// says so and the document (as read) does not (or its word is
+    /// stale): workers of the previous version read its word.
+    async fn note_there(
+        &self,
+        document: &SpotSightings,
+        view: &SpotSightings,
+        now: f64,
+        every: Duration,
+    ) -> Result<(), StorageError> {
         let Some(since) = view.history.current().filter(|c| c.there).map(|c| c.since) else {
-            return Ok(view);
+            return Ok(());
         };
         if document.fleet_heard(since, now, every).is_some() {
             self.document
                 .update(|s| s.fleet_heard(since, now, every))
                 .await?;
         }
-        Ok(view)
+        Ok(())
     }
 
-    /// Spot capacity went at `at`: `worker` got an eviction notice
-    /// (written to its shard; gone if the evictions say so:
+    /// Spot capacity went at `at`: `worker` got an eviction notice (a
+    /// note of its own; gone if the evictions say so:
     /// [`SpotSightings::seen_at`]), or (`None`) a job waited for Spot in
     /// vain (gone unless a Spot worker was heard from since `at`). An
     /// outage is written into the fleet's document once. Returns the
@@ -187,14 +292,18 @@ impl FleetSpotCapacity {
         fresh_for: Duration,
     ) -> Result<SpotSightings, StorageError> {
         let at = unix_secs(at);
-        if let Some(worker) = worker {
-            self.shard_of(worker)
-                .update(|s| s.evicted_in_shard(worker, at))
-                .await?;
+        let note = worker.map(|worker| Note::new(worker, NoteKind::Evicted, at));
+        if let Some(note) = &note {
+            self.write_note(note).await?;
         }
-        let (document, view) = self.read_all().await?;
+        let mut snapshot = self.snapshot().await?;
+        if let Some(note) = note {
+            snapshot.notes.push(note);
+        }
         let now = unix_secs(self.clock.now());
-        let mut view = view.seen_at(now, fresh_for.as_secs_f64());
+        let mut view = self
+            .view(&snapshot, now)
+            .seen_at(now, fresh_for.as_secs_f64());
         let outage = match worker {
             Some(_) => view.history.current().filter(|c| !c.there).map(|c| c.since),
             None => {
@@ -205,7 +314,7 @@ impl FleetSpotCapacity {
             }
         };
         if let Some(start) = outage {
-            if document.outage_from(start).is_some() {
+            if snapshot.document.outage_from(start).is_some() {
                 self.document.update(|s| s.outage_from(start)).await?;
             }
             view.history.see(false, start);
@@ -217,8 +326,7 @@ impl FleetSpotCapacity {
     pub async fn took_probe(&self, worker: &str) -> Result<SpotSightings, StorageError> {
         let now = unix_secs(self.clock.now());
         self.document.update(|s| Some(s.took_probe(now))).await?;
-        self.shard_of(worker)
-            .update(|s| s.heard_in_shard(worker, now, Duration::ZERO))
+        self.write_note(&Note::new(worker, NoteKind::Heard, now))
             .await?;
         self.read().await
     }
@@ -230,6 +338,16 @@ impl FleetSpotCapacity {
         let after = self.document.update(|s| s.probe(now, every)).await?;
         Ok(after.probe_sent_at == Some(now))
     }
+}
+
+/// One reading of the fleet's records.
+struct Snapshot {
+    /// The fleet's document.
+    document: SpotSightings,
+    /// The shards of the previous version found, by number.
+    shards: Vec<(usize, SpotSightings)>,
+    /// The notes found.
+    notes: Notes,
 }
 
 #[cfg(test)]

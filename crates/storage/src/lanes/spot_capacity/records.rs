@@ -1,7 +1,7 @@
-//! The sightings as records merged by the reader: what one worker writes
-//! to its shard ([`SpotSightings::heard_in_shard`],
-//! [`SpotSightings::evicted_in_shard`]), how the shards and the fleet's
-//! document add up to one view ([`SpotSightings::merge`]), and what that
+//! The sightings as records merged by the reader: what a worker of the
+//! previous version wrote to its shard (`heard_in_shard`,
+//! `evicted_in_shard`, kept for the tests that build such shards), how the
+//! notes, the shards and the fleet's document add up to one view ([`SpotSightings::merge`]), and what that
 //! view says of the capacity now ([`SpotSightings::seen_at`]): a mass
 //! eviction is gone at once, before anyone wrote it into the history.
 //!
@@ -14,9 +14,12 @@ use std::collections::BTreeMap;
 
 use spot_worker_decisions::lanes::{Evictions, spot_capacity_gone};
 
-use super::{FORGET_WORKERS_AFTER, MAX_WORKERS, SpotSightings};
+use super::SpotSightings;
+#[cfg(test)]
+use super::{FORGET_WORKERS_AFTER, MAX_WORKERS};
 
 impl SpotSightings {
+    #[cfg(test)]
     /// In a shard: Spot `worker` is running at `now`; `None` when the
     /// shard says so already, fresher than `every` / 2 (nothing to write).
     pub(super) fn heard_in_shard(
@@ -39,6 +42,7 @@ impl SpotSightings {
         Some(next)
     }
 
+    #[cfg(test)]
     /// In a shard: Spot `worker` got an eviction notice at `at`; `None`
     /// when the shard holds it already.
     pub(super) fn evicted_in_shard(&self, worker: &str, at: f64) -> Option<SpotSightings> {
@@ -54,6 +58,7 @@ impl SpotSightings {
         Some(next)
     }
 
+    #[cfg(test)]
     /// Drops the words and evictions older than [`FORGET_WORKERS_AFTER`]
     /// at `now`, and the oldest past [`MAX_WORKERS`] of each.
     fn forget_before(&mut self, now: f64) {

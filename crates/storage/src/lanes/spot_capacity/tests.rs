@@ -2,7 +2,10 @@
 //! document under concurrent workers.
 
 use super::*;
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use spot_worker_decisions::lanes::unix_secs;
 
 use crate::checkpoint::CheckpointStore;
 use crate::memory::InMemoryCheckpointStore;
@@ -243,4 +246,151 @@ async fn a_spot_worker_says_it_runs_every_recheck() {
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+/// Writes `record` under `key` as a worker of the previous version did.
+async fn write_record(store: &dyn CheckpointStore, key: &str, record: &SpotSightings) {
+    let progress = serde_json::to_value(record).expect("sightings serialise");
+    store
+        .write(
+            key,
+            &crate::checkpoint::Checkpoint::InProgress { progress },
+            crate::checkpoint::WritePrecondition::Create,
+            None,
+        )
+        .await
+        .expect("write");
+}
+
+/// Writes the shards workers of the previous version keep: each of
+/// `words` heard at its time, and evicted at the second if any.
+async fn write_shards(store: &dyn CheckpointStore, words: &[(&str, f64, Option<f64>)]) {
+    let mut shards = BTreeMap::<&str, SpotSightings>::new();
+    for (worker, heard, evicted) in words {
+        let key = FleetSpotCapacity::shard_key_of(worker);
+        let shard = shards.entry(key).or_default();
+        let mut next = shard
+            .heard_in_shard(worker, *heard, Duration::ZERO)
+            .expect("a word");
+        if let Some(at) = evicted {
+            next = next.evicted_in_shard(worker, *at).expect("an eviction");
+        }
+        *shard = next;
+    }
+    for (key, shard) in shards {
+        store.delete(key).await.expect("delete");
+        write_record(store, key, &shard).await;
+    }
+}
+
+/// A fleet mid-upgrade: old Spot workers write their words and evictions
+/// to the shards, new ones to notes of their own. A new reader sees every
+/// one of them; the outage judged from both is written for everyone.
+#[tokio::test]
+async fn a_fleet_mid_upgrade_loses_no_note_of_either_version() {
+    let memory = InMemoryCheckpointStore::new();
+    let store: Arc<dyn CheckpointStore> = Arc::new(memory.clone());
+    let fleet = FleetSpotCapacity::new(Arc::clone(&store));
+    let now = unix_secs(SystemTime::now());
+    // Two old workers (shards), two new (notes), all running.
+    write_shards(
+        store.as_ref(),
+        &[("old-a", now - 30.0, None), ("old-b", now - 20.0, None)],
+    )
+    .await;
+    for new in ["new-a", "new-b"] {
+        fleet.heard(new, MINUTE).await.expect("a word");
+    }
+    let seen = fleet.read().await.expect("read");
+    assert_eq!(
+        seen.workers.keys().collect::<Vec<_>>(),
+        ["new-a", "new-b", "old-a", "old-b"]
+    );
+    assert!(seen.history.is_there(), "{:?}", seen.history);
+    // The whole pool evicted: the old workers in their shards, the new in
+    // their notes; every eviction read, the outage written once.
+    let evicted = unix_secs(SystemTime::now());
+    write_shards(
+        store.as_ref(),
+        &[
+            ("old-a", now - 30.0, Some(evicted)),
+            ("old-b", now - 20.0, Some(evicted)),
+        ],
+    )
+    .await;
+    fleet
+        .lost(Some("new-a"), SystemTime::now(), 3 * MINUTE)
+        .await
+        .expect("noted");
+    let after = fleet
+        .lost(Some("new-b"), SystemTime::now(), 3 * MINUTE)
+        .await
+        .expect("noted");
+    assert_eq!(
+        after.evicted.keys().collect::<Vec<_>>(),
+        ["new-a", "new-b", "old-a", "old-b"],
+        "both versions' evictions"
+    );
+    assert!(!after.history.is_there(), "{:?}", after.history);
+    let Some(crate::checkpoint::Checkpoint::InProgress { progress }) =
+        memory.get(FleetSpotCapacity::KEY)
+    else {
+        panic!("the fleet's document is written");
+    };
+    let document: SpotSightings = serde_json::from_value(progress).expect("parses");
+    assert!(
+        !document.history.is_there(),
+        "the outage is in the document"
+    );
+}
+
+/// The records stay few: a word replaces the worker's earlier one, and
+/// the first running worker deletes the notes and shards older than
+/// [`FORGET_WORKERS_AFTER`], which no reader counts meanwhile.
+#[tokio::test]
+async fn stale_notes_and_shards_are_ignored_and_cleaned_by_one_worker() {
+    let memory = InMemoryCheckpointStore::new();
+    let store: Arc<dyn CheckpointStore> = Arc::new(memory.clone());
+    let fleet = FleetSpotCapacity::new(Arc::clone(&store));
+    let now = unix_secs(SystemTime::now());
+    let old = now - FORGET_WORKERS_AFTER.as_secs_f64() - 10.0;
+    let gone = [
+        notes::Note::new("gone", notes::NoteKind::Heard, old - 60.0),
+        notes::Note::new("gone", notes::NoteKind::Evicted, old),
+    ];
+    for note in &gone {
+        write_record(store.as_ref(), &note.key(), &SpotSightings::default()).await;
+    }
+    let stale_shard = running(&["old-gone"], old);
+    write_record(
+        store.as_ref(),
+        FleetSpotCapacity::shard_key_of("old-gone"),
+        &stale_shard,
+    )
+    .await;
+    let seen = fleet.read().await.expect("read");
+    assert!(!seen.workers.contains_key("gone"), "stale notes: not read");
+    assert!(!seen.evicted.contains_key("gone"), "stale notes: not read");
+    assert!(!seen.there(SystemTime::now(), 3 * MINUTE), "{seen:?}");
+    // "b" says it runs twice, a recheck apart: one word of its own left.
+    fleet.heard("b", Duration::ZERO).await.expect("a word");
+    fleet.heard("b", Duration::ZERO).await.expect("a word");
+    let notes_of = |worker: &str| -> Vec<String> {
+        memory
+            .keys()
+            .into_iter()
+            .filter(|key| key.starts_with(&format!("{NOTES_PREFIX}{worker}/")))
+            .collect()
+    };
+    assert_eq!(notes_of("b").len(), 1, "{:?}", notes_of("b"));
+    // "b" is the first running worker: the stale notes and shard are gone.
+    assert!(notes_of("gone").is_empty(), "{:?}", notes_of("gone"));
+    assert!(
+        memory
+            .get(FleetSpotCapacity::shard_key_of("old-gone"))
+            .is_none()
+    );
+    // "c" runs too, but is not first: it deletes nothing of others'.
+    fleet.heard("c", Duration::ZERO).await.expect("a word");
+    assert!(!notes_of("b").is_empty());
 }
