@@ -336,6 +336,7 @@ impl Worker {
             })
         });
         let switch_cost_task = self.keep_switch_cost(stop_ledger.clone());
+        let pod_cost_task = self.keep_pod_deletion_cost(stop_ledger.clone())?;
         let stop_protection = CancellationToken::new();
         let protection_task = self.keep_scale_in_protection(&stop_protection);
         let lifetime_task = self.keep_lifetime(&stop_ledger);
@@ -374,7 +375,7 @@ impl Worker {
             // left before the hard deadline: an ARM call takes seconds.
             let _ = tokio::time::timeout(final_step(exit_by, 10), task).await;
         }
-        for task in [ledger_task, switch_cost_task, lifetime_task]
+        for task in [ledger_task, switch_cost_task, lifetime_task, pod_cost_task]
             .into_iter()
             .flatten()
         {
