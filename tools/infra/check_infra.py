@@ -443,7 +443,7 @@ def check_workbook() -> None:
     # title starts with one, and there is no other panel.
     listed = ("Throughput", "Failures", "Evictions, releases and waits", "Poisoned messages",
               "Eviction notices", "Notice to drained", "Workers ready", "Where finished jobs' time went",
-              "Goodput", "Queue depth")
+              "Goodput", "The fleet's bill", "Queue depth")
     panels = [i["content"].get("title", "") for i in workbook["items"] if i.get("type") != 1]
     for panel in listed:
         if not any(title.lower().startswith(panel.lower()) for title in panels):

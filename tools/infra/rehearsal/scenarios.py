@@ -133,6 +133,7 @@ def aks_steps(first: bool, checks: int) -> list[str]:
     else:
         steps += ["kubectl get"]  # its pods already have the token
     steps += ["kubectl apply", "az resource show", "kubectl apply", "kubectl apply", "kubectl apply", "kubectl apply"]
+    steps += ["kubectl apply"]  # the pod-deletion-cost Role and its binding
     steps += ["kubectl apply"]  # the regular lane (regular.yaml)
     for _scaled_object in ("spot-worker", "spot-worker-regular"):
         for check in range(1, checks + 1):
