@@ -17,7 +17,7 @@ use spot_worker::storage::{
     ResultStore,
 };
 use spot_worker_primes::{PrimesConfig, PrimesJob, expected_result, handler};
-use spot_worker_storage::FleetLedger;
+use spot_worker_storage::{FleetLedger, LifetimeLog};
 use spot_worker_testkit::counting::{CountingResults, CountingStore};
 use spot_worker_testkit::faulty::FaultyQueue;
 
@@ -128,16 +128,19 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
     assert_eq!(checkpoints.fleet(), 3, "{counts}");
     // What is left per job: one create-only result, the delete; no
     // checkpoint request at all (nothing read before a first delivery, no
-    // completed checkpoint written, so none to remove).
+    // completed checkpoint written, so none to remove). The only other
+    // writes are the worker's own lifetime record for the fleet's bill,
+    // written as it becomes ready and as it exits: per worker, not per job.
     assert_eq!(
         (
             u64::from(deletes),
             results.puts(),
             checkpoints.reads() + checkpoints.writes()
         ),
-        (JOBS, JOBS, 0),
+        (JOBS, JOBS, 2),
         "{counts}"
     );
+    only_the_fleets_records_are_left(&counted, 1);
     for job in &jobs {
         let stored = counted.results.inner().get(&job.result_name()).await;
         let stored: serde_json::Value = serde_json::from_slice(&stored.unwrap().unwrap()).unwrap();
@@ -149,10 +152,16 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
 /// duplicate of a finished job is not counted again and overwrites nothing,
 /// and the finished job leaves no checkpoint behind.
 /// Nothing is left in the checkpoint store but the fleet's interruption
-/// counts (written per worker-hour, not per job).
-fn only_the_fleets_counts_are_left(counted: &Counted) {
+/// counts (written per worker-hour, not per job) and the lifetime record
+/// of each of the `workers` that ran (one per worker, for the bill).
+fn only_the_fleets_records_are_left(counted: &Counted, workers: usize) {
     let left = counted.checkpoints.inner();
-    assert_eq!(left.len(), 1);
+    let keys = left.keys();
+    let lifetimes = keys
+        .iter()
+        .filter(|key| key.starts_with(LifetimeLog::PREFIX))
+        .count();
+    assert_eq!((keys.len(), lifetimes), (1 + workers, workers), "{keys:?}");
     assert!(left.get(&FleetLedger::key_of("jobs")).is_some());
 }
 
@@ -174,7 +183,7 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
     counted.run(config(), 1).await;
     assert_eq!(chunks.load(Ordering::SeqCst), 5);
     // Progress was saved after every chunk but the last, then removed.
-    only_the_fleets_counts_are_left(&counted);
+    only_the_fleets_records_are_left(&counted, 1);
     assert_eq!(counted.checkpoints.calls().deletes(), 1);
     let before = counted.results.inner().get("long.json").await.unwrap();
 
@@ -187,5 +196,5 @@ async fn a_duplicate_of_a_finished_long_job_reads_its_result_and_recounts_nothin
         counted.results.inner().get("long.json").await.unwrap(),
         before
     );
-    only_the_fleets_counts_are_left(&counted);
+    only_the_fleets_records_are_left(&counted, 2);
 }
