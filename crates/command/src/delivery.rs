@@ -17,7 +17,10 @@ use crate::exit::{ExitStatus, RunnerEnded, Verdict, signal_name, verdict};
 use crate::files::DeliveryDir;
 use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::handler::{CommandHandler, key_of};
-use crate::look::{Look, StopLook, joined, look, programs_fault, spawn_look, stop_beside_look};
+use crate::look::{
+    Look, StopLook, VANISHED_LOOK_AGAIN, joined, look, programs_fault, spawn_look,
+    stop_beside_look, vanished,
+};
 use crate::output::{Stream, Tail, forward};
 use crate::pace::{Pace, read_progress};
 use crate::progress::from_progress;
@@ -431,7 +434,15 @@ impl Run<'_> {
                             }
                             None => {
                                 tracing::warn!(job_key = %key, %error, "the checkpoint could not be looked at; trying again later");
-                                next_save = Instant::now() + self.save_interval();
+                                // A file that went between the walk's listing
+                                // and its read: the program is writing, so the
+                                // next look comes soon, not an interval later.
+                                let wait = if vanished(&error) {
+                                    VANISHED_LOOK_AGAIN.min(self.save_interval())
+                                } else {
+                                    self.save_interval()
+                                };
+                                next_save = Instant::now() + wait;
                                 continue;
                             }
                         },

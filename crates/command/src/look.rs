@@ -55,6 +55,15 @@ pub(crate) fn programs_fault(error: &SaveFilesError) -> Option<String> {
     }
 }
 
+/// How soon a look is tried again after a file went while it was read.
+pub(crate) const VANISHED_LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a look failed because a file went between the walk's listing
+/// and its read (the program renamed or removed it meanwhile).
+pub(crate) fn vanished(error: &SaveFilesError) -> bool {
+    matches!(error, SaveFilesError::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Starts `look` on the blocking pool, then calls `stop` (which sends the
 /// stop signal) at once, without waiting for the look: however long a
 /// walk takes, the program hears of the notice first. The look reads the

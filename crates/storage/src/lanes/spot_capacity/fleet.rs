@@ -140,8 +140,11 @@ impl FleetSpotCapacity {
     /// 5,000 names) and the fleet's document at once, then the shards
     /// the listing found (none once the previous version is gone).
     async fn snapshot(&self) -> Result<Snapshot, StorageError> {
-        let (keys, document) =
-            futures_util::try_join!(self.store.list(Self::SHARDS_PREFIX), self.document.read())?;
+        let (keys, document) = futures_util::future::try_join(
+            self.store.list(Self::SHARDS_PREFIX),
+            self.document.read(),
+        )
+        .await?;
         let present: Vec<usize> = (0..SHARDS)
             .filter(|&i| keys.iter().any(|key| key == SHARD_KEYS[i]))
             .collect();
