@@ -150,7 +150,11 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
     // The deployed worker.
     run.recorder.discard().await;
     run_worker(&azurite, &env, |log| {
-        log.matches("\"job completed\"").count() >= 1
+        // The long job has counted a chunk, so its drain has progress to
+        // save (stopped before its first chunk, it would have none).
+        log.lines()
+            .any(|line| line.contains("chunk counted") && line.contains("\"long\""))
+            && log.matches("\"job completed\"").count() >= 1
             && log.matches("moved to the poison queue").count() >= 2
             && log.contains("moved to the regular lane")
     })
@@ -398,6 +402,17 @@ async fn run_worker(
         &azurite.connection_string(),
         &emulator.url(),
         health_port,
+    );
+    // The job's per-chunk progress (a debug event) tells the test the long
+    // job has something to save; nothing else about the worker changes.
+    let mut child_env = child_env;
+    let filter = child_env
+        .get("RUST_LOG")
+        .cloned()
+        .unwrap_or_else(|| "info".into());
+    child_env.insert(
+        "RUST_LOG".into(),
+        format!("{filter},spot_worker_primes=debug"),
     );
     let log_path = tempfile::NamedTempFile::new().unwrap();
     let log_file = std::fs::OpenOptions::new()
