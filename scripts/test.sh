@@ -304,5 +304,7 @@ PATH="$install_root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
 rm -rf "$install_root"
 
 echo "==> cargo test"
-cargo test --workspace --all-targets --locked
+# --no-fail-fast: one failing test binary must not hide the others' results
+# (a CI run costs most of an hour; its log should list every failure).
+cargo test --workspace --all-targets --locked --no-fail-fast
 cargo test --workspace --doc --locked
