@@ -139,8 +139,22 @@ param publishScheduledEventsToEventGrid bool = false
 @description('Deploy the scale set and autoscale (false: storage, identity, network and telemetry only, so the binary can be uploaded first).')
 param deployCompute bool = true
 
-@description('Grant the workers the custom role that protects their own VM from scale-in (bicep/README.md, "Instance protection"; issue 39). false until the worker side ships: an unused right is not granted.')
-param scaleInProtection bool = false
+@description('Scale in idle VMs promptly (bicep/README.md, "Instance protection"; issue 39): every worker protects its own VM from scale-in while it holds work (SPOT_WORKER_SCALE_IN_PROTECTION=on, on both lanes\' scale sets), with a custom role allowing only that write on the scale sets, and autoscale removes idle VMs a step at a time as soon as the queue holds less work than the fleet can take. false: none of the three, and the fleet scales in only after the queue held nothing for 15 minutes.')
+param scaleInProtection bool = true
+
+@description('With scaleInProtection: minutes (5 or more, Azure\'s shortest window) the queue\'s average count per instance must stay below 1 before idle VMs are removed.')
+@minValue(5)
+@maxValue(60)
+param scaleInWindowMinutes int = 5
+
+@description('With scaleInProtection: minutes between two scale-ins.')
+@minValue(1)
+@maxValue(60)
+param scaleInCooldownMinutes int = 5
+
+@description('With scaleInProtection: idle VMs removed per scale-in, at most (a step bounds the harm if Azure handled a scale-in asking for more VMs than are unprotected otherwise than documented; bicep/README.md).')
+@minValue(1)
+param scaleInStep int = 5
 
 @description('Public IPv4 addresses or CIDR ranges allowed through the storage firewall: the operator running scripts/ (deploy.sh fills in its own address).')
 param operatorIpRanges array = []
@@ -294,6 +308,8 @@ module compute 'modules/compute.bicep' = if (deployCompute) {
     workerArgs: empty(workerCommand) ? '' : (empty(workerRunFlags) ? 'run -- ${workerCommand}' : 'run ${workerRunFlags} -- ${workerCommand}')
     workerBundleUrl: empty(workerBundleName) ? '' : '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBundleName}'
     workerBundleSha256: workerBundleSha256
+    // One parameter: the setting, the role and the prompt rule together.
+    scaleInProtection: scaleInProtection ? 'on' : 'off'
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
     tags: tags
   }
@@ -332,6 +348,7 @@ module regularCompute 'modules/compute.bicep' = if (deployCompute && regularLane
     workerArgs: empty(workerCommand) ? '' : (empty(workerRunFlags) ? 'run -- ${workerCommand}' : 'run ${workerRunFlags} -- ${workerCommand}')
     workerBundleUrl: empty(workerBundleName) ? '' : '${storage.outputs.blobEndpoint}${artifactsContainer}/${workerBundleName}'
     workerBundleSha256: workerBundleSha256
+    scaleInProtection: scaleInProtection ? 'on' : 'off'
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
     tags: tags
   }
@@ -374,6 +391,11 @@ module autoscale 'modules/autoscale.bicep' = if (deployCompute) {
     maxInstances: maxInstances
     backlogPerInstance: backlogPerInstance
     scaleOutStep: scaleOutStep
+    // The prompt rule only with the workers' protection and its role.
+    scaleInProtection: scaleInProtection
+    scaleInWindowMinutes: scaleInWindowMinutes
+    scaleInCooldownMinutes: scaleInCooldownMinutes
+    scaleInStep: scaleInStep
     tags: tags
   }
 }

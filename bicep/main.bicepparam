@@ -17,6 +17,14 @@ param minInstances = 1
 param maxInstances = 10
 param backlogPerInstance = 20
 param scaleOutStep = 2
+// Idle VMs go promptly: the workers protect their own VM while they hold
+// work, and autoscale removes up to scaleInStep idle VMs once the queue's
+// count per instance averaged over the window is below 1 (bicep/README.md,
+// "Instance protection"). false: only after 15 minutes of an empty queue.
+param scaleInProtection = true
+param scaleInWindowMinutes = 5
+param scaleInCooldownMinutes = 5
+param scaleInStep = 5
 // The regular lane (docs/deploying.md, "The two lanes"): from zero, a VM per job with a deadline
 // that must run on regular capacity, and one to keep the lanes while Spot
 // has no VM.

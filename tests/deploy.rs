@@ -11,7 +11,10 @@
 //!   `AZURE_STORAGE_CONNECTION_STRING`;
 //! - `SPOT_WORKER_IMDS_ENDPOINT`: the emulator instead of 169.254.169.254;
 //! - `SPOT_WORKER_HEALTH_ADDR`: a free port instead of 8080;
-//! - `APPLICATIONINSIGHTS_CONNECTION_STRING` is dropped (no export off Azure).
+//! - `APPLICATIONINSIGHTS_CONNECTION_STRING` is dropped (no export off Azure);
+//! - `SPOT_WORKER_SCALE_IN_PROTECTION` is off: its calls go to Azure Resource
+//!   Manager (`crates/azure/tests/scale_in_protection.rs` runs them against a
+//!   stand-in).
 //!
 //! Queue, containers, drain budget, release margin, gate timeout and log
 //! settings are the VM's. The worker must become ready, process a job

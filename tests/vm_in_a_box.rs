@@ -29,7 +29,12 @@
 //! `APPLICATIONINSIGHTS_CONNECTION_STRING`, rendered empty: the box has no
 //! Application Insights, and the template allows it (the telemetry crate
 //! treats an empty value as "no export"), so no export to an unreachable
-//! ingestion host clutters the run.
+//! ingestion host clutters the run. And the box renders the templates as
+//! a deployment with `scaleInProtection=false` would
+//! (`SPOT_WORKER_SCALE_IN_PROTECTION=off`; the default is on): the box has
+//! no stand-in for Azure Resource Manager at `management.azure.com`, so the
+//! worker's protect and release calls would fail there.
+//! `crates/azure/tests/scale_in_protection.rs` runs them against one.
 //!
 //! Then what goes wrong on real VMs, each with a clear error and nothing
 //! taken from the queue: a client id IMDS does not know, tokens storage

@@ -1,7 +1,8 @@
 //! The fleet's bill under each scale-in policy (issue 39, item 4):
 //! `cargo bench --bench fleet_bill -- --jobs FILE --vms N --scale-in
-//! POLICY… [--min M --startup S --evaluation S --cooldown S --checkpoint S
-//! --visibility S --arm-latency S --idle-grace S]` (durations in seconds).
+//! POLICY… [--min M --startup S --evaluation S --cooldown S --window-minutes M
+//! --step N --checkpoint S --visibility S --arm-latency S --idle-grace S]`
+//! (durations in seconds).
 //!
 //! FILE holds one job length in seconds per line (blank lines and lines
 //! starting with `#` are skipped); without `--jobs`, the checked-in
@@ -70,6 +71,8 @@ fn main() -> Result<()> {
             "--startup" => model.startup = value.seconds()?,
             "--evaluation" => model.evaluation = value.seconds()?,
             "--cooldown" => model.cooldown = value.seconds()?,
+            "--window-minutes" => model.window_minutes = value.parse()?,
+            "--step" => model.scale_in_step = value.parse()?,
             "--checkpoint" => model.checkpoint = value.seconds()?,
             "--visibility" => model.visibility = value.seconds()?,
             "--arm-latency" => model.arm_latency = value.seconds()?,
@@ -154,8 +157,9 @@ fn main() -> Result<()> {
 }
 
 /// The model unless flags say otherwise: 100 VMs, a minimum of 1, 3 min
-/// of start-up, autoscale every minute with a 5 min cool-down, a save every
-/// 20 min, the worker's 30 s lease, ARM calls landing after 15 s, 2 min of
+/// of start-up, autoscale every minute with the prompt rule as
+/// `bicep/main.bicep` ships it (5 min window, 5 min cool-down, 5 VMs a
+/// step), a save every 20 min, the worker's 30 s lease, ARM calls landing after 15 s, 2 min of
 /// idle grace.
 fn default_model() -> Model {
     Model {
@@ -163,13 +167,22 @@ fn default_model() -> Model {
         minimum: 1,
         startup: Duration::from_secs(180),
         evaluation: Duration::from_secs(60),
-        cooldown: Duration::from_secs(300),
+        cooldown: Duration::from_secs(PROMPT_COOLDOWN_MINUTES * 60),
+        window_minutes: PROMPT_WINDOW_MINUTES,
+        scale_in_step: PROMPT_STEP,
         checkpoint: Duration::from_secs(20 * 60),
         visibility: Duration::from_secs(30),
         arm_latency: Duration::from_secs(15),
         idle_grace: Duration::from_secs(120),
     }
 }
+
+/// The prompt rule as `bicep/main.bicep` ships it by default
+/// (`scaleInWindowMinutes`, `scaleInCooldownMinutes`, `scaleInStep`); the
+/// smoke run checks these against the template.
+const PROMPT_WINDOW_MINUTES: usize = 5;
+const PROMPT_COOLDOWN_MINUTES: u64 = 5;
+const PROMPT_STEP: usize = 5;
 
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
@@ -237,6 +250,15 @@ fn read_jobs(path: &Path) -> Result<Vec<u64>> {
     Ok(jobs)
 }
 
+/// The default of `param NAME int = N` in a template, if it has one.
+fn param_default(template: &str, name: &str) -> Option<u64> {
+    let prefix = format!("param {name} int = ");
+    template
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 /// The heavy-tailed batch: log-normal lengths (Box–Muller from a seeded
 /// generator), whole seconds, at least one.
 fn heavy_tailed() -> Vec<u64> {
@@ -252,8 +274,25 @@ fn heavy_tailed() -> Vec<u64> {
         .collect()
 }
 
-/// What must hold whatever the numbers, on a small batch.
+/// What must hold whatever the numbers, on a small batch; and that the
+/// prompt rule modelled is the one `bicep/main.bicep` ships.
 fn smoke(jobs: &[u64]) -> Result<()> {
+    let main_bicep = Path::new(env!("CARGO_MANIFEST_DIR")).join("bicep/main.bicep");
+    let template = std::fs::read_to_string(&main_bicep)
+        .with_context(|| format!("reading {}", main_bicep.display()))?;
+    for (param, modelled) in [
+        ("scaleInWindowMinutes", PROMPT_WINDOW_MINUTES as u64),
+        ("scaleInCooldownMinutes", PROMPT_COOLDOWN_MINUTES),
+        ("scaleInStep", PROMPT_STEP as u64),
+    ] {
+        let shipped = param_default(&template, param)
+            .with_context(|| format!("{}: no `param {param} int = N`", main_bicep.display()))?;
+        ensure!(
+            shipped == modelled,
+            "bicep/main.bicep ships {param} = {shipped}, the bench models {modelled}: \
+             change the bench's constant (and rerun its figures) with the template"
+        );
+    }
     let jobs = &jobs[..jobs.len().min(200)];
     let model = Model {
         vms: 20,

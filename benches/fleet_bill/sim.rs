@@ -22,15 +22,19 @@
 //! - **ARM calls**: a protect or release lands [`Model::arm_latency`]
 //!   after the worker asks; until then the VM's protection is what it was.
 //!
-//! The policies ([`Policy`]): today's rule (`modules/autoscale.bicep`:
-//! nothing held for 15 minutes, then straight to the minimum); Azure's
-//! usual queue rule with no protection (fewer messages than instances over
-//! 5 minutes: 10 % fewer instances); the same trigger with instance
-//! protection set the simple way (protect after taking a message, release
-//! when the queue has none for it), scaling to the minimum since protected
-//! VMs are skipped; and ours, which is that with the worker's rule
-//! [`wants_protection`] (protected before it takes a message, released
-//! after the idle grace).
+//! The policies ([`Policy`]): today's rule (`modules/autoscale.bicep`
+//! with `scaleInProtection=false`: nothing held for 15 minutes, then
+//! straight to the minimum); Azure's usual queue rule with no protection
+//! (fewer messages than instances over 5 minutes: 10 % fewer instances);
+//! the prompt rule `modules/autoscale.bicep` ships with
+//! `scaleInProtection=true` (the average count per instance over
+//! [`Model::window_minutes`] below 1: [`Model::scale_in_step`] fewer
+//! instances, then [`Model::cooldown`]) with instance protection set the
+//! simple way (protect after taking a message, release when the queue has
+//! none for it); and ours, the same prompt rule with the worker as it
+//! ships (`spot_worker_runtime::scale_in_protection`): it protects its VM
+//! when it takes the first message of a busy period and releases it by
+//! [`wants_protection`], after the idle grace.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -101,6 +105,12 @@ pub struct Model {
     pub evaluation: Duration,
     /// The cool-down of the prompt rules (today's rule keeps its 10 min).
     pub cooldown: Duration,
+    /// The prompt rule's window: the average count per instance over it
+    /// (`scaleInWindowMinutes` in `bicep/main.bicep`).
+    pub window_minutes: usize,
+    /// Instances the prompt rule removes per scale-in, at most
+    /// (`scaleInStep` in `bicep/main.bicep`).
+    pub scale_in_step: usize,
     /// A job's checkpoint interval.
     pub checkpoint: Duration,
     /// How long a removed VM's message stays invisible.
@@ -128,8 +138,6 @@ pub struct Bill {
 const TODAY_WINDOW_MINUTES: usize = 15;
 /// Today's rule's cool-down (`modules/autoscale.bicep`).
 const TODAY_COOLDOWN: u64 = 600;
-/// The prompt rules' window: the average count per instance over it.
-const PROMPT_WINDOW_MINUTES: usize = 5;
 /// The rule without protection removes this share of the instances.
 const NO_PROTECTION_STEP: f64 = 0.10;
 /// The longest simulated time before the bench gives up: 60 days.
@@ -267,8 +275,8 @@ pub fn simulate(jobs: &[u64], model: &Model, policy: Policy) -> Result<Bill> {
     Ok(bill)
 }
 
-/// A VM holding nothing: takes a message if one waits (protected first
-/// where the policy says so), and asks for its protection to go.
+/// A VM holding nothing: takes a message if one waits (and asks for its
+/// protection where the policy protects), or asks for its protection to go.
 fn step_idle_vm(
     vm: &mut Vm,
     t: u64,
@@ -283,28 +291,15 @@ fn step_idle_vm(
             bill.arm_calls += 1;
         }
     };
-    let may_take = match policy {
-        Policy::Today | Policy::NoProtection | Policy::ProtectPerBusyPeriod => true,
-        // The worker's rule: protected before it holds anything.
-        Policy::Ours => {
-            let about_to_hold = Activity::Busy {
-                unsaved: Duration::ZERO,
-            };
-            if waiting.is_empty() || !wants_protection(about_to_hold, model.idle_grace) {
-                true
-            } else {
-                ask(vm, true);
-                vm.protected && vm.pending.is_none()
-            }
-        }
-    };
-    if may_take && let Some((job, progress)) = waiting.pop_front() {
+    if let Some((job, progress)) = waiting.pop_front() {
         vm.running = Some(Running {
             job,
             started: t,
             progress_at_start: progress,
         });
-        if policy == Policy::ProtectPerBusyPeriod {
+        // Both protect once they hold the message (ours: the first of a
+        // busy period; still protected from the last one, no call).
+        if policy.protects() {
             ask(vm, true);
         }
         return;
@@ -359,19 +354,19 @@ fn scale_in_wanted(
         _ => {
             let window = samples
                 .len()
-                .checked_sub(PROMPT_WINDOW_MINUTES)
+                .checked_sub(model.window_minutes.max(1))
                 .map(|from| &samples[from..])?;
             let average = window.iter().sum::<usize>() as f64 / window.len() as f64;
             if average / instances as f64 >= 1.0 {
                 return None;
             }
-            if policy.protects() {
-                // Protected VMs are skipped: straight to the minimum.
-                Some(surplus)
+            let step = if policy.protects() {
+                // The prompt rule: a fixed step, protected VMs skipped.
+                model.scale_in_step
             } else {
-                let step = (instances as f64 * NO_PROTECTION_STEP).ceil() as usize;
-                Some(step.clamp(1, surplus))
-            }
+                (instances as f64 * NO_PROTECTION_STEP).ceil() as usize
+            };
+            Some(step.clamp(1, surplus))
         }
     }
 }

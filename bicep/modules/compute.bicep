@@ -82,6 +82,13 @@ param workerBundleUrl string
 @description('SHA-256 (hex) of the bundle; the VM refuses a bundle that does not match.')
 param workerBundleSha256 string
 
+@description('SPOT_WORKER_SCALE_IN_PROTECTION: on, the worker protects its own VM from scale-in while it holds work (main.bicep\'s scaleInProtection, which also deploys the role it needs and the prompt scale-in rule); off, it does not.')
+@allowed([
+  'on'
+  'off'
+])
+param scaleInProtection string
+
 param appInsightsConnectionString string
 param tags object
 
@@ -96,7 +103,8 @@ var env5 = replace(env4, '{{resultsContainer}}', resultsContainer)
 var env6 = replace(env5, '{{lane}}', lane)
 var env7 = replace(env6, '{{regularQueueName}}', regularQueueName)
 var env8 = replace(env7, '{{concurrency}}', concurrency)
-var workerEnv = replace(env8, '{{appInsightsConnectionString}}', appInsightsConnectionString)
+var env9 = replace(env8, '{{scaleInProtection}}', scaleInProtection)
+var workerEnv = replace(env9, '{{appInsightsConnectionString}}', appInsightsConnectionString)
 var unitTemplate = loadTextContent('../cloud-init/spot-worker.service')
 // systemd expands `%x` specifiers and `$VAR` in ExecStart: doubled, both are
 // literal, so the command runs as written.

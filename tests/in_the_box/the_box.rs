@@ -255,6 +255,8 @@ pub fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, 
         ("lane", "spot".to_owned()),
         ("regularQueueName", String::new()),
         ("concurrency", String::new()),
+        // See the module docs: rendered as with scaleInProtection=false.
+        ("scaleInProtection", "off".to_owned()),
     ])
 }
 

@@ -13,6 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod scale_in;
+use scale_in::scale_in_switch;
+
 /// Where cloud-init puts the files the unit refers to.
 pub const ENV_FILE: &str = "/etc/spot-worker/worker.env";
 pub const UNIT_FILE: &str = "/etc/systemd/system/spot-worker.service";
@@ -51,13 +54,18 @@ pub fn sample_deployment_values() -> BTreeMap<&'static str, String> {
         ("lane", "spot".to_owned()),
         ("regularQueueName", "jobs-regular".to_owned()),
         ("concurrency", String::new()),
+        // main.bicep's default scaleInProtection (true): the worker protects
+        // its VM, and autoscale scales in promptly.
+        ("scaleInProtection", "on".to_owned()),
     ])
 }
 
 /// The VM's environment with only what cannot exist off Azure swapped:
 /// Azurite's connection string for the account URL and managed identity,
 /// the emulator for IMDS, a free health port, no Application Insights
-/// export; plus systemd's default `PATH`.
+/// export, no scale-in protection (its calls go to Azure Resource Manager,
+/// which has no stand-in here: `crates/azure/tests/scale_in_protection.rs`
+/// runs them against one); plus systemd's default `PATH`.
 pub fn swapped_for_azurite(
     env: &BTreeMap<String, String>,
     connection_string: &str,
@@ -68,6 +76,7 @@ pub fn swapped_for_azurite(
     swapped.remove("SPOT_WORKER_STORAGE_ACCOUNT_URL");
     swapped.remove("AZURE_CLIENT_ID");
     swapped.remove("APPLICATIONINSIGHTS_CONNECTION_STRING");
+    swapped.insert("SPOT_WORKER_SCALE_IN_PROTECTION".into(), "off".into());
     swapped.insert(
         "AZURE_STORAGE_CONNECTION_STRING".into(),
         connection_string.to_owned(),
@@ -264,6 +273,39 @@ fn exec_start_is_split_as_systemd_splits_it() {
             std::panic::catch_unwind(|| exec_start_words(refused)).is_err(),
             "{refused} is refused"
         );
+    }
+}
+
+#[test]
+fn the_worker_protects_its_vm_exactly_when_autoscale_scales_in_promptly() {
+    for enabled in [true, false] {
+        let switch = scale_in_switch(&repo(), enabled);
+        assert_eq!(
+            switch.per_scale_set.len(),
+            2,
+            "main.bicep passes scaleInProtection to both lanes' scale sets"
+        );
+        for (setting, lane) in switch.per_scale_set.iter().zip(["spot", "regular"]) {
+            let mut values = sample_deployment_values();
+            values.insert("scaleInProtection", setting.clone());
+            values.insert("lane", lane.to_owned());
+            let env = render(&values).env;
+            let protects = env
+                .get("SPOT_WORKER_SCALE_IN_PROTECTION")
+                .map(String::as_str);
+            assert_eq!(
+                protects == Some("on"),
+                switch.prompt_rule,
+                "scaleInProtection={enabled}, {lane} lane: the worker's setting is {protects:?}, \
+                 the prompt scale-in rule {}deployed",
+                if switch.prompt_rule { "" } else { "not " }
+            );
+            assert!(
+                matches!(protects, Some("on" | "off")),
+                "{lane} lane: {protects:?}"
+            );
+        }
+        assert_eq!(switch.prompt_rule, enabled, "scaleInProtection={enabled}");
     }
 }
 

@@ -26,9 +26,26 @@ gives the documentation each step of this model follows:
 - when the metric is missing, capacity becomes `default` only if the current
   count is lower (never a scale-in).
 
+With scaleInProtection (main.bicep's default) the scale-in rule is the
+prompt one: fewer messages than instances on average over the window ->
+scaleInStep fewer instances. It may fire while jobs run, because every
+worker holding a message keeps its own VM protected from scale-in
+(protectFromScaleIn, SPOT_WORKER_SCALE_IN_PROTECTION=on from the same
+parameter) and Azure removes only unprotected VMs. A case therefore also
+says how many VMs are busy (protected) and how many are idle but still in
+their idle grace (protected too); `removals` is Azure's choice under that
+documented behaviour, and the table checks, for the prompt rule: no busy VM
+removed, idle ones removed when the queue holds less work than the fleet,
+never below the minimum, no scale-in while there is a message for every
+instance, and never more than scaleInStep asked at once (what a scale-in
+asking for more VMs than are unprotected does is not documented: the step
+bounds the harm). `wiring_problems` checks that main.bicep drives the
+worker's setting, the role and the prompt rule from the one parameter.
+
 `render` reads the rules out of modules/autoscale.bicep with the parameter
-values main.bicepparam gives (through main.bicep's module call); `decide` is
-the pure decision; `run_table` evaluates the table and returns its problems.
+values main.bicepparam gives (through main.bicep's module call), or with
+`overrides` on top; `decide` is the pure decision; `run_table` evaluates the
+table for both settings of scaleInProtection and returns its problems.
 """
 
 from __future__ import annotations
@@ -95,10 +112,25 @@ class Case:
     instances: int
     earlier_total: int | None = None  # a higher count seen earlier in the window
     metric_missing: bool = False
+    # VMs holding a message (protected where the workers protect); None:
+    # one message each, as many as there are.
+    busy_vms: int | None = None
+    # Idle VMs still in their idle grace (protected too).
+    in_grace: int = 0
 
     @property
     def total(self) -> int:
         return self.backlog + self.in_flight
+
+    @property
+    def busy(self) -> int:
+        return min(self.in_flight, self.instances) if self.busy_vms is None else self.busy_vms
+
+    @property
+    def unprotected(self) -> int:
+        """Idle VMs past their grace: the only ones a scale-in may take
+        while the workers protect themselves."""
+        return max(0, self.instances - self.busy - self.in_grace)
 
     def samples(self, minutes: int) -> list[int]:
         """One metric sample per minute, oldest first."""
@@ -153,12 +185,14 @@ def apply(rule: Rule, current: int) -> int:
 # -- rendering from bicep/ ---------------------------------------------------
 
 
-def render(bicep_dir: pathlib.Path) -> tuple[Profile, dict[str, Any]]:
-    """The profile modules/autoscale.bicep deploys with main.bicepparam's values."""
+def render(bicep_dir: pathlib.Path, overrides: dict[str, Any] | None = None) -> tuple[Profile, dict[str, Any]]:
+    """The profile modules/autoscale.bicep deploys with main.bicepparam's
+    values (main.bicep's parameters, `overrides` on top)."""
     _, given = bicep_model.load_bicepparam(bicep_dir / "main.bicepparam")
     main = bicep_model.load(bicep_dir / "main.bicep")
     main_values = {name: p.default for name, p in main.params.items() if p.has_default}
     main_values.update(given)
+    main_values.update(overrides or {})
     call = main.modules["autoscale"]
     module = bicep_model.load(call.path)
     values = {name: p.default for name, p in module.params.items() if p.has_default}
@@ -167,11 +201,28 @@ def render(bicep_dir: pathlib.Path) -> tuple[Profile, dict[str, Any]]:
             values[name] = main_values[value]
         elif isinstance(value, (int, bool)):
             values[name] = value
+    # The module's vars (the rules), evaluated lazily as expressions.
+    variables = {name: ("var", expr) for name, expr in module.variables.items()}
     body = module.resources["autoscale"].body["properties"]
     (profile,) = body["profiles"]
-    rules = tuple(render_rule(rule, values) for rule in profile["rules"])
-    capacity = {k: int(evaluate(v, values)) for k, v in profile["capacity"].items()}
+    scope = {**variables, **values}
+    rules = tuple(render_rule(resolve(rule, scope), scope) for rule in resolve(profile["rules"], scope))
+    capacity = {k: int(evaluate(v, scope)) for k, v in profile["capacity"].items()}
     return Profile(capacity["minimum"], capacity["maximum"], capacity["default"], rules), values
+
+
+def resolve(value: Any, values: dict[str, Any]) -> Any:
+    """A var's or a ternary's value (rules are picked by a conditional
+    over vars), left as the body it is otherwise."""
+    if isinstance(value, str) and isinstance(values.get(value), tuple) and values[value][0] == "var":
+        return resolve(values[value][1], values)
+    if bicep_model.is_call(value) and "operator" in value and value["operator"]["type"] == "conditional":
+        operands = value["operator"]["operands"]
+        chosen = "true_value" if evaluate(operands["condition"], values) else "false_value"
+        return resolve(operands[chosen], values)
+    if isinstance(value, list):
+        return [resolve(item, values) for item in value]
+    return value
 
 
 def render_rule(rule: dict, values: dict[str, Any]) -> Rule:
@@ -192,7 +243,17 @@ def render_rule(rule: dict, values: dict[str, Any]) -> Rule:
 def evaluate(value: Any, values: dict[str, Any]) -> Any:
     """The few expressions autoscale.bicep uses; anything else is an error."""
     if isinstance(value, str) and value in values:
-        return values[value]
+        found = values[value]
+        if isinstance(found, tuple) and found[0] == "var":
+            return evaluate(found[1], values)
+        return found
+    if bicep_model.is_interpolated(value):
+        def substitute(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in values:
+                raise ValueError(f"autoscale_model cannot evaluate {value!r}: {name} is not a parameter")
+            return str(evaluate(name, values))
+        return re.sub(r"\$\{(\w+)\}", substitute, value)
     if bicep_model.is_call(value) and "function" in value:
         function = value["function"]
         args = [evaluate(arg, values) for arg in function["parameters"].values()]
@@ -233,13 +294,80 @@ def cases(profile: Profile, backlog_per_instance: int) -> list[Case]:
         Case("backlog above the threshold, more instances", (backlog_per_instance + 10) * (low + 4), low + 4, low + 4),
         Case("backlog at the maximum", busy * high, high, high),
         Case("metrics missing, above default", 0, 2, low + 3, metric_missing=True),
+        # The batch's tail: a few long jobs left on a large fleet.
+        Case("long tail, most VMs idle", 0, 3, high),
+        Case("long tail, idle VMs still in their grace", 0, 3, high, in_grace=high - 4),
+        Case("one busy VM holding two messages", 0, 2, low + 3, busy_vms=1),
+        Case("every VM busy, fewer messages than VMs", 0, low + 1, low + 2, busy_vms=low + 2),
     ]
 
 
 def run_table(bicep_dir: pathlib.Path) -> tuple[list[list[str]], list[str]]:
-    """The table for the rules bicep/ deploys: (rows, problems)."""
-    profile, values = render(bicep_dir)
-    return evaluate_table(profile, int(values.get("backlogPerInstance", 1)))
+    """The table for the rules bicep/ deploys, with and without the
+    workers' protection: (rows, problems)."""
+    rows, problems = [], []
+    for protection in (True, False):
+        profile, values = render(bicep_dir, {"scaleInProtection": protection})
+        prompt = prompt_rule(profile)
+        if protection != (prompt is not None):
+            problems.append(f"scaleInProtection={str(protection).lower()}: the prompt scale-in rule is "
+                            f"{'missing' if protection else 'deployed without the workers protecting their VMs'}")
+        table, found = evaluate_table(profile, int(values.get("backlogPerInstance", 1)), protection)
+        setting = "protected" if protection else "unprotected"
+        rows += [[setting, *row] for row in table]
+        problems += [f"{setting}: {problem}" for problem in found]
+    return rows, problems + wiring_problems(bicep_dir)
+
+
+def prompt_rule(profile: Profile) -> Rule | None:
+    """The scale-in rule that may fire while messages are held (fewer than
+    one per instance), if the profile has one."""
+    found = [rule for rule in profile.rules
+             if rule.direction == "Decrease" and rule.operator == "LessThan" and rule.threshold >= 1]
+    return found[0] if found else None
+
+
+def wiring_problems(bicep_dir: pathlib.Path) -> list[str]:
+    """main.bicep drives the worker's setting (both lanes' scale sets), the
+    role and the prompt rule from the one parameter scaleInProtection."""
+    main = bicep_model.load(bicep_dir / "main.bicep")
+    problems = []
+    if "scaleInProtection" not in main.params:
+        return ["main.bicep has no parameter scaleInProtection"]
+    setting = {"operator": {"type": "conditional", "operands": {
+        "condition": "scaleInProtection", "true_value": "on", "false_value": "off"}}}
+    for symbol in ("compute", "regularCompute"):
+        call = main.modules.get(symbol)
+        if call is None or call.params.get("scaleInProtection") != setting:
+            problems.append(f"main.bicep: module {symbol} must get scaleInProtection: "
+                            "scaleInProtection ? 'on' : 'off' (SPOT_WORKER_SCALE_IN_PROTECTION in worker.env)")
+    call = main.modules.get("autoscale")
+    if call is None or call.params.get("scaleInProtection") != "scaleInProtection":
+        problems.append("main.bicep: module autoscale must get scaleInProtection: scaleInProtection "
+                        "(the prompt rule only with the workers' protection)")
+    role = main.raw.get("modules", {}).get("scaleInProtectionRole", {})
+    if "scaleInProtection" not in repr(role.get("config", {}).get("condition", role)):
+        problems.append("main.bicep: module scaleInProtectionRole must be deployed if scaleInProtection")
+    env = (bicep_dir / "cloud-init" / "worker.env").read_text()
+    if "SPOT_WORKER_SCALE_IN_PROTECTION={{scaleInProtection}}" not in env:
+        problems.append("cloud-init/worker.env must set SPOT_WORKER_SCALE_IN_PROTECTION={{scaleInProtection}}")
+    compute = (bicep_dir / "modules" / "compute.bicep").read_text()
+    if "'{{scaleInProtection}}', scaleInProtection)" not in compute:
+        problems.append("modules/compute.bicep must fill {{scaleInProtection}} from its parameter scaleInProtection")
+    return problems
+
+
+def removals(case: Case, after: int, protection: bool) -> tuple[int, int]:
+    """(idle VMs removed, busy VMs removed) by a scale-in to `after`, as
+    Azure documents it: protected VMs are not considered, so with the
+    workers' protection only idle VMs past their grace go (at most as many
+    as there are: the bench's assumption for a scale-in asking for more);
+    without it, any VM may go, busy ones included."""
+    asked = max(0, case.instances - after)
+    if protection:
+        return min(asked, case.unprotected), 0
+    idle = case.instances - case.busy
+    return min(asked, idle), max(0, asked - idle)
 
 
 def old_scale_in(profile: Profile) -> Profile:
@@ -253,19 +381,25 @@ def old_scale_in(profile: Profile) -> Profile:
     return dataclasses.replace(profile, rules=rules)
 
 
-def evaluate_table(profile: Profile, per_instance: int) -> tuple[list[list[str]], list[str]]:
+def evaluate_table(profile: Profile, per_instance: int, protection: bool = False) -> tuple[list[list[str]], list[str]]:
     problems = [] if profile.minimum >= 1 else [
         "minInstances 0: waking from zero instances needs the per-instance queue metric divided by zero, "
         "which Azure does not document; keep the minimum at 1 or more (see bicep/README.md)"
     ]
     rows = []
+    step = max((rule.value for rule in profile.rules
+                if rule.direction == "Decrease" and rule.action_type == "ChangeCount"), default=None)
     for case in cases(profile, per_instance):
         outcomes = {reading: decide(profile, case, reading) for reading in READINGS}
         for reading, after in outcomes.items():
-            problems += case_problems(case, reading, after, profile, per_instance)
-        rows.append([case.name, str(case.backlog), str(case.in_flight), str(case.instances),
+            if protection:
+                problems += prompt_case_problems(case, reading, after, profile, per_instance, step)
+            else:
+                problems += case_problems(case, reading, after, profile, per_instance)
+        gone = removals(case, outcomes["per instance"], protection)
+        rows.append([case.name, str(case.backlog), str(case.in_flight), str(case.busy), str(case.instances),
                      "missing" if case.metric_missing else str(case.total),
-                     *(str(outcomes[r]) for r in READINGS)])
+                     *(str(outcomes[r]) for r in READINGS), f"{gone[0]} idle, {gone[1]} busy"])
     return rows, problems
 
 
@@ -285,8 +419,38 @@ def case_problems(case: Case, reading: str, after: int, profile: Profile, per_in
     return problems
 
 
+def prompt_case_problems(case: Case, reading: str, after: int, profile: Profile, per_instance: int,
+                         step: int | None) -> list[str]:
+    """With the workers' protection: idle VMs go, busy ones never, never
+    below the minimum, nothing while every instance has a message, at most
+    a step at once."""
+    problems = []
+    idle_removed, busy_removed = removals(case, after, True)
+    where = f"'{case.name}' ({reading})"
+    if busy_removed:
+        problems.append(f"{where}: {busy_removed} busy VMs removed")
+    if after < profile.minimum:
+        problems.append(f"{where}: {case.instances} -> {after}, below the minimum {profile.minimum}")
+    if after < case.instances and (step is None or case.instances - after > step):
+        problems.append(f"{where}: {case.instances - after} instances asked to go at once, more than a step "
+                        f"({step}): if Azure took protected VMs when too few are unprotected, the harm is unbounded")
+    documented = reading in SCALE_OUT_READINGS and not case.metric_missing
+    if documented and case.total >= case.instances and after < case.instances:
+        problems.append(f"{where}: scaled in with {case.total} messages for {case.instances} instances")
+    idle_past_grace = case.unprotected > 0 and case.instances > profile.minimum
+    if documented and idle_past_grace and case.total < case.instances and not case.earlier_total and idle_removed == 0:
+        problems.append(f"{where}: {case.unprotected} idle VMs past their grace and fewer messages "
+                        f"({case.total}) than instances, but none removed")
+    backlog_each = case.backlog / case.instances
+    if (documented and backlog_each > per_instance and case.instances < profile.maximum
+            and after <= case.instances):
+        problems.append(f"{where}: a backlog of {case.backlog} ({backlog_each:.0f} per instance) does not scale out")
+    return problems
+
+
 def format_table(rows: list[list[str]]) -> list[str]:
-    header = ["case", "backlog", "in flight", "instances", "metric", *(f"after ({r})" for r in READINGS)]
+    header = ["workers", "case", "backlog", "in flight", "busy VMs", "instances", "metric",
+              *(f"after ({r})" for r in READINGS), "removed (per instance)"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "-+-".join("-" * w for w in widths))

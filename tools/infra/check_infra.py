@@ -12,10 +12,14 @@
    self-test: the planted mistakes of tools/infra/fixtures/planted/ must
    each be reported, and nothing else.
 3. The instance mix (vmSizes) has one local-disk configuration, and the
-   autoscale rules (modules/autoscale.bicep) rendered and evaluated on a table
-   of (backlog, in flight, instances) cases: scale-in never removes an
-   instance while any message is held, a backlog scales out
-   (autoscale_model.py); the regular lane's too
+   autoscale rules (modules/autoscale.bicep) rendered for both settings of
+   scaleInProtection and evaluated on a table of (backlog, in flight, busy
+   VMs, instances) cases: without the workers' protection scale-in never
+   removes an instance while any message is held; with it (the prompt rule)
+   idle VMs go a step at a time, busy ones never, never below the minimum;
+   a backlog scales out; one parameter drives the worker's setting on both
+   scale sets, the role and the prompt rule (autoscale_model.py); the
+   regular lane's too
    (modules/regular-autoscale.bicep, regular_autoscale.py): from zero, one
    VM to keep the lanes while no Spot VM runs, back to zero when idle.
 4. The cloud-init document is rendered the way modules/compute.bicep renders
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import pathlib
 import re
@@ -94,6 +99,8 @@ SAMPLE_PARAMS = {
     "lane": "spot",
     "regularQueueName": "jobs-regular",
     "concurrency": "",
+    # main.bicep's default scaleInProtection: the worker protects its VM.
+    "scaleInProtection": "on",
 }
 
 # The regular lane's scale set: the same worker, serving the regular queue,
@@ -242,14 +249,28 @@ def check_autoscale() -> None:
         print(f"    {line}")
     for problem in problems:
         fail(f"autoscale: {problem}")
-    # Negative control: the old scale-in rule must fail the same table.
-    profile, values = autoscale_model.render(BICEP)
-    _, old_problems = autoscale_model.evaluate_table(
-        autoscale_model.old_scale_in(profile), int(values["backlogPerInstance"]))
+    # Negative controls: the old scale-in rule ("< 1" without protection),
+    # the prompt rule without the workers' protection, and the prompt rule
+    # straight to the minimum (no step) must each fail the table.
+    profile, values = autoscale_model.render(BICEP, {"scaleInProtection": False})
+    per_instance = int(values["backlogPerInstance"])
+    _, old_problems = autoscale_model.evaluate_table(autoscale_model.old_scale_in(profile), per_instance)
     if not old_problems:
         fail("autoscale: the table no longer catches the old scale-in rule ('< 1'): it proves nothing")
-    done(started, f"{len(rows)} cases, each under the {len(autoscale_model.READINGS)} readings of the per-instance queue metric; "
-                  f"the old rule ('< 1') fails it in {len(old_problems)} places")
+    prompt, _ = autoscale_model.render(BICEP, {"scaleInProtection": True})
+    _, unprotected_problems = autoscale_model.evaluate_table(prompt, per_instance, protection=False)
+    if not unprotected_problems:
+        fail("autoscale: the table no longer catches the prompt rule deployed without the workers' protection")
+    straight = dataclasses.replace(prompt, rules=tuple(
+        dataclasses.replace(rule, action_type="ExactCount", value=prompt.minimum)
+        if rule.direction == "Decrease" else rule for rule in prompt.rules))
+    _, straight_problems = autoscale_model.evaluate_table(straight, per_instance, protection=True)
+    if not any("more than a step" in problem for problem in straight_problems):
+        fail("autoscale: the table no longer catches a prompt scale-in straight to the minimum (no step)")
+    done(started, f"{len(rows)} cases (with and without the workers' protection), each under the "
+                  f"{len(autoscale_model.READINGS)} readings of the per-instance queue metric; the old rule ('< 1') "
+                  f"fails it in {len(old_problems)} places, the prompt rule without protection in "
+                  f"{len(unprotected_problems)}, straight to the minimum in {len(straight_problems)}")
     started = step("autoscale: the regular lane's rules (modules/regular-autoscale.bicep), from zero, on their table")
     rows, problems = regular_autoscale.run_table(BICEP)
     for line in regular_autoscale.format_table(rows):

@@ -12,6 +12,14 @@ scope or above; every other operation is covered by a grant on its queue or
 container. Then, per grant, what it allows beyond what is used (least
 privilege: reported), and a grant that covers nothing used fails.
 
+The compute right (scale-in protection, issue 39) is not a storage
+operation: its row in docs/deploying.md is kept by hand, and
+`compute_problems` checks it against bicep/: the custom role's actions are
+exactly the row's, it is assigned on the scale sets (never the resource
+group), main.bicep deploys it whenever the workers protect their VMs
+(`scaleInProtection`), and the docs say whether that is on by default as
+main.bicep does.
+
 The same data renders the table in docs/deploying.md between the markers
 below; `--write-docs` rewrites it, the check fails when it drifts. A
 self-test first plants a removed grant and a new operation: each must be
@@ -383,8 +391,47 @@ def verify(write_docs: bool = False) -> list[str]:
         elif text[start:end].strip() != table.strip():
             problems.append(f"the permissions table in {DOCS.relative_to(ROOT)} is out of date: "
                             "run tools/infra/.venv/bin/python tools/infra/permissions.py --write-docs")
+    problems += compute_problems()
     print(f"    {len(result.rows)} uses by {len({r[0] for r in result.rows})} identities, "
           f"{len(all_grants)} storage role assignments; planted: a removed grant and a new operation")
+    return problems
+
+
+PROTECTION_MODULE = BICEP / "modules" / "scale-in-protection.bicep"
+COMPUTE_ROW = "| worker | protect its own VM from scale-in"
+
+
+def compute_problems() -> list[str]:
+    """The hand-kept compute row of docs/deploying.md against bicep/."""
+    problems: list[str] = []
+    module = bicep_model.load(PROTECTION_MODULE)
+    where = PROTECTION_MODULE.relative_to(ROOT)
+    actions = sorted(action for grant in module.resources["protector"].body["properties"]["permissions"]
+                     for action in grant.get("actions", []))
+    for symbol, resource in module.resources.items():
+        if resource.type == "Microsoft.Authorization/roleAssignments":
+            scope = resource.body.get("scope")
+            target = module.resources.get(scope) if isinstance(scope, str) else None
+            if target is None or target.type != "Microsoft.Compute/virtualMachineScaleSets":
+                problems.append(f"{where}:{symbol}: assigned on {scope!r}, not on a scale set")
+    main = bicep_model.load(BICEP / "main.bicep")
+    call = main.raw.get("modules", {}).get("scaleInProtectionRole", {})
+    condition = call.get("config", {}).get("condition")
+    if "scaleInProtection" not in repr(condition):
+        problems.append("main.bicep: the scale-in protection role must be deployed exactly when scaleInProtection is")
+    text = DOCS.read_text()
+    rows = [line for line in text.splitlines() if line.startswith(COMPUTE_ROW)]
+    if len(rows) != 1:
+        problems.append(f"{DOCS.relative_to(ROOT)}: expected one compute row starting {COMPUTE_ROW!r}, found {len(rows)}")
+    else:
+        listed = sorted(re.findall(r"`(Microsoft\.[A-Za-z./]+)`", rows[0]))
+        if listed != actions:
+            problems.append(f"{DOCS.relative_to(ROOT)}: the compute row lists {listed}, the role in {where} has {actions}")
+    default = main.params["scaleInProtection"].default if "scaleInProtection" in main.params else None
+    said = "on by default" if default is True else "off by default"
+    if f"(scale-in protection, issue 39, {said})" not in text:
+        problems.append(f"{DOCS.relative_to(ROOT)}: the compute rights must say they are {said} "
+                        f"(main.bicep's scaleInProtection = {default})")
     return problems
 
 
