@@ -103,8 +103,9 @@ param currentRegularInstanceCount int = 0
 @minValue(1)
 param regularScaleOutStep int = 1
 
-@description('Minutes without any Spot VM running before the regular lane wakes one VM to keep the lanes (docs/deploying.md, "Who keeps the lanes").')
-@minValue(1)
+@description('Minutes without any Spot VM running before the regular lane wakes one VM to keep the lanes (docs/deploying.md, "Who keeps the lanes"); an autoscale metric window, 5 minutes to 12 hours.')
+@minValue(5)
+@maxValue(720)
 param keeperWakeMinutes int = 10
 
 @description('Admin user on the VMs (SSH key only; reachable only from inside the virtual network).')

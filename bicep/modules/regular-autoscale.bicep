@@ -46,8 +46,9 @@ param maxInstances int
 @minValue(1)
 param scaleOutStep int
 
-@description('Minutes without any Spot VM running before one regular VM is woken to keep the lanes.')
-@minValue(1)
+@description('Minutes without any Spot VM running before one regular VM is woken to keep the lanes (Azure takes a metric window of 5 minutes to 12 hours).')
+@minValue(5)
+@maxValue(720)
 param keeperWakeMinutes int
 
 param tags object
@@ -79,7 +80,7 @@ resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
               metricResourceUri: queueMetricsId
               timeGrain: 'PT1M'
               statistic: 'Max'
-              timeWindow: 'PT2M'
+              timeWindow: 'PT5M'
               timeAggregation: 'Maximum'
               operator: 'GreaterThanOrEqual'
               threshold: 1
@@ -102,7 +103,7 @@ resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
               metricResourceUri: queueMetricsId
               timeGrain: 'PT1M'
               statistic: 'Max'
-              timeWindow: 'PT2M'
+              timeWindow: 'PT5M'
               timeAggregation: 'Maximum'
               operator: 'GreaterThanOrEqual'
               threshold: 1

@@ -225,6 +225,24 @@ def resolve(value: Any, values: dict[str, Any]) -> Any:
     return value
 
 
+# Azure's bounds on a metric trigger's timeWindow (MetricTrigger in the
+# Microsoft.Insights 2022-10-01 schema: "Must be between 12 hours and 5
+# minutes"); the type library only says "string", so a deployment with a
+# shorter window parses and is refused by Azure.
+WINDOW_MINUTES = (5, 12 * 60)
+
+
+def window_problems(profile: "Profile", where: str) -> list[str]:
+    """Rules whose time window Azure refuses."""
+    low, high = WINDOW_MINUTES
+    return [
+        f"{where}: a {rule.direction} rule on {rule.metric} has a {rule.time_window_minutes}-minute window; "
+        f"Azure takes {low} minutes to {high // 60} hours"
+        for rule in profile.rules
+        if not low <= rule.time_window_minutes <= high
+    ]
+
+
 def render_rule(rule: dict, values: dict[str, Any]) -> Rule:
     trigger, action = rule["metricTrigger"], rule["scaleAction"]
     return Rule(
@@ -316,6 +334,7 @@ def run_table(bicep_dir: pathlib.Path) -> tuple[list[list[str]], list[str]]:
         setting = "protected" if protection else "unprotected"
         rows += [[setting, *row] for row in table]
         problems += [f"{setting}: {problem}" for problem in found]
+        problems += window_problems(profile, f"modules/autoscale.bicep ({setting})")
     return rows, problems + wiring_problems(bicep_dir)
 
 

@@ -208,8 +208,8 @@ def readings(case: Case) -> list[tuple[str, str | None, str | None, str]]:
 
 def run_table(bicep_dir: pathlib.Path) -> tuple[list[list[str]], list[str]]:
     profile = render(bicep_dir)
+    problems = autoscale_model.window_problems(profile, "modules/regular-autoscale.bicep")
     keeper = next((r.time_window_minutes for r in profile.rules if r.metric == SPOT_METRIC and r.direction == "Increase"), None)
-    problems: list[str] = []
     if keeper is None:
         problems.append("no rule wakes a regular VM when no Spot VM runs: nobody keeps the lanes then")
         keeper = 0
