@@ -90,6 +90,23 @@ fn run_dir_marker(dir: &DeliveryDir, marker: &str) -> PathBuf {
     dir.checkpoint_dir().join(marker)
 }
 
+/// A write of the save-trouble record running beside the loop: the
+/// record and how the write ended.
+type Recording<'r> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = (
+                    crate::trouble::Record,
+                    Result<(), spot_worker_storage::StorageError>,
+                ),
+            > + Send
+            + 'r,
+    >,
+>;
+
+/// How long the job's end waits for its save-trouble record to go.
+const CLEAR_AT_END: Duration = Duration::from_secs(5);
+
 /// A long-enough placeholder for "never" in `select!` branches.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -164,6 +181,9 @@ impl CommandHandler {
             spread_due: None,
             last_left: None,
             stopped: None,
+            // A redelivery may find a record an earlier delivery left.
+            trouble: crate::trouble::TroubleLog::new(&key, job.dequeue_count() != 1),
+            later_trouble: None,
         };
         let ended = run.run_program(&message_id).await?;
         let Ended {
@@ -196,7 +216,9 @@ impl CommandHandler {
                     {
                         run.checkpoint = Some(end.checkpoint);
                     }
-                    run.finish(&message_id, keyed_by_body).await
+                    let finished = run.finish(&message_id, keyed_by_body).await;
+                    run.clear_trouble_at_end().await;
+                    finished
                 }
                 Err(fault) => Err(with_stderr(format!(
                     "the program exited 0, but {fault}; no result stored"
@@ -282,6 +304,10 @@ pub(crate) struct Run<'a> {
     /// fingerprint then: a version other than it was written after the
     /// signal.
     pub(crate) stopped: Option<Stopped>,
+    /// Saves that keep failing, as `status` is told of them.
+    trouble: crate::trouble::TroubleLog,
+    /// Why the last save ended [`Save::Later`], if it said.
+    pub(crate) later_trouble: Option<(spot_worker_storage::SaveTroubleKind, String)>,
 }
 
 /// How long a job has left, and who says so (for the log).
@@ -303,7 +329,7 @@ pub(crate) struct Stopped {
     pub(crate) look: StopLook,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     /// Starts the program and waits for it, saving its checkpoint file as it
     /// changes and stopping it on a notice, a timeout or a fault; returns
     /// once the program and its whole group are gone.
@@ -335,6 +361,8 @@ impl Run<'_> {
         let mut saved_once = false;
         // A look at the checkpoint running beside the loop, if any.
         let mut looking: Option<JoinHandle<Look>> = None;
+        // A write of the save-trouble record beside the loop, if any.
+        let mut recording: Option<Recording<'_>> = None;
         let cancelled = self.job.cancellation().clone();
         let status = loop {
             tokio::select! {
@@ -373,20 +401,34 @@ impl Run<'_> {
                     // Trouble (the store unreachable) waits a whole period.
                     let mut later = false;
                     let mut unsettled = false;
+                    let mut record = None;
                     match self.save_ended(joined) {
                         Ok(Save::Saved) => {
                             saved_once = true;
                             looked_at = stamp;
+                            record = self.trouble.cleared();
                         }
                         Ok(Save::Unchanged) => looked_at = stamp,
-                        Ok(Save::Later) => later = true,
-                        Ok(Save::Unsettled) => unsettled = true,
+                        Ok(Save::Later) => {
+                            later = true;
+                            record = self.later_trouble.take().and_then(|(kind, error)| self.trouble_met(kind, &error));
+                        }
+                        Ok(Save::Unsettled) => {
+                            unsettled = true;
+                            record = self.trouble_met(
+                                spot_worker_storage::SaveTroubleKind::NeverHeldStill,
+                                "the checkpoint directory changed while it was read, or was written after its commit marker",
+                            );
+                        }
                         Err(fault) if ended == RunnerEnded::No => {
                             tracing::error!(job_key = %key, error = %fault, "killing the program");
                             signal_group(pgid, libc::SIGKILL);
                             ended = RunnerEnded::ForFault(fault);
                         }
                         Err(_) => {}
+                    }
+                    if let Some(record) = record {
+                        self.record_beside(record, &mut recording);
                     }
                     let left = self.last_left;
                     // Trouble with the store says nothing of the directory.
@@ -416,6 +458,14 @@ impl Run<'_> {
                     // Beside the loop: its end is the branch below.
                     looking = Some(spawn_look(self.roots()));
                 }
+                recorded = async { recording.as_mut().expect("a record is written").await }, if recording.is_some() => {
+                    recording = None;
+                    let (record, result) = recorded;
+                    if let Err(error) = result {
+                        tracing::debug!(job_key = %key, %error, "the save-trouble record could not be written; tried again at a later look");
+                        self.trouble.failed(&record);
+                    }
+                }
                 found = async { looking.as_mut().expect("a look runs").await }, if looking.is_some() => {
                     looking = None;
                     let left = self.last_left;
@@ -434,6 +484,14 @@ impl Run<'_> {
                             }
                             None => {
                                 tracing::warn!(job_key = %key, %error, "the checkpoint could not be looked at; trying again later");
+                                if !vanished(&error)
+                                    && let Some(record) = self.trouble_met(
+                                        spot_worker_storage::SaveTroubleKind::Unreadable,
+                                        &error.to_string(),
+                                    )
+                                {
+                                    self.record_beside(record, &mut recording);
+                                }
                                 // A file that went between the walk's listing
                                 // and its read: the program is writing, so the
                                 // next look comes soon, not an interval later.
@@ -517,6 +575,60 @@ impl Run<'_> {
             self.unsettled,
             self.save_interval(),
         ))
+    }
+
+    /// [`TroubleLog::met`](crate::trouble::TroubleLog::met) now.
+    fn trouble_met(
+        &mut self,
+        kind: spot_worker_storage::SaveTroubleKind,
+        error: &str,
+    ) -> Option<crate::trouble::Record> {
+        let last_saved = self
+            .last_complete
+            .map(|at| crate::trouble::wall_ago(at.elapsed()));
+        self.trouble.met(
+            kind,
+            error,
+            last_saved,
+            (OffsetDateTime::now_utc(), std::time::Instant::now()),
+        )
+    }
+
+    /// Starts writing `record` beside the loop (into `recording`); one
+    /// write at a time: while one runs, this one is left to a later look.
+    fn record_beside<'r>(
+        &mut self,
+        record: crate::trouble::Record,
+        recording: &mut Option<Recording<'r>>,
+    ) where
+        'a: 'r,
+    {
+        if recording.is_some() {
+            self.trouble.failed(&record);
+            return;
+        }
+        let job: &'a Job = self.job;
+        *recording = Some(Box::pin(async move {
+            let result = match &record {
+                crate::trouble::Record::Write(trouble) => {
+                    job.record_save_trouble(Some(trouble)).await
+                }
+                crate::trouble::Record::Delete => job.record_save_trouble(None).await,
+            };
+            (record, result)
+        }));
+    }
+
+    /// At the job's end, deletes a save-trouble record the store may hold
+    /// (bounded: the job is done whether or not it goes).
+    async fn clear_trouble_at_end(&mut self) {
+        if !self.trouble.maybe_stored() {
+            return;
+        }
+        let cleared = tokio::time::timeout(CLEAR_AT_END, self.job.record_save_trouble(None)).await;
+        if !matches!(cleared, Ok(Ok(()))) {
+            tracing::debug!(job_key = %self.key, "the save-trouble record was not deleted at the job's end; `status` shows it until it is");
+        }
     }
 
     /// How long the runner waits between two looks at the checkpoint file:

@@ -36,6 +36,7 @@ mod settle;
 mod spawner;
 mod sqlite_version;
 mod store_refusal;
+mod trouble;
 mod version_files;
 mod write_time;
 

@@ -21,8 +21,10 @@ use tokio::time::Instant;
 use crate::delivery::Run;
 use crate::settle::{AtMarker, MarkerStamp, at_marker, database_copy_changed};
 use crate::store_refusal::{AfterStoreError, after_store_error};
+use crate::trouble::kind_of;
 use crate::version_files::{Roots, SavedFiles};
 use crate::write_time::{Unmeasured, version_modified, written_at};
+use spot_worker_storage::SaveTroubleKind;
 
 /// What one save did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,9 @@ pub(crate) struct Done {
     /// What was passed over (a FIFO at the checkpoint path), with why.
     pub(crate) skipped: Vec<String>,
     pub(crate) stats: SaveStats,
+    /// Why a [`Save::Later`] was not saved, for `status`
+    /// ([`crate::trouble`]): the kind and the error, secrets removed.
+    pub(crate) trouble: Option<(spot_worker_storage::SaveTroubleKind, String)>,
 }
 
 /// A save running beside the delivery's loop.
@@ -193,6 +198,7 @@ impl Run<'_> {
                     files: None,
                     skipped: Vec::new(),
                     stats: SaveStats::default(),
+                    trouble: None,
                 }),
             };
             SaveEnd {
@@ -219,6 +225,7 @@ impl Run<'_> {
         let end = joined.map_err(|e| format!("the checkpoint's save failed: {e}"))?;
         self.checkpoint = Some(end.checkpoint);
         let done = end.outcome?;
+        self.later_trouble = done.trouble.clone();
         if !done.skipped.is_empty() && !std::mem::replace(&mut self.skipped_warned, true) {
             tracing::warn!(job_key = %self.key, skipped = ?done.skipped, "not saved: the checkpoint paths must be regular files (or, under SPOT_WORKER_CHECKPOINT_DIR, directories of them); links, FIFOs and devices are passed over");
         }
@@ -529,21 +536,24 @@ async fn save_once(
     key: &str,
 ) -> Result<Done, String> {
     let started = std::time::Instant::now();
-    let later = |skipped| Done {
+    let later = |skipped, trouble: Option<(SaveTroubleKind, String)>| Done {
         save: Save::Later,
         file: None,
         marker: None,
         files: None,
         skipped,
         stats: SaveStats::default(),
+        // Store errors come with their secrets removed by the backend
+        // (`StorageError`'s messages are redacted where they are made).
+        trouble,
     };
     let unsettled = Done {
         save: Save::Unsettled,
-        ..later(Vec::new())
+        ..later(Vec::new(), None)
     };
     let unchanged = Done {
         save: Save::Unchanged,
-        ..later(Vec::new())
+        ..later(Vec::new(), None)
     };
     // With a commit marker, nothing is read until the program has written
     // a new one.
@@ -562,7 +572,10 @@ async fn save_once(
         Ok(found) => found,
         Err(error) => {
             tracing::warn!(job_key = %key, %error, "a SQLite database in the checkpoint directory could not be backed up, so the checkpoint is not saved this time; trying again later");
-            return Ok(later(Vec::new()));
+            return Ok(later(
+                Vec::new(),
+                Some((SaveTroubleKind::Unreadable, error)),
+            ));
         }
     };
     let staged = match checkpoint.stage_files(&roots, context.limit).await {
@@ -582,11 +595,17 @@ async fn save_once(
                 return Err(reason);
             }
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
-            return Ok(later(Vec::new()));
+            return Ok(later(
+                Vec::new(),
+                Some((kind_of(&error), error.to_string())),
+            ));
         }
         Err(error) => {
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
-            return Ok(later(Vec::new()));
+            return Ok(later(
+                Vec::new(),
+                Some((SaveTroubleKind::Unreadable, error.to_string())),
+            ));
         }
     };
     let skipped = staged.skipped().to_vec();
@@ -609,6 +628,7 @@ async fn save_once(
             files: None,
             skipped,
             stats: staged.stats,
+            trouble: None,
         });
     }
     let file = staged
@@ -639,6 +659,7 @@ async fn save_once(
                 files: Some(files),
                 skipped,
                 stats,
+                trouble: None,
             })
         }
         Ok(Committed::Unchanged) => Ok(Done {
@@ -648,6 +669,7 @@ async fn save_once(
             files: None,
             skipped,
             stats,
+            trouble: None,
         }),
         // Released or lost: the next holder resumes from the last save.
         Err(StorageError::JobCancelled { .. }) => Ok(Done {
@@ -657,6 +679,7 @@ async fn save_once(
             files: None,
             skipped,
             stats,
+            trouble: None,
         }),
         Err(error @ StorageError::Conflict { .. }) => Err(format!(
             "saving its checkpoint lost to another holder of the job: {error}"
@@ -666,7 +689,7 @@ async fn save_once(
                 return Err(reason);
             }
             tracing::warn!(job_key = %key, %error, "the checkpoint could not be saved; trying again later");
-            Ok(later(skipped))
+            Ok(later(skipped, Some((kind_of(&error), error.to_string()))))
         }
     }
 }

@@ -48,6 +48,7 @@ mod queue;
 mod reserved;
 mod result;
 pub mod result_blocks;
+mod save_trouble;
 mod worker_lifetime;
 mod worker_records;
 
@@ -82,6 +83,7 @@ pub use reserved::{
 };
 pub use result::{PutOutcome, ResultStore, WHOLE_RESULT_MAX, read_whole};
 pub use result_blocks::{BlockBlobs, BlockResults};
+pub use save_trouble::{SAVE_TROUBLE_PREFIX, SaveTrouble, SaveTroubleKind};
 pub use worker_lifetime::LifetimeLog;
 pub use worker_records::{ATTEMPT_RECORD_PREFIX, WORKER_RECORDS};
 

@@ -5,6 +5,7 @@
 use crate::consumer::COMPLETION_RECORD_PREFIX;
 use crate::fleet_ledger::FleetLedger;
 use crate::lanes::{FleetSpotCapacity, FleetSwitchCost, KEEPER_LEASE, LANE_RECORD_PREFIX};
+use crate::save_trouble::SAVE_TROUBLE_PREFIX;
 use crate::worker_lifetime::LifetimeLog;
 
 /// Where a message's attempt record is kept: this and the message id.
@@ -13,9 +14,9 @@ pub const ATTEMPT_RECORD_PREFIX: &str = ".spot-worker/attempts/";
 /// The keys (full, or a prefix ending in `/`) of every record this crate
 /// writes under `.spot-worker/`: attempt records, completion records, each
 /// queue's fleet counts, each worker's lifetime record, the fleet's switch cost and Spot sightings, lane
-/// records and the lane keeper's lease. The blob backends add theirs
+/// records, the lane keeper's lease and each job's save trouble. The blob backends add theirs
 /// (`spot_worker_azure::WORKER_RECORDS`).
-pub const WORKER_RECORDS: [&str; 9] = [
+pub const WORKER_RECORDS: [&str; 10] = [
     ATTEMPT_RECORD_PREFIX,
     COMPLETION_RECORD_PREFIX,
     FleetLedger::PREFIX,
@@ -25,6 +26,7 @@ pub const WORKER_RECORDS: [&str; 9] = [
     FleetSpotCapacity::SHARDS_PREFIX,
     LANE_RECORD_PREFIX,
     KEEPER_LEASE,
+    SAVE_TROUBLE_PREFIX,
 ];
 
 #[cfg(test)]

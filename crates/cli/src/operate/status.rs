@@ -26,12 +26,14 @@ use failing::{FailingJobs, failing_jobs};
 use interval::{IntervalStatus, interval_status};
 use lanes::{LanesStatus, lanes_status};
 use notices::{QueueNotices, notices_by_queue};
+use save_trouble::{SaveTroubles, save_troubles};
 
 mod bill;
 mod failing;
 mod interval;
 mod lanes;
 mod notices;
+mod save_trouble;
 use super::{Fleet, age, rfc3339, seconds_since};
 
 /// Bound of one health request.
@@ -112,6 +114,11 @@ struct Status {
     /// Jobs whose handler failed and that will be tried again, by job
     /// key, with the latest failure (their messages' attempt records).
     failing: FailingJobs,
+    /// Jobs whose checkpoint keeps not being saved for a reason that may
+    /// clear (the store unavailable, credentials refused, a directory
+    /// that never holds still), by job key (the runner's save-trouble
+    /// records).
+    save_trouble: SaveTroubles,
     completed_jobs: usize,
     /// Job checkpoints beyond --max-reads, not read.
     checkpoints_not_read: usize,
@@ -188,6 +195,7 @@ async fn gather(
     let checkpoints = fleet.checkpoints()?;
     let (rows, checkpoints_not_read) = job_rows(&checkpoints, Some(max_reads)).await?;
     let failing = failing_jobs(&checkpoints, max_reads).await?;
+    let save_trouble = save_troubles(&checkpoints, max_reads).await?;
     let notices = notices_by_queue(&checkpoints).await?;
     let checkpoint_interval = interval_status(Arc::new(checkpoints), &fleet.config).await?;
     let completed_jobs = rows
@@ -274,6 +282,7 @@ async fn gather(
         poison,
         jobs_in_progress,
         failing,
+        save_trouble,
         completed_jobs,
         checkpoints_not_read,
         goodput,
@@ -378,6 +387,9 @@ fn print(status: &Status, json: bool, watch: bool) -> Result<()> {
         );
     }
     for line in failing::lines(&status.failing) {
+        println!("{line}");
+    }
+    for line in save_trouble::lines(&status.save_trouble) {
         println!("{line}");
     }
     print_goodput(&status.goodput);

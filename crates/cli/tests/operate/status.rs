@@ -467,3 +467,74 @@ async fn status_shows_a_checkpoint_no_save_can_store_by_its_job_key() {
         "{json}"
     );
 }
+
+/// A checkpoint directory the program never lets hold still: the runner
+/// records it at the tenth read in a row that found it changing, and
+/// `status` shows it by the job's key (`save_trouble`, text and `--json`);
+/// once the program holds still, the next good save deletes the record and
+/// `status` shows it no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_directory_that_never_holds_still_until_it_is_saved() {
+    let azurite = start_azurite();
+    let _storage = deployed(&azurite).await;
+    let cli = || spot_worker(&azurite, MessageEncoding::Text);
+    run_with_stdin(
+        cli().args(["enqueue", "-"]),
+        Some(b"{\"job_id\":\"restless\"}\n"),
+    )
+    .await
+    .assert_success();
+    let dir = tempfile::tempdir().unwrap();
+    let still = dir.path().join("still");
+    // 8 MiB of ballast: a read takes longer than a rewrite of `state`
+    // (as in crates/command/tests/unsettled.rs); then it holds still.
+    let program = format!(
+        "cd \"$SPOT_WORKER_CHECKPOINT_DIR\" && head -c 8388608 /dev/zero > ballast && i=0; \
+         while [ ! -e '{still}' ] && [ $i -lt 400000 ]; do i=$((i + 1)); echo $i > state; done; \
+         exec sleep 120",
+        still = still.display()
+    );
+    let mut worker = cli()
+        .args(["run", "--", "sh", "-c", &program])
+        .env("SPOT_WORKER_JOB_KEY", "job_id")
+        .env("SPOT_WORKER_CHECKPOINT_EVERY", "1s")
+        .env("SPOT_WORKER_IMDS", "off")
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spot-worker run starts");
+    let screen = poll_until("status naming the job that never held still", || async {
+        let screen = run(cli().arg("status")).await;
+        screen.assert_success();
+        screen
+            .stdout
+            .contains("directory never held still")
+            .then_some(screen.stdout)
+    })
+    .await;
+    let json = run(cli().args(["status", "--json"])).await;
+    std::fs::write(&still, b"").unwrap();
+    let after = poll_until("status with the record gone", || async {
+        let json = run(cli().args(["status", "--json"])).await;
+        json.assert_success();
+        let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+        (json["save_trouble"]["jobs"] == serde_json::json!([])).then_some(json)
+    })
+    .await;
+    let status = stop_with_sigterm(&mut worker).await;
+    assert_eq!(status.code(), Some(0));
+    let line = screen
+        .lines()
+        .find(|line| line.contains("restless"))
+        .expect("a line for the job");
+    assert!(line.contains("directory never held still for"), "{screen}");
+    json.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let trouble = &json["save_trouble"]["jobs"][0];
+    assert_eq!(trouble["job"], "restless", "{json}");
+    assert_eq!(trouble["kind"], "never_held_still", "{json}");
+    assert!(trouble["looks"].as_u64() >= Some(10), "{json}");
+    assert!(trouble["for_seconds"].as_i64() >= Some(0), "{json}");
+    assert_eq!(after["failing"]["jobs"], serde_json::json!([]), "{after}");
+}

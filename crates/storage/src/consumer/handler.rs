@@ -485,6 +485,39 @@ impl Job {
         &self.cadence
     }
 
+    /// Records this job's save trouble where `spot-worker status` reads it
+    /// ([`SaveTrouble`]), or with `None` deletes the record (a good save, or
+    /// the job's end). Not fenced by the lease as checkpoint writes are,
+    /// but written only while the delivery holds the job (nothing once it
+    /// is released or settled), and never counted as a note of the store's
+    /// health: a record that cannot be written says nothing of the job.
+    pub async fn record_save_trouble(
+        &self,
+        trouble: Option<&crate::SaveTrouble>,
+    ) -> Result<(), StorageError> {
+        if self.fence.is_cancelled() {
+            return Ok(());
+        }
+        let store = self.checkpoints.clone().ok_or_else(|| {
+            StorageError::InvalidArgument("the consumer has no checkpoint store".to_owned())
+        })?;
+        let key = crate::SaveTrouble::key(&self.key);
+        let Some(trouble) = trouble else {
+            return store.delete(&key).await;
+        };
+        let checkpoint = trouble
+            .to_checkpoint()
+            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
+        let precondition = match store.read(&key).await? {
+            Some(stored) => crate::WritePrecondition::IfMatch(stored.etag),
+            None => crate::WritePrecondition::Create,
+        };
+        store
+            .write(&key, &checkpoint, precondition, None)
+            .await
+            .map(|_| ())
+    }
+
     /// This job's checkpoint, under [`Job::key`].
     pub async fn checkpoint(&self) -> Result<JobCheckpoint, StorageError> {
         self.checkpoint_for(&self.key).await
