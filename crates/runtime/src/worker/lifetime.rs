@@ -11,6 +11,10 @@
 //! ([`Busy`], around the handler `serve` builds, so the count of handlers
 //! in flight is the consumer's own); draining at the drain's trigger
 //! (`consume`); exited after the drain, before the telemetry flush.
+//!
+//! Once its own record is first written, each worker deletes a bounded
+//! number of records of workers gone longer than the retention
+//! (`SPOT_WORKER_LIFETIME_RETENTION`, [`LifetimeLog::delete_expired`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
@@ -18,8 +22,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use spot_worker_decisions::bill::{PaidTime, Tally, WRITE_EVERY};
 use spot_worker_decisions::lanes::Lane;
 use spot_worker_storage::{
-    CheckpointStore, Clock, HandlerError, Job, LifetimeLog, MessageHandler, ResultMarker,
-    SystemClock,
+    CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, HandlerError, Job, LifetimeLog,
+    MessageHandler, ResultMarker, SystemClock,
 };
 use spot_worker_telemetry::Metrics;
 use tokio::sync::Notify;
@@ -113,17 +117,32 @@ impl Lifetime {
         });
     }
 
-    /// Keeps the record in `store` until the worker exits or `stop` is
-    /// cancelled: written at each ready, every `every` while not exited,
-    /// and once more at exit. A failed write is logged; the next carries
-    /// everything (the figures are cumulative).
+    /// [`keep_and_clean`](Self::keep_and_clean) without the cleaning.
+    #[cfg(test)]
     pub(crate) async fn keep(
         self: Arc<Self>,
         store: Arc<dyn CheckpointStore>,
         every: Duration,
         stop: CancellationToken,
     ) {
-        let log = LifetimeLog::for_worker(store, &self.worker);
+        self.keep_and_clean(store, every, None, stop).await;
+    }
+
+    /// Keeps the record in `store` until the worker exits or `stop` is
+    /// cancelled: written at each ready, every `every` while not exited,
+    /// and once more at exit. A failed write is logged; the next carries
+    /// everything (the figures are cumulative). Once the first record is
+    /// written, the records of workers gone longer than `retention` are
+    /// deleted (at most [`CLEAN_LIFETIMES_AT_MOST`] read; given up at
+    /// `stop`).
+    pub(crate) async fn keep_and_clean(
+        self: Arc<Self>,
+        store: Arc<dyn CheckpointStore>,
+        every: Duration,
+        mut retention: Option<Duration>,
+        stop: CancellationToken,
+    ) {
+        let log = LifetimeLog::for_worker(Arc::clone(&store), &self.worker);
         loop {
             let stopped = tokio::select! {
                 () = stop.cancelled() => true,
@@ -145,6 +164,18 @@ impl Lifetime {
             if stopped || exited {
                 return;
             }
+            if let Some(retention) = retention.take() {
+                let now = self.clock.now();
+                let clean = LifetimeLog::delete_expired(
+                    store.as_ref(),
+                    now,
+                    retention,
+                    CLEAN_LIFETIMES_AT_MOST,
+                );
+                if let Some(Err(error)) = stop.run_until_cancelled(clean).await {
+                    tracing::warn!(%error, "could not list the workers' lifetime records to delete the expired");
+                }
+            }
         }
     }
 }
@@ -160,6 +191,7 @@ impl super::Worker {
         self.lifetime.observe(&self.metrics);
         let store = Arc::clone(self.checkpoints.as_ref()?);
         let (lifetime, stop) = (Arc::clone(&self.lifetime), stop.clone());
+        let retention = self.config.lifetime_retention;
         let gate_opened = self.gate_opened.clone();
         Some(tokio::spawn(async move {
             // A worker that stops before its gate opens leaves no record:
@@ -171,7 +203,9 @@ impl super::Worker {
             {
                 return;
             }
-            lifetime.keep(store, WRITE_EVERY, stop).await;
+            lifetime
+                .keep_and_clean(store, WRITE_EVERY, Some(retention), stop)
+                .await;
         }))
     }
 }
@@ -300,5 +334,53 @@ mod tests {
         );
         assert_eq!((record.lane, record.seen_ms), (Lane::Regular, 158_000));
         assert_eq!(lifetime.time(), t);
+    }
+
+    #[tokio::test]
+    async fn a_worker_deletes_the_records_of_workers_gone_longer_than_the_retention() {
+        const DAY: u64 = 86_400;
+        let clock = HandClock::default();
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        // A worker that started on day 0 and exited on day 1.
+        let gone = Lifetime::start("jobs", Lane::Spot, Some("old"), Arc::new(clock.clone()));
+        clock.advance(DAY);
+        gone.exited();
+        Arc::clone(&gone)
+            .keep(
+                Arc::clone(&store),
+                Duration::from_secs(3600),
+                CancellationToken::new(),
+            )
+            .await;
+        let gone_key = LifetimeLog::key_of(&gone.worker);
+        assert!(store.read(&gone_key).await.unwrap().is_some());
+        // Day 32: a new worker, once its own record is written, deletes the
+        // record of the one gone 31 days (the retention is 30).
+        clock.advance(31 * DAY);
+        let lifetime = Lifetime::start("jobs", Lane::Spot, Some("new"), Arc::new(clock.clone()));
+        let stop = CancellationToken::new();
+        let writer = tokio::spawn(Arc::clone(&lifetime).keep_and_clean(
+            Arc::clone(&store),
+            Duration::from_secs(3600),
+            Some(Duration::from_secs(30 * DAY)),
+            stop.clone(),
+        ));
+        lifetime.ready();
+        // Bounded: the in-memory store answers at once.
+        for _ in 0..10_000 {
+            if store.read(&gone_key).await.unwrap().is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(store.read(&gone_key).await.unwrap().is_none(), "deleted");
+        stop.cancel();
+        writer.await.unwrap();
+        let left = store.list(LifetimeLog::PREFIX).await.unwrap();
+        assert_eq!(
+            left,
+            [LifetimeLog::key_of(&lifetime.worker)],
+            "its own stays"
+        );
     }
 }
