@@ -113,6 +113,15 @@ pub struct LifetimeRecord {
     pub phase: Phase,
     /// Its time from start to `seen_ms`.
     pub time: PaidTime,
+    /// The VM's size (`compute.vmSize` of instance metadata:
+    /// `Standard_D4s_v5`); `None` off Azure, or from a worker that did not
+    /// know it (an older version, metadata not answering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_size: Option<String>,
+    /// The VM's price class (`compute.priority`: `Spot`, `Regular` or
+    /// `Low`); `None` as for `vm_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
 }
 
 /// A worker's own account of its life: told each change with the time it
@@ -235,6 +244,8 @@ impl Tally {
             seen_ms: self.exited_ms.unwrap_or(self.since_ms),
             phase: self.phase,
             time: self.time,
+            vm_size: None,
+            priority: None,
         }
     }
 }
@@ -300,6 +311,9 @@ pub fn fleet_bill(records: &[LifetimeRecord], now_ms: u64, period_ms: u64) -> Fl
     }
     bill
 }
+
+mod by_vm_size;
+pub use by_vm_size::{UNKNOWN_VM_SIZE, VmSizeBill, bill_by_vm_size};
 
 #[cfg(test)]
 mod tests {
@@ -422,6 +436,8 @@ mod tests {
                 idle_s: seen_s as f64 - busy_s,
                 ..PaidTime::default()
             },
+            vm_size: None,
+            priority: None,
         }
     }
 

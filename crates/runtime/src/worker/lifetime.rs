@@ -21,6 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use spot_worker_decisions::bill::{PaidTime, Tally, WRITE_EVERY};
 use spot_worker_decisions::lanes::Lane;
+use spot_worker_imds::{ImdsClient, VmKind};
 use spot_worker_storage::{
     CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, HandlerError, Job, LifetimeLog,
     MessageHandler, ResultMarker, SystemClock,
@@ -38,6 +39,8 @@ pub(crate) struct Lifetime {
     lane: Lane,
     /// Wakes the writer for a write out of turn (ready, exit).
     changed: Notify,
+    /// The VM's size and price class, once instance metadata said.
+    vm: Mutex<VmKind>,
 }
 
 impl Lifetime {
@@ -62,6 +65,7 @@ impl Lifetime {
             queue: queue.to_owned(),
             lane,
             changed: Notify::new(),
+            vm: Mutex::new(VmKind::default()),
         })
     }
 
@@ -82,6 +86,12 @@ impl Lifetime {
     pub(crate) fn ready(&self) {
         self.change(Tally::ready);
         self.changed.notify_one();
+    }
+
+    /// The VM's size and price class, from instance metadata: in every
+    /// record written from now on.
+    pub(crate) fn vm_kind(&self, kind: VmKind) {
+        *self.vm.lock().unwrap_or_else(PoisonError::into_inner) = kind;
     }
 
     /// A stop signal or notice: the drain begins.
@@ -149,7 +159,7 @@ impl Lifetime {
                 () = self.changed.notified() => false,
                 () = tokio::time::sleep(every) => false,
             };
-            let (record, exited) = {
+            let (mut record, exited) = {
                 let now = millis(self.clock.as_ref());
                 let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
                 let exited = tally.phase() == spot_worker_decisions::bill::Phase::Exited;
@@ -158,6 +168,11 @@ impl Lifetime {
                     exited,
                 )
             };
+            {
+                let vm = self.vm.lock().unwrap_or_else(PoisonError::into_inner);
+                record.vm_size.clone_from(&vm.vm_size);
+                record.priority.clone_from(&vm.priority);
+            }
             if let Err(error) = log.write(&record).await {
                 tracing::warn!(%error, key = log.key(), "could not write this worker's lifetime record; writing with the next");
             }
@@ -192,6 +207,13 @@ impl super::Worker {
         let store = Arc::clone(self.checkpoints.as_ref()?);
         let (lifetime, stop) = (Arc::clone(&self.lifetime), stop.clone());
         let retention = self.config.lifetime_retention;
+        // Off Azure (no instance metadata) the size stays unknown.
+        let imds = self
+            .config
+            .imds
+            .enabled
+            .then(|| ImdsClient::new(self.imds_config()).ok())
+            .flatten();
         let gate_opened = self.gate_opened.clone();
         Some(tokio::spawn(async move {
             // A worker that stops before its gate opens leaves no record:
@@ -203,12 +225,27 @@ impl super::Worker {
             {
                 return;
             }
+            if let Some(imds) = imds {
+                match tokio::time::timeout(VM_KIND_WITHIN, imds.vm_kind()).await {
+                    Ok(Ok(kind)) => lifetime.vm_kind(kind),
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "instance metadata did not say this VM's size; its lifetime record says unknown")
+                    }
+                    Err(_) => tracing::debug!(
+                        "instance metadata did not say this VM's size in time; its lifetime record says unknown"
+                    ),
+                }
+            }
             lifetime
                 .keep_and_clean(store, WRITE_EVERY, Some(retention), stop)
                 .await;
         }))
     }
 }
+
+/// How long the worker waits for its VM's size before its first record
+/// (instance metadata answered the gate already: it answers at once).
+const VM_KIND_WITHIN: Duration = Duration::from_secs(5);
 
 /// A handler counted busy while it runs.
 pub(crate) struct Busy<H> {
@@ -302,6 +339,10 @@ mod tests {
             lifetime.worker,
             format!("vm3-{}-0-0007", std::process::id())
         );
+        lifetime.vm_kind(VmKind {
+            vm_size: Some("Standard_D4s_v5".into()),
+            priority: Some("Regular".into()),
+        });
         let stop = CancellationToken::new();
         let writer = tokio::spawn(Arc::clone(&lifetime).keep(
             Arc::clone(&store),
@@ -333,6 +374,10 @@ mod tests {
             [40.0, 100.0, 15.0, 3.0]
         );
         assert_eq!((record.lane, record.seen_ms), (Lane::Regular, 158_000));
+        assert_eq!(
+            (record.vm_size.as_deref(), record.priority.as_deref()),
+            (Some("Standard_D4s_v5"), Some("Regular"))
+        );
         assert_eq!(lifetime.time(), t);
     }
 
