@@ -154,6 +154,16 @@ impl Tally {
         }
     }
 
+    /// The same worker, its starting time counted from `lead_ms` before
+    /// its start (its VM's boot: the time before the process ran was paid
+    /// too); `started_ms` stays the process's start.
+    pub fn booted_before(mut self, lead_ms: u64) -> Self {
+        if self.phase == Phase::Starting && self.time == PaidTime::default() {
+            self.since_ms = self.since_ms.saturating_sub(lead_ms);
+        }
+        self
+    }
+
     /// Adds the time since the last change to the current phase.
     fn accrue(&mut self, now_ms: u64) {
         let seconds = now_ms.saturating_sub(self.since_ms) as f64 / 1000.0;
@@ -439,6 +449,25 @@ mod tests {
             vm_size: None,
             priority: None,
         }
+    }
+
+    #[test]
+    fn a_boot_before_the_start_is_starting_time_once() {
+        // (lead s, ready at s, starting s)
+        for (lead, ready, starting) in [(0, 10, 10.0), (90, 10, 100.0), (90, 0, 90.0)] {
+            let mut tally = Tally::started(1000 * S).booted_before(lead * S);
+            tally.ready((1000 + ready) * S);
+            let record = tally.record("w", "jobs", Lane::Spot, (1000 + ready) * S);
+            assert_eq!(record.time.starting_s, starting, "{lead} {ready}");
+            assert_eq!(record.started_ms, 1000 * S);
+        }
+        // Told once the worker is ready: too late, nothing changes.
+        let mut tally = Tally::started(0);
+        tally.ready(5 * S);
+        let record = tally
+            .booted_before(60 * S)
+            .record("w", "jobs", Lane::Spot, 5 * S);
+        assert_eq!(record.time.starting_s, 5.0);
     }
 
     #[test]

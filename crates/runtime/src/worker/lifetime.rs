@@ -69,9 +69,44 @@ impl Lifetime {
         })
     }
 
-    /// With the wall clock.
-    pub(crate) fn start_now(queue: &str, lane: Lane, vm_name: Option<&str>) -> Arc<Self> {
-        Self::start(queue, lane, vm_name, Arc::new(SystemClock))
+    /// With the wall clock; on a VM (`on_vm`: instance metadata watched)
+    /// booted at most [`BOOT_WINDOW`] ago, its starting time counts from the
+    /// boot ([`boot_lead`]).
+    pub(crate) fn start_now(
+        queue: &str,
+        lane: Lane,
+        vm_name: Option<&str>,
+        on_vm: bool,
+    ) -> Arc<Self> {
+        let lead = if on_vm {
+            std::fs::read_to_string("/proc/uptime")
+                .ok()
+                .and_then(|uptime| boot_lead(&uptime))
+        } else {
+            None
+        };
+        Self::start_booted(queue, lane, vm_name, Arc::new(SystemClock), lead)
+    }
+
+    /// [`start`](Self::start), its starting time counted from `lead`
+    /// before now (the VM's boot), if given.
+    pub(crate) fn start_booted(
+        queue: &str,
+        lane: Lane,
+        vm_name: Option<&str>,
+        clock: Arc<dyn Clock>,
+        lead: Option<Duration>,
+    ) -> Arc<Self> {
+        let lifetime = Self::start(queue, lane, vm_name, clock);
+        if let Some(lead) = lead {
+            let lead_ms = u64::try_from(lead.as_millis()).unwrap_or(u64::MAX);
+            let mut tally = lifetime
+                .tally
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *tally = tally.clone().booted_before(lead_ms);
+        }
+        lifetime
     }
 
     fn change(&self, change: impl FnOnce(&mut Tally, u64)) {
@@ -243,6 +278,21 @@ impl super::Worker {
     }
 }
 
+/// How soon after its VM's boot a worker must start for the time since the
+/// boot to count as its starting time: a first worker started by
+/// cloud-init starts within minutes; a worker restarted later on the same
+/// VM (or in a container on a node up for days: `/proc/uptime` is the
+/// node's, not the container's) does not, and the boot is not its to count.
+pub(crate) const BOOT_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// The time since the host booted, from `/proc/uptime`'s text (`"seconds
+/// idle"`), if it is at most [`BOOT_WINDOW`].
+pub(crate) fn boot_lead(uptime: &str) -> Option<Duration> {
+    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let lead = Duration::try_from_secs_f64(seconds).ok()?;
+    (lead <= BOOT_WINDOW).then_some(lead)
+}
+
 /// How long the worker waits for its VM's size before its first record
 /// (instance metadata answered the gate already: it answers at once).
 const VM_KIND_WITHIN: Duration = Duration::from_secs(5);
@@ -379,6 +429,50 @@ mod tests {
             (Some("Standard_D4s_v5"), Some("Regular"))
         );
         assert_eq!(lifetime.time(), t);
+    }
+
+    #[test]
+    fn the_boot_counts_only_for_a_worker_started_soon_after_it() {
+        let table = [
+            ("95.27 180.01\n", Some(Duration::from_millis(95_270))),
+            ("900.00 1.0", Some(BOOT_WINDOW)),
+            ("900.01 1.0", None),
+            ("350000.5 9.0", None),
+            ("", None),
+            ("garbage", None),
+            ("-5 1", None),
+        ];
+        for (uptime, expected) in table {
+            assert_eq!(boot_lead(uptime), expected, "{uptime:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_time_since_the_boot_is_starting_time() {
+        let clock = HandClock::default();
+        clock.advance(1_000);
+        let lifetime = Lifetime::start_booted(
+            "jobs",
+            Lane::Spot,
+            Some("vm"),
+            Arc::new(clock.clone()),
+            Some(Duration::from_secs(90)),
+        );
+        clock.advance(30);
+        lifetime.ready();
+        clock.advance(10);
+        let t = lifetime.time();
+        assert_eq!(
+            [t.starting_s, t.idle_s],
+            [120.0, 10.0],
+            "90 s booting, 30 s warming up"
+        );
+        let record = lifetime
+            .tally
+            .lock()
+            .unwrap()
+            .record("w", "jobs", Lane::Spot, 1_040_000);
+        assert_eq!(record.started_ms, 1_000_000, "the process's start");
     }
 
     #[tokio::test]

@@ -167,6 +167,7 @@ impl Worker {
             config.consumed_queue(),
             config.lanes.lane,
             config.imds.vm_name.as_deref(),
+            config.imds.enabled,
         );
         Worker {
             config,
