@@ -113,6 +113,15 @@ pub struct LifetimeRecord {
     pub phase: Phase,
     /// Its time from start to `seen_ms`.
     pub time: PaidTime,
+    /// The VM's size (`compute.vmSize` of instance metadata:
+    /// `Standard_D4s_v5`); `None` off Azure, or from a worker that did not
+    /// know it (an older version, metadata not answering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_size: Option<String>,
+    /// The VM's price class (`compute.priority`: `Spot`, `Regular` or
+    /// `Low`); `None` as for `vm_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
 }
 
 /// A worker's own account of its life: told each change with the time it
@@ -143,6 +152,16 @@ impl Tally {
             exited_ms: None,
             time: PaidTime::default(),
         }
+    }
+
+    /// The same worker, its starting time counted from `lead_ms` before
+    /// its start (its VM's boot: the time before the process ran was paid
+    /// too); `started_ms` stays the process's start.
+    pub fn booted_before(mut self, lead_ms: u64) -> Self {
+        if self.phase == Phase::Starting && self.time == PaidTime::default() {
+            self.since_ms = self.since_ms.saturating_sub(lead_ms);
+        }
+        self
     }
 
     /// Adds the time since the last change to the current phase.
@@ -235,6 +254,8 @@ impl Tally {
             seen_ms: self.exited_ms.unwrap_or(self.since_ms),
             phase: self.phase,
             time: self.time,
+            vm_size: None,
+            priority: None,
         }
     }
 }
@@ -300,6 +321,9 @@ pub fn fleet_bill(records: &[LifetimeRecord], now_ms: u64, period_ms: u64) -> Fl
     }
     bill
 }
+
+mod by_vm_size;
+pub use by_vm_size::{UNKNOWN_VM_SIZE, VmSizeBill, bill_by_vm_size};
 
 #[cfg(test)]
 mod tests {
@@ -422,7 +446,28 @@ mod tests {
                 idle_s: seen_s as f64 - busy_s,
                 ..PaidTime::default()
             },
+            vm_size: None,
+            priority: None,
         }
+    }
+
+    #[test]
+    fn a_boot_before_the_start_is_starting_time_once() {
+        // (lead s, ready at s, starting s)
+        for (lead, ready, starting) in [(0, 10, 10.0), (90, 10, 100.0), (90, 0, 90.0)] {
+            let mut tally = Tally::started(1000 * S).booted_before(lead * S);
+            tally.ready((1000 + ready) * S);
+            let record = tally.record("w", "jobs", Lane::Spot, (1000 + ready) * S);
+            assert_eq!(record.time.starting_s, starting, "{lead} {ready}");
+            assert_eq!(record.started_ms, 1000 * S);
+        }
+        // Told once the worker is ready: too late, nothing changes.
+        let mut tally = Tally::started(0);
+        tally.ready(5 * S);
+        let record = tally
+            .booted_before(60 * S)
+            .record("w", "jobs", Lane::Spot, 5 * S);
+        assert_eq!(record.time.starting_s, 5.0);
     }
 
     #[test]

@@ -217,6 +217,16 @@ impl ImdsClient {
         crate::instance::vm_name(&body)
     }
 
+    /// This VM's size and priority, from instance metadata
+    /// (`compute.vmSize`, `compute.priority`).
+    pub async fn vm_kind(&self) -> Result<crate::instance::VmKind, ImdsError> {
+        let url = self.instance_url.clone();
+        let body = self
+            .send(Method::GET, url, None, self.config.request_timeout)
+            .await?;
+        crate::instance::vm_kind(&body)
+    }
+
     /// This VM's place in its scale set from instance metadata, or `None`
     /// when it is in none.
     pub async fn scale_set_member(

@@ -1,4 +1,5 @@
-//! The one thing read from instance metadata: this VM's name.
+//! What is read from instance metadata: this VM's name, and its size and
+//! priority (what it is paid at, for the fleet's bill).
 //!
 //! Kept apart from the HTTP client so the parse of a body that anything on
 //! the metadata address may have sent is a pure function, tested on its own
@@ -24,5 +25,72 @@ pub(crate) fn vm_name(body: &[u8]) -> Result<String, ImdsError> {
     Ok(instance.compute.name)
 }
 
+/// What this VM is paid at, from instance metadata: `compute.vmSize`
+/// (`Standard_D4s_v5`) and `compute.priority` (`Spot`, `Regular`, or
+/// `Low`). A field the document leaves out or empty is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmKind {
+    /// `compute.vmSize`.
+    pub vm_size: Option<String>,
+    /// `compute.priority`.
+    pub priority: Option<String>,
+}
+
+/// `compute.vmSize` and `compute.priority` of an instance metadata
+/// document; every other field is ignored.
+pub(crate) fn vm_kind(body: &[u8]) -> Result<VmKind, ImdsError> {
+    #[derive(Deserialize)]
+    struct Instance {
+        compute: Compute,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Compute {
+        #[serde(default)]
+        vm_size: String,
+        #[serde(default)]
+        priority: String,
+    }
+    let instance: Instance = parse_json("instance metadata", body)?;
+    let given = |text: String| Some(text.trim().to_owned()).filter(|t| !t.is_empty());
+    Ok(VmKind {
+        vm_size: given(instance.compute.vm_size),
+        priority: given(instance.compute.priority),
+    })
+}
+
 #[cfg(test)]
 mod bad_input;
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn size_and_priority_are_read_and_absent_ones_are_none() {
+        let table: [(&str, Option<&str>, Option<&str>); 4] = [
+            (
+                r#"{"compute":{"name":"vm","vmSize":"Standard_D4s_v5","priority":"Spot"}}"#,
+                Some("Standard_D4s_v5"),
+                Some("Spot"),
+            ),
+            (
+                r#"{"compute":{"vmSize":"Standard_F2s_v2","priority":""}}"#,
+                Some("Standard_F2s_v2"),
+                None,
+            ),
+            (r#"{"compute":{"name":"vm"}}"#, None, None),
+            (
+                r#"{"compute":{"vmSize":" ","priority":"Regular"}}"#,
+                None,
+                Some("Regular"),
+            ),
+        ];
+        for (body, size, priority) in table {
+            let kind = vm_kind(body.as_bytes()).unwrap();
+            assert_eq!(kind.vm_size.as_deref(), size, "{body}");
+            assert_eq!(kind.priority.as_deref(), priority, "{body}");
+        }
+        assert!(vm_kind(b"<html>not found</html>").is_err());
+    }
+}

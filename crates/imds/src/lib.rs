@@ -31,6 +31,7 @@ pub use client::{
     MIN_REQUEST_SPACING, SCHEDULED_EVENTS_API_VERSION,
 };
 pub use error::ImdsError;
+pub use instance::VmKind;
 pub use model::{
     EventId, EventSource, EventStatus, EventType, NotBefore, ScheduledEvent, ScheduledEvents,
 };

@@ -100,6 +100,10 @@ pub struct WorkerConfig {
     /// In a Kubernetes pod: where it is, to keep its deletion cost
     /// (`SPOT_WORKER_POD_DELETION_COST`, on in a pod); `None` elsewhere.
     pub pod: Option<crate::kubernetes_api::PodSettings>,
+    /// How long a gone worker's lifetime record is kept
+    /// (`SPOT_WORKER_LIFETIME_RETENTION`, default 30 days): each worker
+    /// deletes a bounded number of older ones once its own is written.
+    pub lifetime_retention: Duration,
 }
 
 /// The lanes: Spot capacity, and regular capacity for jobs with a deadline
@@ -247,6 +251,7 @@ impl Default for WorkerConfig {
             },
             // table::POD_NAME has no default: not in a pod.
             pod: None,
+            lifetime_retention: table::LIFETIME_RETENTION.default,
         }
     }
 }
@@ -319,6 +324,7 @@ impl WorkerConfig {
                 price_ratio: price_ratio(source)?,
             },
             pod: crate::kubernetes_api::PodSettings::from_source(source)?,
+            lifetime_retention: source.get(&table::LIFETIME_RETENTION)?,
         };
         config.validate()?;
         Ok(config)

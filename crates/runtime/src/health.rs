@@ -4,12 +4,16 @@
 //! `GET /healthz` answers 200 while the process can answer at all.
 //! `GET /readyz` answers 200 only when every warmup gate has passed and no
 //! shutdown has begun, 503 otherwise; both carry a JSON body saying which
-//! gates passed, so a failing probe explains itself.
+//! gates passed, so a failing probe explains itself, and the conditions
+//! that leave the worker ready but need an operator (`degraded`: a VM
+//! whose scale-in protection cannot be released, a pod whose deletion cost
+//! cannot be written), which do not make it unready since it still works.
 //!
 //! Nothing here may keep a drained process alive: a client gets
 //! [`HEADER_READ_TIMEOUT`] to send its request headers, and once stopped the
 //! server gives open connections [`SHUTDOWN_GRACE`] and then drops them.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -63,6 +67,31 @@ pub struct Readiness {
     pub warmup: Gate,
     /// Why the worker is shutting down, once it is.
     pub shutting_down: Option<String>,
+    /// Conditions that do not stop the worker from working (it stays
+    /// ready) but will not clear by themselves, by what they concern
+    /// ([`DEGRADED_SCALE_IN_PROTECTION`], [`DEGRADED_POD_DELETION_COST`]),
+    /// each with its reason. Absent from `/readyz` while there are none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub degraded: BTreeMap<&'static str, String>,
+}
+
+/// The `degraded` key of a VM whose scale-in protection should be released
+/// but cannot be.
+pub const DEGRADED_SCALE_IN_PROTECTION: &str = "scale_in_protection";
+/// The `degraded` key of a pod whose deletion cost cannot be written.
+pub const DEGRADED_POD_DELETION_COST: &str = "pod_deletion_cost";
+
+/// Sets (`Some`) or clears (`None`) the `degraded` reason `key` in
+/// `readiness`, telling its watchers only when it changed.
+pub fn set_degraded(
+    readiness: &watch::Sender<Readiness>,
+    key: &'static str,
+    reason: Option<String>,
+) {
+    readiness.send_if_modified(|r| match reason {
+        Some(reason) => r.degraded.insert(key, reason.clone()).as_ref() != Some(&reason),
+        None => r.degraded.remove(key).is_some(),
+    });
 }
 
 impl Default for Readiness {
@@ -72,6 +101,7 @@ impl Default for Readiness {
             storage: Gate::Pending,
             warmup: Gate::Pending,
             shutting_down: None,
+            degraded: BTreeMap::new(),
         }
     }
 }
@@ -281,5 +311,41 @@ mod tests {
         assert_eq!(body["imds"]["detail"], "IMDS request timed out");
         assert_eq!(body["storage"]["state"], "pending");
         assert_eq!(body["shutting_down"], serde_json::Value::Null);
+        assert_eq!(body.get("degraded"), None, "absent while there is none");
+    }
+
+    #[test]
+    fn a_degraded_reason_is_shown_but_leaves_the_worker_ready() {
+        let (readiness, mut watcher) = watch::channel(Readiness {
+            imds: Gate::Passed,
+            storage: Gate::Passed,
+            warmup: Gate::Skipped,
+            ..Readiness::default()
+        });
+        watcher.mark_unchanged();
+        set_degraded(
+            &readiness,
+            DEGRADED_SCALE_IN_PROTECTION,
+            Some("release failing".into()),
+        );
+        assert!(watcher.has_changed().unwrap());
+        watcher.mark_unchanged();
+        set_degraded(
+            &readiness,
+            DEGRADED_SCALE_IN_PROTECTION,
+            Some("release failing".into()),
+        );
+        assert!(!watcher.has_changed().unwrap(), "the same reason again");
+        let r = readiness.borrow().clone();
+        assert!(r.is_ready(), "degraded is still ready");
+        let body = serde_json::to_value(ReadinessBody {
+            ready: r.is_ready(),
+            readiness: &r,
+        })
+        .unwrap();
+        assert_eq!(body["degraded"]["scale_in_protection"], "release failing");
+        set_degraded(&readiness, DEGRADED_SCALE_IN_PROTECTION, None);
+        assert!(watcher.has_changed().unwrap());
+        assert!(readiness.borrow().degraded.is_empty());
     }
 }

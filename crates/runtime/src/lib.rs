@@ -29,6 +29,7 @@ pub mod config;
 mod error;
 mod gate;
 pub mod health;
+pub mod keeper_retry;
 pub mod kubernetes_api;
 mod metered;
 pub mod pod_activity;

@@ -12,8 +12,12 @@
 //! A failed write never holds up or loses a job: the job runs on, the
 //! failure is logged and counted (`spot_worker.pod_deletion_cost.writes`
 //! by result) and the write is retried with [`Backoff`] (honouring a
-//! `Retry-After`). The cost is only a preference for scale-in; a pod whose
-//! cost is stale is ranked as it was.
+//! `Retry-After`; [`crate::keeper_retry`], the loop it shares with the
+//! scale-in protection's keeper). The cost is only a preference for
+//! scale-in; a pod whose cost is stale is ranked as it was. While writes
+//! keep failing (a 403 for ever: the Role is missing) it is reported, not
+//! cycled in silence: `spot_worker.pod_deletion_cost.failing` is 1 and
+//! `/readyz` shows the reason under `degraded` (the pod stays ready).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +28,9 @@ use spot_worker_telemetry::Metrics;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::keeper_retry::Backoff;
+use crate::keeper_retry::{KeeperReport, Retrying};
 use crate::pod_activity::PodActivity;
-pub use crate::scale_in_protection::Backoff;
 
 /// Writes this pod's deletion cost.
 #[async_trait]
@@ -63,10 +68,9 @@ impl CostWriteError {
 pub struct DeletionCostKeeper {
     target: Arc<dyn DeletionCostTarget>,
     policy: CostPolicy,
-    backoff: Backoff,
     last: Option<Published>,
-    failures: u32,
-    retry_at: Option<Instant>,
+    retrying: Retrying,
+    report: KeeperReport,
 }
 
 impl DeletionCostKeeper {
@@ -76,11 +80,30 @@ impl DeletionCostKeeper {
         Self {
             target,
             policy,
-            backoff,
             last: None,
-            failures: 0,
-            retry_at: None,
+            retrying: Retrying::new(backoff),
+            report: KeeperReport::default(),
         }
+    }
+
+    /// Reports whether writes keep failing to `report` after every pass of
+    /// [`keep`] (by default to nowhere).
+    pub fn with_report(mut self, report: KeeperReport) -> Self {
+        self.report = report;
+        self
+    }
+
+    /// Why the pod's cost cannot be kept, while writes keep failing, for
+    /// `/readyz`'s `degraded` reasons.
+    pub fn failing_reason(&self) -> Option<String> {
+        (self.retrying.failures() > 0).then(|| {
+            format!(
+                "writing this pod's deletion cost failed {} time(s) in a row ({}); \
+                 a scale-in ranks this pod by its last cost until a retry succeeds",
+                self.retrying.failures(),
+                self.retrying.last_error().unwrap_or("no reason given"),
+            )
+        })
     }
 
     /// The cost last written, and when.
@@ -90,12 +113,12 @@ impl DeletionCostKeeper {
 
     /// Consecutive failed writes.
     pub fn failures(&self) -> u32 {
-        self.failures
+        self.retrying.failures()
     }
 
     /// When a failed write is retried, if one waits for its backoff.
     pub fn retry_at(&self) -> Option<Instant> {
-        self.retry_at
+        self.retrying.retry_at()
     }
 
     /// Writes the cost for what the worker holds at `now` if the policy
@@ -108,19 +131,19 @@ impl DeletionCostKeeper {
     ) -> Option<Result<i32, CostWriteError>> {
         let wanted = cost(activity.activity(now), &self.policy);
         if !should_publish(self.last, wanted, now, &self.policy) {
-            self.failures = 0;
-            self.retry_at = None;
+            self.retrying.clear();
             return None;
         }
-        if self.retry_at.is_some_and(|at| now < at) {
+        if self.retrying.backing_off(now) {
             return None;
         }
         match self.target.set(wanted).await {
             Ok(()) => {
-                if self.failures > 0 {
+                let after_failures = self.retrying.succeeded();
+                if after_failures > 0 {
                     tracing::info!(
                         cost = wanted,
-                        after_failures = self.failures,
+                        after_failures,
                         "pod deletion cost written after earlier failures"
                     );
                 } else {
@@ -130,18 +153,12 @@ impl DeletionCostKeeper {
                     cost: wanted,
                     at: now,
                 });
-                self.failures = 0;
-                self.retry_at = None;
                 Some(Ok(wanted))
             }
             Err(error) => {
-                self.failures = self.failures.saturating_add(1);
-                let delay =
-                    self.backoff
-                        .delay(self.failures, rand::random::<f64>(), error.retry_after);
-                self.retry_at = Some(now + delay);
+                let delay = self.retrying.failed(now, &error, error.retry_after);
                 tracing::warn!(
-                    %error, cost = wanted, failures = self.failures, retry_in = ?delay,
+                    %error, cost = wanted, failures = self.retrying.failures(), retry_in = ?delay,
                     "could not write this pod's deletion cost; scale-in ranks it by its last cost until a retry succeeds"
                 );
                 Some(Err(error))
@@ -162,7 +179,9 @@ impl DeletionCostKeeper {
 }
 
 /// Runs `keeper` until `stop`: a pass when the worker turns busy or idle,
-/// every tick otherwise, each write counted in `metrics`.
+/// every tick otherwise, each write counted in `metrics`, and after each
+/// pass whether writes keep failing told to the keeper's report
+/// ([`DeletionCostKeeper::with_report`]).
 pub async fn keep(
     mut keeper: DeletionCostKeeper,
     activity: PodActivity,
@@ -176,8 +195,8 @@ pub async fn keep(
             Some(Err(error)) => metrics.pod_deletion_cost_written(error.result()),
             None => {}
         }
-        let tick = now + keeper.tick();
-        let wake = keeper.retry_at().map_or(tick, |at| at.min(tick).max(now));
+        keeper.report.deletion_cost(keeper.failing_reason());
+        let wake = keeper.retrying.wake(now, keeper.tick());
         tokio::select! {
             () = stop.cancelled() => return,
             () = activity.changed() => {}
@@ -237,6 +256,70 @@ mod tests {
         keeper.reconcile(&activity, at(300)).await;
         keeper.reconcile(&activity, at(900)).await;
         assert_eq!(*target.writes.lock().unwrap(), [0, 1, 60, 1, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_that_keep_failing_are_a_metric_and_a_degraded_reason_until_one_succeeds() {
+        use crate::Gate;
+        let target = Arc::new(Scripted::default());
+        target.answers.lock().unwrap().extend([
+            failure(403, None),
+            failure(403, None),
+            failure(403, None),
+        ]);
+        let metrics = Metrics::noop();
+        let readiness = tokio::sync::watch::channel(crate::Readiness {
+            imds: Gate::Passed,
+            storage: Gate::Passed,
+            warmup: Gate::Skipped,
+            ..crate::Readiness::default()
+        })
+        .0;
+        let keeper =
+            DeletionCostKeeper::new(target.clone(), CostPolicy::default(), Backoff::default())
+                .with_report(KeeperReport::new(metrics.clone(), readiness.clone()));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(keep(
+            keeper,
+            PodActivity::new(),
+            metrics.clone(),
+            stop.clone(),
+        ));
+        let writes = |n: usize| {
+            let target = Arc::clone(&target);
+            async move {
+                // Bounded: the scripted target answers at once, and the
+                // paused clock moves on a second at a time.
+                for _ in 0..10_000 {
+                    if target.writes.lock().unwrap().len() >= n {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                    if target.writes.lock().unwrap().len() < n {
+                        tokio::time::sleep(S(1)).await;
+                    }
+                }
+                panic!("fewer than {n} writes");
+            }
+        };
+        for n in 1..=3 {
+            writes(n).await;
+            assert!(metrics.pod_deletion_cost_failing(), "after {n} 403s");
+            let now = readiness.borrow().clone();
+            let reason = now
+                .degraded
+                .get(crate::health::DEGRADED_POD_DELETION_COST)
+                .expect("a degraded reason");
+            assert!(reason.contains("HTTP 403"), "{reason}");
+            assert!(reason.contains(&format!("failed {n} time")), "{reason}");
+            assert!(now.is_ready(), "the pod still works");
+        }
+        writes(4).await;
+        assert!(!metrics.pod_deletion_cost_failing());
+        assert!(readiness.borrow().degraded.is_empty());
+        stop.cancel();
+        task.await.unwrap();
+        assert_eq!(*target.writes.lock().unwrap(), [0, 0, 0, 0]);
     }
 
     #[tokio::test]

@@ -11,16 +11,23 @@
 //! A failed call never holds up or loses a job: a failed protect leaves the
 //! job running (unprotected, as every VM is today) and is retried; a failed
 //! release is retried with a bounded, jittered backoff that honours ARM's
-//! `Retry-After`, and while it cannot clear [`ProtectionKeeper::release_stuck`]
-//! says so and every failure is logged, so a VM protected for ever is never
-//! silent.
+//! `Retry-After` ([`crate::keeper_retry`], the loop it shares with the pod
+//! deletion cost's keeper), and while it cannot clear
+//! [`ProtectionKeeper::release_stuck`] says so: every failure is logged,
+//! `spot_worker.scale_in.protection` is 1 for `release_stuck`, and
+//! `/readyz` shows the reason under `degraded` (the worker stays ready: it
+//! still works), so a VM protected for ever is never silent.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use spot_worker_decisions::scale_in::{Activity, wants_protection};
+use spot_worker_telemetry::ProtectionState;
 use tokio::time::Instant;
+
+pub use crate::keeper_retry::Backoff;
+use crate::keeper_retry::{KeeperReport, Retrying};
 
 /// Sets or clears this VM's protection from scale-in.
 #[async_trait]
@@ -41,39 +48,6 @@ pub struct ProtectionError {
     pub retry_after: Option<Duration>,
 }
 
-/// The retry policy of a failed call: exponential from `first`, capped at
-/// `max`, each delay placed by jitter in its upper half.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The delay after the first failure (before jitter).
-    pub first: Duration,
-    /// The longest delay, `Retry-After` included.
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    /// 5 s, doubling to at most 5 min: a throttled subscription is not
-    /// hammered, and a release that fails is still tried every few minutes.
-    fn default() -> Self {
-        Self {
-            first: Duration::from_secs(5),
-            max: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after `failures` consecutive failures (1 for the first),
-    /// placed by `jitter` (0..=1) between half and all of the exponential
-    /// step; at least `retry_after`; never above `max`.
-    pub fn delay(&self, failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
-        let exponent = failures.saturating_sub(1).min(30);
-        let step = self.first.saturating_mul(1u32 << exponent).min(self.max);
-        let jittered = step / 2 + (step / 2).mul_f64(jitter.clamp(0.0, 1.0));
-        jittered.max(retry_after.unwrap_or_default()).min(self.max)
-    }
-}
-
 /// Follows what the worker holds and keeps its VM's protection in step.
 ///
 /// The worker tells it when it takes ([`taken`](Self::taken)) and settles
@@ -84,7 +58,6 @@ impl Backoff {
 pub struct ProtectionKeeper {
     target: Arc<dyn ScaleInProtection>,
     idle_grace: Duration,
-    backoff: Backoff,
     /// What the last successful call set; `None` until one has: a worker
     /// restarted after a crash may find its VM still protected, so its
     /// first call clears it.
@@ -94,8 +67,8 @@ pub struct ProtectionKeeper {
     /// starting, and a starting worker holds nothing to protect.
     ever_busy: bool,
     idle_since: Instant,
-    failures: u32,
-    retry_at: Option<Instant>,
+    retrying: Retrying,
+    report: KeeperReport,
 }
 
 impl ProtectionKeeper {
@@ -109,14 +82,25 @@ impl ProtectionKeeper {
         Self {
             target,
             idle_grace,
-            backoff,
             protected: None,
             held: 0,
             ever_busy: false,
             idle_since: now,
-            failures: 0,
-            retry_at: None,
+            retrying: Retrying::new(backoff),
+            report: KeeperReport::default(),
         }
+    }
+
+    /// Reports the keeper's state to `report` after every pass of
+    /// [`keep`] (by default to nowhere).
+    pub fn with_report(mut self, report: KeeperReport) -> Self {
+        self.report = report;
+        self
+    }
+
+    fn report(&self, now: Instant) {
+        self.report
+            .protection(self.state(now), self.stuck_reason(now));
     }
 
     /// The worker took a message.
@@ -171,18 +155,43 @@ impl ProtectionKeeper {
     /// Whether the VM should be unprotected but the release keeps failing:
     /// a condition that will not clear by itself, for readiness or a metric.
     pub fn release_stuck(&self, now: Instant) -> bool {
-        self.protected != Some(false) && self.failures > 0 && !self.wanted(now)
+        self.protected != Some(false) && self.retrying.failures() > 0 && !self.wanted(now)
+    }
+
+    /// The state `spot_worker.scale_in.protection` reports at `now`.
+    pub fn state(&self, now: Instant) -> ProtectionState {
+        if self.release_stuck(now) {
+            return ProtectionState::ReleaseStuck;
+        }
+        match self.protected {
+            None => ProtectionState::Unknown,
+            Some(true) => ProtectionState::Protected,
+            Some(false) => ProtectionState::Unprotected,
+        }
+    }
+
+    /// Why the VM stays protected against the worker's wish at `now`, for
+    /// `/readyz`'s `degraded` reasons; `None` unless the release is stuck.
+    pub fn stuck_reason(&self, now: Instant) -> Option<String> {
+        self.release_stuck(now).then(|| {
+            format!(
+                "releasing this VM's scale-in protection failed {} time(s) in a row ({}); \
+                 every scale-in keeps this VM until a retry succeeds",
+                self.retrying.failures(),
+                self.retrying.last_error().unwrap_or("no reason given"),
+            )
+        })
     }
 
     /// Consecutive failed calls (0 after a success or when nothing is due).
     pub fn failures(&self) -> u32 {
-        self.failures
+        self.retrying.failures()
     }
 
     /// When the next call is due, if one is wanted but waits for its
     /// backoff: the worker's timer can sleep until then.
     pub fn retry_at(&self) -> Option<Instant> {
-        self.retry_at
+        self.retrying.retry_at()
     }
 
     fn wanted(&self, now: Instant) -> bool {
@@ -196,40 +205,35 @@ impl ProtectionKeeper {
     pub async fn reconcile(&mut self, now: Instant) -> bool {
         let want = self.wanted(now);
         if self.protected == Some(want) {
-            self.failures = 0;
-            self.retry_at = None;
+            self.retrying.clear();
             return want;
         }
-        if self.retry_at.is_some_and(|at| now < at) {
+        if self.retrying.backing_off(now) {
             return self.protected == Some(true);
         }
         match self.target.set(want).await {
             Ok(()) => {
-                if self.failures > 0 {
+                let after_failures = self.retrying.succeeded();
+                if after_failures > 0 {
                     tracing::info!(
                         protected = want,
-                        after_failures = self.failures,
+                        after_failures,
                         "scale-in protection set after earlier failures"
                     );
                 }
                 self.protected = Some(want);
-                self.failures = 0;
-                self.retry_at = None;
             }
             Err(error) => {
-                self.failures = self.failures.saturating_add(1);
-                let delay =
-                    self.backoff
-                        .delay(self.failures, rand::random::<f64>(), error.retry_after);
-                self.retry_at = Some(now + delay);
+                let delay = self.retrying.failed(now, &error, error.retry_after);
+                let failures = self.retrying.failures();
                 if want {
                     tracing::warn!(
-                        %error, failures = self.failures, retry_in = ?delay,
+                        %error, failures, retry_in = ?delay,
                         "could not protect this VM from scale-in; the job runs unprotected"
                     );
                 } else {
                     tracing::error!(
-                        %error, failures = self.failures, retry_in = ?delay,
+                        %error, failures, retry_in = ?delay,
                         "could not release this idle VM's scale-in protection; it stays until a retry succeeds"
                     );
                 }
@@ -250,6 +254,10 @@ pub const LAST_RELEASE_WITHIN: Duration = Duration::from_secs(10);
 /// messages) until `stop` is cancelled, then releases it once (within
 /// [`LAST_RELEASE_WITHIN`]): a worker that drains or exits holds nothing to
 /// protect, and a VM left protected would be kept by every scale-in.
+/// After every pass its state goes to the keeper's report
+/// ([`ProtectionKeeper::with_report`]): the
+/// `spot_worker.scale_in.protection` gauge and, while a release is stuck,
+/// a `degraded` reason of `/readyz`.
 /// Returns the keeper, whose [`ProtectionKeeper::protected`] says how it
 /// ended.
 pub async fn keep(
@@ -262,9 +270,8 @@ pub async fn keep(
         let now = Instant::now();
         keeper.observe(held, now);
         keeper.reconcile(now).await;
-        let next = keeper
-            .retry_at()
-            .map_or(now + RECHECK_EVERY, |at| at.min(now + RECHECK_EVERY));
+        keeper.report(now);
+        let next = keeper.retrying.wake(now, RECHECK_EVERY);
         tokio::select! {
             () = stop.cancelled() => break,
             changed = activity.changed() => {
@@ -277,6 +284,7 @@ pub async fn keep(
         }
     }
     release_at_exit(&mut keeper).await;
+    keeper.report(Instant::now());
     keeper
 }
 
@@ -291,7 +299,7 @@ async fn release_at_exit(keeper: &mut ProtectionKeeper) {
     keeper.idle_since = Instant::now()
         .checked_sub(keeper.idle_grace)
         .unwrap_or_else(Instant::now);
-    keeper.retry_at = None;
+    keeper.retrying.retry_now();
     let released =
         tokio::time::timeout(LAST_RELEASE_WITHIN, keeper.reconcile(Instant::now())).await;
     if !matches!(released, Ok(false)) || keeper.protected() != Some(false) {
@@ -356,31 +364,6 @@ mod tests {
 
     fn calls(target: &Scripted) -> Vec<bool> {
         target.calls.lock().unwrap().clone()
-    }
-
-    #[test]
-    fn backoff_table() {
-        let b = Backoff::default();
-        let s = Duration::from_secs;
-        // (failures, jitter, retry_after, expected)
-        let table = [
-            (1, 0.0, None, s(2) + Duration::from_millis(500)),
-            (1, 1.0, None, s(5)),
-            (2, 1.0, None, s(10)),
-            (3, 1.0, None, s(20)),
-            (20, 1.0, None, s(300)),
-            (u32::MAX, 0.5, None, s(225)),
-            (1, 1.0, Some(s(60)), s(60)),
-            (1, 1.0, Some(s(3600)), s(300)),
-            (0, 2.0, None, s(5)),
-        ];
-        for (failures, jitter, retry_after, expected) in table {
-            assert_eq!(
-                b.delay(failures, jitter, retry_after),
-                expected,
-                "{failures} {jitter}"
-            );
-        }
     }
 
     #[tokio::test]
@@ -507,6 +490,68 @@ mod tests {
         let keeper = task.await.unwrap();
         assert_eq!(calls(&target), [false, true, false, true, false]);
         assert_eq!(keeper.protected(), Some(false));
+    }
+
+    /// Lets the keeper's task run, and the paused clock move on a second
+    /// at a time, until `target` has seen `n` calls (bounded).
+    async fn until_calls_in_time(target: &Scripted, n: usize) {
+        for _ in 0..10_000 {
+            if calls(target).len() >= n {
+                return;
+            }
+            tokio::task::yield_now().await;
+            if calls(target).len() < n {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        panic!("the keeper made {:?}, not {n} calls", calls(target));
+    }
+
+    /// The readiness of a worker whose gates are all open.
+    fn ready_worker() -> tokio::sync::watch::Sender<crate::Readiness> {
+        use crate::Gate;
+        tokio::sync::watch::channel(crate::Readiness {
+            imds: Gate::Passed,
+            storage: Gate::Passed,
+            warmup: Gate::Skipped,
+            ..crate::Readiness::default()
+        })
+        .0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_release_is_a_metric_and_a_degraded_reason_until_it_clears() {
+        let (target, keeper, _) = keeper(vec![Ok(()), Ok(()), server_error()]);
+        let metrics = spot_worker_telemetry::Metrics::noop();
+        let readiness = ready_worker();
+        let keeper = keeper.with_report(KeeperReport::new(metrics.clone(), readiness.clone()));
+        let activity = crate::activity::WorkerActivity::default();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(keep(keeper, activity.subscribe(), stop.clone()));
+        until_calls_in_time(&target, 1).await;
+        assert_eq!(metrics.scale_in_protection(), ProtectionState::Unprotected);
+        let held = activity.hold();
+        until_calls_in_time(&target, 2).await;
+        assert_eq!(metrics.scale_in_protection(), ProtectionState::Protected);
+        assert!(readiness.borrow().degraded.is_empty());
+        drop(held);
+        // The grace ends; the release fails (500): reported, still ready.
+        until_calls_in_time(&target, 3).await;
+        assert_eq!(metrics.scale_in_protection(), ProtectionState::ReleaseStuck);
+        let now = readiness.borrow().clone();
+        let reason = now
+            .degraded
+            .get(crate::health::DEGRADED_SCALE_IN_PROTECTION)
+            .expect("a degraded reason");
+        assert!(reason.contains("500"), "{reason}");
+        assert!(now.is_ready(), "a stuck release leaves the worker ready");
+        // The retry succeeds: both clear.
+        until_calls_in_time(&target, 4).await;
+        assert_eq!(calls(&target), [false, true, false, false]);
+        assert_eq!(metrics.scale_in_protection(), ProtectionState::Unprotected);
+        assert!(readiness.borrow().degraded.is_empty());
+        stop.cancel();
+        assert_eq!(task.await.unwrap().protected(), Some(false));
     }
 
     #[tokio::test]

@@ -59,7 +59,7 @@ mod tests {
             imds: Gate::Skipped,
             storage: Gate::Passed,
             warmup: Gate::Skipped,
-            shutting_down: None,
+            ..Readiness::default()
         })
         .0;
         let metrics = Metrics::noop();

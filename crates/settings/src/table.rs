@@ -590,6 +590,17 @@ pub const SCALE_IN_IDLE_GRACE: Setting<Duration> = Setting {
     secret: false,
 };
 
+// The fleet's bill (issue 39).
+
+/// How long a gone worker's lifetime record is kept.
+pub const LIFETIME_RETENTION: Setting<Duration> = Setting {
+    key: "SPOT_WORKER_LIFETIME_RETENTION",
+    default: seconds(30 * 86_400),
+    default_doc: Some("`30d`"),
+    doc: "how long a worker's lifetime record (the fleet's bill, `.spot-worker/fleet/workers/`) is kept after the worker last wrote it; each worker, once its record is first written, deletes at most 50 records older than this (see [How to read the bill](deploying.md#how-to-read-the-bill))",
+    secret: false,
+};
+
 // Telemetry (standard OpenTelemetry variables where there is one).
 
 /// The stderr log filter.
@@ -736,6 +747,7 @@ pub const ALL: &[&dyn Describe] = &[
     &WATCHDOG,
     &SCALE_IN_PROTECTION,
     &SCALE_IN_IDLE_GRACE,
+    &LIFETIME_RETENTION,
     &LOG_FILTER,
     &LOG_FORMAT,
     &SERVICE_NAME,

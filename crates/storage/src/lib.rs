@@ -43,6 +43,7 @@ mod fleet_document;
 mod fleet_ledger;
 pub mod lanes;
 mod lease_store;
+mod lifetime_retention;
 pub mod memory;
 mod queue;
 mod reserved;
@@ -70,6 +71,7 @@ pub use error::StorageError;
 pub use fenced_results::FencedResults;
 pub use fleet_ledger::FleetLedger;
 pub use lease_store::{InMemoryLeases, LeaseId, LeaseStore, MAX_LEASE, MIN_LEASE};
+pub use lifetime_retention::CLEAN_LIFETIMES_AT_MOST;
 pub use memory::{
     DelayedCheckpointStore, InMemoryCheckpointStore, InMemoryChunkStore, InMemoryQueue,
     InMemoryResultStore, StoredMessage,

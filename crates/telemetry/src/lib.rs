@@ -45,6 +45,7 @@ mod checkpoint_gauges;
 mod config;
 mod error;
 mod export;
+mod keeper_gauges;
 mod lane_metrics;
 mod logging;
 mod metrics;
@@ -62,6 +63,7 @@ pub use appinsights::{
 pub use checkpoint_gauges::{CheckpointEstimates, INTERRUPTION_KINDS};
 pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, TelemetryConfig};
 pub use error::TelemetryError;
+pub use keeper_gauges::ProtectionState;
 pub use lane_metrics::{DEADLINE_OUTCOMES, LANES};
 pub use metrics::{Metrics, attributes, names};
 pub use outcomes::{

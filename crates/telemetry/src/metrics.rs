@@ -14,6 +14,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, ObservableGauge};
 
 use crate::checkpoint_gauges::{CheckpointEstimates, CheckpointGauges, EstimatesSource};
+use crate::keeper_gauges::{KeeperGauges, ProtectionState};
 use crate::lane_metrics::{LaneInstruments, SwitchCostSource};
 use crate::outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
@@ -83,9 +84,15 @@ pub mod names {
     /// by `result`: `ok`, `throttled`, `forbidden`, `server_error`,
     /// `refused`, `unreachable` (`{write}`).
     pub const POD_DELETION_COST_WRITES: &str = "spot_worker.pod_deletion_cost.writes";
+    /// Gauge: 1 while writes of the pod's deletion cost keep failing (`1`).
+    pub const POD_DELETION_COST_FAILING: &str = "spot_worker.pod_deletion_cost.failing";
+    /// Gauge: 1 for the state of this VM's protection from scale-in, by
+    /// `state` ([`ProtectionState`](crate::ProtectionState)), 0 for the
+    /// others (`1`).
+    pub const SCALE_IN_PROTECTION: &str = "spot_worker.scale_in.protection";
 
     /// Every metric the worker emits, for checks of dashboards and queries.
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 25] = [
         MESSAGES_SETTLED,
         MESSAGES_FAILED,
         MESSAGE_PROCESS_DURATION,
@@ -109,6 +116,8 @@ pub mod names {
         LANES_SWITCH_COST,
         WORKER_TIME,
         POD_DELETION_COST_WRITES,
+        POD_DELETION_COST_FAILING,
+        SCALE_IN_PROTECTION,
     ];
 }
 
@@ -139,10 +148,14 @@ pub mod attributes {
     /// What a worker's time was spent on, on `spot_worker.worker.time`
     /// ([`WORKER_PHASES`](crate::WORKER_PHASES)).
     pub const PHASE: &str = "phase";
+    /// The state of this VM's protection from scale-in, on
+    /// `spot_worker.scale_in.protection`
+    /// ([`ProtectionState::as_str`](crate::ProtectionState::as_str)).
+    pub const STATE: &str = "state";
 
     /// Every attribute key on the worker's metrics.
-    pub const ALL: [&str; 9] = [
-        QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND, LANE, DEADLINE, PHASE,
+    pub const ALL: [&str; 10] = [
+        QUEUE, RESULT, OUTCOME, EVENT_TYPE, REASON, KIND, LANE, DEADLINE, PHASE, STATE,
     ];
 }
 
@@ -216,6 +229,7 @@ struct Instruments {
     lanes: LaneInstruments,
     worker_time: WorkerTime,
     pod_deletion_cost_writes: Counter<u64>,
+    keepers: KeeperGauges,
 }
 
 impl Metrics {
@@ -343,6 +357,7 @@ impl Metrics {
                 "Writes of the pod's controller.kubernetes.io/pod-deletion-cost, by result: ok, \
                  throttled, forbidden, server_error, refused, unreachable.",
             ),
+            keepers: KeeperGauges::new(meter),
         };
         Self {
             inner: Arc::new(inner),
@@ -537,6 +552,32 @@ impl Metrics {
         self.inner
             .pod_deletion_cost_writes
             .add(1, &[KeyValue::new(attributes::RESULT, result)]);
+    }
+
+    /// Sets the state of this VM's protection from scale-in
+    /// (`spot_worker.scale_in.protection`).
+    pub fn set_scale_in_protection(&self, state: ProtectionState) {
+        self.inner.keepers.set_protection(state);
+    }
+
+    /// The value last passed to
+    /// [`set_scale_in_protection`](Self::set_scale_in_protection)
+    /// (initially `unknown`).
+    pub fn scale_in_protection(&self) -> ProtectionState {
+        self.inner.keepers.protection()
+    }
+
+    /// Sets whether writes of the pod's deletion cost keep failing
+    /// (`spot_worker.pod_deletion_cost.failing`).
+    pub fn set_pod_deletion_cost_failing(&self, failing: bool) {
+        self.inner.keepers.set_cost_failing(failing);
+    }
+
+    /// The value last passed to
+    /// [`set_pod_deletion_cost_failing`](Self::set_pod_deletion_cost_failing)
+    /// (initially `false`).
+    pub fn pod_deletion_cost_failing(&self) -> bool {
+        self.inner.keepers.cost_failing()
     }
 
     /// The value last passed to [`set_ready`](Self::set_ready) (initially `false`).

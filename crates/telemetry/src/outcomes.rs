@@ -218,6 +218,9 @@ pub fn values(key: &str) -> Vec<&'static str> {
         attributes::LANE => crate::LANES.to_vec(),
         attributes::DEADLINE => crate::DEADLINE_OUTCOMES.to_vec(),
         attributes::PHASE => crate::WORKER_PHASES.to_vec(),
+        attributes::STATE => crate::ProtectionState::ALL
+            .map(crate::ProtectionState::as_str)
+            .to_vec(),
         _ => Vec::new(),
     }
 }

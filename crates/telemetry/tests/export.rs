@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use spot_worker_telemetry::{
-    CheckpointEstimates, CheckpointOutcome, LeaseOutcome, MessageOutcome, StorageRefusal,
-    Telemetry, TelemetryConfig, TelemetryError, message_span, names,
+    CheckpointEstimates, CheckpointOutcome, LeaseOutcome, MessageOutcome, ProtectionState,
+    StorageRefusal, Telemetry, TelemetryConfig, TelemetryError, message_span, names,
 };
 use spot_worker_testkit::otlp::{Collector, Received, WAIT, int_attribute, string_attribute};
 use tokio::sync::Notify;
@@ -66,6 +66,8 @@ fn record_sample_telemetry(telemetry: &Telemetry) {
     metrics.drained(Duration::from_secs(12));
     metrics.set_ready(true);
     metrics.set_storage_refused(Some(StorageRefusal::Refused));
+    metrics.set_scale_in_protection(ProtectionState::ReleaseStuck);
+    metrics.set_pod_deletion_cost_failing(true);
     metrics.observe_checkpoint_estimates(|| CheckpointEstimates {
         interval_seconds: 617.0,
         save_cost_seconds: Some(60.0),
@@ -274,6 +276,48 @@ async fn otlp_receives_the_message_span_and_metrics() {
                     "{by_reason:?}"
                 );
             }
+
+            // A release that cannot clear shows as its state, the others
+            // at 0; a failing deletion cost as 1.
+            let protection = metrics
+                .iter()
+                .find(|m| m.name == names::SCALE_IN_PROTECTION)
+                .unwrap();
+            let Some(metric::Data::Gauge(gauge)) = &protection.data else {
+                panic!("scale_in.protection is not a gauge: {:?}", protection.data);
+            };
+            let mut by_state: Vec<(String, Option<number_data_point::Value>)> = gauge
+                .data_points
+                .iter()
+                .map(|point| {
+                    let state = point
+                        .attributes
+                        .iter()
+                        .find(|kv| kv.key == "state")
+                        .and_then(|kv| kv.value.as_ref())
+                        .map(|value| format!("{:?}", value.value))
+                        .unwrap_or_default();
+                    (state, point.value)
+                })
+                .collect();
+            by_state.sort_by(|a, b| a.0.cmp(&b.0));
+            let as_int = |v: i64| Some(number_data_point::Value::AsInt(v));
+            assert_eq!(by_state.len(), 4, "{by_state:?}");
+            for (state, value) in &by_state {
+                let expected = i64::from(state.contains("\"release_stuck\""));
+                assert_eq!(*value, as_int(expected), "{by_state:?}");
+            }
+            let failing = metrics
+                .iter()
+                .find(|m| m.name == names::POD_DELETION_COST_FAILING)
+                .unwrap();
+            let Some(metric::Data::Gauge(gauge)) = &failing.data else {
+                panic!(
+                    "pod_deletion_cost.failing is not a gauge: {:?}",
+                    failing.data
+                );
+            };
+            assert_eq!(gauge.data_points[0].value, as_int(1));
 
             // The checkpoint interval and what it rests on, read at export.
             let interval = f64_gauge(&metrics, names::CHECKPOINT_INTERVAL)?;

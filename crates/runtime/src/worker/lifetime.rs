@@ -11,15 +11,20 @@
 //! ([`Busy`], around the handler `serve` builds, so the count of handlers
 //! in flight is the consumer's own); draining at the drain's trigger
 //! (`consume`); exited after the drain, before the telemetry flush.
+//!
+//! Once its own record is first written, each worker deletes a bounded
+//! number of records of workers gone longer than the retention
+//! (`SPOT_WORKER_LIFETIME_RETENTION`, [`LifetimeLog::delete_expired`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use spot_worker_decisions::bill::{PaidTime, Tally, WRITE_EVERY};
 use spot_worker_decisions::lanes::Lane;
+use spot_worker_imds::{ImdsClient, VmKind};
 use spot_worker_storage::{
-    CheckpointStore, Clock, HandlerError, Job, LifetimeLog, MessageHandler, ResultMarker,
-    SystemClock,
+    CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, HandlerError, Job, LifetimeLog,
+    MessageHandler, ResultMarker, SystemClock,
 };
 use spot_worker_telemetry::Metrics;
 use tokio::sync::Notify;
@@ -34,6 +39,8 @@ pub(crate) struct Lifetime {
     lane: Lane,
     /// Wakes the writer for a write out of turn (ready, exit).
     changed: Notify,
+    /// The VM's size and price class, once instance metadata said.
+    vm: Mutex<VmKind>,
 }
 
 impl Lifetime {
@@ -58,12 +65,48 @@ impl Lifetime {
             queue: queue.to_owned(),
             lane,
             changed: Notify::new(),
+            vm: Mutex::new(VmKind::default()),
         })
     }
 
-    /// With the wall clock.
-    pub(crate) fn start_now(queue: &str, lane: Lane, vm_name: Option<&str>) -> Arc<Self> {
-        Self::start(queue, lane, vm_name, Arc::new(SystemClock))
+    /// With the wall clock; on a VM (`on_vm`: instance metadata watched)
+    /// booted at most [`BOOT_WINDOW`] ago, its starting time counts from the
+    /// boot ([`boot_lead`]).
+    pub(crate) fn start_now(
+        queue: &str,
+        lane: Lane,
+        vm_name: Option<&str>,
+        on_vm: bool,
+    ) -> Arc<Self> {
+        let lead = if on_vm {
+            std::fs::read_to_string("/proc/uptime")
+                .ok()
+                .and_then(|uptime| boot_lead(&uptime))
+        } else {
+            None
+        };
+        Self::start_booted(queue, lane, vm_name, Arc::new(SystemClock), lead)
+    }
+
+    /// [`start`](Self::start), its starting time counted from `lead`
+    /// before now (the VM's boot), if given.
+    pub(crate) fn start_booted(
+        queue: &str,
+        lane: Lane,
+        vm_name: Option<&str>,
+        clock: Arc<dyn Clock>,
+        lead: Option<Duration>,
+    ) -> Arc<Self> {
+        let lifetime = Self::start(queue, lane, vm_name, clock);
+        if let Some(lead) = lead {
+            let lead_ms = u64::try_from(lead.as_millis()).unwrap_or(u64::MAX);
+            let mut tally = lifetime
+                .tally
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *tally = tally.clone().booted_before(lead_ms);
+        }
+        lifetime
     }
 
     fn change(&self, change: impl FnOnce(&mut Tally, u64)) {
@@ -78,6 +121,12 @@ impl Lifetime {
     pub(crate) fn ready(&self) {
         self.change(Tally::ready);
         self.changed.notify_one();
+    }
+
+    /// The VM's size and price class, from instance metadata: in every
+    /// record written from now on.
+    pub(crate) fn vm_kind(&self, kind: VmKind) {
+        *self.vm.lock().unwrap_or_else(PoisonError::into_inner) = kind;
     }
 
     /// A stop signal or notice: the drain begins.
@@ -113,24 +162,39 @@ impl Lifetime {
         });
     }
 
-    /// Keeps the record in `store` until the worker exits or `stop` is
-    /// cancelled: written at each ready, every `every` while not exited,
-    /// and once more at exit. A failed write is logged; the next carries
-    /// everything (the figures are cumulative).
+    /// [`keep_and_clean`](Self::keep_and_clean) without the cleaning.
+    #[cfg(test)]
     pub(crate) async fn keep(
         self: Arc<Self>,
         store: Arc<dyn CheckpointStore>,
         every: Duration,
         stop: CancellationToken,
     ) {
-        let log = LifetimeLog::for_worker(store, &self.worker);
+        self.keep_and_clean(store, every, None, stop).await;
+    }
+
+    /// Keeps the record in `store` until the worker exits or `stop` is
+    /// cancelled: written at each ready, every `every` while not exited,
+    /// and once more at exit. A failed write is logged; the next carries
+    /// everything (the figures are cumulative). Once the first record is
+    /// written, the records of workers gone longer than `retention` are
+    /// deleted (at most [`CLEAN_LIFETIMES_AT_MOST`] read; given up at
+    /// `stop`).
+    pub(crate) async fn keep_and_clean(
+        self: Arc<Self>,
+        store: Arc<dyn CheckpointStore>,
+        every: Duration,
+        mut retention: Option<Duration>,
+        stop: CancellationToken,
+    ) {
+        let log = LifetimeLog::for_worker(Arc::clone(&store), &self.worker);
         loop {
             let stopped = tokio::select! {
                 () = stop.cancelled() => true,
                 () = self.changed.notified() => false,
                 () = tokio::time::sleep(every) => false,
             };
-            let (record, exited) = {
+            let (mut record, exited) = {
                 let now = millis(self.clock.as_ref());
                 let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
                 let exited = tally.phase() == spot_worker_decisions::bill::Phase::Exited;
@@ -139,11 +203,28 @@ impl Lifetime {
                     exited,
                 )
             };
+            {
+                let vm = self.vm.lock().unwrap_or_else(PoisonError::into_inner);
+                record.vm_size.clone_from(&vm.vm_size);
+                record.priority.clone_from(&vm.priority);
+            }
             if let Err(error) = log.write(&record).await {
                 tracing::warn!(%error, key = log.key(), "could not write this worker's lifetime record; writing with the next");
             }
             if stopped || exited {
                 return;
+            }
+            if let Some(retention) = retention.take() {
+                let now = self.clock.now();
+                let clean = LifetimeLog::delete_expired(
+                    store.as_ref(),
+                    now,
+                    retention,
+                    CLEAN_LIFETIMES_AT_MOST,
+                );
+                if let Some(Err(error)) = stop.run_until_cancelled(clean).await {
+                    tracing::warn!(%error, "could not list the workers' lifetime records to delete the expired");
+                }
             }
         }
     }
@@ -160,6 +241,14 @@ impl super::Worker {
         self.lifetime.observe(&self.metrics);
         let store = Arc::clone(self.checkpoints.as_ref()?);
         let (lifetime, stop) = (Arc::clone(&self.lifetime), stop.clone());
+        let retention = self.config.lifetime_retention;
+        // Off Azure (no instance metadata) the size stays unknown.
+        let imds = self
+            .config
+            .imds
+            .enabled
+            .then(|| ImdsClient::new(self.imds_config()).ok())
+            .flatten();
         let gate_opened = self.gate_opened.clone();
         Some(tokio::spawn(async move {
             // A worker that stops before its gate opens leaves no record:
@@ -171,10 +260,42 @@ impl super::Worker {
             {
                 return;
             }
-            lifetime.keep(store, WRITE_EVERY, stop).await;
+            if let Some(imds) = imds {
+                match tokio::time::timeout(VM_KIND_WITHIN, imds.vm_kind()).await {
+                    Ok(Ok(kind)) => lifetime.vm_kind(kind),
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "instance metadata did not say this VM's size; its lifetime record says unknown")
+                    }
+                    Err(_) => tracing::debug!(
+                        "instance metadata did not say this VM's size in time; its lifetime record says unknown"
+                    ),
+                }
+            }
+            lifetime
+                .keep_and_clean(store, WRITE_EVERY, Some(retention), stop)
+                .await;
         }))
     }
 }
+
+/// How soon after its VM's boot a worker must start for the time since the
+/// boot to count as its starting time: a first worker started by
+/// cloud-init starts within minutes; a worker restarted later on the same
+/// VM (or in a container on a node up for days: `/proc/uptime` is the
+/// node's, not the container's) does not, and the boot is not its to count.
+pub(crate) const BOOT_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// The time since the host booted, from `/proc/uptime`'s text (`"seconds
+/// idle"`), if it is at most [`BOOT_WINDOW`].
+pub(crate) fn boot_lead(uptime: &str) -> Option<Duration> {
+    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let lead = Duration::try_from_secs_f64(seconds).ok()?;
+    (lead <= BOOT_WINDOW).then_some(lead)
+}
+
+/// How long the worker waits for its VM's size before its first record
+/// (instance metadata answered the gate already: it answers at once).
+const VM_KIND_WITHIN: Duration = Duration::from_secs(5);
 
 /// A handler counted busy while it runs.
 pub(crate) struct Busy<H> {
@@ -268,6 +389,10 @@ mod tests {
             lifetime.worker,
             format!("vm3-{}-0-0007", std::process::id())
         );
+        lifetime.vm_kind(VmKind {
+            vm_size: Some("Standard_D4s_v5".into()),
+            priority: Some("Regular".into()),
+        });
         let stop = CancellationToken::new();
         let writer = tokio::spawn(Arc::clone(&lifetime).keep(
             Arc::clone(&store),
@@ -299,6 +424,102 @@ mod tests {
             [40.0, 100.0, 15.0, 3.0]
         );
         assert_eq!((record.lane, record.seen_ms), (Lane::Regular, 158_000));
+        assert_eq!(
+            (record.vm_size.as_deref(), record.priority.as_deref()),
+            (Some("Standard_D4s_v5"), Some("Regular"))
+        );
         assert_eq!(lifetime.time(), t);
+    }
+
+    #[test]
+    fn the_boot_counts_only_for_a_worker_started_soon_after_it() {
+        let table = [
+            ("95.27 180.01\n", Some(Duration::from_millis(95_270))),
+            ("900.00 1.0", Some(BOOT_WINDOW)),
+            ("900.01 1.0", None),
+            ("350000.5 9.0", None),
+            ("", None),
+            ("garbage", None),
+            ("-5 1", None),
+        ];
+        for (uptime, expected) in table {
+            assert_eq!(boot_lead(uptime), expected, "{uptime:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_time_since_the_boot_is_starting_time() {
+        let clock = HandClock::default();
+        clock.advance(1_000);
+        let lifetime = Lifetime::start_booted(
+            "jobs",
+            Lane::Spot,
+            Some("vm"),
+            Arc::new(clock.clone()),
+            Some(Duration::from_secs(90)),
+        );
+        clock.advance(30);
+        lifetime.ready();
+        clock.advance(10);
+        let t = lifetime.time();
+        assert_eq!(
+            [t.starting_s, t.idle_s],
+            [120.0, 10.0],
+            "90 s booting, 30 s warming up"
+        );
+        let record = lifetime
+            .tally
+            .lock()
+            .unwrap()
+            .record("w", "jobs", Lane::Spot, 1_040_000);
+        assert_eq!(record.started_ms, 1_000_000, "the process's start");
+    }
+
+    #[tokio::test]
+    async fn a_worker_deletes_the_records_of_workers_gone_longer_than_the_retention() {
+        const DAY: u64 = 86_400;
+        let clock = HandClock::default();
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        // A worker that started on day 0 and exited on day 1.
+        let gone = Lifetime::start("jobs", Lane::Spot, Some("old"), Arc::new(clock.clone()));
+        clock.advance(DAY);
+        gone.exited();
+        Arc::clone(&gone)
+            .keep(
+                Arc::clone(&store),
+                Duration::from_secs(3600),
+                CancellationToken::new(),
+            )
+            .await;
+        let gone_key = LifetimeLog::key_of(&gone.worker);
+        assert!(store.read(&gone_key).await.unwrap().is_some());
+        // Day 32: a new worker, once its own record is written, deletes the
+        // record of the one gone 31 days (the retention is 30).
+        clock.advance(31 * DAY);
+        let lifetime = Lifetime::start("jobs", Lane::Spot, Some("new"), Arc::new(clock.clone()));
+        let stop = CancellationToken::new();
+        let writer = tokio::spawn(Arc::clone(&lifetime).keep_and_clean(
+            Arc::clone(&store),
+            Duration::from_secs(3600),
+            Some(Duration::from_secs(30 * DAY)),
+            stop.clone(),
+        ));
+        lifetime.ready();
+        // Bounded: the in-memory store answers at once.
+        for _ in 0..10_000 {
+            if store.read(&gone_key).await.unwrap().is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(store.read(&gone_key).await.unwrap().is_none(), "deleted");
+        stop.cancel();
+        writer.await.unwrap();
+        let left = store.list(LifetimeLog::PREFIX).await.unwrap();
+        assert_eq!(
+            left,
+            [LifetimeLog::key_of(&lifetime.worker)],
+            "its own stays"
+        );
     }
 }

@@ -44,6 +44,7 @@ use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::gate::{self, Checks, WarmupFn};
 use crate::health::{self, Readiness};
+use crate::keeper_retry::KeeperReport;
 use crate::metered::{
     MeteredCheckpoints, MeteredHandler, MeteredQueue, deadline_observer, goodput_observer,
     settlement_observer,
@@ -166,6 +167,7 @@ impl Worker {
             config.consumed_queue(),
             config.lanes.lane,
             config.imds.vm_name.as_deref(),
+            config.imds.enabled,
         );
         Worker {
             config,
@@ -402,7 +404,11 @@ impl Worker {
             idle_grace,
             Backoff::default(),
             tokio::time::Instant::now(),
-        );
+        )
+        .with_report(KeeperReport::new(
+            self.metrics.clone(),
+            self.readiness.clone(),
+        ));
         let (activity, stop) = (self.activity.subscribe(), stop.clone());
         Some(tokio::spawn(async move {
             crate::scale_in_protection::keep(keeper, activity, stop).await;

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Worker;
 use crate::error::WorkerError;
+use crate::keeper_retry::KeeperReport;
 use crate::kubernetes_api::KubernetesPodCost;
 use crate::pod_activity::{ActivityCheckpoints, ActivityHandler, PodActivity};
 use crate::pod_deletion_cost::{Backoff, DeletionCostKeeper, DeletionCostTarget, keep};
@@ -90,7 +91,9 @@ impl Worker {
         };
         let activity = PodActivity::new();
         self.pod_cost.activity = Some(activity.clone());
-        let keeper = DeletionCostKeeper::new(target, policy, Backoff::default());
+        let keeper = DeletionCostKeeper::new(target, policy, Backoff::default()).with_report(
+            KeeperReport::new(self.metrics.clone(), self.readiness.clone()),
+        );
         Ok(Some(tokio::spawn(keep(
             keeper,
             activity,

@@ -11,7 +11,9 @@ use anyhow::{Context as _, Result};
 use futures_util::{StreamExt as _, stream};
 use serde::Serialize;
 use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
-use spot_worker_decisions::bill::{FleetBill, LaneBill, LifetimeRecord, WRITE_EVERY, fleet_bill};
+use spot_worker_decisions::bill::{
+    FleetBill, LaneBill, LifetimeRecord, VmSizeBill, WRITE_EVERY, bill_by_vm_size, fleet_bill,
+};
 use spot_worker_storage::LifetimeLog;
 
 /// Records read at once.
@@ -40,11 +42,26 @@ pub struct LaneBillStatus {
     pub idle_cost: Option<f64>,
 }
 
+/// One VM size's part of the bill, shown when the fleet ran more than one.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct VmSizeStatus {
+    /// `compute.vmSize`, or `unknown` (off Azure, an older worker).
+    pub vm_size: String,
+    /// Its price classes (`Spot`, `Regular`, `Low`, `unknown`).
+    pub priorities: Vec<String>,
+    pub spot: LaneBillStatus,
+    pub regular: LaneBillStatus,
+}
+
 /// The fleet's bill by lane.
 #[derive(Debug, Default, Serialize, PartialEq)]
 pub struct BillStatus {
     pub spot: LaneBillStatus,
     pub regular: LaneBillStatus,
+    /// The same by VM size (each lane's price applied to every size: the
+    /// price settings are per lane), when more than one size ran; empty
+    /// otherwise.
+    pub by_vm_size: Vec<VmSizeStatus>,
     /// Records beyond --max-reads, not read (the oldest).
     pub not_read: usize,
     /// Records that could not be read or parsed.
@@ -82,9 +99,31 @@ pub fn bill_status(
     BillStatus {
         spot: lane_status(&bill.spot, spot_price),
         regular: lane_status(&bill.regular, regular_price),
+        by_vm_size: Vec::new(),
         not_read,
         unreadable,
     }
+}
+
+/// The bill of each VM size, when `sizes` holds more than one; empty
+/// otherwise (the lanes' lines say it all).
+pub fn vm_size_status(
+    sizes: &[VmSizeBill],
+    spot_price: Option<f64>,
+    regular_price: Option<f64>,
+) -> Vec<VmSizeStatus> {
+    if sizes.len() < 2 {
+        return Vec::new();
+    }
+    sizes
+        .iter()
+        .map(|size| VmSizeStatus {
+            vm_size: size.vm_size.clone(),
+            priorities: size.priorities.clone(),
+            spot: lane_status(&size.bill.spot, spot_price),
+            regular: lane_status(&size.bill.regular, regular_price),
+        })
+        .collect()
 }
 
 /// Reads the `max_reads` most recently written lifetime records in
@@ -124,13 +163,11 @@ pub async fn read_bill(
         });
     let period_ms = u64::try_from(WRITE_EVERY.as_millis()).unwrap_or(u64::MAX);
     let bill = fleet_bill(&records, now_ms, period_ms);
-    Ok(bill_status(
-        &bill,
-        spot_price,
-        regular_price,
-        not_read,
-        unreadable,
-    ))
+    let sizes = bill_by_vm_size(&records, now_ms, period_ms);
+    Ok(BillStatus {
+        by_vm_size: vm_size_status(&sizes, spot_price, regular_price),
+        ..bill_status(&bill, spot_price, regular_price, not_read, unreadable)
+    })
 }
 
 /// The bill's lines: one per lane with workers, and what was not read.
@@ -179,6 +216,21 @@ pub fn lines(bill: &BillStatus) -> Vec<String> {
     if lines.is_empty() {
         lines.push("bill    no worker lifetime record yet".to_owned());
     }
+    for size in &bill.by_vm_size {
+        let paid = size.spot.paid_hours + size.regular.paid_hours;
+        let idle = size.spot.idle_hours + size.regular.idle_hours;
+        let cost = match (size.spot.cost, size.regular.cost) {
+            (None, None) => String::new(),
+            (spot, regular) => format!(" (${:.4})", spot.unwrap_or(0.0) + regular.unwrap_or(0.0)),
+        };
+        let idle_share = if paid > 0.0 { idle * 100.0 / paid } else { 0.0 };
+        lines.push(format!(
+            "  {} ({}): {paid:.2} VM-h paid{cost} by {} worker(s), idle {idle:.2} h {idle_share:.1} %",
+            size.vm_size,
+            size.priorities.join(", "),
+            size.spot.workers + size.regular.workers,
+        ));
+    }
     match (bill.not_read, bill.unreadable) {
         (0, 0) => {}
         (n, bad) => lines.push(format!(
@@ -225,11 +277,58 @@ mod tests {
             assert!(text.contains(expected), "{expected:?} in:\n{text}");
         }
         assert!(!text.contains("regular:"), "{text}");
+        assert!(!text.contains("VM-h paid by"), "one size: no split: {text}");
         let empty = lines(&bill_status(&FleetBill::default(), None, None, 2, 1)).join("\n");
         assert!(empty.contains("no worker lifetime record yet"), "{empty}");
         assert!(
             empty.contains("2 older worker record(s) not read"),
             "{empty}"
         );
+    }
+
+    #[test]
+    fn the_bill_splits_by_vm_size_only_when_there_are_several() {
+        let hour = |busy_s: f64, idle_s: f64| LaneBill {
+            workers: 1,
+            exited: 1,
+            time: PaidTime {
+                busy_s,
+                idle_s,
+                ..PaidTime::default()
+            },
+            ..LaneBill::default()
+        };
+        let size = |name: &str, priority: &str, spot: LaneBill, regular: LaneBill| VmSizeBill {
+            vm_size: name.into(),
+            priorities: vec![priority.into()],
+            bill: FleetBill { spot, regular },
+        };
+        let one = [size(
+            "Standard_D4s_v5",
+            "Spot",
+            hour(3600.0, 0.0),
+            LaneBill::default(),
+        )];
+        assert!(vm_size_status(&one, Some(1.0), None).is_empty());
+        let two = [
+            size(
+                "Standard_D4s_v5",
+                "Spot",
+                hour(2700.0, 900.0),
+                LaneBill::default(),
+            ),
+            size("unknown", "unknown", LaneBill::default(), hour(7200.0, 0.0)),
+        ];
+        let status = BillStatus {
+            by_vm_size: vm_size_status(&two, Some(0.5), Some(2.0)),
+            ..BillStatus::default()
+        };
+        let text = lines(&status).join("\n");
+        for expected in [
+            "  Standard_D4s_v5 (Spot): 1.00 VM-h paid ($0.5000) by 1 worker(s), idle 0.25 h 25.0 %",
+            "  unknown (unknown): 2.00 VM-h paid ($4.0000) by 1 worker(s), idle 0.00 h 0.0 %",
+        ] {
+            assert!(text.contains(expected), "{expected:?} in:\n{text}");
+        }
     }
 }
