@@ -9,7 +9,7 @@ use spot_worker_testkit::fault_search::scenarios::Family;
 use spot_worker_testkit::fault_search::seed_count;
 
 /// Seeds per family under `cargo test` (on every core).
-const SEEDS: u64 = 1_000;
+const SEEDS: u64 = 2_000;
 
 fn must_hold(family: Family) {
     if let Err(failure) = family.search(0, seed_count(SEEDS)) {

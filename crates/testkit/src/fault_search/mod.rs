@@ -37,7 +37,7 @@ use std::fmt;
 use std::future::Future;
 
 pub use clock::{PlanClock, run_start};
-pub use invariants::{manifest_chunks_exist, named_chunks};
+pub use invariants::{ManifestChunksExist, manifest_chunks_exist, named_chunks};
 pub use layer::Faulty;
 pub use plan::{Check, Fault, FaultPlan, FaultRates};
 
