@@ -202,9 +202,8 @@ async fn deliver(
             return None;
         }
     };
-    for file in FILES {
-        write_file(dir.path(), file, 0);
-    }
+    // Its files are written when the restore finds nothing stored: a
+    // restore replaces them, and nothing reads them before it.
     Some(Delivery {
         handle,
         lease,
@@ -242,6 +241,10 @@ async fn restore(
         }
         Ok(None) => {
             plan.note(format!("{name}: nothing to restore"));
+            // The job starts from scratch.
+            for file in FILES {
+                write_file(delivery.dir.path(), file, 0);
+            }
             delivery.restored = true;
         }
         Err(error) if error.is_transient() => {
