@@ -8,7 +8,7 @@
 use spot_worker_testkit::fault_search::scenarios::Family;
 use spot_worker_testkit::fault_search::seed_count;
 
-/// Seeds per family under `cargo test` (on every core).
+/// Seeds per family under `cargo test` (two threads a core).
 const SEEDS: u64 = 2_000;
 
 fn must_hold(family: Family) {
