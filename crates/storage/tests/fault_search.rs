@@ -8,8 +8,8 @@
 use spot_worker_testkit::fault_search::scenarios::Family;
 use spot_worker_testkit::fault_search::seed_count;
 
-/// Seeds per family under `cargo test` (on every core).
-const SEEDS: u64 = 1_000;
+/// Seeds per family under `cargo test` (two threads a core).
+const SEEDS: u64 = 2_000;
 
 fn must_hold(family: Family) {
     if let Err(failure) = family.search(0, seed_count(SEEDS)) {
@@ -37,7 +37,8 @@ fn chunks_without_lost_answers() {
 }
 
 /// Every family, the lanes' too: a seed's whole trace (every store call,
-/// its fault, every step a process took) is the same on every run.
+/// its fault, every step a process took, each at its time on the run's
+/// clock) is the same on every run.
 #[test]
 fn a_seed_replays_exactly() {
     let trace = |family: Family, seed| {
@@ -58,6 +59,22 @@ fn a_seed_replays_exactly() {
         for seed in 0..10 {
             let first = trace(family, seed);
             assert!(first.len() > 40, "{}: {first:?}", family.name());
+            // Every step carries the run's (paused) clock, so the
+            // comparison below is of when each step ran, not only of
+            // their order; that clock never runs backwards.
+            let stamps: Vec<f64> = first
+                .iter()
+                .map(|step| {
+                    let (at, _) = step.trim_start().split_once("s ").unwrap_or_default();
+                    at.parse()
+                        .unwrap_or_else(|_| panic!("{}: an unstamped step {step:?}", family.name()))
+                })
+                .collect();
+            assert!(
+                stamps.windows(2).all(|pair| pair[0] <= pair[1]),
+                "{}: {first:?}",
+                family.name()
+            );
             let again = trace(family, seed);
             if let Some(at) = first.iter().zip(&again).position(|(a, b)| a != b) {
                 panic!(

@@ -67,6 +67,10 @@ struct Inner {
     rng: StdRng,
     rates: FaultRates,
     trace: Vec<String>,
+    /// Tokio's time at the run's first step: each step of the trace is
+    /// stamped with the time since, so two runs of a seed compare in time
+    /// as well as in order.
+    first_step: Option<tokio::time::Instant>,
     checks: Vec<Check>,
     /// The first invariant broken, and the step after which it was.
     broken: Option<String>,
@@ -81,6 +85,22 @@ pub struct FaultPlan {
     inner: Arc<Mutex<Inner>>,
 }
 
+impl Inner {
+    /// Adds `step` to the trace, stamped with tokio's time since the
+    /// first step (on the run's paused clock, the same in every run of a
+    /// seed); unstamped outside a runtime, where there is no such clock.
+    fn push(&mut self, step: String) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            self.trace.push(step);
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let since = now - *self.first_step.get_or_insert(now);
+        self.trace
+            .push(format!("{:>8.3}s {step}", since.as_secs_f64()));
+    }
+}
+
 impl FaultPlan {
     /// A plan for `seed`, choosing faults at `rates`.
     pub fn new(seed: u64, rates: FaultRates) -> Self {
@@ -89,6 +109,7 @@ impl FaultPlan {
                 rng: StdRng::seed_from_u64(seed),
                 rates,
                 trace: Vec::new(),
+                first_step: None,
                 checks: Vec::new(),
                 broken: None,
             })),
@@ -125,7 +146,7 @@ impl FaultPlan {
             Fault::LoseAnswer => format!("{what} -> applies, answer lost"),
             Fault::Delay(d) => format!("{what} -> delayed {d:?}"),
         };
-        inner.trace.push(line);
+        inner.push(line);
         fault
     }
 
@@ -148,7 +169,7 @@ impl FaultPlan {
 
     /// Records a step a process took (not a store call) in the trace.
     pub fn note(&self, step: impl Into<String>) {
-        self.lock().trace.push(step.into());
+        self.lock().push(step.into());
     }
 
     /// Adds an invariant checked after every step from now on.
@@ -167,7 +188,7 @@ impl FaultPlan {
         if let Some(broken) = broken {
             let step = inner.trace.len();
             inner.broken = Some(format!("{broken} (after step {step})"));
-            inner.trace.push(format!("!! {broken}"));
+            inner.push(format!("!! {broken}"));
         }
     }
 
@@ -176,7 +197,7 @@ impl FaultPlan {
     pub fn broken(&self, broken: impl Into<String>) {
         let broken = broken.into();
         let mut inner = self.lock();
-        inner.trace.push(format!("!! {broken}"));
+        inner.push(format!("!! {broken}"));
         if inner.broken.is_none() {
             let step = inner.trace.len();
             inner.broken = Some(format!("{broken} (step {step})"));
@@ -208,6 +229,29 @@ mod tests {
         };
         assert_eq!(decide(7), decide(7));
         assert_ne!(decide(7), decide(8));
+    }
+
+    /// Inside a run each step carries tokio's time since the first, so
+    /// two runs of a seed that waited differently do not compare equal.
+    #[test]
+    fn steps_are_stamped_with_the_runs_clock() {
+        let plan = FaultPlan::new(1, FaultRates::NONE);
+        plan.note("outside");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            plan.note("first");
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            plan.decide("call");
+        });
+        assert_eq!(
+            plan.trace(),
+            ["outside", "   0.000s first", "   1.500s call"]
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use spot_worker_storage::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::fault_search::{FaultPlan, Faulty, manifest_chunks_exist};
+use crate::fault_search::{FaultPlan, Faulty, ManifestChunksExist, manifest_chunks_exist};
 
 /// The job both holders run.
 const JOB: &str = "job-1";
@@ -61,8 +61,8 @@ pub async fn run(plan: FaultPlan, restores: Restores) {
     let memory = InMemoryCheckpointStore::new();
     let store: Arc<dyn CheckpointStore> =
         Arc::new(Faulty::new(memory.clone(), &plan, "checkpoints"));
-    let checked = memory.clone();
-    plan.check(move || manifest_chunks_exist(&checked, JOB));
+    let checked = ManifestChunksExist::new(memory.clone(), JOB);
+    plan.check(move || checked.check());
     let mut holders = [
         Holder {
             name: "A",
@@ -202,9 +202,8 @@ async fn deliver(
             return None;
         }
     };
-    for file in FILES {
-        write_file(dir.path(), file, 0);
-    }
+    // Its files are written when the restore finds nothing stored: a
+    // restore replaces them, and nothing reads them before it.
     Some(Delivery {
         handle,
         lease,
@@ -242,6 +241,10 @@ async fn restore(
         }
         Ok(None) => {
             plan.note(format!("{name}: nothing to restore"));
+            // The job starts from scratch.
+            for file in FILES {
+                write_file(delivery.dir.path(), file, 0);
+            }
             delivery.restored = true;
         }
         Err(error) if error.is_transient() => {

@@ -83,7 +83,7 @@ impl Family {
     }
 
     /// Runs it for `count` seeds from `first` (or the one seed
-    /// `SPOT_WORKER_FAULT_SEED` names), on every core; see
+    /// `SPOT_WORKER_FAULT_SEED` names), on two threads a core; see
     /// [`super::search`].
     pub fn search(self, first: u64, count: u64) -> Result<u64, Box<Failure>> {
         super::search(self.name(), first, count, self.rates(), |plan| {
