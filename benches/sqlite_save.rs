@@ -16,18 +16,23 @@
 //! - the median bytes sent per save after the first (chunks reused);
 //! - how long the program's commits took: median and max with no save
 //!   running (the baseline, measured in the same run), and while saves ran;
-//! - the peak resident memory of the process while saving (the writer's
-//!   connection included; the chunks sent are dropped, not kept).
+//! - the runner's peak resident memory while saving, and what it held just
+//!   before: the bench's process is the runner alone, since the program
+//!   (the database's making and its writer) is a process of its own, this
+//!   binary run again with `--fill` or `--write`, as `spot-worker run`'s
+//!   program is; the chunks sent are dropped, not kept.
 //!
 //! Real files on the machine's temporary directory, real SQLite; the store
 //! the chunks go to drops them (what a network costs is not measured here).
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use bytes::Bytes;
 use rusqlite::Connection;
 use spot_worker::storage::files::{CheckpointFiles, ChunkStore};
@@ -37,14 +42,28 @@ use spot_worker::storage::{
 };
 use spot_worker_command::with_consistent_databases;
 use spot_worker_testkit::bench::{self, BenchArgs, median};
+use spot_worker_testkit::procfs::{self, Process};
 
 const MB: u64 = 1_000_000;
 const ROW: usize = 4096;
 /// The size of a row the writer adds.
 const ADDED: usize = 1024;
+/// Child mode: make the database (`--fill DB MODE BYTES`).
+const FILL: &str = "--fill";
+/// Child mode: the program writing it (`--write DB MICROSECONDS`), until
+/// its stdin closes.
+const WRITE: &str = "--write";
+/// The longest a writer child writes if its parent never closes its stdin.
+const WRITING_AT_MOST: Duration = Duration::from_secs(3600);
 
 fn main() -> Result<()> {
     let args = BenchArgs::from_env();
+    if let Some(child) = args.after(FILL) {
+        return fill_mode(child);
+    }
+    if let Some(child) = args.after(WRITE) {
+        return write_mode(child);
+    }
     let mut every = Duration::from_millis(2);
     let (mut saves, mut sizes) = if args.benchmarking() {
         (5, vec![10 * MB, 100 * MB])
@@ -73,7 +92,7 @@ fn main() -> Result<()> {
         every.as_millis()
     );
     println!(
-        "| database | mode | save, median | throughput | sent per save (after the first) | commit median / max, no save | commit median / max, saving | peak RSS |"
+        "| database | mode | save, median | throughput | sent per save (after the first) | commit median / max, no save | commit median / max, saving | runner's peak RSS (before the saves) |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     let runtime = bench::runtime()?;
@@ -109,6 +128,7 @@ fn case(
     let mut took = Vec::new();
     let mut sent = Vec::new();
     clear_peak_rss();
+    let before = procfs::rss_kib(Process::This)?;
     let during = writing(&db, every, || {
         for _ in 0..saves {
             let started = Instant::now();
@@ -120,7 +140,7 @@ fn case(
         }
         Ok(())
     })?;
-    let peak = peak_rss_kb()?;
+    let peak = procfs::peak_rss_kib(Process::This)?;
     let save = median(&took);
     let mut later = sent[1..].to_vec();
     later.sort_unstable();
@@ -128,7 +148,7 @@ fn case(
     let (base_median, base_max) = latencies(&baseline);
     let (save_median, save_max) = latencies(&during);
     println!(
-        "| {} MB | {} | {:.0} ms | {:.0} MB/s | {:.2} MB | {:.2} / {:.1} ms | {:.2} / {:.1} ms | {} MB |",
+        "| {} MB | {} | {:.0} ms | {:.0} MB/s | {:.2} MB | {:.2} / {:.1} ms | {:.2} / {:.1} ms | {} MB ({} MB) |",
         size / MB,
         if mode == "wal" {
             "WAL"
@@ -142,13 +162,34 @@ fn case(
         base_max.as_secs_f64() * 1e3,
         save_median.as_secs_f64() * 1e3,
         save_max.as_secs_f64() * 1e3,
-        peak / 1000,
+        peak * 1024 / 1_000_000,
+        before * 1024 / 1_000_000,
     );
     Ok(())
 }
 
-/// Makes the database: `size` bytes of rows of [`ROW`] bytes.
+/// Makes the database: `size` bytes of rows of [`ROW`] bytes, in a child
+/// process (so that what SQLite and the allocator keep of it is not counted
+/// as the runner's memory).
 fn fill(db: &Path, mode: &str, size: u64) -> Result<()> {
+    let status = Command::new(std::env::current_exe()?)
+        .arg(FILL)
+        .arg(db)
+        .arg(mode)
+        .arg(size.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .context("making the database in a child process")?;
+    ensure!(status.success(), "making the database: the child {status}");
+    Ok(())
+}
+
+/// Child mode `--fill DB MODE BYTES`.
+fn fill_mode(args: &[String]) -> Result<()> {
+    let [db, mode, size] = args else {
+        bail!("{FILL} DB MODE BYTES, not {args:?}");
+    };
+    let size: u64 = size.parse().with_context(|| format!("{FILL}: {size}"))?;
     let connection = Connection::open(db)?;
     connection.pragma_update(None, "journal_mode", mode)?;
     connection.execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY, pad BLOB)")?;
@@ -164,39 +205,82 @@ fn fill(db: &Path, mode: &str, size: u64) -> Result<()> {
     Ok(())
 }
 
-/// Runs `meanwhile` while a connection of its own adds a row of 1 KiB
-/// every `every`, each its own commit; each commit's time.
+/// Runs `meanwhile` while the program, a child process, adds a row of
+/// 1 KiB every `every` through a connection of its own, each its own
+/// commit; each commit's time.
 fn writing(
     db: &Path,
     every: Duration,
     meanwhile: impl FnOnce() -> Result<()>,
 ) -> Result<Vec<Duration>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (db, stop) = (db.to_owned(), Arc::clone(&stop));
-        std::thread::spawn(move || -> Result<Vec<Duration>> {
-            let connection = Connection::open(db)?;
-            connection.busy_timeout(Duration::from_secs(60))?;
-            let mut times = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let started = Instant::now();
-                connection.execute(
-                    "INSERT INTO t (pad) VALUES (randomblob(?1))",
-                    (ADDED as i64,),
-                )?;
-                times.push(started.elapsed());
-                std::thread::sleep(every);
-            }
-            Ok(times)
-        })
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg(WRITE)
+        .arg(db)
+        .arg(every.as_micros().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the writer process")?;
+    let stdin = child.stdin.take().context("the writer's stdin")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("the writer's stdout")?);
+    let mut ready = String::new();
+    stdout.read_line(&mut ready)?;
+    // Whatever `meanwhile` comes to, the writer is stopped (its stdin
+    // closed) and waited for.
+    let done = if ready.trim() == "ready" {
+        meanwhile()
+    } else {
+        Err(anyhow::anyhow!("the writer did not start: {ready:?}"))
     };
-    let done = meanwhile();
-    stop.store(true, Ordering::Relaxed);
-    let times = writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("the writer panicked"))??;
+    drop(stdin);
+    let mut times = Vec::new();
+    for line in stdout.lines() {
+        let nanos: u64 = line?.trim().parse().context("a commit time")?;
+        times.push(Duration::from_nanos(nanos));
+    }
+    let status = child.wait()?;
     done?;
+    ensure!(status.success(), "the writer: {status}");
     Ok(times)
+}
+
+/// Child mode `--write DB MICROSECONDS`: says `ready` once its connection
+/// is open, commits a row every MICROSECONDS until its stdin closes (or for
+/// [`WRITING_AT_MOST`]), then prints each commit's time in nanoseconds.
+fn write_mode(args: &[String]) -> Result<()> {
+    let [db, every] = args else {
+        bail!("{WRITE} DB MICROSECONDS, not {args:?}");
+    };
+    let every = Duration::from_micros(every.parse().with_context(|| format!("{WRITE}: {every}"))?);
+    let connection = Connection::open(db)?;
+    connection.busy_timeout(Duration::from_secs(60))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    let until = Instant::now() + WRITING_AT_MOST;
+    let mut times = Vec::new();
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        let started = Instant::now();
+        connection.execute(
+            "INSERT INTO t (pad) VALUES (randomblob(?1))",
+            (ADDED as i64,),
+        )?;
+        times.push(started.elapsed());
+        std::thread::sleep(every);
+    }
+    for time in times {
+        writeln!(out, "{}", time.as_nanos())?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn latencies(times: &[Duration]) -> (Duration, Duration) {
@@ -210,21 +294,6 @@ fn latencies(times: &[Duration]) -> (Duration, Duration) {
 fn clear_peak_rss() {
     // Linux 4.0 and later; an older kernel reports the peak since start.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-fn peak_rss_kb() -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmHWM:"))
-        .ok_or_else(|| anyhow::anyhow!("no VmHWM in /proc/self/status"))?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("0")
-        .parse::<u64>()?
-        * 1024
-        / 1000)
 }
 
 /// An in-memory checkpoint store whose chunks are dropped as they come:
