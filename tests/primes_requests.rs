@@ -124,8 +124,17 @@ async fn a_one_chunk_primes_job_costs_at_most_1_1_times_the_protocol_minimum() {
     eprintln!("{counts}");
     assert!(per_job <= 1.1 * minimum, "{counts}");
     // Apart from the jobs' requests, the fleet's interruption counts: read
-    // as the gate opens, added to (a read and a write) as the worker stops.
-    assert_eq!(checkpoints.fleet(), 3, "{counts}");
+    // as the gate opens, added to (a read and a write) as the worker stops;
+    // and one listing of the workers' lifetime records, the retention pass
+    // each worker makes once, after its own record is first written
+    // (nothing there is old enough to read or delete). That pass runs
+    // beside the jobs and is given up if the worker stops first, so a
+    // machine slow enough to finish every job before it may not list.
+    assert!(
+        (3..=4).contains(&checkpoints.fleet()),
+        "fleet requests {}: {counts}",
+        checkpoints.fleet()
+    );
     // What is left per job: one create-only result, the delete; no
     // checkpoint request at all (nothing read before a first delivery, no
     // completed checkpoint written, so none to remove). The only other
