@@ -20,7 +20,6 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spot_worker_testkit::arm_stand_in::{self as arm, Arm, Principal, WRITE_ACTION, custom_role_actions};
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
@@ -30,6 +29,9 @@ use spot_worker_imds::ScaleSetMember;
 use spot_worker_runtime::scale_in_protection::ScaleInProtection;
 use spot_worker_runtime::{HandlerError, Job, Worker, WorkerConfig, handler_fn};
 use spot_worker_storage::MessageQueue;
+use spot_worker_testkit::arm_stand_in::{
+    self as arm, Arm, Principal, WRITE_ACTION, custom_role_actions,
+};
 use tokio::sync::{Notify, mpsc};
 
 const SUB: &str = "00000000-0000-0000-0000-00000000beef";

@@ -43,7 +43,10 @@ pub const ROLE_MODULE: &str = "bicep/modules/scale-in-protection.bicep";
 
 /// The audiences of a token for Azure Resource Manager (public cloud), as
 /// Entra ID and IMDS write them.
-const ARM_AUDIENCES: [&str; 2] = ["https://management.azure.com", "https://management.azure.com/"];
+const ARM_AUDIENCES: [&str; 2] = [
+    "https://management.azure.com",
+    "https://management.azure.com/",
+];
 
 /// Why the role could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +260,9 @@ impl Arm {
 /// A lock, whether or not a holder panicked (the maps stay consistent:
 /// every change is one insert or pop).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The principal an IMDS emulator token stands for: its claims (the
