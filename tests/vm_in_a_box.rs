@@ -29,12 +29,18 @@
 //! `APPLICATIONINSIGHTS_CONNECTION_STRING`, rendered empty: the box has no
 //! Application Insights, and the template allows it (the telemetry crate
 //! treats an empty value as "no export"), so no export to an unreachable
-//! ingestion host clutters the run. And the box renders the templates as
-//! a deployment with `scaleInProtection=false` would
-//! (`SPOT_WORKER_SCALE_IN_PROTECTION=off`; the default is on): the box has
-//! no stand-in for Azure Resource Manager at `management.azure.com`, so the
-//! worker's protect and release calls would fail there.
-//! `crates/azure/tests/scale_in_protection.rs` runs them against one.
+//! ingestion host clutters the run.
+//!
+//! Scale-in protection as deployed by default (`scaleInProtection=true`,
+//! `SPOT_WORKER_SCALE_IN_PROTECTION=on`): `management.azure.com:443` is
+//! ARM's stand-in (`spot_worker_testkit::arm_stand_in`, the box's CA), which
+//! accepts the identity's IMDS tokens for ARM with the custom role of
+//! `bicep/modules/scale-in-protection.bicep` on the scale set and refuses
+//! anything else. The worker protects its VM while it holds jobs (its
+//! first call answered 429, then 500: retried, nothing lost) and releases
+//! it on exit. The release after the idle grace (120 s, not exposed by the
+//! templates) and the scale-in of one busy and one idle VM are
+//! `crates/azure/tests/scale_in_protection.rs`'s, against the same stand-in.
 //!
 //! Then what goes wrong on real VMs, each with a clear error and nothing
 //! taken from the queue: a client id IMDS does not know, tokens storage

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
+use axum::http::StatusCode;
 use spot_worker::azure::AzureQueue;
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
 use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::{PrimesJob, expected_result};
 
 use super::network::IMDS_IP;
-use super::the_box::{CLIENT_ID, TheBox, bearer_validations, note, wait_for};
-use super::vm::Vm;
+use super::the_box::{CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, wait_for};
+use super::vm::{PATIENCE, Vm};
 use crate::rendered::seconds;
 
 impl TheBox {
@@ -27,6 +28,14 @@ impl TheBox {
     ) {
         let started = Instant::now();
         let bearer_before = bearer_validations(&self.azurite);
+        // ARM throttles, then fails, the worker's first call to it: the
+        // protection is retried, nothing is lost.
+        let (throttled, failed) = (self.arm.answered(429), self.arm.answered(500));
+        self.arm.fail_next(&[
+            (StatusCode::TOO_MANY_REQUESTS, Some(1)),
+            (StatusCode::INTERNAL_SERVER_ERROR, None),
+        ]);
+        let protections_before = self.arm.protections().len();
         let mut vm = Vm::start(binary, env);
         vm.until_ready().await;
         note(format!(
@@ -57,12 +66,44 @@ impl TheBox {
             note(format!("job {}: result {result}", job.job_id));
         }
 
+        // The keeper's retries follow the 429's Retry-After and its own
+        // backoff, so the protection may land after these short jobs (it
+        // lasts the idle grace, 120 s, past them).
+        let (throttled, failed) = (throttled + 1, failed + 1);
+        let outcome = self
+            .arm
+            .wait_for(
+                "ARM answering 429, then 500, then the VM protected",
+                PATIENCE,
+                |fleet| {
+                    let answered = |status| fleet.answered.get(&status).copied().unwrap_or(0);
+                    answered(429) >= throttled
+                        && answered(500) >= failed
+                        && fleet.protections[protections_before..]
+                            .iter()
+                            .any(|(_, protect)| *protect)
+                },
+            )
+            .await;
+        assert!(outcome.is_ok(), "{outcome:?}; worker log:\n{}", vm.log());
+        assert_eq!(
+            (self.arm.answered(429), self.arm.answered(500)),
+            (throttled, failed),
+            "one 429 and one 500, each answered once"
+        );
+
         let big = PrimesJob::new("big", 0, 200_000_000_000).unwrap();
         queue.send(&big.to_message(), Duration::ZERO).await.unwrap();
         wait_for(&vm, "the long job's first checkpoint", || async {
             checkpoints.read("big").await.unwrap()
         })
         .await;
+        let protected = self.arm.vm(&self.scale_set, INSTANCE_ID);
+        assert_eq!(
+            protected.map(|vm| vm.protected),
+            Some(true),
+            "the VM is protected from scale-in while the long job runs"
+        );
         let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
         let notice = Instant::now();
         let drain_budget = seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
@@ -82,6 +123,20 @@ impl TheBox {
         note(format!(
             "IMDS saw the approval POST for {}",
             approval.event_id
+        ));
+        let released = self.arm.vm(&self.scale_set, INSTANCE_ID);
+        assert_eq!(
+            (
+                released.map(|vm| vm.protected),
+                self.arm.protections().last().map(|(_, protect)| *protect)
+            ),
+            (Some(false), Some(false)),
+            "the worker released its VM's protection on exit: {:?}",
+            self.arm.protections()
+        );
+        note(format!(
+            "ARM stand-in: protections {:?} (429 then 500 on one call), released on exit",
+            &self.arm.protections()[protections_before..]
         ));
         // Azure evicts the VM now; the next VM in the box starts clean.
         self.emulator.complete_event(&preempt.id).unwrap();

@@ -1,5 +1,7 @@
 //! The box itself: its network, trust store and host names, Azurite over
-//! HTTPS with OAuth, the IMDS emulator at its real address, the operator's
+//! HTTPS with OAuth, the IMDS emulator at its real address, Azure Resource
+//! Manager's stand-in at `management.azure.com` over HTTPS (the scale set's
+//! instance protection, with the custom role), the operator's
 //! view of the storage account, the rendered VM files, and the helpers the
 //! cases share.
 
@@ -11,6 +13,8 @@ use std::time::{Duration, Instant};
 use spot_worker::azure::{AzureQueue, AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
 use spot_worker::storage::ResultStore;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, IdentityConfig};
+use spot_worker_testkit::arm_stand_in::{Arm, Principal, custom_role_actions};
+use spot_worker_testkit::tls_front::TlsFront;
 use spot_worker_testkit::{Azurite, HttpsOptions};
 
 use super::network::{self, Hosts, IMDS_IP};
@@ -23,6 +27,12 @@ use crate::rendered::{self, render, repo, worker_binary};
 pub const CLIENT_ID: &str = "5b1d4e3c-7a2f-4c11-9e0d-2f6a8b9c0d1e";
 /// Instance 0 of the scale set `<namePrefix>-vmss`.
 const VM_SUFFIX: &str = "-vmss_0";
+/// The scale set and this VM's instance id in it (from [`VM_SUFFIX`]).
+const SET_SUFFIX: &str = "-vmss";
+pub const INSTANCE_ID: &str = "0";
+/// Azure Resource Manager's name, and where the box serves it.
+const ARM_HOST: &str = "management.azure.com";
+const ARM_IP: &str = "127.0.0.4";
 /// Stands in for `uniqueString(resourceGroup().id)` (13 characters).
 const UNIQUE_STRING: &str = "q7k2m9x4b1c8d";
 
@@ -34,6 +44,11 @@ pub struct TheBox {
     pub untrusted: pki::ServerCert,
     pub azurite: Azurite,
     pub emulator: spot_worker_imds_emulator::RunningEmulator,
+    /// ARM's stand-in, and its HTTPS front at `management.azure.com:443`.
+    pub arm: Arm,
+    pub arm_front: TlsFront,
+    /// The scale set this VM is an instance of.
+    pub scale_set: String,
     /// The operator's view of the account (key-signed SAS over HTTPS).
     pub operator: AzureStorage,
     pub rendered: rendered::Rendered,
@@ -57,21 +72,27 @@ impl TheBox {
         let ca = pki::new_ca(&dir, "vm-in-a-box-ca");
         let names = ["*.blob.core.windows.net", "*.queue.core.windows.net"];
         let server = ca.issue(&dir, "storage", &names);
+        let arm_cert = ca.issue(&dir, "arm", &[ARM_HOST]);
         let rogue = pki::new_ca(&dir, "untrusted-ca");
         let untrusted = rogue.issue(&dir, "untrusted-storage", &names);
         network::trust(&dir, &ca.cert);
         network::own_runtime_dir(&dir);
         let hosts = Hosts::mount(
             &dir,
-            &[("127.0.0.2", &blob_host), ("127.0.0.3", &queue_host)],
+            &[
+                ("127.0.0.2", &blob_host),
+                ("127.0.0.3", &queue_host),
+                (ARM_IP, ARM_HOST),
+            ],
         );
         note(format!(
-            "box: lo up with {IMDS_IP}; {blob_host} -> 127.0.0.2:443, {queue_host} -> 127.0.0.3:443; test CA in {}",
+            "box: lo up with {IMDS_IP}; {blob_host} -> 127.0.0.2:443, {queue_host} -> 127.0.0.3:443, {ARM_HOST} -> {ARM_IP}:443; test CA in {}",
             network::CA_BUNDLE
         ));
 
         let azurite = start_azurite(&account, &server, ["127.0.0.2", "127.0.0.3"]);
         let emulator = start_imds(&account).await;
+        let (arm, arm_front, scale_set) = start_arm(&emulator, &arm_cert).await;
 
         let operator = AzureStorage::new(
             StorageConfig::from_connection_string(&format!(
@@ -89,6 +110,9 @@ impl TheBox {
             untrusted,
             azurite,
             emulator,
+            arm,
+            arm_front,
+            scale_set,
             operator,
             rendered,
             binary_sha256,
@@ -208,7 +232,8 @@ impl TheBox {
     pub fn point_storage_at(&self, [blob, queue]: [&str; 2]) {
         let blob_host = format!("{}.blob.core.windows.net", self.account);
         let queue_host = format!("{}.queue.core.windows.net", self.account);
-        self.hosts.set(&[(blob, &blob_host), (queue, &queue_host)]);
+        self.hosts
+            .set(&[(blob, &blob_host), (queue, &queue_host), (ARM_IP, ARM_HOST)]);
     }
 }
 
@@ -255,8 +280,8 @@ pub fn deployment_values(account: &str, sha256: &str) -> BTreeMap<&'static str, 
         ("lane", "spot".to_owned()),
         ("regularQueueName", String::new()),
         ("concurrency", String::new()),
-        // See the module docs: rendered as with scaleInProtection=false.
-        ("scaleInProtection", "off".to_owned()),
+        // The default (scaleInProtection=true): ARM's stand-in answers.
+        ("scaleInProtection", "on".to_owned()),
     ])
 }
 
@@ -288,6 +313,44 @@ async fn start_imds(account: &str) -> spot_worker_imds_emulator::RunningEmulator
         emulator.config().vm_name
     ));
     emulator
+}
+
+/// ARM's stand-in for the emulator's subscription and resource group,
+/// behind TLS at `management.azure.com:443`: this VM an instance of its
+/// scale set, unprotected; the identity's IMDS tokens for ARM carrying the
+/// custom role of `bicep/modules/scale-in-protection.bicep` assigned on the
+/// scale set, as `main.bicep` assigns it.
+async fn start_arm(
+    emulator: &spot_worker_imds_emulator::RunningEmulator,
+    cert: &pki::ServerCert,
+) -> (Arm, TlsFront, String) {
+    let config = emulator.config();
+    let scale_set = config
+        .scale_set_name
+        .clone()
+        .expect("the box's VM is an instance of a scale set");
+    assert!(scale_set.ends_with(SET_SUFFIX), "{scale_set}");
+    let arm = Arm::start(&config.subscription_id, &config.resource_group)
+        .await
+        .expect("ARM's stand-in starts");
+    arm.add_vm(&scale_set, INSTANCE_ID, false);
+    arm.grant_identity(
+        CLIENT_ID,
+        Principal {
+            actions: custom_role_actions().expect("the custom role is read from bicep"),
+            scope: arm.scale_set(&scale_set),
+        },
+    );
+    let bind = SocketAddr::new(ARM_IP.parse().unwrap(), 443);
+    let front = TlsFront::start(bind, &cert.cert, &cert.key, arm.addr)
+        .await
+        .expect("ARM's TLS front starts");
+    note(format!(
+        "ARM stand-in at https://{ARM_HOST} ({ARM_IP}:443): {} instance {INSTANCE_ID}, role of {} for {CLIENT_ID}",
+        arm.scale_set(&scale_set),
+        spot_worker_testkit::arm_stand_in::ROLE_MODULE
+    ));
+    (arm, front, scale_set)
 }
 
 pub fn sha256(file: &Path) -> String {

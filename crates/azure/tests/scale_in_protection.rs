@@ -1,7 +1,8 @@
 //! The worker's scale-in protection through Azure Resource Manager, against
 //! a loopback stand-in of ARM that enforces the custom role of
 //! `bicep/modules/scale-in-protection.bicep` and Azure's protection
-//! semantics (`tests/arm/mod.rs`), with workers of the runtime taking a
+//! semantics (`spot_worker_testkit::arm_stand_in`, which the VM in a box
+//! shares), with workers of the runtime taking a
 //! real job from a real Azurite queue:
 //!
 //! - a token whose role lacks the write, or whose assignment is on another
@@ -14,13 +15,11 @@
 //! - a worker that starts clears a protection left on its VM (by a crash),
 //!   and one that exits releases its own.
 
-mod arm;
 mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arm::{Arm, Principal, WRITE_ACTION, custom_role_actions};
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
@@ -30,6 +29,9 @@ use spot_worker_imds::ScaleSetMember;
 use spot_worker_runtime::scale_in_protection::ScaleInProtection;
 use spot_worker_runtime::{HandlerError, Job, Worker, WorkerConfig, handler_fn};
 use spot_worker_storage::MessageQueue;
+use spot_worker_testkit::arm_stand_in::{
+    self as arm, Arm, Principal, WRITE_ACTION, custom_role_actions,
+};
 use tokio::sync::{Notify, mpsc};
 
 const SUB: &str = "00000000-0000-0000-0000-00000000beef";
@@ -81,9 +83,9 @@ fn member(instance: &str) -> ScaleSetMember {
 
 #[tokio::test]
 async fn a_role_without_the_write_or_on_another_scale_set_is_refused() {
-    let arm = Arm::start(SUB, RG).await;
+    let arm = Arm::start(SUB, RG).await.unwrap();
     arm.add_vm(SET, "vm-a", false);
-    let role = custom_role_actions();
+    let role = custom_role_actions().unwrap();
     assert!(
         role.iter().any(|a| a.eq_ignore_ascii_case(WRITE_ACTION)),
         "the custom role grants what the worker does: {role:?}"
@@ -204,11 +206,11 @@ fn worker_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scale_in_removes_the_idle_vm_and_arm_errors_lose_nothing() {
     let azurite = start_azurite();
-    let arm = Arm::start(SUB, RG).await;
+    let arm = Arm::start(SUB, RG).await.unwrap();
     arm.grant(
         "token-of-the-workers",
         Principal {
-            actions: custom_role_actions(),
+            actions: custom_role_actions().unwrap(),
             scope: arm.scale_set(SET),
         },
     );
@@ -259,7 +261,8 @@ async fn a_scale_in_removes_the_idle_vm_and_arm_errors_lose_nothing() {
             state(busy) == Some(true) && state(idle) == Some(false)
         },
     )
-    .await;
+    .await
+    .unwrap();
     // Azure's autoscale asks for two fewer: only the idle one can go.
     assert_eq!(arm.scale_in(SET, 2), [idle.to_owned()]);
     assert_eq!(arm.vm(SET, busy), Some(arm::Vm { protected: true }));
@@ -275,7 +278,8 @@ async fn a_scale_in_removes_the_idle_vm_and_arm_errors_lose_nothing() {
         WAIT_LIMIT,
         |fleet| fleet.vms.values().all(|vm| !vm.protected),
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(arm.answered(429), 1);
     assert_eq!(arm.answered(500), 1);
     assert_eq!(arm.vm(SET, busy), Some(arm::Vm { protected: false }));

@@ -1,6 +1,8 @@
 //! The test kit (dev only): what the project's tests and benchmarks share.
 //!
 //! - [`Azurite`]: a real storage emulator per test (below);
+//! - [`arm_stand_in`]: Azure Resource Manager for a scale set's instance
+//!   protection, with the custom role of the bicep module;
 //! - [`contract`]: what every checkpoint and result store must do, run
 //!   against each backend;
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
@@ -23,6 +25,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod arm_stand_in;
 pub mod bench;
 pub mod chaos;
 pub mod contract;

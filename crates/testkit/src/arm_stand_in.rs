@@ -11,8 +11,16 @@
 //! The custom role's actions are read from
 //! `bicep/modules/scale-in-protection.bicep`, not repeated here, so the
 //! template and what the worker needs cannot drift apart unseen.
-
-#![allow(dead_code)] // Each test binary uses a different subset.
+//!
+//! A bearer token is either one [`Arm::grant`] named, or a token the IMDS
+//! emulator issued for Azure Resource Manager to a client id
+//! [`Arm::grant_identity`] named (its `aud` is ARM, its `appid` the client
+//! id, its `exp` not past): how the unmodified worker in the VM in a box
+//! reaches it, with the role assignment of the bicep module.
+//!
+//! Shared by `crates/azure/tests/scale_in_protection.rs` (the runtime's
+//! workers) and the VM in a box (the deployed binary, behind
+//! [`crate::tls_front`] at `management.azure.com`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -30,48 +38,95 @@ pub const WRITE_ACTION: &str = "Microsoft.Compute/virtualMachineScaleSets/virtua
 /// scale sets.
 const FLEXIBLE_PROTECTION_FROM: &str = "2023-09-01";
 
+/// The bicep module that defines the custom role, from the workspace root.
+pub const ROLE_MODULE: &str = "bicep/modules/scale-in-protection.bicep";
+
+/// The audiences of a token for Azure Resource Manager (public cloud), as
+/// Entra ID and IMDS write them.
+const ARM_AUDIENCES: [&str; 2] = [
+    "https://management.azure.com",
+    "https://management.azure.com/",
+];
+
+/// Why the role could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// The module could not be read.
+    #[error("reading the custom role from {path}: {source}")]
+    Read {
+        /// The module's path.
+        path: String,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// The module has no `actions: [ ... ]` list, or an empty one.
+    #[error("no actions in the custom role of {0}")]
+    NoActions(String),
+}
+
 /// The actions of the custom role in the bicep module.
-pub fn custom_role_actions() -> Vec<String> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../bicep/modules/scale-in-protection.bicep"
-    );
-    let text = std::fs::read_to_string(path).expect("the bicep module is readable");
-    let start = text.find("actions: [").expect("the role has actions") + "actions: [".len();
-    let end = start + text[start..].find(']').expect("the actions end");
-    let actions: Vec<String> = text[start..end]
+pub fn custom_role_actions() -> Result<Vec<String>, RoleError> {
+    let path = crate::workspace_root().join(ROLE_MODULE);
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path).map_err(|source| RoleError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let actions = role_actions(&text);
+    if actions.is_empty() {
+        return Err(RoleError::NoActions(shown));
+    }
+    Ok(actions)
+}
+
+/// The entries of the first `actions: [ ... ]` list of a bicep role
+/// definition, one quoted action a line.
+fn role_actions(text: &str) -> Vec<String> {
+    let Some(start) = text.find("actions: [").map(|i| i + "actions: [".len()) else {
+        return Vec::new();
+    };
+    let Some(end) = text[start..].find(']').map(|i| start + i) else {
+        return Vec::new();
+    };
+    text[start..end]
         .lines()
         .map(|line| line.trim().trim_matches('\'').to_owned())
         .filter(|line| !line.is_empty())
-        .collect();
-    assert!(!actions.is_empty(), "no actions read from {path}");
-    actions
+        .collect()
 }
 
 /// Who a bearer token stands for: a role's actions at a scope.
 #[derive(Clone, Debug)]
 pub struct Principal {
+    /// The role's actions (a trailing `*` matches any rest).
     pub actions: Vec<String>,
+    /// The assignment's scope: a resource id.
     pub scope: String,
 }
 
 /// One instance of a scale set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vm {
+    /// `protectFromScaleIn`.
     pub protected: bool,
 }
 
 /// What the stand-in holds: instances by resource id (lower case).
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
+    /// The instances.
     pub vms: BTreeMap<String, Vm>,
     /// Answers given, by status.
     pub answered: BTreeMap<u16, u32>,
+    /// Protections set (200 answers), in order: instance id, protect.
+    pub protections: Vec<(String, bool)>,
 }
 
 struct Inner {
     fleet: watch::Sender<Fleet>,
     principals: Mutex<HashMap<String, Principal>>,
+    /// Client ids of managed identities, whose IMDS tokens stand for these.
+    identities: Mutex<HashMap<String, Principal>>,
     faults: Mutex<VecDeque<(StatusCode, Option<u64>)>>,
 }
 
@@ -79,29 +134,35 @@ struct Inner {
 #[derive(Clone)]
 pub struct Arm {
     inner: Arc<Inner>,
+    /// `http://` and its loopback address.
     pub endpoint: String,
+    /// Its loopback address (for a TLS front).
+    pub addr: std::net::SocketAddr,
+    /// `/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute`.
     pub prefix: String,
 }
 
 impl Arm {
     /// Serves on a loopback port for the resource group `rg` of `sub`.
-    pub async fn start(sub: &str, rg: &str) -> Self {
+    pub async fn start(sub: &str, rg: &str) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
             fleet: watch::channel(Fleet::default()).0,
             principals: Mutex::default(),
+            identities: Mutex::default(),
             faults: Mutex::default(),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let app = axum::Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&inner));
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Arm {
+        Ok(Arm {
             inner,
-            endpoint,
+            endpoint: format!("http://{addr}"),
+            addr,
             prefix: format!("/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute"),
-        }
+        })
     }
 
     /// A scale set's resource id.
@@ -125,20 +186,24 @@ impl Arm {
 
     /// Tokens `token` stand for `principal`.
     pub fn grant(&self, token: &str, principal: Principal) {
-        self.inner
-            .principals
-            .lock()
-            .unwrap()
-            .insert(token.to_owned(), principal);
+        lock(&self.inner.principals).insert(token.to_owned(), principal);
+    }
+
+    /// Tokens the IMDS emulator issues for ARM to the managed identity
+    /// `client_id` stand for `principal` (the identity's role assignment).
+    pub fn grant_identity(&self, client_id: &str, principal: Principal) {
+        lock(&self.inner.identities).insert(client_id.to_ascii_lowercase(), principal);
+    }
+
+    /// The calls that changed an instance's protection so far, in order:
+    /// (instance resource id in lower case, `protectFromScaleIn`).
+    pub fn protections(&self) -> Vec<(String, bool)> {
+        self.inner.fleet.borrow().protections.clone()
     }
 
     /// The next calls answer these, in order, before any is served.
     pub fn fail_next(&self, faults: &[(StatusCode, Option<u64>)]) {
-        self.inner
-            .faults
-            .lock()
-            .unwrap()
-            .extend(faults.iter().copied());
+        lock(&self.inner.faults).extend(faults.iter().copied());
     }
 
     /// Answers given with `status` so far.
@@ -152,23 +217,22 @@ impl Arm {
             .unwrap_or(0)
     }
 
-    /// Waits (at most `limit`) until the fleet satisfies `check`.
+    /// Waits (at most `limit`) until the fleet satisfies `check`; the
+    /// error says what was awaited and what the fleet was.
     pub async fn wait_for(
         &self,
         what: &str,
         limit: std::time::Duration,
         check: impl FnMut(&Fleet) -> bool,
-    ) {
+    ) -> Result<(), String> {
         let mut seen = self.inner.fleet.subscribe();
-        tokio::time::timeout(limit, seen.wait_for(check))
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "timed out after {limit:?} waiting for {what}: {:?}",
-                    self.inner.fleet.borrow()
-                )
-            })
-            .expect("the stand-in runs");
+        match tokio::time::timeout(limit, seen.wait_for(check)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "timed out after {limit:?} waiting for {what}: {:?}",
+                self.inner.fleet.borrow()
+            )),
+        }
     }
 
     /// Azure's scale-in of `n` instances of `set`: only instances not
@@ -191,6 +255,35 @@ impl Arm {
         });
         removed
     }
+}
+
+/// A lock, whether or not a holder panicked (the maps stay consistent:
+/// every change is one insert or pop).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The principal an IMDS emulator token stands for: its claims (the
+/// unsigned JWT's middle part) name ARM as `aud`, a granted client id as
+/// `appid`, and an `exp` not past.
+fn identity_principal(inner: &Inner, token: &str) -> Option<Principal> {
+    use base64::Engine as _;
+    let claims = token.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
+    let audience = claims["aud"].as_str()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if !ARM_AUDIENCES.contains(&audience) || claims["exp"].as_u64()? <= now {
+        return None;
+    }
+    let client_id = claims["appid"].as_str()?.to_ascii_lowercase();
+    lock(&inner.identities).get(&client_id).cloned()
 }
 
 fn arm_error(status: StatusCode, code: &str, message: &str) -> Response {
@@ -238,7 +331,8 @@ fn serve(inner: &Inner, method: &Method, uri: &Uri, headers: &HeaderMap, body: &
             "Authentication failed. The 'Authorization' header is missing.",
         );
     };
-    let Some(principal) = inner.principals.lock().unwrap().get(token).cloned() else {
+    let granted = lock(&inner.principals).get(token).cloned();
+    let Some(principal) = granted.or_else(|| identity_principal(inner, token)) else {
         return arm_error(
             StatusCode::UNAUTHORIZED,
             "InvalidAuthenticationToken",
@@ -268,12 +362,13 @@ fn serve(inner: &Inner, method: &Method, uri: &Uri, headers: &HeaderMap, body: &
             ),
         );
     }
-    if let Some((status, retry_after)) = inner.faults.lock().unwrap().pop_front() {
+    let fault = lock(&inner.faults).pop_front();
+    if let Some((status, retry_after)) = fault {
         let mut response = arm_error(status, "Injected", "a fault queued by the test");
         if let Some(seconds) = retry_after {
             response
                 .headers_mut()
-                .insert("retry-after", seconds.to_string().parse().unwrap());
+                .insert("retry-after", axum::http::HeaderValue::from(seconds));
         }
         return response;
     }
@@ -304,6 +399,7 @@ fn serve(inner: &Inner, method: &Method, uri: &Uri, headers: &HeaderMap, body: &
     inner.fleet.send_modify(|fleet| {
         if let Some(vm) = fleet.vms.get_mut(&resource) {
             vm.protected = protect;
+            fleet.protections.push((resource.clone(), protect));
             found = true;
         }
     });
@@ -321,4 +417,34 @@ fn serve(inner: &Inner, method: &Method, uri: &Uri, headers: &HeaderMap, body: &
         })),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_is_read_from_the_bicep_module() {
+        let actions = custom_role_actions().unwrap();
+        assert!(
+            actions.iter().any(|a| a.eq_ignore_ascii_case(WRITE_ACTION)),
+            "{actions:?}"
+        );
+        assert!(role_actions("no role here").is_empty());
+        assert_eq!(
+            role_actions("actions: [\n  'a/b'\n  'c/*'\n]"),
+            ["a/b", "c/*"]
+        );
+    }
+
+    #[test]
+    fn actions_match_as_arm_matches_them() {
+        let granted = ["Microsoft.Compute/virtualMachineScaleSets/*".to_owned()];
+        assert!(allows(&granted, WRITE_ACTION));
+        assert!(allows(&[WRITE_ACTION.to_uppercase()], WRITE_ACTION));
+        assert!(!allows(
+            &["Microsoft.Compute/virtualMachineScaleSets/read".to_owned()],
+            WRITE_ACTION
+        ));
+    }
 }
