@@ -12,81 +12,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use spot_worker_storage::files::ChunkStore;
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, SaveTrouble, SaveTroubleKind, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait,
-};
+use spot_worker_storage::{CheckpointStore, SaveTrouble, SaveTroubleKind};
+use spot_worker_testkit::store_layer::{Action, Call, Layered, Policy, StoreCall};
 use spot_worker_testkit::worker::{Env, within};
 
 /// The real store (Azurite), except that while `down` every chunk written
-/// fails as the store unavailable.
-struct Outage {
-    inner: Arc<dyn CheckpointStore>,
-    chunks: Arc<OutageChunks>,
-}
-
-struct OutageChunks {
-    inner: Arc<dyn ChunkStore>,
+/// fails as the store unavailable (the store layer's `FailBefore`).
+struct ChunksDown {
     down: AtomicBool,
 }
 
-#[async_trait]
-impl ChunkStore for OutageChunks {
-    async fn put(&self, name: &str, chunk: Bytes) -> Result<(), StorageError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(StorageError::Unavailable {
-                message: "503 ServerBusy".to_owned(),
-            });
+impl Policy for ChunksDown {
+    fn decide(&self, call: &Call<'_>) -> Action {
+        if call.kind == StoreCall::ChunkPut && self.down.load(Ordering::SeqCst) {
+            Action::FailBefore
+        } else {
+            Action::Pass
         }
-        self.inner.put(name, chunk).await
-    }
-
-    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
-        self.inner.get(name, len).await
-    }
-
-    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
-        self.inner.touch(name).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), StorageError> {
-        self.inner.delete(name).await
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for Outage {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
-        self.inner.list(prefix).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
-        Some(self.chunks.clone())
     }
 }
 
@@ -129,13 +72,12 @@ async fn a_store_that_keeps_failing_saves_is_recorded_for_status_and_cleared_by_
     let dir = tempfile::tempdir().unwrap();
     let done = dir.path().join("done");
     let id = env.queue.send("job", Duration::ZERO).await.unwrap();
-    let store = Arc::new(Outage {
-        inner: env.checkpoints.clone(),
-        chunks: Arc::new(OutageChunks {
-            inner: env.checkpoints.chunks().unwrap(),
+    let store = Arc::new(Layered::wrap(
+        env.checkpoints.clone(),
+        ChunksDown {
             down: AtomicBool::new(true),
-        }),
-    });
+        },
+    ));
     let consumer = consumer(&env, 3).with_checkpoints(store.clone());
     // 256 KiB of checkpoint: over what a manifest keeps whole, so chunks
     // are sent (and fail while the store is down).
@@ -154,10 +96,13 @@ async fn a_store_that_keeps_failing_saves_is_recorded_for_status_and_cleared_by_
     .await;
     assert_eq!(trouble.job, id.as_str());
     assert!(trouble.looks >= 2, "{trouble:?}");
-    assert!(trouble.last_error.contains("503 ServerBusy"), "{trouble:?}");
+    assert!(
+        trouble.last_error.contains("simulated fault: ChunkPut"),
+        "{trouble:?}"
+    );
     assert_eq!(trouble.last_saved, None, "nothing was saved: {trouble:?}");
     // The store answers again: the next look saves, and the record goes.
-    store.chunks.down.store(false, Ordering::SeqCst);
+    store.policy().down.store(false, Ordering::SeqCst);
     cleared(store.as_ref(), id.as_str()).await;
     std::fs::write(&done, b"").unwrap();
     let stats = running.stop_when(|stats| stats.succeeded >= 1).await;
