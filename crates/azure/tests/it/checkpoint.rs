@@ -4,7 +4,7 @@
 //! after a real 412, completed jobs skipped by the consumer, and the
 //! operator-side listing (which the worker's SAS scope may not do).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

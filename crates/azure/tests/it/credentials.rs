@@ -4,7 +4,7 @@
 //! and against a real Azurite the worker's SAS does all the worker does but
 //! cannot list, and an https-only SAS is not accepted over http.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! seconds with a transient error, instead of waiting for the SDK
 //! transport's 60 s read timeout.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

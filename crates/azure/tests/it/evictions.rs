@@ -4,7 +4,7 @@
 //! evictions for crashes. The in-memory twin, with the crash and hanging
 //! store cases, is crates/storage/tests/evictions.rs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

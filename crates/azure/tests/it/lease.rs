@@ -2,7 +2,7 @@
 //! by its id only, free again once given up or run out; and the trait's
 //! `peek` of a real queue, which the lane keeper looks through.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! no secret in them, and a consumer recovers after Azurite restarts without
 //! losing a message.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

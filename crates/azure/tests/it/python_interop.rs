@@ -6,7 +6,7 @@
 //! Skipped only when `SPOT_WORKER_PYTHON_INTEROP` is `0`, `false` or
 //! `disabled`; otherwise a missing venv is a failure, not a skip.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! receipts, lease renewal, lost leases, release on shutdown, retry and
 //! poison, and message encodings.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! `prepare`, probes cleaned up, and a clear, redacted error while storage
 //! is down.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

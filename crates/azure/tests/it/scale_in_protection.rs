@@ -15,7 +15,7 @@
 //! - a worker that starts clears a protection left on its VM (by a crash),
 //!   and one that exits releases its own.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! lease renewal in flight (held by the fault-injecting queue double), is
 //! deleted with the pop receipt that renewal brings, not redelivered.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

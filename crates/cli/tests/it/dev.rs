@@ -4,14 +4,9 @@
 //! progress, `dev evict` reports the worker's approval, the worker is
 //! started again and resumes from the checkpoint (`resuming at step N`,
 //! N > 0), and the result is the one the job writes. The doc runner
-//! (tests/docs.rs) runs the page as written, too.
+//! (tests/it/docs.rs) runs the page as written, too.
 
-#[path = "docs/blocks.rs"]
-#[allow(dead_code)]
-mod blocks;
-#[path = "docs/session.rs"]
-#[allow(dead_code)]
-mod session;
+use crate::docs::{blocks, session};
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

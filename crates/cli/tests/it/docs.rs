@@ -10,23 +10,14 @@
 //! docs/testing.md ("Commands in the docs"); each test prints its counts
 //! (`-- --nocapture`).
 
-#[path = "docs/blocks.rs"]
-mod blocks;
-#[path = "docs/claims.rs"]
+pub(crate) mod blocks;
 mod claims;
-#[path = "docs/facts.rs"]
 mod facts;
-#[path = "docs/help.rs"]
 mod help;
-#[path = "docs/inventory.rs"]
 mod inventory;
-#[path = "docs/links.rs"]
 mod links;
-#[path = "docs/prose.rs"]
 mod prose;
-#[path = "docs/session.rs"]
-mod session;
-#[path = "docs/words.rs"]
+pub(crate) mod session;
 mod words;
 
 use std::collections::BTreeMap;

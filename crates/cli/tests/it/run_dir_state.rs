@@ -13,7 +13,7 @@
 //!   the state at a marker is saved, so the next VM's runner restores
 //!   a = b = COMMIT, never the half step on disk at the notice.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

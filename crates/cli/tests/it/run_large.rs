@@ -20,7 +20,7 @@
 //!   so, and another VM's runner resumes from the last complete one
 //!   exactly.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -11,7 +11,7 @@
 //! only when `SPOT_WORKER_PYTHON_INTEROP` is `0`, a missing venv is a
 //! failure.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

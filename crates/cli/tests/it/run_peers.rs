@@ -6,7 +6,7 @@
 //! resumes from it on another VM; a worker killed with SIGKILL does not
 //! hold the approval.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};

@@ -2,7 +2,7 @@
 //! look, loudly, with a reason that names the limit or the path: not at
 //! the program's exit, and never by saving nothing in silence.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! the release time with its last checkpoint file saved. Neither counts as
 //! a failure.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

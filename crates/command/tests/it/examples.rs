@@ -1,7 +1,7 @@
 //! The shell example of examples/command does what its comment says, on a
 //! real Azurite.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! poisons at once with stderr's tail, others are retried and counted, a
 //! kill from outside is a failure; output and results follow the contract.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! over the limit is a clear error, and nothing a program started outlives
 //! its delivery.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

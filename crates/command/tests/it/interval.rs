@@ -4,7 +4,7 @@
 //! is how long the program took to write its file. Real programs, a real
 //! Azurite.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

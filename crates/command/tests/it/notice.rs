@@ -9,7 +9,7 @@
 //! saving on SIGTERM loses nothing and is counted as saved at the notice.
 //! The program's own log (wall-clock times on this machine) is the measure.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

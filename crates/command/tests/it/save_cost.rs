@@ -6,7 +6,7 @@
 //! its writes took. Real programs (python3, stdlib only), the real runner,
 //! a real Azurite.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

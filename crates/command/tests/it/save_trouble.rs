@@ -6,7 +6,7 @@
 //! (then answering again), once with a directory the program never lets
 //! hold still (then lets).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

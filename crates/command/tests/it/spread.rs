@@ -6,7 +6,7 @@
 //! without one, from the lengths of the jobs the fleet finished. Real
 //! programs, a real Azurite.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

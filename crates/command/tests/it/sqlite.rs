@@ -5,7 +5,7 @@
 //! (integrity ok, its rows a prefix of what it wrote), with no journal or
 //! log beside it to roll back or replay.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! (made at the read, after the marker) counted as written after the
 //! marker at every read, and no version with a database was ever saved.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};

@@ -9,7 +9,7 @@
 //! by that last commit, not by when the runner backed it up: dated by the
 //! backup (after the crash), the lost step was reported as about 0 s.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};

@@ -5,7 +5,7 @@
 //! the job and the refusal. It is not retried in silence while the
 //! program runs on unsaved.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The control API, injected faults and the first-call delay, over HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

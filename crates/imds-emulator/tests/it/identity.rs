@@ -2,7 +2,7 @@
 //! only the assigned identity answered, Azure's error shape otherwise, and
 //! token lifetime, issuer and audience changed through the control API.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

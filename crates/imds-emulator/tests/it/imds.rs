@@ -1,6 +1,6 @@
 //! The IMDS endpoints behave like the real service.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! HTTP path, checked against the transitions the watcher reports and the
 //! shutdown signal the default policy derives from them.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -4,7 +4,7 @@
 //! The odd servers here are a few lines of raw TCP on loopback, because the
 //! emulator (rightly) never misbehaves this way.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

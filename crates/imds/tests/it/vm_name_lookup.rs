@@ -7,9 +7,10 @@
 //! Counts, not clocks: the lookups are compared with the polls that
 //! happened, so a slow machine changes neither.
 //!
-//! Its own test binary: it captures the log of a current-thread runtime.
+//! It captures the log of a current-thread runtime through a subscriber
+//! scoped to that thread, so it shares the crate's test binary.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The watcher and client against the emulator: identity, deadlines,
 //! approvals, faults and the IMDS rate limit.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -67,7 +67,7 @@ fn the_prose_quotes_only_what_exists() {
                 problems.push(format!(
                     "{}: `--{name}` is not a flag of any `spot-worker` command (their --help), \
                      a setting, or a bench: correct it, or if it is another tool's, add it to \
-                     OTHER_TOOLS_FLAGS in crates/cli/tests/docs/facts.rs with the tool",
+                     OTHER_TOOLS_FLAGS in crates/cli/tests/it/docs/facts.rs with the tool",
                     span.at()
                 ));
             }
@@ -285,8 +285,8 @@ fn the_runners_counts_are_printed_not_written() {
     assert!(
         counted.is_empty(),
         "docs/testing.md (\"Commands in the docs\") writes the doc runner's counts by hand \
-         ({counted:?}): say instead that `cargo test -p spot-worker-cli --test docs -- \
-         --nocapture` prints them"
+         ({counted:?}): say instead that `cargo test -p spot-worker-cli --test it docs:: \
+         -- --nocapture` prints them"
     );
 }
 

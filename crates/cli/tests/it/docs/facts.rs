@@ -69,8 +69,8 @@ impl Facts {
         for dir in SOURCE_DIRS {
             visit(&root.join(dir), &mut |path, text| {
                 // The doc runner's own tests name made-up variables.
-                if !path.starts_with(root.join("crates/cli/tests/docs"))
-                    && path != root.join("crates/cli/tests/docs.rs")
+                if !path.starts_with(root.join("crates/cli/tests/it/docs"))
+                    && path != root.join("crates/cli/tests/it/docs.rs")
                 {
                     names.extend(upper_words(text).map(str::to_owned));
                 }

@@ -169,7 +169,7 @@ fn literals(root: &Path, opening: &str) -> Vec<(String, String)> {
     for dir in ["crates", "src"] {
         facts::visit(&root.join(dir), &mut |path, text| {
             if path.extension().is_none_or(|e| e != "rs")
-                || path.starts_with(root.join("crates/cli/tests/docs"))
+                || path.starts_with(root.join("crates/cli/tests/it/docs"))
             {
                 return;
             }

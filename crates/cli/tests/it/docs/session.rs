@@ -26,7 +26,7 @@ use super::blocks::{Block, Kind};
 const PAGE_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CARGO_SHIM: &str = r#"#!/usr/bin/env bash
-# The doc runner's cargo (crates/cli/tests/docs/session.rs): what the test build made.
+# The doc runner's cargo (crates/cli/tests/it/docs/session.rs): what the test build made.
 set -euo pipefail
 here="$(dirname "$(readlink -f "$(command -v spot-worker)")")"
 case "${1:-}" in

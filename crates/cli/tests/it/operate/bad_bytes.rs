@@ -10,7 +10,7 @@ use spot_worker_storage::{
     WritePrecondition,
 };
 
-use crate::common::*;
+use super::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raw_text_the_queue_cannot_carry_is_refused_and_the_queue_keeps_working() {

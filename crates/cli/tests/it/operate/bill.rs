@@ -10,7 +10,7 @@ use spot_worker_decisions::lanes::Lane;
 use spot_worker_storage::{CheckpointStore as _, LifetimeLog, MessageEncoding};
 use spot_worker_testkit::counting::CountingStore;
 
-use crate::common::*;
+use super::common::*;
 
 const REGULAR: &str = "jobs-regular";
 

@@ -2,7 +2,7 @@
 
 use spot_worker_storage::{Checkpoint, CheckpointStore as _, MessageEncoding, WritePrecondition};
 
-use crate::common::*;
+use super::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records() {

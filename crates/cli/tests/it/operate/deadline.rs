@@ -8,7 +8,7 @@ use spot_worker_decisions::lanes::Lane;
 use spot_worker_storage::MessageEncoding;
 use spot_worker_storage::lanes::Envelope;
 
-use crate::common::*;
+use super::common::*;
 
 const REGULAR: &str = "jobs-regular";
 

@@ -4,7 +4,7 @@ use spot_worker_storage::{
     Checkpoint, CheckpointStore as _, MessageEncoding, ResultStore as _, WritePrecondition,
 };
 
-use crate::common::*;
+use super::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_sends_every_good_line_and_names_the_bad_ones() {

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use spot_worker_storage::MessageEncoding;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
-use crate::common::*;
+use super::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_help_states_the_default_log_levels_that_apply() {

@@ -7,7 +7,7 @@ use spot_worker_storage::{MessageEncoding, ResultStore as _};
 use spot_worker_testkit::Azurite;
 use tokio::process::Command;
 
-use crate::common::*;
+use super::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
@@ -177,7 +177,7 @@ fn python_interop_disabled() -> bool {
 }
 
 /// Runs tools/python/interop.py (the Python SDK) and parses its JSON output,
-/// as crates/azure/tests/python_interop.rs does.
+/// as crates/azure/tests/it/python_interop.rs does.
 async fn python(azurite: &Azurite, args: &[&str]) -> serde_json::Value {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/python");
     let interpreter = std::env::var_os("SPOT_WORKER_PYTHON")

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use spot_worker_storage::{MessageEncoding, MessageQueue as _};
 
-use crate::common::*;
+use super::common::*;
 
 /// Text that JSON Lines could not carry, and that a careless path would
 /// change: several lines, CRLF, tabs, markup, non-ASCII, trailing blanks,

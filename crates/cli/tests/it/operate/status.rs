@@ -12,7 +12,7 @@ use spot_worker_decisions::cadence::InterruptionCounts;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
-use crate::common::*;
+use super::common::*;
 
 /// A port on loopback nobody listens on (bound, then released).
 fn closed_port() -> u16 {
