@@ -295,13 +295,13 @@ if ((quick)); then
   echo "==> cargo test --quick (scripts/run-tests.py: unit tests and the fast integration suites)"
   "${PYTHON:-python3}" scripts/run-tests.py --quick --jobs "$test_jobs"
 else
-  # Every test binary, built once (the examples too: the infra check runs
-  # target/debug/examples/primes); scripts/run-tests.py then only runs them.
-  echo "==> cargo test --no-run (every test binary, and the examples)"
+  # Every test binary, built once; scripts/run-tests.py then only runs them.
+  echo "==> cargo test --no-run (every test binary)"
   cargo test --workspace --all-targets --locked --no-run
 
-  # The infra checks run no cargo: they run beside the install and the test
-  # suites, their output kept in a log printed whole when they end.
+  # The infra checks run beside the install and the test suites (their one
+  # cargo command builds the primes example, which the test build builds
+  # only as a test), their output kept in a log printed whole when they end.
   infra_pid=""
   infra_log="target/test-logs/infra.log"
   case "$infra_checks" in
@@ -312,8 +312,7 @@ else
       (
         set -euo pipefail
         echo "==> infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
-        # The unit is verified with ExecStart at the real worker binary
-        # (built by the test build above: this build only checks it is fresh).
+        # The unit is verified with ExecStart at the real worker binary.
         cargo build --locked --example primes
         tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
         echo "==> infra: checkov (bicep/; every skip justified inline)"
