@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The one command that runs every check on a fresh machine: it installs what
 # the tests need, then runs formatting, lints and the whole test suite.
+#
+# usage: scripts/test.sh [--quick]
+# --quick is the developers' loop (docs/testing.md, "The quick loop"):
+# formatting, lints, the unit tests and the fast integration suites; no
+# infra checks, no install, no benches, no boxes, no container image, no doc
+# tests. CI runs the full command, which extends it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -187,13 +193,30 @@ install_azurite() {
   npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
 }
 
+quick=0
+case "${1:-}" in
+  "") ;;
+  --quick) quick=1 ;;
+  *)
+    echo "usage: scripts/test.sh [--quick]" >&2
+    false
+    ;;
+esac
+# Test suites at once: most wait (on child processes, Azurite, timeouts)
+# rather than compute, so more than the cores (docs/testing.md, "CI time").
+test_jobs=4
+if ((quick)); then
+  # The quick loop needs none of these suites' tools.
+  export SPOT_WORKER_INFRA_CHECKS=0 SPOT_WORKER_VM_IN_A_BOX=0 SPOT_WORKER_CONTAINER_TEST=0
+fi
+
 echo "==> Node.js (Azurite's engines: $(azurite_node_major) or later)"
 use_node
 
 echo "==> Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
 install_if_changed tools/azurite/package-lock.json tools/azurite/node_modules/.installed-lock-sha256 install_azurite
 
-# Python interop tests (crates/azure/tests/python_interop.rs) are on unless
+# Python interop tests (crates/azure/tests/it/python_interop.rs) are on unless
 # SPOT_WORKER_PYTHON_INTEROP=0; then the venv is not needed.
 case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
   0 | false | disabled) echo "==> Python interop disabled" ;;
@@ -268,43 +291,77 @@ cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-case "$infra_checks" in
-  0 | false | disabled) ;;
-  *)
-    echo "==> infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
-    # The unit is verified with ExecStart at the real worker binary.
-    cargo build --locked --example primes
-    tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
-    echo "==> infra: checkov (bicep/; every skip justified inline)"
-    # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
-    BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
-      --skip-download --quiet --compact
-    echo "==> infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
-    tools/infra/.venv/bin/python tools/infra/check_manifests.py
-    echo "==> infra: shellcheck scripts/"
-    shellcheck -x scripts/*.sh
-    echo "==> infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
-    tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
-    ;;
-esac
+if ((quick)); then
+  echo "==> cargo test --quick (scripts/run-tests.py: unit tests and the fast integration suites)"
+  "${PYTHON:-python3}" scripts/run-tests.py --quick --jobs "$test_jobs"
+else
+  # Every test binary, built once; scripts/run-tests.py then only runs them.
+  echo "==> cargo test --no-run (every test binary)"
+  cargo test --workspace --all-targets --locked --no-run
 
-# The README's install command, as a user runs it, into a throwaway root;
-# CARGO_TARGET_DIR keeps its release build in this workspace's target/, so a
-# second run only links again (the image's binaries are the `image`
-# profile's, target/image, built by the container tests). Then the
-# installed command itself: its version, its help, and a short demo (an
-# eviction mid-job and the resumption, checked; about 2 s).
-echo "==> cargo install --locked --path crates/cli (the README's command)"
-install_root="$(mktemp -d)"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
-  cargo install --locked --quiet --path crates/cli --root "$install_root"
-PATH="$install_root/bin:$PATH" spot-worker --version
-PATH="$install_root/bin:$PATH" spot-worker --help >/dev/null
-PATH="$install_root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
-rm -rf "$install_root"
+  # The infra checks run beside the install and the test suites (their one
+  # cargo command builds the primes example, which the test build builds
+  # only as a test), their output kept in a log printed whole when they end.
+  infra_pid=""
+  infra_log="target/test-logs/infra.log"
+  case "$infra_checks" in
+    0 | false | disabled) ;;
+    *)
+      mkdir -p "$(dirname "$infra_log")"
+      echo "==> infra checks (beside the install and the test suites; output: $infra_log)"
+      (
+        set -euo pipefail
+        echo "==> infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
+        # The unit is verified with ExecStart at the real worker binary.
+        cargo build --locked --example primes
+        tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
+        echo "==> infra: checkov (bicep/; every skip justified inline)"
+        # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
+        BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
+          --skip-download --quiet --compact
+        echo "==> infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
+        tools/infra/.venv/bin/python tools/infra/check_manifests.py
+        echo "==> infra: shellcheck scripts/"
+        shellcheck -x scripts/*.sh
+        echo "==> infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
+        tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
+      ) >"$infra_log" 2>&1 &
+      infra_pid=$!
+      ;;
+  esac
 
-echo "==> cargo test"
-# --no-fail-fast: one failing test binary must not hide the others' results
-# (a CI run costs most of an hour; its log should list every failure).
-cargo test --workspace --all-targets --locked --no-fail-fast
-cargo test --workspace --doc --locked
+  # The README's install command, as a user runs it, into a throwaway root;
+  # CARGO_TARGET_DIR keeps its release build in this workspace's target/, so a
+  # second run only links again (the image's binaries are the `image`
+  # profile's, target/image, built by the container tests). Then the
+  # installed command itself: its version, its help, and a short demo (an
+  # eviction mid-job and the resumption, checked; about 2 s). Before the test
+  # suites, not beside them: its release build would hold cargo's lock on
+  # target/ that the image and chaos suites need.
+  echo "==> cargo install --locked --path crates/cli (the README's command)"
+  install_root="$(mktemp -d)"
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+    cargo install --locked --quiet --path crates/cli --root "$install_root"
+  PATH="$install_root/bin:$PATH" spot-worker --version
+  PATH="$install_root/bin:$PATH" spot-worker --help >/dev/null
+  PATH="$install_root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
+  rm -rf "$install_root"
+
+  echo "==> cargo test (scripts/run-tests.py: the test binaries side by side, $test_jobs at once)"
+  # No fail-fast: one failing suite must not hide the others' results (a CI
+  # run costs most of an hour; its log should list every failure).
+  failed=0
+  "${PYTHON:-python3}" scripts/run-tests.py --jobs "$test_jobs" || failed=1
+  if [[ -n "$infra_pid" ]]; then
+    infra_failed=0
+    wait "$infra_pid" || infra_failed=1
+    cat "$infra_log"
+    if ((infra_failed)); then
+      echo "==> the infra checks FAILED (their output above, in $infra_log)"
+      failed=1
+    fi
+  fi
+  echo "==> cargo test --doc"
+  cargo test --workspace --doc --locked || failed=1
+  ((failed == 0))
+fi

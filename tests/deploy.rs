@@ -13,7 +13,7 @@
 //! - `SPOT_WORKER_HEALTH_ADDR`: a free port instead of 8080;
 //! - `APPLICATIONINSIGHTS_CONNECTION_STRING` is dropped (no export off Azure);
 //! - `SPOT_WORKER_SCALE_IN_PROTECTION` is off: its calls go to Azure Resource
-//!   Manager (`crates/azure/tests/scale_in_protection.rs` runs them against a
+//!   Manager (`crates/azure/tests/it/scale_in_protection.rs` runs them against a
 //!   stand-in).
 //!
 //! Queue, containers, drain budget, release margin, gate timeout and log

@@ -40,7 +40,7 @@
 //! first call answered 429, then 500: retried, nothing lost) and releases
 //! it on exit. The release after the idle grace (120 s, not exposed by the
 //! templates) and the scale-in of one busy and one idle VM are
-//! `crates/azure/tests/scale_in_protection.rs`'s, against the same stand-in.
+//! `crates/azure/tests/it/scale_in_protection.rs`'s, against the same stand-in.
 //!
 //! Then what goes wrong on real VMs, each with a clear error and nothing
 //! taken from the queue: a client id IMDS does not know, tokens storage

@@ -64,7 +64,7 @@ pub fn sample_deployment_values() -> BTreeMap<&'static str, String> {
 /// Azurite's connection string for the account URL and managed identity,
 /// the emulator for IMDS, a free health port, no Application Insights
 /// export, no scale-in protection (its calls go to Azure Resource Manager,
-/// which has no stand-in here: `crates/azure/tests/scale_in_protection.rs`
+/// which has no stand-in here: `crates/azure/tests/it/scale_in_protection.rs`
 /// runs them against one); plus systemd's default `PATH`.
 pub fn swapped_for_azurite(
     env: &BTreeMap<String, String>,

@@ -1,5 +1,5 @@
 """Talks to a queue with the Python SDK (azure-storage-queue), for the Rust
-interop tests in crates/azure/tests/python_interop.rs.
+interop tests in crates/azure/tests/it/python_interop.rs.
 
 Usage (the connection string comes from AZURE_STORAGE_CONNECTION_STRING, so
 it never appears in a process listing):

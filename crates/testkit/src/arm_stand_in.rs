@@ -18,7 +18,7 @@
 //! id, its `exp` not past): how the unmodified worker in the VM in a box
 //! reaches it, with the role assignment of the bicep module.
 //!
-//! Shared by `crates/azure/tests/scale_in_protection.rs` (the runtime's
+//! Shared by `crates/azure/tests/it/scale_in_protection.rs` (the runtime's
 //! workers) and the VM in a box (the deployed binary, behind
 //! [`crate::tls_front`] at `management.azure.com`).
 

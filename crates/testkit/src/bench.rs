@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 
-/// As in crates/azure/tests/python_interop.rs: `0`, `false` or `disabled`
+/// As in crates/azure/tests/it/python_interop.rs: `0`, `false` or `disabled`
 /// switches the Python baselines off.
 pub const PYTHON_SWITCH: &str = "SPOT_WORKER_PYTHON_INTEROP";
 

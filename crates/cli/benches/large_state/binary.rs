@@ -1,5 +1,5 @@
 //! Parts 2 and 3: the real `spot-worker run` binary with the training
-//! loop of `tests/large/train.py` (the harness of `tests/support/large.rs`).
+//! loop of `tests/large/train.py` (the harness of `tests/it/support/large.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

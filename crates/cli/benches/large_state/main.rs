@@ -30,7 +30,7 @@
 //!    signal is timed from the SIGTERM, beside an idle process signalled
 //!    at the same moment (what the machine takes to deliver a signal).
 
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 
 mod binary;
