@@ -1,8 +1,8 @@
 //! [`Layered`]: the one wrapper tests put around a [`CheckpointStore`]
 //! (and the [`ChunkStore`] it hands out) to inject faults or record calls.
 //! A [`Policy`] decides each call ([`Action`]: pass, fail before it
-//! applies, apply and lose the answer, wait first, never answer, or answer
-//! without applying) and hears of each call that reached the store, so a
+//! applies, refuse it for good, apply and lose the answer, wait first,
+//! never answer, or answer without applying) and hears of each call that reached the store, so a
 //! test writes what it wants to happen, not another implementation of the
 //! trait. Tower-style: it wraps any store, a layer included.
 //!
