@@ -26,6 +26,7 @@
 pub mod activity;
 mod after_drain;
 pub mod config;
+mod decorator;
 mod error;
 mod gate;
 pub mod health;

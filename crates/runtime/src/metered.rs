@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, ETag,
-    GoodputObserver, HandlerError, Job, MessageHandler, MessageId, MessageQueue, PopReceipt,
-    QueueMessage, SettlementObserver, StorageError, StoredCheckpoint, VisibleMessage,
-    WritePrecondition,
+    CheckpointStore, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, ETag, GoodputObserver,
+    HandlerError, Job, MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage,
+    SettlementObserver, StorageError, VisibleMessage,
 };
 use spot_worker_telemetry::{
     CheckpointOutcome, JobTimeKind, LeaseOutcome, MessageOutcome, Metrics, record_error,
@@ -109,44 +108,11 @@ pub(crate) struct MeteredCheckpoints {
     pub(crate) metrics: Metrics,
 }
 
-#[async_trait]
-impl CheckpointStore for MeteredCheckpoints {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        let started = Instant::now();
-        let result = self.inner.write(key, checkpoint, precondition, stamp).await;
-        self.record(&result, started);
-        result
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
-        self.inner.list(prefix).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
-        self.inner.chunks()
-    }
-}
+crate::decorator::checkpoint_writes_decorator!(MeteredCheckpoints);
 
 impl MeteredCheckpoints {
-    fn record(&self, result: &Result<ETag, StorageError>, started: Instant) {
+    /// Records a write's outcome and latency.
+    fn written(&self, _key: &str, result: &Result<ETag, StorageError>, started: Instant) {
         let outcome = match result {
             Ok(_) => CheckpointOutcome::Ok,
             Err(StorageError::Conflict { .. }) => CheckpointOutcome::Conflict,
@@ -179,23 +145,7 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
         result
     }
 
-    // A decorator forwards what the handler knows about its jobs, or the
-    // consumer would lose the job key and the completed-job check.
-    fn job_key(&self, body: &[u8]) -> Option<String> {
-        self.inner.job_key(body)
-    }
-
-    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
-        self.inner.completion_marker(body)
-    }
-
-    fn verify_completed(
-        &self,
-        body: &[u8],
-        result: &serde_json::Value,
-    ) -> Result<(), HandlerError> {
-        self.inner.verify_completed(body, result)
-    }
+    crate::decorator::forward_job_knowledge!();
 }
 
 /// Records each delivery's outcome as the consumer counts it: the

@@ -15,12 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use spot_worker_decisions::scale_in::Activity;
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, HandlerError, Job, MessageHandler, StorageError,
-    StoredCheckpoint, WritePrecondition,
-};
+use spot_worker_storage::{CheckpointStore, ETag, HandlerError, Job, MessageHandler, StorageError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -153,21 +149,7 @@ impl<H: MessageHandler> MessageHandler for ActivityHandler<H> {
         self.inner.handle(job).await
     }
 
-    fn job_key(&self, body: &[u8]) -> Option<String> {
-        self.inner.job_key(body)
-    }
-
-    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
-        self.inner.completion_marker(body)
-    }
-
-    fn verify_completed(
-        &self,
-        body: &[u8],
-        result: &serde_json::Value,
-    ) -> Result<(), HandlerError> {
-        self.inner.verify_completed(body, result)
-    }
+    crate::decorator::forward_job_knowledge!();
 }
 
 /// A checkpoint store that tells [`PodActivity`] of every successful write.
@@ -176,40 +158,14 @@ pub(crate) struct ActivityCheckpoints {
     pub(crate) activity: PodActivity,
 }
 
-#[async_trait]
-impl CheckpointStore for ActivityCheckpoints {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
+crate::decorator::checkpoint_writes_decorator!(ActivityCheckpoints);
 
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        let result = self.inner.write(key, checkpoint, precondition, stamp).await;
+impl ActivityCheckpoints {
+    /// A successful write under a held job's key is its save.
+    fn written(&self, key: &str, result: &Result<ETag, StorageError>, _: std::time::Instant) {
         if result.is_ok() {
             self.activity.saved(key, Instant::now());
         }
-        result
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
-        self.inner.list(prefix).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn spot_worker_storage::files::ChunkStore>> {
-        self.inner.chunks()
     }
 }
 

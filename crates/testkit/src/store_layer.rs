@@ -1,8 +1,8 @@
 //! [`Layered`]: the one wrapper tests put around a [`CheckpointStore`]
 //! (and the [`ChunkStore`] it hands out) to inject faults or record calls.
 //! A [`Policy`] decides each call ([`Action`]: pass, fail before it
-//! applies, apply and lose the answer, wait first, never answer, or answer
-//! without applying) and hears of each call that reached the store, so a
+//! applies, refuse it for good, apply and lose the answer, wait first,
+//! never answer, or answer without applying) and hears of each call that reached the store, so a
 //! test writes what it wants to happen, not another implementation of the
 //! trait. Tower-style: it wraps any store, a layer included.
 //!
@@ -79,6 +79,10 @@ pub enum Action {
     Pass,
     /// It fails `Unavailable` without reaching the store.
     FailBefore,
+    /// It fails `Rejected` with this HTTP status without reaching the
+    /// store: a refusal for good (a body too large, a name refused), not
+    /// an outage.
+    Reject(u16),
     /// It applies, then fails `Unavailable` (the answer was lost).
     LoseAnswer,
     /// It waits this long (tokio's clock), then applies and answers.
@@ -167,6 +171,12 @@ impl<P: Policy> Layered<P> {
         };
         let answer = match self.policy.decide(&call) {
             Action::FailBefore => return Err(lost("not applied")),
+            Action::Reject(status) => {
+                return Err(StorageError::Rejected {
+                    status,
+                    message: format!("simulated refusal: {:?} {}", call.kind, call.key),
+                });
+            }
             Action::Hang => std::future::pending::<Result<T, StorageError>>().await,
             Action::Ignore if ignored.is_some() => return ignored.ok_or_else(|| lost("ignored")),
             Action::Delay(delay) => {
@@ -360,6 +370,31 @@ mod tests {
         }
         assert_eq!(inner.get("lost"), Some(saved(1)));
         assert_eq!(inner.get("before"), None);
+    }
+
+    #[tokio::test]
+    async fn a_rejection_fails_for_good_with_its_status_and_does_not_apply() {
+        let inner = InMemoryCheckpointStore::new();
+        let store = Layered::wrap(Arc::new(inner.clone()), |call: &Call<'_>| {
+            if call.kind == StoreCall::ChunkPut {
+                Action::Reject(413)
+            } else {
+                Action::Pass
+            }
+        });
+        let chunks = store.chunks().unwrap();
+        let refused = chunks.put("c", Bytes::from_static(b"x")).await.unwrap_err();
+        assert!(
+            matches!(refused, StorageError::Rejected { status: 413, .. }),
+            "{refused:?}"
+        );
+        assert!(!refused.is_transient(), "{refused:?}");
+        assert!(inner.chunk_store().names().is_empty(), "not applied");
+        store
+            .write("job", &saved(1), WritePrecondition::Create, None)
+            .await
+            .unwrap();
+        assert_eq!(inner.get("job"), Some(saved(1)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,8 +7,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use spot_worker_azure::{AzureStorage, RetryConfig, StorageConfig};
+use spot_worker_azure::{AzureQueue, AzureStorage, RetryConfig, StorageConfig};
+use spot_worker_storage::{ConsumerStats, poison_queue_name};
 use spot_worker_testkit::Azurite;
+use tokio::task::JoinHandle;
 
 /// Upper bound of every wait in these tests: generous, so a slow machine
 /// does not fail them, yet bounded.
@@ -49,6 +51,24 @@ pub fn storage(azurite: &Azurite) -> AzureStorage {
 pub fn unique(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("{prefix}-{}", &id[..12])
+}
+
+/// A fresh work queue (created) and its poison queue (created by the
+/// consumer on first use), as every consumer test starts.
+pub async fn queues(storage: &AzureStorage) -> (AzureQueue, AzureQueue) {
+    let name = unique("jobs");
+    let queue = storage.queue(&name).unwrap();
+    queue.create_if_missing().await.unwrap();
+    (queue, storage.queue(&poison_queue_name(&name)).unwrap())
+}
+
+/// The statistics of a consumer's task once it has stopped (within
+/// [`WAIT_LIMIT`]).
+pub async fn stopped(task: JoinHandle<ConsumerStats>) -> ConsumerStats {
+    tokio::time::timeout(WAIT_LIMIT, task)
+        .await
+        .expect("the consumer stops")
+        .expect("consumer task")
 }
 
 /// Polls `check` every 100 ms until it yields `Some`, for at most `limit`.

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use serde_json::json;
 use spot_worker_azure::BlobCheckpointStore;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ETag, HandlerError, JobCheckpoint,
     MessageQueue, StorageError, StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
-    poison_queue_name,
 };
 use spot_worker_testkit::contract;
 use tokio_util::sync::CancellationToken;
@@ -117,10 +116,7 @@ async fn a_handles_own_landed_write_is_accepted_after_a_real_412() {
 async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let name = unique("jobs");
-    let queue = storage.queue(&name).unwrap();
-    queue.create_if_missing().await.unwrap();
-    let poison = storage.queue(&poison_queue_name(&name)).unwrap();
+    let (queue, poison) = queues(&storage).await;
     let store = storage.checkpoint_store(&unique("ckpt")).unwrap();
     store.create_container_if_missing().await.unwrap();
 

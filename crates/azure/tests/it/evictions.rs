@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage, unique};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError, Job,
-    MessageQueue, handler_fn, poison_queue_name,
+    MessageQueue, handler_fn,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -24,10 +24,7 @@ use tokio_util::sync::CancellationToken;
 async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let name = unique("jobs");
-    let queue = storage.queue(&name).unwrap();
-    queue.create_if_missing().await.unwrap();
-    let poison = storage.queue(&poison_queue_name(&name)).unwrap();
+    let (queue, poison) = queues(&storage).await;
     poison.create_if_missing().await.unwrap();
     let store = Arc::new(storage.checkpoint_store(&unique("ckpt")).unwrap());
     store.prepare().await.unwrap();
@@ -81,10 +78,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
             signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
         }
         signals.release();
-        let stats = tokio::time::timeout(WAIT_LIMIT, task)
-            .await
-            .expect("the consumer stops")
-            .expect("consumer task");
+        let stats = stopped(task).await;
         assert_eq!(
             (stats.released, stats.poisoned, stats.retried),
             (1, 0, 0),
@@ -116,10 +110,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
     })
     .await;
     shutdown.cancel();
-    let stats = tokio::time::timeout(WAIT_LIMIT, task)
-        .await
-        .expect("the consumer stops")
-        .expect("consumer task");
+    let stats = stopped(task).await;
     assert_eq!((stats.succeeded, stats.poisoned), (1, 0), "{stats:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 6, "run on every delivery");
     let left = queue.receive(32, Duration::from_secs(60)).await.unwrap();

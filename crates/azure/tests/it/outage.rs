@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use spot_worker_azure::{AzureStorage, StorageConfig};
 use spot_worker_storage::{
     CheckpointStore, Consumer, ConsumerConfig, HandlerError, Job, MessageQueue, StorageError,
-    handler_fn, poison_queue_name,
+    handler_fn,
 };
 use spot_worker_testkit::ACCOUNT_KEY;
 use tokio_util::sync::CancellationToken;
@@ -97,10 +97,7 @@ async fn a_rejected_signature_is_a_clear_non_transient_error() {
 async fn the_consumer_recovers_after_azurite_restarts_and_loses_nothing() {
     let mut azurite = start_azurite();
     let storage = storage(&azurite);
-    let name = unique("jobs");
-    let queue = storage.queue(&name).unwrap();
-    queue.create_if_missing().await.unwrap();
-    let poison = storage.queue(&poison_queue_name(&name)).unwrap();
+    let (queue, poison) = queues(&storage).await;
     let expected: BTreeSet<String> = (0..20).map(|i| format!("m{i:02}")).collect();
     for body in &expected {
         queue.send(body, Duration::ZERO).await.unwrap();

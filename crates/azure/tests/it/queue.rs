@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use serde_json::json;
-use spot_worker_azure::{AzureQueue, AzureStorage, MessageTtl};
+use spot_worker_azure::{AzureQueue, MessageTtl};
 use spot_worker_storage::{
     Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, JobCheckpoint,
     MessageEncoding, MessageHandler, MessageQueue, PoisonRecord, PopReceipt, QueueMessage,
-    ResultStore, StorageError, handler_fn, poison_queue_name,
+    ResultStore, StorageError, handler_fn,
 };
 use spot_worker_testkit::faulty::FaultyQueue;
 use tokio::task::JoinHandle;
@@ -38,14 +38,6 @@ fn config() -> ConsumerConfig {
         settle_timeout: Duration::from_secs(10),
         ..ConsumerConfig::default()
     }
-}
-
-async fn queues(storage: &AzureStorage) -> (AzureQueue, AzureQueue) {
-    let name = unique("jobs");
-    let queue = storage.queue(&name).unwrap();
-    queue.create_if_missing().await.unwrap();
-    // The poison queue is created on first use.
-    (queue, storage.queue(&poison_queue_name(&name)).unwrap())
 }
 
 struct Running {

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage};
 use spot_worker_storage::{
     Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, MessageQueue, handler_fn,
-    poison_queue_name,
 };
 use spot_worker_testkit::faulty::FaultyQueue;
 
@@ -20,10 +19,7 @@ use spot_worker_testkit::faulty::FaultyQueue;
 async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let name = unique("jobs");
-    let queue = storage.queue(&name).unwrap();
-    queue.create_if_missing().await.unwrap();
-    let poison = storage.queue(&poison_queue_name(&name)).unwrap();
+    let (queue, poison) = queues(&storage).await;
     queue.send("job", Duration::ZERO).await.unwrap();
     let faulty = FaultyQueue::new(queue.clone());
     // Leases of 6 s are renewed every 2 s; the first renewal reaches
@@ -58,10 +54,7 @@ async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() 
         .expect("the finished job's message is deleted");
     let deleted_after = wound_down_at.elapsed();
     signals.release();
-    let stats = tokio::time::timeout(WAIT_LIMIT, task)
-        .await
-        .expect("the consumer stops")
-        .expect("consumer task");
+    let stats = stopped(task).await;
     assert_eq!(
         (stats.succeeded, stats.leases_lost, stats.released),
         (1, 0, 0),

@@ -5,15 +5,15 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spot_worker_command::{CommandConfig, CommandHandler};
 use spot_worker_storage::{
-    CancellationToken, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
-    PoisonRecord,
+    CancellationToken, CheckpointStore, CompletionRecord, Consumer, ConsumerConfig, ConsumerStats,
+    HandlerError, Job, MessageHandler, PoisonRecord,
 };
 use spot_worker_testkit::worker::{Env, PATIENCE, within};
 use tokio::sync::Notify;
@@ -104,6 +104,33 @@ pub async fn poisoned(env: &Env) -> PoisonRecord {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("nothing was poisoned");
+}
+
+/// A fresh environment with `body` queued, and the path `file` in a
+/// temporary directory (which lives as long as the directory returned),
+/// where a test's program leaves its log or the test its signal.
+pub async fn job_queued(body: &str, file: &str) -> (Env, tempfile::TempDir, PathBuf) {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file);
+    env.queue.send(body, Duration::ZERO).await.unwrap();
+    (env, dir, path)
+}
+
+/// The completion record of job `job_id`, once a worker has written it
+/// (polled within [`within`]'s bound: the store has no notifications).
+pub async fn completion_record(env: &Env, job_id: &str) -> CompletionRecord {
+    let key = CompletionRecord::key(job_id);
+    let stored = within("the completion record", async {
+        loop {
+            if let Some(stored) = env.checkpoints.read(&key).await.unwrap() {
+                break stored;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    CompletionRecord::from_checkpoint(&stored.checkpoint, &key).unwrap()
 }
 
 /// Whether process `pid` exists (a zombie counts: it was not reaped).

@@ -167,13 +167,7 @@ async fn an_orphan_that_left_the_group_is_reaped_when_it_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_save_follows_the_files_first_appearance() {
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    env.queue
-        .send(r#"{"job_id":"first"}"#, Duration::ZERO)
-        .await
-        .unwrap();
+    let (env, _dir, go) = job_queued(r#"{"job_id":"first"}"#, "go").await;
     // The file appears a moment after the start, then the program waits
     // for the test; saves are 10 minutes apart.
     let script = format!(

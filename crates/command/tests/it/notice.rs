@@ -18,7 +18,7 @@ use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
 use spot_worker_imds_emulator::EventSpec;
 use spot_worker_storage::{CompletionRecord, FleetLedger};
-use spot_worker_testkit::worker::{Env, VM_A, VM_B, within};
+use spot_worker_testkit::worker::{VM_A, VM_B, within};
 
 /// The program: 48 steps of 0.25 s, a save every 16; with
 /// `saves_on_sigterm` it saves its current step on SIGTERM and exits 143,
@@ -118,14 +118,8 @@ struct Evicted {
 /// Runs the job on VM A, evicts A 2.5 s after the program's second save,
 /// and lets VM B finish it.
 async fn evicted(saves_on_sigterm: bool, exit_pause: f64) -> Evicted {
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
+    let (env, _dir, log) = job_queued(r#"{"job_id":"t1"}"#, "log").await;
     let source = program(&log, saves_on_sigterm, exit_pause);
-    env.queue
-        .send(r#"{"job_id":"t1"}"#, Duration::ZERO)
-        .await
-        .unwrap();
     // Default settings: the worker's adaptive interval, the stop signal
     // SIGTERM.
     let handler = CommandHandler::new(
@@ -155,16 +149,7 @@ async fn evicted(saves_on_sigterm: bool, exit_pause: f64) -> Evicted {
     let b = env.worker(env.config(VM_B));
     let stop = b.shutdown_token();
     let running = tokio::spawn(b.run(handler));
-    let key = CompletionRecord::key("t1");
-    let stored = within("the completion record", async {
-        loop {
-            if let Some(stored) = env.checkpoints.read(&key).await.unwrap() {
-                break stored;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    let record = completion_record(&env, "t1").await;
     stop.cancel();
     within("worker B to stop", running).await.unwrap().unwrap();
     env.assert_queues_empty().await;
@@ -187,7 +172,7 @@ async fn evicted(saves_on_sigterm: bool, exit_pause: f64) -> Evicted {
     );
     assert_eq!(after_b.job_lengths.jobs(), 1, "{after_b:?}");
     Evicted {
-        record: CompletionRecord::from_checkpoint(&stored.checkpoint, &key).unwrap(),
+        record,
         fleet: after_a,
         log: entries(&log),
     }

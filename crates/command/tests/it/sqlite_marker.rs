@@ -20,7 +20,6 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::CompletionRecord;
 use spot_worker_testkit::worker::{Env, VM_A, within};
 
 /// The step the program ends at.
@@ -125,17 +124,7 @@ async fn a_database_and_files_under_one_marker_are_restored_as_one_state_dated_b
     // The program alone dies; its runner retries the job.
     let killed = wall_now();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let key = CompletionRecord::key("t1");
-    let stored = within("the completion record", async {
-        loop {
-            if let Some(stored) = env.checkpoints.read(&key).await.unwrap() {
-                break stored;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-    let record = CompletionRecord::from_checkpoint(&stored.checkpoint, &key).unwrap();
+    let record = completion_record(&env, "t1").await;
     stop.cancel();
     within("the worker to stop", running)
         .await

@@ -121,20 +121,6 @@ fn wall_now() -> f64 {
         .as_secs_f64()
 }
 
-async fn completion_record(env: &Env) -> CompletionRecord {
-    let key = CompletionRecord::key("t1");
-    let stored = within("the completion record", async {
-        loop {
-            if let Some(stored) = env.checkpoints.read(&key).await.unwrap() {
-                break stored;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-    CompletionRecord::from_checkpoint(&stored.checkpoint, &key).unwrap()
-}
-
 fn handler(env: &Env, source: &str) -> CommandHandler {
     // Default settings: the worker's adaptive interval, SIGTERM.
     CommandHandler::new(
@@ -168,14 +154,8 @@ fn assert_redone(record: &CompletionRecord, log: &[Entry], ended: f64, case: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_database_programs_lost_work_is_its_redone_time() {
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
+    let (env, _dir, log) = job_queued(r#"{"job_id":"t1"}"#, "log").await;
     let source = program(&log);
-    env.queue
-        .send(r#"{"job_id":"t1"}"#, Duration::ZERO)
-        .await
-        .unwrap();
     let a = env.worker(env.config(VM_A));
     let stop = a.shutdown_token();
     let running = tokio::spawn(a.run(handler(&env, &source)));
@@ -184,7 +164,7 @@ async fn a_crashed_database_programs_lost_work_is_its_redone_time() {
     // and retries the job (the same worker, after the retry's backoff).
     let killed = wall_now();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let record = completion_record(&env).await;
+    let record = completion_record(&env, "t1").await;
     stop.cancel();
     let report = within("the worker to stop", running)
         .await
@@ -198,14 +178,8 @@ async fn a_crashed_database_programs_lost_work_is_its_redone_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_database_programs_lost_work_is_its_redone_time() {
-    let env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
+    let (env, _dir, log) = job_queued(r#"{"job_id":"t1"}"#, "log").await;
     let source = program(&log);
-    env.queue
-        .send(r#"{"job_id":"t1"}"#, Duration::ZERO)
-        .await
-        .unwrap();
     let a = env.worker(env.config(VM_A));
     let running = tokio::spawn(a.run(handler(&env, &source)));
     in_the_long_step(&log).await;
@@ -218,7 +192,7 @@ async fn an_evicted_database_programs_lost_work_is_its_redone_time() {
     let b = env.worker(env.config(VM_B));
     let stop = b.shutdown_token();
     let running = tokio::spawn(b.run(handler(&env, &source)));
-    let record = completion_record(&env).await;
+    let record = completion_record(&env, "t1").await;
     stop.cancel();
     within("worker B to stop", running).await.unwrap().unwrap();
     env.assert_queues_empty().await;

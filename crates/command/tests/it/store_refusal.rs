@@ -10,77 +10,20 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
 use spot_worker_command::CommandHandler;
-use spot_worker_storage::files::ChunkStore;
-use spot_worker_storage::{
-    ATTEMPT_RECORD_PREFIX, Checkpoint, CheckpointStore, ETag, FailingJob, StorageError,
-    StoredCheckpoint, WritePrecondition, async_trait,
-};
+use spot_worker_storage::{ATTEMPT_RECORD_PREFIX, CheckpointStore, FailingJob};
+use spot_worker_testkit::store_layer::{Action, Call, Layered, StoreCall};
 use spot_worker_testkit::worker::{Env, within};
 
-/// The real store (Azurite), except that it rejects every chunk written,
-/// as a store rejects a body too large for it.
-struct RefusingChunks {
-    inner: Arc<dyn CheckpointStore>,
-    chunks: Arc<Refused>,
-}
-
-struct Refused(Arc<dyn ChunkStore>);
-
-#[async_trait]
-impl ChunkStore for Refused {
-    async fn put(&self, _name: &str, _chunk: Bytes) -> Result<(), StorageError> {
-        Err(StorageError::Rejected {
-            status: 413,
-            message: "RequestBodyTooLarge".to_owned(),
-        })
-    }
-
-    async fn get(&self, name: &str, len: usize) -> Result<Option<Bytes>, StorageError> {
-        self.0.get(name, len).await
-    }
-
-    async fn touch(&self, name: &str) -> Result<bool, StorageError> {
-        self.0.touch(name).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), StorageError> {
-        self.0.delete(name).await
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for RefusingChunks {
-    async fn prepare(&self) -> Result<(), StorageError> {
-        self.inner.prepare().await
-    }
-
-    async fn read(&self, key: &str) -> Result<Option<StoredCheckpoint>, StorageError> {
-        self.inner.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        precondition: WritePrecondition,
-        stamp: Option<&str>,
-    ) -> Result<ETag, StorageError> {
-        self.inner.write(key, checkpoint, precondition, stamp).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.inner.delete(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
-        self.inner.list(prefix).await
-    }
-
-    fn chunks(&self) -> Option<Arc<dyn ChunkStore>> {
-        Some(self.chunks.clone())
+/// The real store (Azurite), except that it rejects every chunk written
+/// (the store layer's `Reject`), as a store rejects a body too large for
+/// it: HTTP 413.
+fn refusing_chunks(call: &Call<'_>) -> Action {
+    if call.kind == StoreCall::ChunkPut {
+        Action::Reject(413)
+    } else {
+        Action::Pass
     }
 }
 
@@ -102,10 +45,7 @@ async fn failing(store: &dyn CheckpointStore, message_id: &str) -> FailingJob {
 async fn a_checkpoint_the_store_refuses_fails_the_delivery_and_shows_in_status() {
     let env = Env::start().await;
     let id = env.queue.send("job", Duration::ZERO).await.unwrap();
-    let store = Arc::new(RefusingChunks {
-        inner: env.checkpoints.clone(),
-        chunks: Arc::new(Refused(env.checkpoints.chunks().unwrap())),
-    });
+    let store = Arc::new(Layered::wrap(env.checkpoints.clone(), refusing_chunks));
     // Three tries: the first failure leaves an attempt record, read as
     // `status` reads it, and the message is tried again.
     let consumer = consumer(&env, 3).with_checkpoints(store.clone());

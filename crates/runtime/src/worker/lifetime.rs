@@ -24,7 +24,7 @@ use spot_worker_decisions::lanes::Lane;
 use spot_worker_imds::{ImdsClient, VmKind};
 use spot_worker_storage::{
     CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, HandlerError, Job, LifetimeLog,
-    MessageHandler, ResultMarker, SystemClock,
+    MessageHandler, SystemClock,
 };
 use spot_worker_telemetry::Metrics;
 use tokio::sync::Notify;
@@ -320,22 +320,7 @@ impl<H: MessageHandler> MessageHandler for Busy<H> {
         self.inner.handle(job).await
     }
 
-    // A decorator forwards what the handler knows about its jobs.
-    fn job_key(&self, body: &[u8]) -> Option<String> {
-        self.inner.job_key(body)
-    }
-
-    fn completion_marker(&self, body: &[u8]) -> Option<ResultMarker> {
-        self.inner.completion_marker(body)
-    }
-
-    fn verify_completed(
-        &self,
-        body: &[u8],
-        result: &serde_json::Value,
-    ) -> Result<(), HandlerError> {
-        self.inner.verify_completed(body, result)
-    }
+    crate::decorator::forward_job_knowledge!();
 }
 
 fn millis(clock: &dyn Clock) -> u64 {

@@ -54,16 +54,12 @@ async fn two_workers_lifetimes_are_written_and_read_back_by_status() {
         if lane == "regular" {
             command.env("SPOT_WORKER_REGULAR_QUEUE", REGULAR);
         }
-        command
-            .args(["run", "--"])
-            .args(["sh", "-c", "sleep 2; echo done > \"$SPOT_WORKER_RESULT\""])
-            .env("SPOT_WORKER_LANE", lane)
-            .env("SPOT_WORKER_IMDS", "off")
-            .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spot-worker run starts")
+        start_worker(
+            command
+                .args(["run", "--"])
+                .args(["sh", "-c", "sleep 2; echo done > \"$SPOT_WORKER_RESULT\""])
+                .env("SPOT_WORKER_LANE", lane),
+        )
     };
     let mut spot = worker("spot");
     let mut regular = worker("regular");
@@ -77,12 +73,7 @@ async fn two_workers_lifetimes_are_written_and_read_back_by_status() {
     let (_dir, path) = input_file("{\"n\":1}\n");
     let sent = run(cli().args(["enqueue", "--raw"]).arg(&path)).await;
     sent.assert_success();
-    let id = sent
-        .stdout
-        .split_whitespace()
-        .last()
-        .expect("the message id")
-        .to_owned();
+    let id = sent.message_id();
     poll_until("the job's result", || async {
         let got = run(cli().args(["results", "get", &id])).await;
         (got.code == Some(0)).then_some(())

@@ -7,10 +7,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spot_worker_azure::{AzureStorage, StorageConfig};
+use spot_worker_azure::{AzureStorage, BlobCheckpointStore, StorageConfig};
 use spot_worker_storage::{
-    CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, HandlerError, Job,
-    MessageEncoding, PoisonRecord, ResultStore as _, handler_fn,
+    CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, ConsumerStats, HandlerError,
+    Job, MessageEncoding, MessageHandler, PoisonRecord, ResultStore as _, handler_fn,
 };
 use spot_worker_testkit::Azurite;
 use tokio::io::AsyncWriteExt as _;
@@ -85,6 +85,16 @@ impl Output {
         assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
         self
     }
+
+    /// The last word printed: what `enqueue` ends its report with, the
+    /// id of the message it sent.
+    pub fn message_id(&self) -> String {
+        self.stdout
+            .split_whitespace()
+            .last()
+            .expect("the message id")
+            .to_owned()
+    }
 }
 
 pub async fn run(command: &mut Command) -> Output {
@@ -113,6 +123,30 @@ pub async fn run_with_stdin(command: &mut Command, stdin: Option<&[u8]>) -> Outp
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// Starts the worker `command` sets up (`spot-worker run …`) off Azure:
+/// no instance metadata, any free health port, its output discarded.
+pub fn start_worker(command: &mut Command) -> tokio::process::Child {
+    command
+        .env("SPOT_WORKER_IMDS", "off")
+        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spot-worker run starts")
+}
+
+/// What `status` prints (`cli()` being the `spot-worker` command), once it
+/// shows `text` (polled within [`poll_until`]'s bound); `what` names the
+/// wait in its failure.
+pub async fn status_showing(cli: &impl Fn() -> Command, what: &str, text: &str) -> String {
+    poll_until(what, || async {
+        let screen = run(cli().arg("status")).await;
+        screen.assert_success();
+        screen.stdout.contains(text).then_some(screen.stdout)
+    })
+    .await
 }
 
 /// Sends SIGTERM to a worker the test started and waits (bounded) for its
@@ -166,6 +200,13 @@ where
     }
 }
 
+/// The deployment's checkpoint store (`checkpoints`), its container made.
+pub async fn prepared_checkpoints(storage: &AzureStorage) -> BlobCheckpointStore {
+    let store = storage.checkpoint_store("checkpoints").unwrap();
+    store.prepare().await.unwrap();
+    store
+}
+
 /// A real consumer of the work queue (poison queue, checkpoints and
 /// poison bodies as a worker has them) whose handler fails the first
 /// delivery of every message text with `fail: <text>` and succeeds from
@@ -179,12 +220,7 @@ pub struct FlakyWorker {
 
 impl FlakyWorker {
     pub async fn new(storage: &AzureStorage, encoding: MessageEncoding) -> Self {
-        storage
-            .checkpoint_store("checkpoints")
-            .unwrap()
-            .prepare()
-            .await
-            .unwrap();
+        prepared_checkpoints(storage).await;
         storage
             .result_store("poison")
             .unwrap()
@@ -231,26 +267,42 @@ impl FlakyWorker {
                 }
             }
         });
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn({
-            let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-            async move { consumer.run(handler, shutdown).await }
-        });
-        poll_until("the consumer to settle every message", || {
-            let stats = consumer.stats();
-            async move {
-                (stats.succeeded >= succeeded && stats.poisoned >= poisoned).then_some(())
-            }
-        })
+        run_consumer_until(
+            &consumer,
+            handler,
+            "the consumer to settle every message",
+            |stats| stats.succeeded >= succeeded && stats.poisoned >= poisoned,
+        )
         .await;
-        shutdown.cancel();
-        task.await.unwrap();
         let stats = consumer.stats();
         assert_eq!((stats.succeeded, stats.poisoned), (succeeded, poisoned));
         let mut handled = handled.lock().unwrap().clone();
         handled.sort();
         handled
     }
+}
+
+/// Runs `consumer` with `handler` until its statistics satisfy `done`
+/// (polled within [`poll_until`]'s bound; `what` names the wait), then
+/// stops it and waits for it to stop.
+pub async fn run_consumer_until<H: MessageHandler + 'static>(
+    consumer: &Consumer,
+    handler: H,
+    what: &str,
+    done: impl Fn(&ConsumerStats) -> bool,
+) {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+        async move { consumer.run(handler, shutdown).await }
+    });
+    poll_until(what, || {
+        let reached = done(&consumer.stats());
+        async move { reached.then_some(()) }
+    })
+    .await;
+    shutdown.cancel();
+    task.await.unwrap();
 }
 
 /// The records in the poison queue, by peeking.

@@ -52,27 +52,18 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
         "{}",
         sent.stdout
     );
-    let id = sent
-        .stdout
-        .split_whitespace()
-        .last()
-        .expect("the message id")
-        .to_owned();
+    let id = sent.message_id();
     assert!(
         peek_texts(&storage, QUEUE).await.is_empty(),
         "nothing on jobs"
     );
 
     // A program that stores its stdin as its result, run by the worker.
-    let mut worker = cli()
-        .args(["run", "--queue", "texts", "--"])
-        .args(["sh", "-c", "cat > \"$SPOT_WORKER_RESULT\""])
-        .env("SPOT_WORKER_IMDS", "off")
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spot-worker run starts");
+    let mut worker = start_worker(cli().args(["run", "--queue", "texts", "--"]).args([
+        "sh",
+        "-c",
+        "cat > \"$SPOT_WORKER_RESULT\"",
+    ]));
     let result = poll_until("the program's result", || async {
         let got = run(cli().args(["results", "get", &id])).await;
         (got.code == Some(0)).then_some(got.stdout)

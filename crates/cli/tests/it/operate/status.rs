@@ -317,16 +317,11 @@ async fn the_readme_worker_leaves_no_job_in_progress_once_its_jobs_are_done() {
 async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
     use std::time::Duration;
 
-    use spot_worker_storage::{CancellationToken, Consumer, ConsumerConfig, MessageQueue as _};
+    use spot_worker_storage::{Consumer, ConsumerConfig, MessageQueue as _};
 
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    storage
-        .checkpoint_store("checkpoints")
-        .unwrap()
-        .prepare()
-        .await
-        .unwrap();
+    let checkpoints = prepared_checkpoints(&storage).await;
     let queue = storage.queue(QUEUE).unwrap();
     queue.prepare().await.unwrap();
     queue.send("one job", Duration::ZERO).await.unwrap();
@@ -339,7 +334,7 @@ async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
     let poison = storage.poison_queue(QUEUE).unwrap();
     let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config)
         .unwrap()
-        .with_checkpoints(Arc::new(storage.checkpoint_store("checkpoints").unwrap()));
+        .with_checkpoints(Arc::new(checkpoints));
     // The first delivery works 300 ms and fails without saving: redone.
     let handler = handler_fn(|job: Job| async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -348,18 +343,13 @@ async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
         }
         Ok(())
     });
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-        async move { consumer.run(handler, shutdown).await }
-    });
-    poll_until("the job to succeed on its second delivery", || {
-        let stats = consumer.stats();
-        async move { (stats.succeeded == 1).then_some(()) }
-    })
+    run_consumer_until(
+        &consumer,
+        handler,
+        "the job to succeed on its second delivery",
+        |stats| stats.succeeded == 1,
+    )
     .await;
-    shutdown.cancel();
-    task.await.unwrap();
 
     let cli = || spot_worker(&azurite, MessageEncoding::Text);
     let screen = run(cli()
@@ -423,26 +413,14 @@ async fn status_shows_a_checkpoint_no_save_can_store_by_its_job_key() {
     let program = "cd \"$SPOT_WORKER_WORK_DIR\" && mkdir many && cd many && \
                    seq 0 10000 | xargs touch && \
                    mv \"$SPOT_WORKER_WORK_DIR/many\" \"$SPOT_WORKER_CHECKPOINT_DIR/\" && exec sleep 60";
-    let mut worker = cli()
-        .args(["run", "--", "sh", "-c", program])
-        .env("SPOT_WORKER_JOB_KEY", "job_id")
-        // Never poisoned while the test looks: the job keeps failing.
-        .env("SPOT_WORKER_MAX_FAILURES", "1000")
-        .env("SPOT_WORKER_IMDS", "off")
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spot-worker run starts");
-    let screen = poll_until("status naming the failing job", || async {
-        let screen = run(cli().arg("status")).await;
-        screen.assert_success();
-        screen
-            .stdout
-            .contains("too-many-files")
-            .then_some(screen.stdout)
-    })
-    .await;
+    let mut worker = start_worker(
+        cli()
+            .args(["run", "--", "sh", "-c", program])
+            .env("SPOT_WORKER_JOB_KEY", "job_id")
+            // Never poisoned while the test looks: the job keeps failing.
+            .env("SPOT_WORKER_MAX_FAILURES", "1000"),
+    );
+    let screen = status_showing(&cli, "status naming the failing job", "too-many-files").await;
     let json = run(cli().args(["status", "--json"])).await;
     let status = stop_with_sigterm(&mut worker).await;
     assert_eq!(status.code(), Some(0));
@@ -494,24 +472,17 @@ async fn status_shows_a_directory_that_never_holds_still_until_it_is_saved() {
          exec sleep 120",
         still = still.display()
     );
-    let mut worker = cli()
-        .args(["run", "--", "sh", "-c", &program])
-        .env("SPOT_WORKER_JOB_KEY", "job_id")
-        .env("SPOT_WORKER_CHECKPOINT_EVERY", "1s")
-        .env("SPOT_WORKER_IMDS", "off")
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spot-worker run starts");
-    let screen = poll_until("status naming the job that never held still", || async {
-        let screen = run(cli().arg("status")).await;
-        screen.assert_success();
-        screen
-            .stdout
-            .contains("directory never held still")
-            .then_some(screen.stdout)
-    })
+    let mut worker = start_worker(
+        cli()
+            .args(["run", "--", "sh", "-c", &program])
+            .env("SPOT_WORKER_JOB_KEY", "job_id")
+            .env("SPOT_WORKER_CHECKPOINT_EVERY", "1s"),
+    );
+    let screen = status_showing(
+        &cli,
+        "status naming the job that never held still",
+        "directory never held still",
+    )
     .await;
     let json = run(cli().args(["status", "--json"])).await;
     std::fs::write(&still, b"").unwrap();
