@@ -35,7 +35,7 @@ use poller::Poller;
 pub struct WatcherConfig {
     /// Time between polls; IMDS recommends once a second. Never below
     /// [`MIN_REQUEST_SPACING`] (IMDS allows 5 requests per second). Also the
-    /// longest retry delay after an error (see [`retry_delay`]).
+    /// longest retry delay after an error (see [`retry_delay`](crate::retry::retry_delay)).
     pub poll_interval: Duration,
     /// This VM's name as it appears in `Resources`. `None` asks instance
     /// metadata (`compute.name`) alongside the polls; until it answers,
@@ -43,7 +43,7 @@ pub struct WatcherConfig {
     /// given here is still checked against instance metadata once, when it
     /// answers (see [`WatcherHealth::vm_name_mismatch`]). Either way a
     /// lookup that fails is logged once and asked again after backing off
-    /// ([`metadata_retry_polls`]), never at every poll.
+    /// ([`metadata_retry_polls`](crate::retry::metadata_retry_polls)), never at every poll.
     pub vm_name: Option<String>,
     /// Transitions buffered per subscriber before a slow one starts missing
     /// them.

@@ -278,7 +278,7 @@ pub(crate) struct Run<'a> {
     pub(crate) stopped: Option<Stopped>,
     /// Saves that keep failing, as `status` is told of them.
     trouble: crate::trouble::TroubleLog,
-    /// Why the last save ended [`Save::Later`], if it said.
+    /// Why the last save ended [`Save::Later`](crate::saving::Save::Later), if it said.
     pub(crate) later_trouble: Option<(spot_worker_storage::SaveTroubleKind, String)>,
 }
 
@@ -288,7 +288,7 @@ pub(crate) struct Stopped {
     pub(crate) at: Instant,
     /// The look at the checkpoint (file and directory) started with it
     /// ([`CheckpointFiles::fingerprint`], beside: the signal does not
-    /// wait for it; [`stop_beside_look`]).
+    /// wait for it; [`stop_beside_look`](crate::look::stop_beside_look)).
     ///
     /// [`CheckpointFiles::fingerprint`]: spot_worker_storage::files::CheckpointFiles::fingerprint
     pub(crate) look: StopLook,

@@ -70,7 +70,7 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// [`JobCheckpoint::expected_left`], unless `--checkpoint-every` fixes
+    /// [`JobCheckpoint::expected_left`](spot_worker_storage::JobCheckpoint::expected_left), unless `--checkpoint-every` fixes
     /// the interval (or a save holds the handle).
     pub(super) fn expected_left(&self) -> Option<Duration> {
         if self.handler.config.checkpoint_every.is_some() {
