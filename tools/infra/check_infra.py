@@ -75,6 +75,7 @@ from findings import KINDS, Report
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BICEP = ROOT / "bicep"
 COMPUTE = BICEP / "modules" / "compute.bicep"
+# The metrics and their names (metrics.rs and metrics/*.rs).
 METRICS_RS = ROOT / "crates" / "telemetry" / "src" / "metrics.rs"
 TYPES = ROOT / "tools" / "infra" / "azure-types" / "bicep-types"
 PLANTED = ROOT / "tools" / "infra" / "fixtures" / "planted"
@@ -456,7 +457,9 @@ def check_workbook() -> None:
     started = step("workbook.json: valid, and queries only metrics the telemetry crate defines")
     text = (BICEP / "workbook.json").read_text()
     workbook = json.loads(text)
-    known = set(re.findall(r'"(spot_worker\.[a-z_.]+)"', METRICS_RS.read_text()))
+    sources = [METRICS_RS, *sorted(METRICS_RS.with_suffix("").glob("*.rs"))]
+    metrics_rs = "\n".join(p.read_text() for p in sources)
+    known = set(re.findall(r'"(spot_worker\.[a-z_.]+)"', metrics_rs))
     used = set(re.findall(r"'(spot_worker\.[a-z_.]+)'", text))
     for name in sorted(used - known):
         fail(f"workbook queries {name}, which crates/telemetry does not define")

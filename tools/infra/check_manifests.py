@@ -43,7 +43,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 PLANTED = ROOT / "tools" / "infra" / "fixtures" / "k8s-planted"
 KEDA_CHECK = ROOT / "tools" / "infra" / "keda" / "check_keda.mjs"
+# The one settings table: table.rs and its groups (table/*.rs).
 SETTINGS = ROOT / "crates" / "settings" / "src" / "table.rs"
+SETTINGS_GROUPS = SETTINGS.with_suffix("")
 DEPLOY_SCRIPT = ROOT / "scripts" / "deploy-aks.sh"
 
 # The Kubernetes version whose API schemas the manifests are checked against:
@@ -145,7 +147,8 @@ def schema_findings(objects: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 def settings_seconds(key: str) -> int:
     """A duration setting's default in seconds, from the one settings table."""
-    match = re.search(rf'key: "{key}",\s*default: seconds\((\d+)\)', SETTINGS.read_text())
+    text = "\n".join(p.read_text() for p in [SETTINGS, *sorted(SETTINGS_GROUPS.glob("*.rs"))])
+    match = re.search(rf'key: "{key}",\s*default: seconds\((\d+)\)', text)
     if not match:
         raise SystemExit(f"{SETTINGS.relative_to(ROOT)}: no seconds(...) default for {key}")
     return int(match.group(1))

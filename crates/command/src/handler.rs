@@ -1,6 +1,6 @@
 //! [`CommandHandler`]: the [`MessageHandler`] that runs a program per
 //! message. The job key comes from here; one delivery's run is in
-//! `delivery.rs`.
+//! `delivery/`.
 
 use std::sync::Arc;
 

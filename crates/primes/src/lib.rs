@@ -19,13 +19,14 @@
 //! It depends only on `spot-worker-storage`'s traits: any queue, checkpoint
 //! store and result store (in memory, Azure) will do.
 
+mod config;
 mod handler;
 mod job;
 mod sieve;
 
-pub use handler::{
-    DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_SIZE, PrimesConfig, PrimesHandler, Progress,
-    ProgressHook, handler,
+pub use config::{
+    DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_SIZE, PrimesConfig, Progress, ProgressHook,
 };
+pub use handler::{PrimesHandler, handler};
 pub use job::{MAX_END, MAX_JOB_ID_LEN, PrimesError, PrimesJob, expected_result};
 pub use sieve::count_primes;

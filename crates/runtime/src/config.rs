@@ -11,22 +11,22 @@ use std::time::Duration;
 
 use spot_worker_decisions::cadence::IntervalSource;
 use spot_worker_decisions::lanes::{Lane, LanePolicy};
-use spot_worker_settings::{Setting, Source, table};
+use spot_worker_settings::{Source, table};
 use spot_worker_storage::MessageEncoding;
 
 use crate::error::ConfigError;
+
+mod drain;
+mod lanes;
+
+pub use drain::{DrainSettings, EXIT_MARGIN, STOP_TIMEOUT};
+pub use lanes::{DEFAULT_PRICE_RATIO, LaneSettings};
+use lanes::{lane, lane_policy, price_ratio};
 
 /// Shortest lease: renewals need time to happen before it runs out.
 const MIN_VISIBILITY: Duration = Duration::from_secs(5);
 /// Longest lease Azure Storage Queues allow.
 const MAX_VISIBILITY: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// How long the service manager gives the worker to stop: the unit's
-/// `TimeoutStopSec=28s`, two seconds inside Azure's 30-second Preempt notice.
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(28);
-/// Kept between the end of the longest drain and [`STOP_TIMEOUT`]: the process
-/// must also stop its watcher, flush telemetry and close the health server.
-pub const EXIT_MARGIN: Duration = Duration::from_secs(2);
 
 /// Path of an optional TOML file with the same settings.
 pub const CONFIG_FILE_ENV: &str = spot_worker_settings::CONFIG_FILE;
@@ -106,45 +106,6 @@ pub struct WorkerConfig {
     pub lifetime_retention: Duration,
 }
 
-/// The lanes: Spot capacity, and regular capacity for jobs with a deadline
-/// that must (docs/deploying.md, "The two lanes").
-#[derive(Debug, Clone, PartialEq)]
-pub struct LaneSettings {
-    /// The lane this worker serves (`SPOT_WORKER_LANE`: `spot`, the
-    /// default, or `regular`).
-    pub lane: Lane,
-    /// The regular lane's queue (`SPOT_WORKER_REGULAR_QUEUE`); `None`: no
-    /// lanes.
-    pub regular_queue: Option<String>,
-    /// Whether this worker takes turns at keeping the lanes
-    /// (`SPOT_WORKER_LANE_KEEPER`, default on).
-    pub keeper: bool,
-    /// How often the keeper looks and a job on regular capacity is checked
-    /// (`SPOT_WORKER_LANE_KEEPER_EVERY`, default 60s).
-    pub keeper_every: Duration,
-    /// d until the fleet measured its own (`SPOT_WORKER_SWITCH_COST`,
-    /// default 6 minutes).
-    pub switch_cost: Duration,
-    /// The rule that picks a job's lane (`SPOT_WORKER_LANE_POLICY`,
-    /// default `patient`).
-    pub policy: LanePolicy,
-    /// k, a regular hour's price over a Spot hour's: from
-    /// `SPOT_WORKER_REGULAR_PRICE_PER_HOUR` over `SPOT_WORKER_PRICE_PER_HOUR`
-    /// when both are set, else [`DEFAULT_PRICE_RATIO`].
-    pub price_ratio: f64,
-}
-
-/// k when the prices are not set: the paper's 3 (Spot at a third of the
-/// price; Azure's Spot discounts run from about 60 % to 90 %).
-pub const DEFAULT_PRICE_RATIO: f64 = 3.0;
-
-impl LaneSettings {
-    /// Whether the worker serves one of two lanes.
-    pub fn enabled(&self) -> bool {
-        self.regular_queue.is_some()
-    }
-}
-
 /// Scheduled Events settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImdsSettings {
@@ -159,48 +120,6 @@ pub struct ImdsSettings {
     pub vm_name: Option<String>,
     /// Poll interval (`SPOT_WORKER_IMDS_POLL_INTERVAL`, default 1s).
     pub poll_interval: Duration,
-}
-
-/// How the worker stops.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DrainSettings {
-    /// Time kept in hand before the hard deadline: handlers still running
-    /// this long before it are dropped and their messages released
-    /// (`SPOT_WORKER_RELEASE_MARGIN`, default 3s).
-    pub release_margin: Duration,
-    /// The time releasing in-flight messages always gets before the watchdog
-    /// may end the process, however late the notice (already started, or
-    /// `NotBefore` passed): one release request per message, concurrently
-    /// (`SPOT_WORKER_RELEASE_FLOOR`, default 2s, at most `release_margin`).
-    pub release_floor: Duration,
-    /// The longest a drain may take after any notice, whatever `NotBefore`
-    /// says (`SPOT_WORKER_DRAIN_BUDGET`, default 25s). The rule: the longest
-    /// drain ([`longest_drain`](Self::longest_drain)) plus [`EXIT_MARGIN`]
-    /// must fit in the unit's [`STOP_TIMEOUT`] (28 s), itself inside Azure's
-    /// 30 s Preempt notice; so at most 26s.
-    pub drain_budget: Duration,
-    /// Approve the Scheduled Event that caused the drain once drained, so
-    /// Azure may proceed at once (`SPOT_WORKER_APPROVE_EVENTS`, default on).
-    /// Only an event whose `Resources` is exactly this VM is approved, unless
-    /// `approve_shared_events` is on.
-    pub approve_events: bool,
-    /// Also approve events that list other VMs besides this one
-    /// (`SPOT_WORKER_APPROVE_SHARED_EVENTS`, default off). Approving starts
-    /// the event for every VM it lists, cutting their notice short: turn it
-    /// on only when the other VMs need no notice (or do not run workers).
-    pub approve_shared_events: bool,
-    /// Where the workers on this VM meet, so that none approves an event
-    /// before all have drained (`SPOT_WORKER_RUNTIME_DIR`; default
-    /// `/run/spot-worker`, else `$XDG_RUNTIME_DIR/spot-worker`).
-    pub runtime_dir: Option<PathBuf>,
-    /// End the process if the drain overruns its hard deadline, and, for a
-    /// worker [owning its process](crate::Worker::owning_the_process), if the
-    /// process is still up [`EXIT_GRACE`](crate::EXIT_GRACE) after `run`
-    /// returned (`SPOT_WORKER_WATCHDOG`, default on). Off in tests that run
-    /// a worker inside the test process.
-    pub watchdog: bool,
-    /// Drain on SIGTERM and SIGINT (default on).
-    pub handle_signals: bool,
 }
 
 impl Default for WorkerConfig {
@@ -399,35 +318,6 @@ impl WorkerConfig {
         }
     }
 
-    fn validate_lanes(&self) -> Result<(), ConfigError> {
-        let lanes = &self.lanes;
-        let invalid = |setting: &str, value: String, reason: &str| {
-            Err(ConfigError::Invalid {
-                setting: setting.to_owned(),
-                value,
-                reason: reason.to_owned(),
-            })
-        };
-        match &lanes.regular_queue {
-            None if lanes.lane == Lane::Regular => invalid(
-                table::LANE.key,
-                "regular".into(),
-                "a regular-lane worker needs the regular lane's queue: set SPOT_WORKER_REGULAR_QUEUE",
-            ),
-            Some(regular) if regular.is_empty() || *regular == self.queue => invalid(
-                table::REGULAR_QUEUE.key,
-                regular.clone(),
-                "the regular lane needs a queue of its own, not SPOT_WORKER_QUEUE's",
-            ),
-            _ if lanes.keeper_every < Duration::from_secs(1) => invalid(
-                table::LANE_KEEPER_EVERY.key,
-                format!("{:?}", lanes.keeper_every),
-                "at least 1s",
-            ),
-            _ => Ok(()),
-        }
-    }
-
     /// Where the checkpoint interval comes from: the fixed one if set,
     /// otherwise the adaptive one seeded with the eviction rate.
     pub fn interval_source(&self) -> IntervalSource {
@@ -438,111 +328,6 @@ impl WorkerConfig {
             },
         }
     }
-}
-
-impl DrainSettings {
-    /// The longest a drain can take from its notice to its hard deadline:
-    /// the drain budget, or the release margin plus the release floor when a
-    /// short notice stretches the release past the time left.
-    pub fn longest_drain(&self) -> Duration {
-        self.drain_budget
-            .max(self.release_margin + self.release_floor)
-    }
-
-    /// Checks that the drain fits the stop timeout and its stages fit the
-    /// drain.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |setting: &str, value: Duration, reason: String| {
-            Err(ConfigError::Invalid {
-                setting: setting.to_owned(),
-                value: format!("{value:?}"),
-                reason,
-            })
-        };
-        if self.release_floor < Duration::from_millis(100) {
-            return invalid(
-                table::RELEASE_FLOOR.key,
-                self.release_floor,
-                "at least 100ms: releasing takes one request per message".into(),
-            );
-        }
-        if self.release_floor > self.release_margin {
-            return invalid(
-                table::RELEASE_FLOOR.key,
-                self.release_floor,
-                format!(
-                    "at most SPOT_WORKER_RELEASE_MARGIN ({:?})",
-                    self.release_margin
-                ),
-            );
-        }
-        if self.drain_budget <= self.release_margin {
-            return invalid(
-                table::DRAIN_BUDGET.key,
-                self.drain_budget,
-                format!(
-                    "must be longer than SPOT_WORKER_RELEASE_MARGIN ({:?})",
-                    self.release_margin
-                ),
-            );
-        }
-        if self.longest_drain() + EXIT_MARGIN > STOP_TIMEOUT {
-            return invalid(
-                table::DRAIN_BUDGET.key,
-                self.drain_budget,
-                format!(
-                    "the drain ({:?} at most) plus {EXIT_MARGIN:?} to exit must fit in the \
-                     service's stop timeout (TimeoutStopSec={}s), inside Azure's 30 s notice",
-                    self.longest_drain(),
-                    STOP_TIMEOUT.as_secs()
-                ),
-            );
-        }
-        Ok(())
-    }
-}
-
-/// The lane this worker serves, from `SPOT_WORKER_LANE`.
-fn lane(source: &Source) -> Result<Lane, ConfigError> {
-    let name = source.get(&table::LANE)?;
-    match name.to_ascii_lowercase().as_str() {
-        "spot" => Ok(Lane::Spot),
-        "regular" => Ok(Lane::Regular),
-        _ => Err(source
-            .invalid(&table::LANE, "use `spot` or `regular`")
-            .into()),
-    }
-}
-
-/// The lane policy, from `SPOT_WORKER_LANE_POLICY`.
-fn lane_policy(source: &Source) -> Result<LanePolicy, ConfigError> {
-    let name = source.get(&table::LANE_POLICY)?;
-    LanePolicy::parse(&name.to_ascii_lowercase()).ok_or_else(|| {
-        source
-            .invalid(&table::LANE_POLICY, "use `patient` or `uniform-progress`")
-            .into()
-    })
-}
-
-/// k from the two lanes' prices, when both are set.
-fn price_ratio(source: &Source) -> Result<f64, ConfigError> {
-    let price = |setting: &Setting<Option<std::borrow::Cow<'static, str>>>| -> Result<Option<f64>, ConfigError> {
-        let Some(text) = source.get(setting)? else {
-            return Ok(None);
-        };
-        match text.trim().parse::<f64>() {
-            Ok(price) if price.is_finite() && price > 0.0 => Ok(Some(price)),
-            _ => Err(source
-                .invalid(setting, "a price per hour: a positive number such as 0.0125")
-                .into()),
-        }
-    };
-    let spot = price(&table::PRICE_PER_HOUR)?;
-    let regular = price(&table::REGULAR_PRICE_PER_HOUR)?;
-    Ok(match (spot, regular) {
-        (Some(spot), Some(regular)) => regular / spot,
-        _ => DEFAULT_PRICE_RATIO,
-    })
 }
 
 /// How message text encodes bodies, from `SPOT_WORKER_MESSAGE_ENCODING`.

@@ -19,19 +19,12 @@
 //! queue allows (Storage Queue Data Message Sender). A missing queue stops
 //! the run at once, saying so.
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use spot_worker_azure::{BlobCheckpointStore, BlobResultStore};
-use spot_worker_decisions::lanes::Lane;
-use spot_worker_storage::{
-    CheckpointStore as _, MessageEncoding, MessageQueue as _, ResultStore as _, StorageError,
-    unsendable_char,
-};
+use spot_worker_storage::{MessageEncoding, MessageQueue as _, StorageError, unsendable_char};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -40,6 +33,11 @@ use super::{Fleet, encoding_name};
 use lanes::{Routing, deadline_of, rfc3339};
 
 mod lanes;
+mod send;
+mod summary;
+
+use send::{Existing, Outcome, Sender, missing_queue};
+use summary::{Progress, Summary};
 
 /// Put jobs on the queue: one message per line of JSON Lines.
 #[derive(Debug, Args)]
@@ -154,174 +152,6 @@ fn parse_line(raw: &[u8], need_job_id: bool) -> Result<Line, String> {
         text: text.to_owned(),
         job_id,
     })
-}
-
-/// What became of one job line.
-enum Outcome {
-    /// Sent to `lane`'s queue; `late`: its work no longer fits before its
-    /// deadline.
-    Sent {
-        lane: Lane,
-        late: bool,
-    },
-    Skipped,
-    Failed(String),
-}
-
-/// What is checked before a job is sent again.
-struct Existing {
-    checkpoints: BlobCheckpointStore,
-    results: Option<(BlobResultStore, String)>,
-}
-
-impl Existing {
-    /// True if job `job_id` is done: a completed checkpoint or a result.
-    async fn is_done(&self, job_id: &str) -> Result<bool> {
-        let checkpoint = self
-            .checkpoints
-            .read(job_id)
-            .await
-            .with_context(|| format!("reading the checkpoint of job {job_id:?}"))?;
-        if checkpoint.is_some_and(|stored| stored.checkpoint.is_completed()) {
-            return Ok(true);
-        }
-        let Some((results, template)) = &self.results else {
-            return Ok(false);
-        };
-        let name = template.replace("{job_id}", job_id);
-        let result = results
-            .get(&name)
-            .await
-            .with_context(|| format!("reading result {name:?}"))?;
-        Ok(result.is_some())
-    }
-}
-
-/// Everything a send task needs.
-struct Sender {
-    routing: Routing,
-    existing: Option<Existing>,
-    /// Set once a send found a queue missing: nothing more is read.
-    queue_missing: Mutex<Option<String>>,
-}
-
-impl Sender {
-    async fn send(&self, text: String, job_id: Option<String>) -> Outcome {
-        if let (Some(existing), Some(job_id)) = (&self.existing, &job_id) {
-            match existing.is_done(job_id).await {
-                Ok(true) => return Outcome::Skipped,
-                Ok(false) => {}
-                Err(e) => return Outcome::Failed(format!("{e:#}")),
-            }
-        }
-        let routed = match self.routing.route(text.as_bytes()) {
-            Ok(routed) => routed,
-            Err(e) => return Outcome::Failed(format!("not sent: {e:#}")),
-        };
-        let sent = routed
-            .queue
-            .send_to_existing(&routed.text, std::time::Duration::ZERO)
-            .await;
-        match sent {
-            Ok(_) => Outcome::Sent {
-                lane: routed.lane,
-                late: routed.late,
-            },
-            Err(StorageError::NotFound { .. }) => {
-                let missing = missing_queue(routed.queue.name());
-                *lock(&self.queue_missing) = Some(missing.clone());
-                Outcome::Failed(format!("not sent: {missing}"))
-            }
-            Err(e) => Outcome::Failed(format!("not sent: {e}")),
-        }
-    }
-
-    fn queue_missing(&self) -> Option<String> {
-        lock(&self.queue_missing).clone()
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Why nothing more is sent once the queue turned out to be missing.
-fn missing_queue(name: &str) -> String {
-    format!(
-        "queue {name:?} does not exist; enqueue never creates it (the deployment does, \
-         or a worker at its start): check SPOT_WORKER_QUEUE"
-    )
-}
-
-/// The counts printed at the end.
-#[derive(Default)]
-struct Summary {
-    sent: u64,
-    /// Of those, sent to the regular lane.
-    regular: u64,
-    /// Of those, whose work no longer fits before the deadline.
-    late: u64,
-    skipped: u64,
-    blank: u64,
-    bad: u64,
-    failed: u64,
-    /// Why reading stopped before the end of the input, if it did.
-    unread: Option<String>,
-}
-
-impl Summary {
-    fn count(&mut self, outcome: &Outcome) {
-        match outcome {
-            Outcome::Sent { lane, late } => {
-                self.sent += 1;
-                self.regular += u64::from(*lane == Lane::Regular);
-                self.late += u64::from(*late);
-            }
-            Outcome::Skipped => self.skipped += 1,
-            Outcome::Failed(_) => self.failed += 1,
-        }
-    }
-}
-
-/// Progress on stderr: a bar on a terminal, plain lines otherwise.
-struct Progress(Option<ProgressBar>);
-
-impl Progress {
-    fn new(total_bytes: Option<u64>) -> Self {
-        if !std::io::stderr().is_terminal() {
-            return Progress(None);
-        }
-        let bar = match total_bytes {
-            Some(total) => ProgressBar::new(total).with_style(
-                ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            ),
-            None => ProgressBar::new_spinner(),
-        };
-        Progress(Some(bar))
-    }
-
-    fn report(&self, message: &str) {
-        match &self.0 {
-            Some(bar) => bar.println(message),
-            None => eprintln!("{message}"),
-        }
-    }
-
-    fn update(&self, bytes: u64, summary: &Summary) {
-        if let Some(bar) = &self.0 {
-            bar.set_position(bytes);
-            bar.set_message(format!("{} sent", summary.sent));
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
-    }
 }
 
 pub async fn run(args: EnqueueArgs) -> Result<()> {
