@@ -2,23 +2,14 @@
 //! on loopback with the REAL worker binary (`examples/primes`) against a
 //! real Azurite queue and a stand-in of the Kubernetes API.
 //!
-//! The stand-in serves HTTPS on 127.0.0.1 with a certificate of a test CA,
-//! the CA given to the workers as the cluster's `ca.crt`, exactly where a
-//! pod finds it (`SPOT_WORKER_SERVICE_ACCOUNT_DIR`, with the token beside
-//! it). It does what the API server and the ReplicaSet controller do for
-//! this feature, and nothing else:
-//!
-//! - it authorises by the Role and RoleBinding of
-//!   `deploy/kubernetes/pod-deletion-cost.yaml`, read from the file: a
-//!   request of a verb, resource or namespace the Role does not allow to the
-//!   bound service account is refused with 403, an unknown token with 401;
-//! - it applies JSON merge patches to the pods' annotations;
-//! - on a scale-in it removes the pods the ReplicaSet controller would
-//!   (Kubernetes' ReplicaSet docs, "Scaling a ReplicaSet", and KEP-2255):
-//!   all pods here are scheduled, running and ready on one node, so the
-//!   lower `controller.kubernetes.io/pod-deletion-cost` goes first (a pod
-//!   without one counts 0), then the more recently created. Removing a pod
-//!   is what the kubelet does: SIGTERM to the worker.
+//! The stand-in (`spot_worker_testkit::kube_stand_in`, shared with the pod
+//! in a box) authorises by the Role of
+//! `deploy/kubernetes/pod-deletion-cost.yaml`, applies the merge patches and
+//! picks the pods a scale-in removes as the ReplicaSet controller does. Here
+//! it serves HTTPS on 127.0.0.1 with a certificate of a test CA, the CA
+//! given to the workers as the cluster's `ca.crt`, exactly where a pod
+//! finds it (`SPOT_WORKER_SERVICE_ACCOUNT_DIR`, with the token beside it).
+//! Removing a pod is what the kubelet does: SIGTERM to the worker.
 //!
 //! Only what cannot exist off a cluster is swapped: the API server's
 //! address (`KUBERNETES_SERVICE_HOST`/`PORT`, set by the kubelet in a pod),
@@ -27,348 +18,29 @@
 //! off (no node). `SPOT_WORKER_POD_DELETION_COST_STEP` is 1 s instead of a
 //! minute so that a job's saves move its cost within seconds.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::Azurite;
+use spot_worker_testkit::kube_stand_in::Kube;
 use spot_worker_testkit::tls_front::TlsFront;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod rendered;
 
-use rendered::{repo, worker_binary};
+use rendered::worker_binary;
 
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 const PATIENCE: Duration = Duration::from_secs(180);
 /// The workers' namespace (scripts/deploy-aks.sh's default).
 const NAMESPACE: &str = "spot-worker";
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.spot-worker-service-account.test";
-const ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
-
-/// What `pod-deletion-cost.yaml` allows, as read from it.
-#[derive(Debug)]
-struct Role {
-    namespace: String,
-    api_groups: Vec<String>,
-    resources: Vec<String>,
-    verbs: Vec<String>,
-    /// `namespace/name` of the bound service account.
-    subject: String,
-}
-
-impl Role {
-    /// The manifest, rendered for [`NAMESPACE`] as deploy-aks.sh does.
-    fn from_manifest() -> Role {
-        let text = std::fs::read_to_string(repo().join("deploy/kubernetes/pod-deletion-cost.yaml"))
-            .unwrap()
-            .replace("${NAMESPACE}", NAMESPACE);
-        let documents: Vec<&str> = text.split("\n---\n").collect();
-        let role = documents
-            .iter()
-            .find(|d| d.contains("\nkind: Role\n"))
-            .expect("a Role");
-        let binding = documents
-            .iter()
-            .find(|d| d.contains("\nkind: RoleBinding\n"))
-            .expect("a RoleBinding");
-        let role_name = scalar(role, "name").expect("the Role's name");
-        assert_eq!(
-            roleref_name(binding),
-            Some(role_name),
-            "the binding refers to the Role"
-        );
-        assert_eq!(list(role, "rules").len(), 1, "one rule: {role}");
-        Role {
-            namespace: scalar(role, "namespace").expect("a namespaced Role"),
-            api_groups: list(role, "apiGroups"),
-            resources: list(role, "resources"),
-            verbs: list(role, "verbs"),
-            subject: format!(
-                "{}/{}",
-                scalar(binding.split("subjects:").nth(1).unwrap(), "namespace").unwrap(),
-                scalar(binding.split("subjects:").nth(1).unwrap(), "name").unwrap()
-            ),
-        }
-    }
-
-    fn allows(
-        &self,
-        subject: &str,
-        namespace: &str,
-        group: &str,
-        resource: &str,
-        verb: &str,
-    ) -> bool {
-        subject == self.subject
-            && namespace == self.namespace
-            && self.api_groups.iter().any(|g| g == group)
-            && self.resources.iter().any(|r| r == resource)
-            && self.verbs.iter().any(|v| v == verb)
-    }
-}
-
-/// The first `key: value` in `text` (quotes removed).
-fn scalar(text: &str, key: &str) -> Option<String> {
-    let at = text.find(&format!("{key}: "))?;
-    let rest = &text[at + key.len() + 2..];
-    Some(rest.lines().next()?.trim().trim_matches('"').to_owned())
-}
-
-fn roleref_name(binding: &str) -> Option<String> {
-    scalar(binding.split("roleRef:").nth(1)?, "name")
-}
-
-/// The items of the block list under `key:` (the `- item` lines at the
-/// first item's indent, until a line less indented than that).
-fn list(text: &str, key: &str) -> Vec<String> {
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let mut lines = text
-        .lines()
-        .skip_while(|l| l.trim_start().trim_start_matches("- ") != format!("{key}:"))
-        .skip(1)
-        .filter(|l| !l.trim().is_empty());
-    let Some(first) = lines.next() else {
-        return Vec::new();
-    };
-    let depth = indent(first);
-    std::iter::once(first)
-        .chain(lines.take_while(|l| indent(l) >= depth))
-        .filter(|l| indent(l) == depth)
-        .filter_map(|l| l.trim().strip_prefix("- "))
-        .map(|item| item.trim().trim_matches('"').to_owned())
-        .collect()
-}
-
-/// One pod as the stand-in keeps it.
-#[derive(Debug, Default)]
-struct Pod {
-    /// Creation order (higher: newer).
-    created: usize,
-    annotations: BTreeMap<String, String>,
-    /// Every deletion cost written, in order.
-    costs: Vec<i32>,
-    removed: bool,
-}
-
-impl Pod {
-    fn cost(&self) -> i32 {
-        self.annotations
-            .get(ANNOTATION)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-/// The API server and the ReplicaSet controller, for this feature.
-#[derive(Default)]
-struct Api {
-    role: Option<Role>,
-    pods: Mutex<BTreeMap<String, Pod>>,
-    /// Answers given instead of applying the next allowed patches:
-    /// (status, Retry-After seconds).
-    faults: Mutex<VecDeque<(u16, Option<u64>)>>,
-    /// Every request's (method, path, status).
-    log: Mutex<Vec<(String, String, u16)>>,
-}
-
-impl Api {
-    fn add_pod(&self, name: &str) {
-        let mut pods = self.pods.lock().unwrap();
-        let created = pods.len();
-        pods.insert(
-            name.to_owned(),
-            Pod {
-                created,
-                ..Pod::default()
-            },
-        );
-    }
-
-    fn costs(&self, name: &str) -> Vec<i32> {
-        self.pods.lock().unwrap()[name].costs.clone()
-    }
-
-    /// Scales the pods down to `replicas`, by the ReplicaSet controller's
-    /// ranking (see the module doc); returns the removed pods' names.
-    fn scale_in(&self, replicas: usize) -> Vec<String> {
-        let mut pods = self.pods.lock().unwrap();
-        let mut live: Vec<(&String, &Pod)> = pods.iter().filter(|(_, p)| !p.removed).collect();
-        live.sort_by(|(_, a), (_, b)| a.cost().cmp(&b.cost()).then(b.created.cmp(&a.created)));
-        let removed: Vec<String> = live
-            .iter()
-            .take(live.len().saturating_sub(replicas))
-            .map(|(name, _)| (*name).clone())
-            .collect();
-        for name in &removed {
-            pods.get_mut(name).unwrap().removed = true;
-        }
-        removed
-    }
-
-    fn answer(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> (StatusCode, Vec<(&'static str, String)>, String) {
-        let status = |code: u16, reason: &str, message: String| {
-            let body = serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": reason, "message": message, "code": code,
-            });
-            (
-                StatusCode::from_u16(code).unwrap(),
-                Vec::new(),
-                body.to_string(),
-            )
-        };
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if bearer != Some(TOKEN) {
-            return status(401, "Unauthorized", "Unauthorized".into());
-        }
-        let subject = format!("{NAMESPACE}/spot-worker");
-        // /api/v1/namespaces/NS/RESOURCE/NAME or /apis/GROUP/VERSION/namespaces/NS/RESOURCE/NAME
-        let parts: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
-        let (group, rest) = match parts.as_slice() {
-            ["api", "v1", rest @ ..] => ("", rest),
-            ["apis", group, _, rest @ ..] => (*group, rest),
-            _ => {
-                return status(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource".into(),
-                );
-            }
-        };
-        let ["namespaces", namespace, resource, name] = rest else {
-            return status(
-                404,
-                "NotFound",
-                format!("{} is not a namespaced object", uri.path()),
-            );
-        };
-        let verb = match *method {
-            Method::GET => "get",
-            Method::PATCH => "patch",
-            Method::PUT => "update",
-            Method::DELETE => "delete",
-            Method::POST => "create",
-            _ => "unknown",
-        };
-        let role = self.role.as_ref().unwrap();
-        if !role.allows(&subject, namespace, group, resource, verb) {
-            return status(
-                403,
-                "Forbidden",
-                format!(
-                    "{resource} \"{name}\" is forbidden: User \"system:serviceaccount:{NAMESPACE}:spot-worker\" \
-                     cannot {verb} resource \"{resource}\" in API group \"{group}\" in the namespace \"{namespace}\""
-                ),
-            );
-        }
-        if let Some((code, retry_after)) = self.faults.lock().unwrap().pop_front() {
-            let (code_, headers_, body_) = status(code, "Fault", format!("planted {code}"));
-            let mut headers_ = headers_;
-            if let Some(seconds) = retry_after {
-                headers_.push(("retry-after", seconds.to_string()));
-            }
-            return (code_, headers_, body_);
-        }
-        if verb != "patch" {
-            return status(405, "MethodNotAllowed", "the stand-in only patches".into());
-        }
-        if headers.get("content-type").and_then(|v| v.to_str().ok())
-            != Some("application/merge-patch+json")
-        {
-            return status(
-                415,
-                "UnsupportedMediaType",
-                "expected a JSON merge patch".into(),
-            );
-        }
-        let mut pods = self.pods.lock().unwrap();
-        let Some(pod) = pods.get_mut(*name).filter(|p| !p.removed) else {
-            return status(404, "NotFound", format!("pods \"{name}\" not found"));
-        };
-        let Ok(patch) = serde_json::from_slice::<serde_json::Value>(body) else {
-            return status(400, "BadRequest", "not JSON".into());
-        };
-        let Some(annotations) = patch
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.as_object())
-        else {
-            return status(
-                422,
-                "Invalid",
-                "the stand-in expects an annotations patch".into(),
-            );
-        };
-        for (key, value) in annotations {
-            match value {
-                serde_json::Value::Null => {
-                    pod.annotations.remove(key);
-                }
-                serde_json::Value::String(text) => {
-                    if key == ANNOTATION {
-                        // The API server validates it as an int32.
-                        let Ok(cost) = text.parse::<i32>() else {
-                            return status(
-                                422,
-                                "Invalid",
-                                format!("{ANNOTATION}: {text:?} is not an int32"),
-                            );
-                        };
-                        pod.costs.push(cost);
-                    }
-                    pod.annotations.insert(key.clone(), text.clone());
-                }
-                other => {
-                    return status(
-                        400,
-                        "BadRequest",
-                        format!("annotation {key} is {other}, not a string"),
-                    );
-                }
-            }
-        }
-        let body = serde_json::json!({"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "annotations": pod.annotations}});
-        (StatusCode::OK, Vec::new(), body.to_string())
-    }
-}
-
-async fn serve(
-    State(api): State<Arc<Api>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (status, extra, text) = api.answer(&method, &uri, &headers, &body);
-    api.log
-        .lock()
-        .unwrap()
-        .push((method.to_string(), uri.path().to_owned(), status.as_u16()));
-    let mut response = (status, [("content-type", "application/json")], text).into_response();
-    for (name, value) in extra {
-        response.headers_mut().insert(name, value.parse().unwrap());
-    }
-    response
-}
 
 /// A CA and a certificate for 127.0.0.1, made with openssl(1).
 fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -477,7 +149,7 @@ fn capture(
 struct Cluster {
     _dir: tempfile::TempDir,
     account_dir: PathBuf,
-    api: Arc<Api>,
+    api: Kube,
     front: TlsFront,
     azurite: Azurite,
     queue: String,
@@ -493,15 +165,10 @@ impl Cluster {
         std::fs::copy(&ca, account_dir.join("ca.crt")).unwrap();
         std::fs::write(account_dir.join("token"), TOKEN).unwrap();
         std::fs::write(account_dir.join("namespace"), NAMESPACE).unwrap();
-        let api = Arc::new(Api {
-            role: Some(Role::from_manifest()),
-            ..Api::default()
-        });
-        let app = axum::Router::new().fallback(serve).with_state(api.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let backend = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let front = TlsFront::start("127.0.0.1:0".parse().unwrap(), &cert, &key, backend)
+        let api = Kube::start(NAMESPACE).await.unwrap();
+        // The token the kubelet mounts stands for the bound service account.
+        api.grant(TOKEN, &api.role().subject.clone());
+        let front = TlsFront::start("127.0.0.1:0".parse().unwrap(), &cert, &key, api.addr)
             .await
             .expect("the API server's TLS front");
         let azurite = tokio::task::spawn_blocking(Azurite::start)
@@ -731,14 +398,7 @@ async fn a_scale_in_from_two_to_one_removes_the_idle_pod_and_the_busy_pods_cost_
         staying.text()
     );
     assert!(!staying.text().contains(TOKEN), "the token is never logged");
-    let denied: Vec<_> = api
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, _, s)| *s != 200)
-        .cloned()
-        .collect();
+    let denied: Vec<_> = api.log().into_iter().filter(|a| a.status != 200).collect();
     assert!(denied.is_empty(), "every write was allowed: {denied:?}");
 }
 
@@ -746,12 +406,7 @@ async fn a_scale_in_from_two_to_one_removes_the_idle_pod_and_the_busy_pods_cost_
 async fn refused_and_throttled_writes_lose_no_job_and_are_retried() {
     let cluster = Cluster::start("pod-cost-refused").await;
     // The API server throttles, then fails, before it accepts.
-    cluster
-        .api
-        .faults
-        .lock()
-        .unwrap()
-        .extend([(429, Some(1)), (500, None)]);
+    cluster.api.fail_next(&[(429, Some(1)), (500, None)]);
     let mut throttled = cluster.start_worker("spot-worker-7d9f8-ccccc", NAMESPACE);
     // A pod whose namespace the Role does not cover: every write is 403.
     let mut outside = cluster.start_worker("spot-worker-7d9f8-ddddd", "default");
@@ -764,12 +419,10 @@ async fn refused_and_throttled_writes_lose_no_job_and_are_retried() {
     )
     .await;
     let statuses: Vec<u16> = api
-        .log
-        .lock()
-        .unwrap()
+        .log()
         .iter()
-        .filter(|(_, path, _)| path.ends_with(&pod))
-        .map(|(_, _, s)| *s)
+        .filter(|a| a.path.ends_with(&pod))
+        .map(|a| a.status)
         .collect();
     assert_eq!(statuses, [429, 500, 200], "retried until it landed");
 
@@ -799,12 +452,10 @@ async fn refused_and_throttled_writes_lose_no_job_and_are_retried() {
         outside.text()
     );
     let refused: Vec<_> = api
-        .log
-        .lock()
-        .unwrap()
+        .log()
         .iter()
-        .filter(|(_, path, _)| path.starts_with("/api/v1/namespaces/default/"))
-        .map(|(_, _, s)| *s)
+        .filter(|a| a.path.starts_with("/api/v1/namespaces/default/"))
+        .map(|a| a.status)
         .collect();
     assert!(
         !refused.is_empty() && refused.iter().all(|s| *s == 403),

@@ -2,16 +2,28 @@
 //! pod sees it, inside network, mount and PID namespaces made by this test
 //! (see `in_the_box::pod` for the node's world). Worker pods are
 //! `podman run --network host` from inside the box, with exactly the
-//! environment `deploy/kubernetes/deployment.yaml` gives a pod plus what
-//! the workload identity webhook injects, and the projected service-account
-//! token mounted read-only where the webhook puts it:
+//! environment `deploy/kubernetes/deployment.yaml` gives a pod (its
+//! downward-API `POD_NAME`/`POD_NAMESPACE` filled with the pod's own) plus
+//! what the workload identity webhook injects and the kubelet's
+//! `KUBERNETES_SERVICE_*`/`KUBERNETES_PORT*` for the API server, the
+//! projected service-account token mounted read-only where the webhook puts
+//! it, and the service-account token, `ca.crt` and `namespace` where the
+//! kubelet mounts them. The API server is the test kit's stand-in at
+//! `https://10.0.0.1` (the `kubernetes` service's ClusterIP), authorising by
+//! `deploy/kubernetes/pod-deletion-cost.yaml`'s Role:
 //!
 //! - two pods on one node both take a long job; the node's Preempt drains
 //!   and releases both, neither approves it (approval is off in the
 //!   Deployment), both exit 0 within the drain budget;
-//! - `podman stop -t 35` (a KEDA scale-in, the pod's grace period) drains a
-//!   busy pod the same way: exit 0, its message visible again at once, not
-//!   counted as a failure;
+//! - two pods each keep their pod's deletion cost with the Deployment's
+//!   settings: 0 written once when idle, above 0 as soon as one takes a job
+//!   (back to 0 when it ends); a scale-in from 2 to 1 (the stand-in ranks
+//!   by cost as the ReplicaSet controller does) removes the idle pod, which
+//!   `podman stop -t 35` stops (exit 0, nothing released), and the busy one
+//!   keeps its job and finishes it; requests outside the Role are 403;
+//! - `podman stop -t 35` (a KEDA scale-in, the pod's grace period) drains
+//!   the last pod while busy, the same way: exit 0, its message visible
+//!   again at once, not counted as a failure;
 //! - a wrong client id (AADSTS700016) and an expired token file
 //!   (AADSTS700024) leave the pod not ready with the reason in `/readyz`; a
 //!   missing token file stops the worker at start with an error naming it;
@@ -21,7 +33,9 @@
 //! namespace for the node: the pods share it, so each gets its own health
 //! port (`SPOT_WORKER_HEALTH_ADDR=0.0.0.0:<port>` instead of `:8080`); each
 //! is pinned to one CPU so its default concurrency (CPUs) is 1 and each pod
-//! holds one job.
+//! holds one job. The deletion cost's rise with unsaved work (a minute's
+//! step in the Deployment) is not waited for here: `tests/pod_deletion_cost.rs`
+//! shows it on loopback with a 1 s step.
 //!
 //! Needs podman and runc, like tests/container_image.rs:
 //! `SPOT_WORKER_CONTAINER_TEST=0` skips it, `=1` (scripts/test.sh) makes a
@@ -126,7 +140,7 @@ async fn inside_the_pod_box() {
     let mut measured = Measured::default();
     node.preempt_drains_two_pods(&env, &queue, &mut measured)
         .await;
-    node.scale_in_drains_a_pod(&env, &queue, &mut measured)
+    node.scale_in_removes_the_idle_pod_and_drains_a_busy_one(&env, &queue, &mut measured)
         .await;
     note(format!("measured: {measured:?}"));
     drop(node); // Removes the pods and the box's directory.

@@ -4,7 +4,7 @@
 //! ([`pki`]), the worker process as systemd would run it ([`vm`]) and the
 //! shared outages it must stay alive through (`outages`); and
 //! of `tests/pod_in_a_box.rs`: an AKS Spot node with worker pods run by
-//! podman ([`pod`]) and its cases ([`pod_cases`]).
+//! podman ([`pod`]) and its cases ([`pod_cases`], [`pod_scale_in`]).
 
 #![allow(dead_code)] // Not every helper is used by every case.
 
@@ -16,6 +16,7 @@ mod outages;
 pub mod pki;
 pub mod pod;
 pub mod pod_cases;
+pub mod pod_scale_in;
 mod success;
 pub mod the_box;
 pub mod vm;

@@ -48,14 +48,21 @@ pub fn new_ca(dir: &Path, name: &str) -> Ca {
 }
 
 impl Ca {
-    /// A server certificate for `dns_names` (wildcards allowed), signed by
-    /// this CA, in `dir` as `<file_name>.crt` / `.key`.
+    /// A server certificate for `dns_names` (wildcards allowed; an IP
+    /// address becomes an IP name, as the API server's ClusterIP is),
+    /// signed by this CA, in `dir` as `<file_name>.crt` / `.key`.
     pub fn issue(&self, dir: &Path, file_name: &str, dns_names: &[&str]) -> ServerCert {
         let cert = dir.join(format!("{file_name}.crt"));
         let key = dir.join(format!("{file_name}.key"));
         let csr = dir.join(format!("{file_name}.csr"));
         let ext = dir.join(format!("{file_name}.ext"));
-        let names: Vec<String> = dns_names.iter().map(|n| format!("DNS:{n}")).collect();
+        let names: Vec<String> = dns_names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(_) => format!("IP:{n}"),
+                Err(_) => format!("DNS:{n}"),
+            })
+            .collect();
         std::fs::write(
             &ext,
             format!(

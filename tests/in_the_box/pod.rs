@@ -11,12 +11,24 @@
 //!   certificate from the box's CA;
 //! - Azurite serves the storage account over HTTPS with bearer tokens at the
 //!   production host names, as in the VM box;
+//! - the Kubernetes API server is the test kit's stand-in
+//!   (`spot_worker_testkit::kube_stand_in`: the Role of
+//!   `pod-deletion-cost.yaml`, merge patches of pod annotations, the
+//!   ReplicaSet controller's pick on a scale-in) behind a TLS front at
+//!   [`API_SERVER_IP`]:443, the `kubernetes` service's ClusterIP, with a
+//!   certificate from the box's CA for that address and
+//!   `kubernetes.default.svc`;
 //! - each pod is `podman run --network host` started from inside the box,
 //!   so the container shares the node's (the box's) network namespace: its
 //!   lo with IMDS's address, the production names (`--add-host`), the box's
 //!   CA bundle mounted read-only over the image's; the token file mounted
-//!   read-only where the webhook projects it; the environment is exactly
-//!   `deploy/kubernetes/deployment.yaml`'s plus what the webhook injects.
+//!   read-only where the webhook projects it; the service-account `token`,
+//!   `ca.crt` (the box's CA) and `namespace` mounted read-only at
+//!   [`SERVICE_ACCOUNT_DIR`] as the kubelet mounts them; the environment is
+//!   exactly `deploy/kubernetes/deployment.yaml`'s (its downward-API
+//!   entries filled with the pod's name and namespace) plus what the
+//!   webhook injects and the `kubernetes` service's variables the kubelet
+//!   sets in every pod.
 //!
 //! Podman runs with a storage root, run root and lock directory under the
 //! box's temporary directory, and the box mounts its own `/proc` (podman's
@@ -35,6 +47,7 @@ use spot_worker::azure::{AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
 use spot_worker_imds_emulator::{
     Emulator, EmulatorConfig, FederatedCredential, IdentityConfig, RunningEmulator,
 };
+use spot_worker_testkit::kube_stand_in::Kube;
 use spot_worker_testkit::tls_front::TlsFront;
 
 use super::network::{self, Hosts, IMDS_IP};
@@ -59,6 +72,14 @@ pub const TOKEN_FILE: &str = "/var/run/secrets/azure/tokens/azure-identity-token
 pub const AUTHORITY_HOST: &str = "https://login.microsoftonline.com/";
 const LOGIN_HOST: &str = "login.microsoftonline.com";
 const LOGIN_IP: &str = "127.0.0.4";
+/// The `kubernetes` service's ClusterIP (AKS's default service CIDR
+/// 10.0.0.0/16 gives it 10.0.0.1): `KUBERNETES_SERVICE_HOST` in a pod.
+pub const API_SERVER_IP: &str = "10.0.0.1";
+/// Where the kubelet mounts the service-account token, CA and namespace.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// How `deployment_env` marks a downward-API entry (`valueFrom.fieldRef`),
+/// filled per pod by [`Node::start_pod`].
+const FIELD_REF: &str = "valueFrom.fieldRef:";
 /// The image, built once per run into the box's own podman storage.
 const IMAGE: &str = "localhost/spot-worker:pod-in-a-box";
 
@@ -75,6 +96,17 @@ pub struct Node {
     pub emulator: RunningEmulator,
     _entra: TlsFront,
     _hosts: Hosts,
+    /// The API server's stand-in, and its HTTPS front at
+    /// [`API_SERVER_IP`]:443.
+    pub kube: Kube,
+    _kube_front: TlsFront,
+    /// The service-account token the kubelet mounts (the stand-in takes
+    /// it for the RoleBinding's service account).
+    pub kube_token: String,
+    /// The directory mounted at [`SERVICE_ACCOUNT_DIR`].
+    service_account: PathBuf,
+    /// The box's CA certificate (the cluster's `ca.crt` too).
+    pub ca_cert: PathBuf,
     /// The operator's view of the account (key-signed SAS over HTTPS).
     pub operator: AzureStorage,
     ca_bundle: PathBuf,
@@ -102,6 +134,17 @@ impl Node {
             &["*.blob.core.windows.net", "*.queue.core.windows.net"],
         );
         let login_cert = ca.issue(&dir, "login", &[LOGIN_HOST]);
+        let api_cert = ca.issue(
+            &dir,
+            "kube-apiserver",
+            &[
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+                "kubernetes",
+                "kubernetes.default",
+                API_SERVER_IP,
+            ],
+        );
         network::trust(&dir, &ca.cert);
         let hosts = Hosts::mount(
             &dir,
@@ -121,11 +164,15 @@ impl Node {
         )
         .await
         .expect("the TLS front of the token endpoint starts");
+        let (kube, kube_front, kube_token, service_account) =
+            start_api_server(&dir, &ca.cert, &api_cert).await;
         note(format!(
             "node {NODE_VM}: IMDS + Entra ID token endpoint on {IMDS_IP}:80, \
              {AUTHORITY_HOST} -> TLS front {LOGIN_IP}:443; {blob_host} -> 127.0.0.2:443, \
-             {queue_host} -> 127.0.0.3:443; box CA in {}",
-            network::CA_BUNDLE
+             {queue_host} -> 127.0.0.3:443; box CA in {}; Kubernetes API (stand-in, \
+             Role of {}) at https://{API_SERVER_IP}:443, service account at {SERVICE_ACCOUNT_DIR}",
+            network::CA_BUNDLE,
+            spot_worker_testkit::kube_stand_in::MANIFEST
         ));
         let operator = AzureStorage::new(
             StorageConfig::from_connection_string(&format!(
@@ -142,6 +189,11 @@ impl Node {
             emulator,
             _entra: entra,
             _hosts: hosts,
+            kube,
+            _kube_front: kube_front,
+            kube_token,
+            service_account,
+            ca_cert: ca.cert.clone(),
             operator,
             started: std::sync::Mutex::new(Vec::new()),
         }
@@ -186,6 +238,20 @@ impl Node {
             ("AZURE_FEDERATED_TOKEN_FILE", TOKEN_FILE.to_owned()),
         ] {
             env.insert(key.to_owned(), value);
+        }
+        // What the kubelet sets in every pod for the `kubernetes` service.
+        let tcp = format!("tcp://{API_SERVER_IP}:443");
+        for (key, value) in [
+            ("KUBERNETES_SERVICE_HOST", API_SERVER_IP),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", &tcp),
+            ("KUBERNETES_PORT_443_TCP", &tcp),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", API_SERVER_IP),
+        ] {
+            env.insert(key.to_owned(), value.to_owned());
         }
         env
     }
@@ -235,6 +301,18 @@ impl Node {
         // Pods share the node's network namespace here (not in Kubernetes,
         // where each pod has its own): one port per pod.
         env.insert("SPOT_WORKER_HEALTH_ADDR".into(), format!("0.0.0.0:{port}"));
+        // The downward API, as the kubelet fills it for this pod.
+        for value in env.values_mut() {
+            if let Some(field) = value.strip_prefix(FIELD_REF) {
+                *value = match field {
+                    "metadata.name" => name.to_owned(),
+                    "metadata.namespace" => NAMESPACE.to_owned(),
+                    other => panic!("deployment.yaml's fieldRef {other} is not filled by the box"),
+                };
+            }
+        }
+        // The pod object exists before its container starts.
+        self.kube.add_pod(name);
         let mut command = tokio::process::Command::new(repo().join("scripts/podman.sh"));
         command.args(["run", "--rm", "--name", name, "--network", "host"]);
         for host in [
@@ -256,6 +334,13 @@ impl Node {
             &format!("{}:{}:ro", self.ca_bundle.display(), network::CA_BUNDLE),
         ]);
         command.args(["--volume", &format!("{}:{TOKEN_DIR}:ro", tokens.display())]);
+        command.args([
+            "--volume",
+            &format!(
+                "{}:{SERVICE_ACCOUNT_DIR}:ro",
+                self.service_account.display()
+            ),
+        ]);
         for (key, value) in &env {
             command.args(["--env", &format!("{key}={value}")]);
         }
@@ -350,10 +435,60 @@ async fn start_node_imds() -> RunningEmulator {
     Emulator::new(config).spawn(listener)
 }
 
+/// The API server's stand-in for [`NAMESPACE`] behind its TLS front at
+/// [`API_SERVER_IP`]:443 (the address added to the box's loopback), with a
+/// service-account token for the RoleBinding's service account, and the
+/// directory the kubelet would mount: `token`, `ca.crt`, `namespace`.
+async fn start_api_server(
+    dir: &Path,
+    ca_cert: &Path,
+    cert: &pki::ServerCert,
+) -> (Kube, TlsFront, String, PathBuf) {
+    run(
+        "ip",
+        &["addr", "add", &format!("{API_SERVER_IP}/32"), "dev", "lo"],
+    );
+    let kube = Kube::start(NAMESPACE)
+        .await
+        .expect("the Kubernetes API stand-in starts");
+    let account = kube.role().subject.clone();
+    // A bound service-account token's shape (a JWT for the API server).
+    let claims = serde_json::json!({
+        "iss": OIDC_ISSUER,
+        "sub": format!("system:serviceaccount:{}", account.replace('/', ":")),
+        "aud": ["https://kubernetes.default.svc"],
+    });
+    let token = format!(
+        "{}.{}.c2lnbmF0dXJl",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256","kid":"box-sa"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    kube.grant(&token, &account);
+    let front = TlsFront::start(
+        SocketAddr::new(API_SERVER_IP.parse().unwrap(), 443),
+        &cert.cert,
+        &cert.key,
+        kube.addr,
+    )
+    .await
+    .expect("the API server's TLS front starts");
+    let service_account = dir.join("serviceaccount");
+    std::fs::create_dir_all(&service_account).unwrap();
+    std::fs::write(service_account.join("token"), &token).unwrap();
+    std::fs::copy(ca_cert, service_account.join("ca.crt")).unwrap();
+    std::fs::write(service_account.join("namespace"), NAMESPACE).unwrap();
+    // The worker is uid 65532.
+    run("chmod", &["-R", "a+rX", service_account.to_str().unwrap()]);
+    (kube, front, token, service_account)
+}
+
 /// The container's `env` in `deploy/kubernetes/deployment.yaml`, with
-/// `${NAME}` replaced from `values`. Entries from a secret (`valueFrom`,
-/// all optional) are left out: the box has no such secret, and Kubernetes
-/// leaves an optional reference to a missing secret unset.
+/// `${NAME}` replaced from `values`. Downward-API entries
+/// (`valueFrom.fieldRef`) are kept as `valueFrom.fieldRef:<fieldPath>`,
+/// filled per pod by [`Node::start_pod`]. Entries from a secret
+/// (`valueFrom.secretKeyRef`, all optional) are left out: the box has no
+/// such secret, and Kubernetes leaves an optional reference to a missing
+/// secret unset.
 pub fn deployment_env(values: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
     let yaml = std::fs::read_to_string(repo().join("deploy/kubernetes/deployment.yaml")).unwrap();
     let mut env = BTreeMap::new();
@@ -375,7 +510,13 @@ pub fn deployment_env(values: &BTreeMap<&str, String>) -> BTreeMap<String, Strin
         }
         if let Some(entry) = trimmed.strip_prefix("- name: ") {
             name = Some(entry.trim().to_owned());
-        } else if let (Some(value), Some(key)) = (trimmed.strip_prefix("value: "), name.take()) {
+        } else if let Some(field) = trimmed.strip_prefix("fieldPath: ") {
+            if let Some(key) = name.take() {
+                env.insert(key, format!("{FIELD_REF}{}", field.trim()));
+            }
+        } else if let Some(value) = trimmed.strip_prefix("value: ")
+            && let Some(key) = name.take()
+        {
             let mut value = value.trim().trim_matches('"').to_owned();
             for (var, replacement) in values {
                 value = value.replace(&format!("${{{var}}}"), replacement);

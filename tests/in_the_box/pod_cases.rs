@@ -1,12 +1,12 @@
 //! The pod-in-a-box cases: two pods on one node drained by its Preempt
-//! without approving it, a KEDA scale-in (`podman stop`) drained the same
-//! way, and a pod set up wrongly failing clearly with nothing taken.
+//! without approving it, and a pod set up wrongly failing clearly with
+//! nothing taken (the scale-ins are in `pod_scale_in`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use spot_worker::azure::AzureQueue;
-use spot_worker::storage::{Checkpoint, CheckpointStore, MessageQueue};
+use spot_worker::storage::{CheckpointStore, MessageQueue};
 use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::PrimesJob;
 
@@ -22,7 +22,7 @@ const DRAIN_BUDGET: Duration = Duration::from_secs(25);
 /// A Preempt's notice.
 const NOTICE: Duration = Duration::from_secs(30);
 /// What the worker logs for a job released by a drain.
-const RELEASED: &str = "released on shutdown (not counted as a failure)";
+pub const RELEASED: &str = "released on shutdown (not counted as a failure)";
 
 /// What a run measured, for docs/benchmarks.md.
 #[derive(Debug, Default)]
@@ -226,78 +226,9 @@ impl Node {
             exits.iter().map(|(_, after)| *after).max().unwrap()
         ));
     }
-
-    /// A KEDA scale-in: `podman stop -t 35` of a busy pod drains it the
-    /// same way: exit 0, message released, not counted.
-    pub async fn scale_in_drains_a_pod(
-        &self,
-        env: &BTreeMap<String, String>,
-        queue: &AzureQueue,
-        measured: &mut Measured,
-    ) {
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env_or(
-                env,
-                "SPOT_WORKER_CHECKPOINT_CONTAINER",
-                "checkpoints",
-            ))
-            .unwrap();
-        let tokens = self.token_dir("worker-c", Some(3600));
-        // A fixed interval, so the job saves within the wait below: by now
-        // the fleet's counts hold the first pods' cheap saves and their
-        // drains that saved, and the adaptive interval (Daly's) is minutes.
-        let mut env = env.clone();
-        env.insert("SPOT_WORKER_CHECKPOINT_EVERY".to_owned(), "10s".to_owned());
-        let env = &env;
-        let mut pod = self.start_pod("worker-c", env, 8083, &tokens, 0);
-        pod.until_ready().await;
-        let job = PrimesJob::new("scaled-in-job", 0, 200_000_000_000).unwrap();
-        queue.send(&job.to_message(), Duration::ZERO).await.unwrap();
-        wait_for(&pod, "scaled-in-job's first checkpoint", || async {
-            checkpoints.read("scaled-in-job").await.unwrap()
-        })
-        .await;
-        let stopping = Instant::now();
-        let stop_took = self.stop_pod("worker-c", GRACE).await;
-        let status = pod.exit_within(Duration::from_secs(5)).await;
-        let exited = stopping.elapsed();
-        let log = pod.log();
-        assert!(status.success(), "exit {status}:\n{log}");
-        assert!(stop_took < GRACE, "drained before the SIGKILL:\n{log}");
-        assert!(log.contains(RELEASED), "the job was released:\n{log}");
-        let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
-        assert_eq!(back.len(), 1, "the message is visible again at once");
-        assert_eq!(
-            PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
-            "scaled-in-job"
-        );
-        // Not counted: the message's attempt record (beside the
-        // checkpoints) holds the release, and no failure.
-        let record = checkpoints
-            .read(&format!(".spot-worker/attempts/{}", back[0].id))
-            .await
-            .unwrap()
-            .expect("the release is recorded");
-        let Checkpoint::InProgress { progress } = record.checkpoint else {
-            panic!("an attempt record is in progress: {:?}", record.checkpoint);
-        };
-        assert_eq!(progress["releases"], 1, "{progress}");
-        assert_eq!(progress["failures"], 0, "{progress}");
-        queue
-            .delete(&back[0].id, &back[0].pop_receipt)
-            .await
-            .unwrap();
-        measured.stop_to_exit = stop_took;
-        note(format!(
-            "podman stop -t {} (a KEDA scale-in): exit 0, released uncounted; \
-             podman stop returned after {stop_took:?} (exit seen after {exited:?})",
-            GRACE.as_secs()
-        ));
-    }
 }
 
-fn env_or(env: &BTreeMap<String, String>, key: &str, default: &str) -> String {
+pub fn env_or(env: &BTreeMap<String, String>, key: &str, default: &str) -> String {
     env.get(key).cloned().unwrap_or_else(|| default.to_owned())
 }
 

@@ -259,7 +259,7 @@ impl Arm {
 
 /// A lock, whether or not a holder panicked (the maps stay consistent:
 /// every change is one insert or pop).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -3,6 +3,9 @@
 //! - [`Azurite`]: a real storage emulator per test (below);
 //! - [`arm_stand_in`]: Azure Resource Manager for a scale set's instance
 //!   protection, with the custom role of the bicep module;
+//! - [`kube_stand_in`]: the Kubernetes API for a pod's deletion cost, with
+//!   the Role of `deploy/kubernetes/pod-deletion-cost.yaml`, and the
+//!   ReplicaSet controller's scale-in;
 //! - [`contract`]: what every checkpoint and result store must do, run
 //!   against each backend;
 //! - [`faulty`]: any queue with switchable faults and a record of calls;
@@ -32,6 +35,7 @@ pub mod contract;
 pub mod counting;
 pub mod fault_search;
 pub mod faulty;
+pub mod kube_stand_in;
 pub mod lost_answers;
 pub mod otlp;
 pub mod podman;
