@@ -2,7 +2,7 @@
 //! finishes, each release on shutdown recorded in its attempt record (a
 //! blob beside the checkpoints), so the crash-loop guard never takes the
 //! evictions for crashes. The in-memory twin, with the crash and hanging
-//! store cases, is crates/storage/tests/evictions.rs.
+//! store cases, is crates/consumer/tests/it/evictions.rs.
 
 mod common;
 
@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError, Job,
-    MessageQueue, handler_fn, poison_queue_name,
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn, poison_queue_name,
 };
+use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue};
 use tokio_util::sync::CancellationToken;
 
 // Before the fix the 4th delivery (max_deliveries 3) was poisoned by the

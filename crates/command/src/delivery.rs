@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use spot_worker_storage::{HandlerError, Job, JobCheckpoint, permanent};
+use spot_worker_consumer::{HandlerError, Job, permanent};
+use spot_worker_storage::JobCheckpoint;
 use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Child;

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use spot_worker_consumer::{HandlerError, permanent};
 use spot_worker_storage::files::{CheckpointFiles, SaveFilesError, SaveStats};
 use spot_worker_storage::{
-    Blocking, CancellationToken, Committed, HandlerError, JobCheckpoint, PutOutcome, StorageError,
-    permanent,
+    Blocking, CancellationToken, Committed, JobCheckpoint, PutOutcome, StorageError,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::CompletionRecord;
+use spot_worker_consumer::CompletionRecord;
 use spot_worker_testkit::worker::{Env, VM_A, within};
 
 /// The step the program ends at.

@@ -15,12 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use spot_worker_consumer::{
+    DeadlineObserver, DeadlineOutcome, DeliveryOutcome, GoodputObserver, HandlerError, Job,
+    MessageHandler, SettlementObserver,
+};
 use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, ETag,
-    GoodputObserver, HandlerError, Job, MessageHandler, MessageId, MessageQueue, PopReceipt,
-    QueueMessage, SettlementObserver, StorageError, StoredCheckpoint, VisibleMessage,
-    WritePrecondition,
+    Checkpoint, CheckpointStore, ETag, MessageId, MessageQueue, PopReceipt, QueueMessage,
+    StorageError, StoredCheckpoint, VisibleMessage, WritePrecondition,
 };
 use spot_worker_telemetry::{
     CheckpointOutcome, JobTimeKind, LeaseOutcome, MessageOutcome, Metrics, record_error,
@@ -185,7 +187,7 @@ impl<H: MessageHandler> MessageHandler for MeteredHandler<H> {
         self.inner.job_key(body)
     }
 
-    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_consumer::ResultMarker> {
         self.inner.completion_marker(body)
     }
 

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use spot_worker_consumer::{HandlerError, Job, MessageHandler};
 use spot_worker_decisions::scale_in::Activity;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, ETag, HandlerError, Job, MessageHandler, StorageError,
-    StoredCheckpoint, WritePrecondition,
+    Checkpoint, CheckpointStore, ETag, StorageError, StoredCheckpoint, WritePrecondition,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -157,7 +157,7 @@ impl<H: MessageHandler> MessageHandler for ActivityHandler<H> {
         self.inner.job_key(body)
     }
 
-    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_consumer::ResultMarker> {
         self.inner.completion_marker(body)
     }
 

@@ -15,13 +15,13 @@ use spot_worker_decisions::cadence::{
 use spot_worker_decisions::goodput::{Ledger, split_stamp, stamp_with_progress};
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::Leftover;
 use crate::error::StorageError;
 use crate::files::ChunkStore;
 
 mod cleanup;
 mod files;
 mod freshness;
+mod leftover;
 mod measure;
 mod notes;
 mod restoring;
@@ -33,10 +33,11 @@ pub use measure::Blocking;
 pub use waiting::{DatedAnew, date_anew};
 
 use files::FilesState;
-pub(crate) use files::spawn_removal;
+pub use files::spawn_removal;
+pub use leftover::{Left, Leftover, remove_after_success};
 
-pub(crate) use notes::CheckpointNotes;
-pub(crate) use save_clock::SaveClock;
+pub use notes::CheckpointNotes;
+pub use save_clock::SaveClock;
 
 use measure::SaveMeasurement;
 
@@ -341,7 +342,7 @@ impl fmt::Debug for JobCheckpoint {
 /// about the job, so it never counts as a failure. Waiting fixes an outage;
 /// a refusal or a missing container that persists pauses the consumer's
 /// intake until the store answers again (see `consumer::store_health`).
-pub(crate) fn store_unreachable(error: &StorageError) -> bool {
+pub fn store_unreachable(error: &StorageError) -> bool {
     error.is_transient()
         || matches!(
             error,
@@ -379,7 +380,7 @@ impl JobCheckpoint {
     /// same as after [`JobCheckpoint::load`]: the first write is conditioned
     /// on that read's ETag (or on there being no checkpoint), so anything
     /// written since makes it fail with [`StorageError::Conflict`].
-    pub(crate) fn from_read(
+    pub fn from_read(
         store: Arc<dyn CheckpointStore>,
         key: String,
         latest: Option<StoredCheckpoint>,
@@ -483,7 +484,7 @@ impl JobCheckpoint {
     /// job learns why it stopped even if the error is swallowed or wrapped
     /// on its way out of the handler; and a write that succeeds, which
     /// resolves a conflict noted on its key before.
-    pub(crate) fn noting_in(mut self, notes: Arc<CheckpointNotes>) -> Self {
+    pub fn noting_in(mut self, notes: Arc<CheckpointNotes>) -> Self {
         self.notes = Some(notes);
         self
     }
@@ -491,7 +492,7 @@ impl JobCheckpoint {
     /// Tells `leftover` what this handle has seen and writes, so that the
     /// consumer can remove a checkpoint nobody can use once the job has
     /// succeeded, and knows when there is none to remove.
-    pub(crate) fn leaving_in(mut self, leftover: Arc<Leftover>) -> Self {
+    pub fn leaving_in(mut self, leftover: Arc<Leftover>) -> Self {
         leftover.saw(self.latest());
         self.leftover = Some(leftover);
         self
@@ -499,7 +500,7 @@ impl JobCheckpoint {
 
     /// Times this handle's saves on the delivery's `clock`, and stamps each
     /// with the job's goodput ledger as of the save.
-    pub(crate) fn timed_by(mut self, clock: Arc<SaveClock>) -> Self {
+    pub fn timed_by(mut self, clock: Arc<SaveClock>) -> Self {
         self.clock = Some(clock);
         self
     }

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spot_worker_azure::{AzureStorage, StorageConfig};
+use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, Job, PoisonRecord, handler_fn};
 use spot_worker_storage::{
-    CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, HandlerError, Job,
-    MessageEncoding, PoisonRecord, ResultStore as _, handler_fn,
+    CancellationToken, CheckpointStore as _, MessageEncoding, ResultStore as _,
 };
 use spot_worker_testkit::Azurite;
 use tokio::io::AsyncWriteExt as _;

@@ -27,14 +27,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_consumer::{Consumer, ConsumerConfig, ConsumerStats, HandlerError, MessageHandler};
 use spot_worker_decisions::cadence::{CadenceView, CheckpointCadence, FLUSH_EVERY};
 use spot_worker_imds::{
     ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Watcher, WatcherConfig,
 };
-use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, FleetLedger, HandlerError,
-    MessageHandler, MessageQueue, QueueMessage, ResultStore,
-};
+use spot_worker_storage::{CheckpointStore, FleetLedger, MessageQueue, QueueMessage, ResultStore};
 use spot_worker_telemetry::{CheckpointEstimates, Metrics, Telemetry, message_span};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -56,7 +54,7 @@ use crate::shutdown::{DrainTrigger, EXIT_GRACE, Triggers, exit_after};
 use finish::{Finished, final_step, wrong_vm_name};
 use lanes::LaneQueues;
 pub use report::{DrainReport, RunReport};
-use spot_worker_storage::lanes::{SpotCapacity, SwitchCost};
+use spot_worker_lanes::{SpotCapacity, SwitchCost};
 
 /// The longest the last addition to the fleet's interruption counts may
 /// take as the worker stops: it runs beside the approval and the telemetry
