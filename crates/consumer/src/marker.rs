@@ -11,7 +11,7 @@ use spot_worker_storage::store_unreachable;
 
 use super::Consumer;
 use super::delivery::Delivery;
-use super::handler::CheckpointRead;
+use super::job::CheckpointRead;
 use super::pre_check::PreCheck;
 
 /// Where a handler writes a job's result, create-only, once the job is

@@ -9,7 +9,7 @@ use spot_worker_storage::{Checkpoint, StoredCheckpoint, store_unreachable};
 
 use super::Consumer;
 use super::delivery::Delivery;
-use super::handler::CheckpointRead;
+use super::job::CheckpointRead;
 
 /// What the completed-checkpoint check found.
 pub(super) enum PreCheck {

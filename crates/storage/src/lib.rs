@@ -49,6 +49,7 @@ mod fleet_ledger;
 mod lease_store;
 mod lifetime_retention;
 pub mod memory;
+mod message_id;
 mod queue;
 mod reserved;
 mod result;
