@@ -11,7 +11,7 @@
 //! Under `cargo test --all-targets` (no `--bench` flag) it runs 20 seeds
 //! per family, so it cannot rot unnoticed. Families that find a bug not
 //! fixed yet are reported, not failed: the tests in
-//! crates/storage/tests/fault_search.rs are the gate.
+//! crates/storage/tests/it/fault_search.rs are the gate.
 
 use std::time::Instant;
 
@@ -120,7 +120,7 @@ fn main() -> Result<()> {
         if let Some(failure) = all.broken {
             println!("  first broken: seed {}: {}", failure.seed, failure.broken);
             println!(
-                "  replay: SPOT_WORKER_FAULT_SEED={} cargo test -p spot-worker-storage --test fault_search {} -- --include-ignored",
+                "  replay: SPOT_WORKER_FAULT_SEED={} cargo test -p spot-worker-storage --test it fault_search::{} -- --include-ignored",
                 failure.seed,
                 family.name()
             );

@@ -55,7 +55,7 @@ SLOW_FIRST = [
     "spot-worker/test/store_refusal",
     "spot-worker-cli/test/it::run",
     "spot-worker-cli/test/it::operate",
-    "spot-worker-storage/test/fault_search",
+    "spot-worker-storage/test/it::fault_search",
 ]
 
 # Left out by --quick: the end-to-end suites that need podman or namespaces
@@ -88,7 +88,7 @@ QUICK_SKIPS = {
     "spot-worker-command/test/it::sqlite_redone",
     "spot-worker-azure/test/it::queue",
     "spot-worker-azure/test/it::result",
-    "spot-worker-storage/test/fault_search",
+    "spot-worker-storage/test/it::fault_search",
 }
 
 # The kinds of target `cargo test --all-targets` runs (examples' tests are

@@ -12,7 +12,9 @@
 //! - [`settings`]: the one table of settings and where their values come
 //!   from (flags, environment, the `SPOT_WORKER_CONFIG` file, defaults).
 //! - [`storage`]: the queue and checkpoint traits, the queue consumer, and
-//!   in-memory implementations for unit tests.
+//!   in-memory implementations for unit tests (the crates
+//!   `spot-worker-storage`, `spot-worker-consumer` and `spot-worker-lanes`
+//!   under one name; docs/architecture.md says which holds what).
 //! - [`decisions`]: the pure decisions they act on: the checkpoint interval
 //!   and its estimators, the cost of a save, the goodput ledger, the lane
 //!   of a job with a deadline.
@@ -27,12 +29,28 @@ pub use spot_worker_decisions as decisions;
 pub use spot_worker_imds as imds;
 pub use spot_worker_runtime as runtime;
 pub use spot_worker_runtime::settings;
-pub use spot_worker_storage as storage;
 pub use spot_worker_telemetry as telemetry;
 
 pub use spot_worker_runtime::{
     HandlerError, Job, MessageHandler, Permanent, Worker, WorkerConfig, handler_fn, permanent,
 };
+
+/// The store, the queue consumer and the deadline lanes under one name:
+/// everything of `spot-worker-storage` (the queue, checkpoint, result,
+/// lease and chunk stores, fenced documents, in-memory implementations),
+/// the consumer's items from `spot-worker-consumer`, and
+/// `spot-worker-lanes` as [`storage::lanes`](crate::storage::lanes).
+pub mod storage {
+    pub use spot_worker_consumer::{
+        BodyBlob, COMPLETION_RECORD_MIN, CompletionRecord, Consumer, ConsumerConfig, ConsumerStats,
+        DEFAULT_REFUSAL_GRACE, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, DrainSignals,
+        FnHandler, GoodputObserver, HandlerError, Job, MAX_POISON_MESSAGE_LEN, MessageHandler,
+        MessageSpan, Permanent, PoisonRecord, ResultMarker, SettlementObserver, StoreHealth,
+        handler_fn, permanent, poison_body_blob_name, poison_queue_name,
+    };
+    pub use spot_worker_lanes as lanes;
+    pub use spot_worker_storage::*;
+}
 
 #[cfg(feature = "azure")]
 pub mod setup;

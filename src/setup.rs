@@ -280,7 +280,7 @@ fn worker_on(
     // One poison queue for both lanes: the operator's poison commands see
     // every lane's, and a requeued job goes back to the Spot lane, where
     // the lane rule moves it again if it has no slack.
-    let poison = storage.queue(&spot_worker_storage::poison_queue_name(&config.queue))?;
+    let poison = storage.queue(&spot_worker_consumer::poison_queue_name(&config.queue))?;
     let checkpoints = Arc::new(storage.checkpoint_store(&config.checkpoint_container)?);
     let poison_bodies = storage.result_store(&config.poison_container)?;
     let worker = Worker::new(config.clone(), Arc::new(queue), Arc::new(poison))

@@ -225,7 +225,7 @@ fn child_url(base: &Url, name: &str) -> Result<Url, StorageConfigError> {
     Ok(url)
 }
 
-/// The suffix of poison queue names (`spot_worker_storage::poison_queue_name`).
+/// The suffix of poison queue names (`spot_worker_consumer::poison_queue_name`).
 pub const POISON_SUFFIX: &str = "-poison";
 
 /// The longest queue name that still has a poison queue: queue names may
@@ -323,7 +323,7 @@ mod tests {
         for err in [
             storage.poison_queue(&too_long).unwrap_err(),
             storage
-                .queue(&spot_worker_storage::poison_queue_name(&too_long))
+                .queue(&spot_worker_consumer::poison_queue_name(&too_long))
                 .unwrap_err(),
         ] {
             let text = err.to_string();

@@ -34,9 +34,8 @@
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use spot_worker_azure::{AzureStorage, StorageConfig};
-//! use spot_worker_storage::{
-//!     CheckpointStore, Consumer, ConsumerConfig, MessageQueue, ResultStore,
-//! };
+//! use spot_worker_consumer::{Consumer, ConsumerConfig};
+//! use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
 //!
 //! let storage = AzureStorage::new(StorageConfig::from_connection_string("UseDevelopmentStorage=true")?)?;
 //! let queue = storage.queue("jobs")?;

@@ -52,7 +52,7 @@ pub struct CommandConfig {
     /// The least time between two saves of a changed checkpoint file.
     /// `None` (the default): the worker's checkpoint interval, adaptive
     /// unless the worker was given a fixed one
-    /// ([`Job::cadence`](spot_worker_storage::Job::cadence)); the program
+    /// ([`Job::cadence`](spot_worker_consumer::Job::cadence)); the program
     /// sees it as `SPOT_WORKER_CHECKPOINT_INTERVAL`.
     pub checkpoint_every: Option<Duration>,
     /// The commit marker: a file in the checkpoint directory (relative to

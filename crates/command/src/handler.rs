@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use spot_worker_storage::{HandlerError, Job, MessageHandler, ResultStore};
+use spot_worker_consumer::{HandlerError, Job, MessageHandler};
+use spot_worker_storage::ResultStore;
 
 use crate::config::CommandConfig;
 use crate::saving::Throughput;

@@ -1,7 +1,7 @@
 //! # spot-worker-command
 //!
 //! Any program as a spot-worker job. [`CommandHandler`] is a
-//! [`MessageHandler`](spot_worker_storage::MessageHandler) that runs a
+//! [`MessageHandler`](spot_worker_consumer::MessageHandler) that runs a
 //! program once per message: the body on stdin, the job's progress in a
 //! checkpoint file the runner saves (fenced, like every checkpoint), its
 //! result in a result file stored create-only, the drain's notice as a

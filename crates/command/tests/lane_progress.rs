@@ -11,11 +11,12 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
+use spot_worker_consumer::DrainSignals;
 use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
 use spot_worker_decisions::goodput::stamp_progress;
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
-use spot_worker_storage::lanes::{Enqueued, FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost};
-use spot_worker_storage::{DrainSignals, MessageEncoding, MessageQueue};
+use spot_worker_lanes::{Enqueued, FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost};
+use spot_worker_storage::{MessageEncoding, MessageQueue};
 use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use spot_worker_consumer::{HandlerError, Job, MessageHandler, ResultMarker, permanent};
 use spot_worker_decisions::cadence::time_left;
 use spot_worker_storage::{
-    CancellationToken, HandlerError, Job, JobCheckpoint, MessageHandler, PutOutcome, ResultMarker,
-    ResultStore, StorageError, permanent,
+    CancellationToken, JobCheckpoint, PutOutcome, ResultStore, StorageError,
 };
 
 use tokio::time::Instant;
@@ -50,7 +50,7 @@ pub struct PrimesHandler {
 
 /// The primes job, writing its results to `results`. The consumer running
 /// it must have a checkpoint store
-/// ([`Consumer::with_checkpoints`](spot_worker_storage::Consumer::with_checkpoints)).
+/// ([`Consumer::with_checkpoints`](spot_worker_consumer::Consumer::with_checkpoints)).
 pub fn handler(results: Arc<dyn ResultStore>, config: PrimesConfig) -> PrimesHandler {
     PrimesHandler { results, config }
 }

@@ -263,7 +263,7 @@ impl PrimesError {
     /// True if retrying cannot help: the message is not a valid job, or
     /// asks for something that contradicts what is stored (another range
     /// under the same job id, a different result already written). The
-    /// handler marks these [`permanent`](spot_worker_storage::permanent).
+    /// handler marks these [`permanent`](spot_worker_consumer::permanent).
     pub fn is_permanent(&self) -> bool {
         match self {
             PrimesError::InvalidMessage { .. }

@@ -12,7 +12,7 @@
 //!
 //! - [`count_primes`]: the arithmetic, in one call.
 //! - [`PrimesJob`]: the message, parsed and validated.
-//! - [`handler`]: the job as a [`MessageHandler`](spot_worker_storage::MessageHandler)
+//! - [`handler`]: the job as a [`MessageHandler`](spot_worker_consumer::MessageHandler)
 //!   for the storage crate's `Consumer`, with a progress hook
 //!   ([`PrimesConfig::on_progress`]).
 //!

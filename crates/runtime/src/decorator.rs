@@ -17,7 +17,7 @@ macro_rules! forward_job_knowledge {
             self.inner.job_key(body)
         }
 
-        fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+        fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_consumer::ResultMarker> {
             self.inner.completion_marker(body)
         }
 
@@ -25,7 +25,7 @@ macro_rules! forward_job_knowledge {
             &self,
             body: &[u8],
             result: &serde_json::Value,
-        ) -> Result<(), spot_worker_storage::HandlerError> {
+        ) -> Result<(), spot_worker_consumer::HandlerError> {
             self.inner.verify_completed(body, result)
         }
     };

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use spot_worker_consumer::HandlerError;
 use spot_worker_imds::WatcherHealth;
-use spot_worker_storage::{CheckpointStore, HandlerError, MessageQueue, ResultStore};
+use spot_worker_storage::{CheckpointStore, MessageQueue, ResultStore};
 use tokio::sync::watch;
 
 use crate::health::{Gate, Readiness};

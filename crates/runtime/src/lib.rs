@@ -49,12 +49,12 @@ pub use error::{ConfigError, WorkerError};
 pub use gate::WarmupFn;
 pub use health::{Gate, Readiness};
 pub use shutdown::{DrainPlan, DrainTrigger, EXIT_GRACE, WATCHDOG_EXIT_CODE, interrupted};
-/// The settings table and its sources, which [`WorkerConfig`] reads.
-pub use spot_worker_settings::{self as settings, parse_duration};
 /// What a user writes, next to the [`Worker`] that runs it: the handler
 /// trait, the job it is given, and its errors (defined with the consumer
 /// in `spot-worker-storage`).
-pub use spot_worker_storage::{
+pub use spot_worker_consumer::{
     HandlerError, Job, MessageHandler, Permanent, handler_fn, permanent,
 };
+/// The settings table and its sources, which [`WorkerConfig`] reads.
+pub use spot_worker_settings::{self as settings, parse_duration};
 pub use worker::{DrainReport, RunReport, Worker};

@@ -15,11 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use spot_worker_consumer::{
+    DeadlineObserver, DeadlineOutcome, DeliveryOutcome, GoodputObserver, HandlerError, Job,
+    MessageHandler, SettlementObserver,
+};
 use spot_worker_decisions::goodput::{Ledger, TimeKind};
 use spot_worker_storage::{
-    CheckpointStore, DeadlineObserver, DeadlineOutcome, DeliveryOutcome, ETag, GoodputObserver,
-    HandlerError, Job, MessageHandler, MessageId, MessageQueue, PopReceipt, QueueMessage,
-    SettlementObserver, StorageError, VisibleMessage,
+    CheckpointStore, ETag, MessageId, MessageQueue, PopReceipt, QueueMessage, StorageError,
+    VisibleMessage,
 };
 use spot_worker_telemetry::{
     CheckpointOutcome, JobTimeKind, LeaseOutcome, MessageOutcome, Metrics, record_error,

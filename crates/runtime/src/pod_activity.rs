@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use spot_worker_consumer::{HandlerError, Job, MessageHandler};
 use spot_worker_decisions::scale_in::Activity;
-use spot_worker_storage::{CheckpointStore, ETag, HandlerError, Job, MessageHandler, StorageError};
+use spot_worker_storage::{CheckpointStore, ETag, StorageError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

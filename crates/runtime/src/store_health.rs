@@ -5,7 +5,7 @@
 //! `spot_worker.storage.refused` is 1 for that reason; all of it clears by
 //! itself once the store answers again.
 
-use spot_worker_storage::StoreHealth;
+use spot_worker_consumer::StoreHealth;
 use spot_worker_telemetry::{Metrics, StorageRefusal};
 use tokio::sync::watch;
 

@@ -2,7 +2,7 @@
 //! decide between "retry later", "lease lost" and "give up" without knowing
 //! which backend produced it.
 
-use crate::queue::MessageId;
+use crate::message_id::MessageId;
 
 /// What went wrong talking to a queue or a checkpoint store.
 ///

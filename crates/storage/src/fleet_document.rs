@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::backoff::retry_delay;
 use crate::checkpoint::{Checkpoint, CheckpointStore, StoredCheckpoint, WritePrecondition};
-use crate::consumer::backoff::retry_delay;
 use crate::error::StorageError;
 
 /// How many times an addition is tried before it gives up on losing
@@ -34,7 +34,7 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// A document of `T` figures under one key.
 #[derive(Debug)]
-pub(crate) struct FleetDocument<T> {
+pub struct FleetDocument<T> {
     store: Arc<dyn CheckpointStore>,
     key: &'static str,
     what: &'static str,
@@ -57,11 +57,7 @@ where
     T: Default + Serialize + DeserializeOwned,
 {
     /// The document under `key` in `store`; `what` names it in errors.
-    pub(crate) fn new(
-        store: Arc<dyn CheckpointStore>,
-        key: &'static str,
-        what: &'static str,
-    ) -> Self {
+    pub fn new(store: Arc<dyn CheckpointStore>, key: &'static str, what: &'static str) -> Self {
         FleetDocument {
             store,
             key,
@@ -71,24 +67,20 @@ where
     }
 
     /// The figures (the default if nothing was added yet).
-    pub(crate) async fn read(&self) -> Result<T, StorageError> {
+    pub async fn read(&self) -> Result<T, StorageError> {
         Ok(self.read_stored().await?.0)
     }
 
     /// Adds `delta` to the figures with `plus` and returns the sum,
     /// retrying after a concurrent addition.
-    pub(crate) async fn add(
-        &self,
-        delta: &T,
-        plus: impl Fn(&T, &T) -> T,
-    ) -> Result<T, StorageError> {
+    pub async fn add(&self, delta: &T, plus: impl Fn(&T, &T) -> T) -> Result<T, StorageError> {
         self.update(|current| Some(plus(current, delta))).await
     }
 
     /// Rewrites the figures as `change` says (`None`: leave them as they
     /// are) and returns them, retrying after a concurrent change (after a
     /// jittered wait that doubles with each race lost).
-    pub(crate) async fn update(&self, change: impl Fn(&T) -> Option<T>) -> Result<T, StorageError> {
+    pub async fn update(&self, change: impl Fn(&T) -> Option<T>) -> Result<T, StorageError> {
         for attempt in 0..MAX_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(retry_delay(

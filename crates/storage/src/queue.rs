@@ -2,38 +2,16 @@
 //! (receive with a visibility timeout, renew, delete, send), and the message
 //! types they exchange.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::error::StorageError;
+pub use crate::message_id::MessageId;
 
 /// The most messages one receive call may ask for (an Azure Storage limit).
 pub const MAX_RECEIVE_BATCH: u8 = 32;
-
-/// A queue message's id, assigned by the queue when the message is sent.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MessageId(String);
-
-impl MessageId {
-    /// Wraps an id string.
-    pub fn new(id: impl Into<String>) -> Self {
-        MessageId(id.into())
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Proof of the current lease on a received message. Every receive and every
 /// visibility update returns a new one, and only the newest is accepted.

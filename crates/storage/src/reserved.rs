@@ -16,7 +16,6 @@
 //! checkpoint, with the reason in the poison record.
 
 use crate::error::StorageError;
-use crate::lanes::{ENVELOPE_PREFIX, PROBE_BODY};
 
 /// Where the workers keep their own records in the checkpoint container
 /// (and their write probes in the result container).
@@ -26,6 +25,16 @@ pub const WORKER_RECORDS_PREFIX: &str = ".spot-worker/";
 /// the one sent now): a producer may send none of them, so that a later
 /// version of the probe can never be a job's body.
 pub const PROBE_PREFIX: &str = "spot-worker-probe/";
+
+/// The body of a probe: a message that asks the Spot pool for a worker
+/// (`spot-worker-lanes`). A Spot worker deletes it unrun; no handler ever
+/// sees it.
+pub const PROBE_BODY: &[u8] = b"spot-worker-probe/1";
+
+/// What begins every message that carries a deadline
+/// (`spot-worker-lanes`' envelope): the prefix, then the format's version,
+/// a space and the header.
+pub const ENVELOPE_PREFIX: &str = "spot-worker-job/";
 
 /// Which of the worker's own words a body or a job key uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,8 +196,8 @@ mod tests {
     fn the_words_are_the_workers_own() {
         assert_eq!(reserved_body(PROBE_BODY), Some(Reserved::Probe));
         for key in [
-            crate::lanes::LANE_RECORD_PREFIX,
-            crate::consumer::COMPLETION_RECORD_PREFIX,
+            crate::LANE_RECORD_PREFIX,
+            crate::COMPLETION_RECORD_PREFIX,
             crate::FleetLedger::PREFIX,
         ] {
             assert_eq!(

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use spot_worker_azure::{AzureQueue, AzureStorage, RetryConfig, StorageConfig};
-use spot_worker_storage::{ConsumerStats, poison_queue_name};
+use spot_worker_consumer::{ConsumerStats, poison_queue_name};
 use spot_worker_testkit::Azurite;
 use tokio::task::JoinHandle;
 

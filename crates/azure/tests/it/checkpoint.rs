@@ -13,9 +13,10 @@ use std::time::Duration;
 use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use serde_json::json;
 use spot_worker_azure::BlobCheckpointStore;
+use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, handler_fn};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ETag, HandlerError, JobCheckpoint,
-    MessageQueue, StorageError, StoredCheckpoint, WritePrecondition, async_trait, handler_fn,
+    Checkpoint, CheckpointStore, ETag, JobCheckpoint, MessageQueue, StorageError, StoredCheckpoint,
+    WritePrecondition, async_trait,
 };
 use spot_worker_testkit::contract;
 use tokio_util::sync::CancellationToken;

@@ -11,10 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage, unique};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, DrainSignals, HandlerError, Job,
-    MessageQueue, handler_fn,
-};
+use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn};
+use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue};
 use tokio_util::sync::CancellationToken;
 
 // Before the fix the 4th delivery (max_deliveries 3) was poisoned by the

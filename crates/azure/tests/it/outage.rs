@@ -12,10 +12,8 @@ use tokio::sync::Semaphore;
 
 use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_storage::{
-    CheckpointStore, Consumer, ConsumerConfig, HandlerError, Job, MessageQueue, StorageError,
-    handler_fn,
-};
+use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, Job, handler_fn};
+use spot_worker_storage::{CheckpointStore, MessageQueue, StorageError};
 use spot_worker_testkit::ACCOUNT_KEY;
 use tokio_util::sync::CancellationToken;
 
@@ -136,13 +134,14 @@ async fn the_consumer_recovers_after_azurite_restarts_and_loses_nothing() {
         let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
         async move { consumer.run(handler, shutdown).await }
     });
-    let stats_reach = |what: &'static str, done: fn(spot_worker_storage::ConsumerStats) -> bool| {
-        let consumer = consumer.clone();
-        poll_until(what, WAIT_LIMIT, move || {
-            let ok = done(consumer.stats());
-            async move { ok.then_some(()) }
-        })
-    };
+    let stats_reach =
+        |what: &'static str, done: fn(spot_worker_consumer::ConsumerStats) -> bool| {
+            let consumer = consumer.clone();
+            poll_until(what, WAIT_LIMIT, move || {
+                let ok = done(consumer.stats());
+                async move { ok.then_some(()) }
+            })
+        };
     stats_reach("some progress", |s| s.succeeded == BEFORE_OUTAGE as u64).await;
 
     tokio::task::block_in_place(|| azurite.stop()).unwrap();

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
-use spot_worker_storage::{
-    Consumer, ConsumerConfig, HandlerError, Job, MessageEncoding, PoisonRecord, handler_fn,
-    poison_queue_name,
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, HandlerError, Job, PoisonRecord, handler_fn, poison_queue_name,
 };
+use spot_worker_storage::MessageEncoding;
 use spot_worker_testkit::Azurite;
 use tokio_util::sync::CancellationToken;
 

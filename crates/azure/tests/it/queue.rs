@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
 use serde_json::json;
 use spot_worker_azure::{AzureQueue, MessageTtl};
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler, PoisonRecord,
+    handler_fn,
+};
 use spot_worker_storage::{
-    Checkpoint, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, JobCheckpoint,
-    MessageEncoding, MessageHandler, MessageQueue, PoisonRecord, PopReceipt, QueueMessage,
-    ResultStore, StorageError, handler_fn,
+    Checkpoint, JobCheckpoint, MessageEncoding, MessageQueue, PopReceipt, QueueMessage,
+    ResultStore, StorageError,
 };
 use spot_worker_testkit::faulty::FaultyQueue;
 use tokio::task::JoinHandle;

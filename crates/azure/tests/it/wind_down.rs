@@ -9,9 +9,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage};
-use spot_worker_storage::{
-    Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, MessageQueue, handler_fn,
-};
+use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn};
+use spot_worker_storage::MessageQueue;
 use spot_worker_testkit::faulty::FaultyQueue;
 
 // Issue 16, item 5 (the in-memory twin is crates/storage/tests/wind_down.rs).

@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
 use spot_worker_azure::{AzureQueue, AzureStorage, StorageConfig};
+use spot_worker_consumer::poison_queue_name;
 use spot_worker_local::{Azurite, HarnessError};
 use spot_worker_storage::{
     CheckpointStore, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, MessageQueue,
-    ResultStore, poison_queue_name,
+    ResultStore,
 };
 
 use super::{CHECKPOINTS, QUEUE, RESULTS};

@@ -2,9 +2,9 @@
 
 use std::time::Instant;
 
+use spot_worker_consumer::{HandlerError, Job, MessageHandler};
 use spot_worker_primes::PrimesHandler;
 use spot_worker_runtime::{Readiness, RunReport, WorkerError};
-use spot_worker_storage::{HandlerError, Job, MessageHandler};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +60,7 @@ impl MessageHandler for Reporting {
         self.job.job_key(body)
     }
 
-    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_storage::ResultMarker> {
+    fn completion_marker(&self, body: &[u8]) -> Option<spot_worker_consumer::ResultMarker> {
         self.job.completion_marker(body)
     }
 

@@ -1,6 +1,6 @@
 //! The fleet's goodput for `spot-worker status`: the completion records
 //! the workers left (`.spot-worker/goodput/<job>`, see
-//! `spot_worker_storage::CompletionRecord`) summed up by kind of time, and,
+//! `spot_worker_consumer::CompletionRecord`) summed up by kind of time, and,
 //! with a price per VM hour, what that time cost in money; and the lanes'
 //! part of them: hours and money by lane, deadlines met and missed.
 
@@ -10,8 +10,9 @@ use anyhow::{Context as _, Result, bail};
 use futures_util::{StreamExt as _, stream};
 use serde::Serialize;
 use spot_worker_azure::{BlobCheckpointStore, StoredBlob};
+use spot_worker_consumer::CompletionRecord;
 use spot_worker_decisions::goodput::{Ledger, TimeKind};
-use spot_worker_storage::{COMPLETION_RECORD_PREFIX, CheckpointStore as _, CompletionRecord};
+use spot_worker_storage::{COMPLETION_RECORD_PREFIX, CheckpointStore as _};
 
 /// Completion records read at once.
 const PARALLEL_READS: usize = 16;
@@ -288,8 +289,8 @@ mod tests {
 
     #[test]
     fn hours_and_money_by_lane_and_the_deadlines_met() {
+        use spot_worker_consumer::DeadlineOutcome;
         use spot_worker_decisions::lanes::Lane;
-        use spot_worker_storage::DeadlineOutcome;
         let hours = |h: u64| h * 3_600_000;
         let record = |spot_h: u64, regular_h: u64, met: Option<bool>| {
             Some(CompletionRecord {

@@ -340,8 +340,8 @@ fn dev_gives_up_on_a_worker_that_keeps_failing_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_falls_back_to_dev_s_regular_lane_while_spot_is_away() {
     use spot_worker::storage::CheckpointStore as _;
+    use spot_worker_consumer::CompletionRecord;
     use spot_worker_decisions::lanes::Lane;
-    use spot_worker_storage::CompletionRecord;
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.py"), job_py(&page_blocks())).unwrap();

@@ -25,12 +25,11 @@ use std::time::{Duration, Instant};
 
 use fleet::{Fleet, REGULAR_QUEUE, SPOT_QUEUE, Vm};
 use spot_worker_azure::{AzureStorage, StorageConfig};
+use spot_worker_consumer::CompletionRecord;
 use spot_worker_decisions::lanes::Lane;
 use spot_worker_decisions::lanes::unix_secs;
-use spot_worker_storage::lanes::{FleetSpotCapacity, LaneRecords};
-use spot_worker_storage::{
-    CheckpointStore as _, CompletionRecord, MessageQueue as _, ResultStore as _,
-};
+use spot_worker_lanes::{FleetSpotCapacity, LaneRecords};
+use spot_worker_storage::{CheckpointStore as _, MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
 
 /// The whole run's bound: generous for a busy machine, finite for a bug.

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use spot_worker_storage::{HandlerError, Job, JobCheckpoint, permanent};
+use spot_worker_consumer::{HandlerError, Job, permanent};
+use spot_worker_storage::JobCheckpoint;
 use tokio::time::Instant;
 
 use crate::exit::{ExitStatus, RunnerEnded, Verdict, verdict};

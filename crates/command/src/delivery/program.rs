@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use spot_worker_storage::HandlerError;
+use spot_worker_consumer::HandlerError;
 use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Child;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use spot_worker_storage::Job;
+use spot_worker_consumer::Job;
 use time::OffsetDateTime;
 
 use super::Run;

@@ -3,7 +3,8 @@
 //! completed by another run.
 
 use serde_json::json;
-use spot_worker_storage::{HandlerError, PutOutcome, StorageError, permanent};
+use spot_worker_consumer::{HandlerError, permanent};
+use spot_worker_storage::{PutOutcome, StorageError};
 
 use crate::delivery::Run;
 

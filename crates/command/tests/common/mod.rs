@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spot_worker_command::{CommandConfig, CommandHandler};
-use spot_worker_storage::{
-    CancellationToken, CheckpointStore, CompletionRecord, Consumer, ConsumerConfig, ConsumerStats,
-    HandlerError, Job, MessageHandler, PoisonRecord,
+use spot_worker_consumer::{
+    CompletionRecord, Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+    PoisonRecord,
 };
+use spot_worker_storage::{CancellationToken, CheckpointStore};
 use spot_worker_testkit::worker::{Env, PATIENCE, within};
 use tokio::sync::Notify;
 

@@ -37,10 +37,10 @@ while time.monotonic() < until:
     let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
     // Keeps a copy of every checkpoint written.
     let recording = Arc::new(Layered::wrap(env.checkpoints.clone(), KeepWrites::new()));
-    let consumer = spot_worker_storage::Consumer::new(
+    let consumer = spot_worker_consumer::Consumer::new(
         env.queue.clone(),
         env.poison.clone(),
-        spot_worker_storage::ConsumerConfig::default(),
+        spot_worker_consumer::ConsumerConfig::default(),
     )
     .unwrap()
     .with_checkpoints(recording.clone());

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
+use spot_worker_consumer::CompletionRecord;
 use spot_worker_imds_emulator::EventSpec;
-use spot_worker_storage::{CompletionRecord, FleetLedger};
+use spot_worker_storage::FleetLedger;
 use spot_worker_testkit::worker::{VM_A, VM_B, within};
 
 /// The program: 48 steps of 0.25 s, a save every 16; with

@@ -92,10 +92,10 @@ async fn every_version_is_one_the_program_committed(mode: &str) {
         env.checkpoints.clone(),
         KeepWrites::keeping_chunks(),
     ));
-    let consumer = spot_worker_storage::Consumer::new(
+    let consumer = spot_worker_consumer::Consumer::new(
         env.queue.clone(),
         env.poison.clone(),
-        spot_worker_storage::ConsumerConfig::default(),
+        spot_worker_consumer::ConsumerConfig::default(),
     )
     .unwrap()
     .with_checkpoints(keeping.clone());

@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use spot_worker_command::{CommandConfig, CommandHandler};
+use spot_worker_consumer::CompletionRecord;
 use spot_worker_imds_emulator::EventSpec;
-use spot_worker_storage::CompletionRecord;
 use spot_worker_testkit::worker::{Env, VM_A, VM_B, within};
 
 /// The row after which the first delivery works a long step, committing

@@ -9,14 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, ConsumerStats, DrainSignals, Job, MessageHandler, PoisonRecord,
+    handler_fn,
+};
 use spot_worker_decisions::cadence::{CheckpointCadence, IntervalSource};
 use spot_worker_primes::{
     PrimesConfig, PrimesJob, Progress, count_primes, expected_result, handler,
 };
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, Consumer, ConsumerConfig, ConsumerStats, DrainSignals,
-    InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, Job, MessageHandler, MessageQueue,
-    PoisonRecord, ResultStore, WritePrecondition, handler_fn,
+    Checkpoint, CheckpointStore, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore,
+    MessageQueue, ResultStore, WritePrecondition,
 };
 
 /// Upper bound of every run: generous for a slow debug build, yet bounded.

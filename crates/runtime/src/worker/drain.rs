@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use spot_worker_consumer::{Consumer, DrainSignals, MessageHandler};
 use spot_worker_imds::EventType;
-use spot_worker_storage::lanes::LaneKeeper;
-use spot_worker_storage::{Consumer, DrainSignals, MessageHandler};
+use spot_worker_lanes::LaneKeeper;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

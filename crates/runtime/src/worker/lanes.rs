@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_consumer::MessageHandler;
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Lane};
-use spot_worker_storage::lanes::{
+use spot_worker_lanes::{
     FleetSpotCapacity, FleetSwitchCost, JobKeyFn, KeeperPass, LaneKeeper, Lanes, SpotCapacity,
     SwitchCost,
 };
-use spot_worker_storage::{CheckpointStore, LeaseStore, MessageHandler, MessageQueue};
+use spot_worker_storage::{CheckpointStore, LeaseStore, MessageQueue};
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;

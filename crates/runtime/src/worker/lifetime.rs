@@ -19,12 +19,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
+use spot_worker_consumer::{HandlerError, Job, MessageHandler};
 use spot_worker_decisions::bill::{PaidTime, Tally, WRITE_EVERY};
 use spot_worker_decisions::lanes::Lane;
 use spot_worker_imds::{ImdsClient, VmKind};
 use spot_worker_storage::{
-    CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, HandlerError, Job, LifetimeLog,
-    MessageHandler, SystemClock,
+    CLEAN_LIFETIMES_AT_MOST, CheckpointStore, Clock, LifetimeLog, SystemClock,
 };
 use spot_worker_telemetry::Metrics;
 use tokio::sync::Notify;

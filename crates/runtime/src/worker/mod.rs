@@ -29,10 +29,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_consumer::{HandlerError, MessageHandler};
 use spot_worker_decisions::cadence::{CadenceView, CheckpointCadence, FLUSH_EVERY};
-use spot_worker_storage::{
-    CheckpointStore, FleetLedger, HandlerError, MessageHandler, MessageQueue, ResultStore,
-};
+use spot_worker_storage::{CheckpointStore, FleetLedger, MessageQueue, ResultStore};
 use spot_worker_telemetry::{CheckpointEstimates, Metrics, Telemetry};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -47,7 +46,7 @@ use crate::shutdown::{EXIT_GRACE, Triggers, exit_after};
 use finish::{Finished, final_step};
 use lanes::LaneQueues;
 pub use report::{DrainReport, RunReport};
-use spot_worker_storage::lanes::{SpotCapacity, SwitchCost};
+use spot_worker_lanes::{SpotCapacity, SwitchCost};
 
 /// The longest the last addition to the fleet's interruption counts may
 /// take as the worker stops: it runs beside the approval and the telemetry

@@ -10,8 +10,9 @@
 
 use std::sync::Arc;
 
+use spot_worker_consumer::MessageHandler;
 use spot_worker_decisions::deletion_cost::CostPolicy;
-use spot_worker_storage::{CheckpointStore, MessageHandler};
+use spot_worker_storage::CheckpointStore;
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use spot_worker_storage::ConsumerStats;
+use spot_worker_consumer::ConsumerStats;
 
 use crate::shutdown::{DrainTrigger, WATCHDOG_EXIT_CODE};
 

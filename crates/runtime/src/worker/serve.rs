@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use spot_worker_consumer::{Consumer, ConsumerConfig, ConsumerStats, MessageHandler};
 use spot_worker_imds::RunningWatcher;
-use spot_worker_storage::{Consumer, ConsumerConfig, ConsumerStats, MessageHandler, QueueMessage};
+use spot_worker_storage::QueueMessage;
 use spot_worker_telemetry::message_span;
 
 use crate::after_drain::{Next, wait_after_drain};

@@ -340,10 +340,7 @@ pub(super) async fn index_of(
 
 /// Deletes `names` beside whatever the caller does next, a few at a time;
 /// a failure is logged and left to the container's retention rule.
-pub(crate) fn spawn_removal(
-    store: Arc<dyn ChunkStore>,
-    names: Vec<String>,
-) -> Option<JoinHandle<()>> {
+pub fn spawn_removal(store: Arc<dyn ChunkStore>, names: Vec<String>) -> Option<JoinHandle<()>> {
     if names.is_empty() {
         return None;
     }

@@ -16,7 +16,7 @@ use super::store_unreachable;
 /// and moved on), is no longer fenced out on it, and a conflict on another
 /// key than the job's own says nothing about the job.
 #[derive(Debug, Default)]
-pub(crate) struct CheckpointNotes {
+pub struct CheckpointNotes {
     /// The job's own key ([`crate::Job::key`]); `None` before a handler
     /// ran, when nothing can have been written.
     job_key: Option<String>,
@@ -25,12 +25,12 @@ pub(crate) struct CheckpointNotes {
     conflicts: Mutex<BTreeSet<String>>,
     /// Why the store could not be reached: the job stopped for an outage,
     /// not for a fault of its own.
-    pub(crate) unreachable: OnceLock<String>,
+    pub unreachable: OnceLock<String>,
 }
 
 impl CheckpointNotes {
     /// Notes for the delivery of the job keyed `job_key`.
-    pub(crate) fn for_job(job_key: impl Into<String>) -> Self {
+    pub fn for_job(job_key: impl Into<String>) -> Self {
         CheckpointNotes {
             job_key: Some(job_key.into()),
             ..CheckpointNotes::default()
@@ -39,7 +39,7 @@ impl CheckpointNotes {
 
     /// Notes `error` if it is one the consumer settles by: a conflict on
     /// its key, or (the first) unreachable store.
-    pub(crate) fn note(&self, error: &StorageError) {
+    pub fn note(&self, error: &StorageError) {
         match error {
             StorageError::Conflict { key } => {
                 self.conflicts().insert(key.clone());
@@ -53,13 +53,13 @@ impl CheckpointNotes {
 
     /// Notes a write on `key` that succeeded: a conflict noted on it
     /// before is resolved.
-    pub(crate) fn note_written(&self, key: &str) {
+    pub fn note_written(&self, key: &str) {
         self.conflicts().remove(key);
     }
 
     /// Whether the delivery is fenced out of its own job: its latest write
     /// on the job's own key lost to another holder of the job.
-    pub(crate) fn fenced_on_own_key(&self) -> bool {
+    pub fn fenced_on_own_key(&self) -> bool {
         self.job_key
             .as_ref()
             .is_some_and(|key| self.conflicts().contains(key))

@@ -34,7 +34,7 @@ use super::measure::Blocking;
 /// One delivery's clock, shared by the consumer and the checkpoint handles
 /// on the job's own key.
 #[derive(Debug)]
-pub(crate) struct SaveClock {
+pub struct SaveClock {
     received_at: Instant,
     state: Mutex<State>,
 }
@@ -75,20 +75,20 @@ struct State {
 
 /// A save under way: the reading at its call, and the ledger it stamps.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct SaveStart {
+pub struct SaveStart {
     reading: DeliveryTimes,
     /// When the data it stores was written.
     written_at: Instant,
     blocking: Blocking,
     /// The job's ledger as of this save's call.
-    pub(crate) ledger: Ledger,
+    pub ledger: Ledger,
     /// The progress this save stamps, if it stamps any.
-    pub(crate) progress: Option<f64>,
+    pub progress: Option<f64>,
 }
 
 impl SaveClock {
     /// A clock started at the delivery's receive.
-    pub(crate) fn new(received_at: Instant) -> Self {
+    pub fn new(received_at: Instant) -> Self {
         SaveClock {
             received_at,
             state: Mutex::new(State::default()),
@@ -100,18 +100,18 @@ impl SaveClock {
     }
 
     /// Sets what the job's earlier deliveries left in the checkpoint.
-    pub(crate) fn carry(&self, ledger: Ledger) {
+    pub fn carry(&self, ledger: Ledger) {
         self.state().carried = ledger;
     }
 
     /// What the job's earlier deliveries left in the checkpoint.
-    pub(crate) fn carried(&self) -> Ledger {
+    pub fn carried(&self) -> Ledger {
         self.state().carried
     }
 
     /// Counts this delivery's time as regular capacity's (the worker serves
     /// the regular lane).
-    pub(crate) fn on_regular_capacity(&self) {
+    pub fn on_regular_capacity(&self) {
         self.state().regular = true;
     }
 
@@ -119,14 +119,14 @@ impl SaveClock {
     /// starting from `carried` (what the checkpoint resumed from stamped).
     ///
     /// [`report_progress`]: SaveClock::report_progress
-    pub(crate) fn track_progress(&self, carried: Option<f64>) {
+    pub fn track_progress(&self, carried: Option<f64>) {
         let mut state = self.state();
         state.stamps_progress = true;
         state.saved_progress = carried;
     }
 
     /// The share of its work the job says is done now (0 to 1).
-    pub(crate) fn report_progress(&self, done: f64) {
+    pub fn report_progress(&self, done: f64) {
         if done.is_finite() {
             self.state().progress = Some(done.clamp(0.0, 1.0));
         }
@@ -136,19 +136,19 @@ impl SaveClock {
     /// begins: the next save stamps it ([`job_progress`]'s first source).
     ///
     /// [`job_progress`]: spot_worker_decisions::lanes::job_progress
-    pub(crate) fn progress_file_at_save(&self, done: f64) {
+    pub fn progress_file_at_save(&self, done: f64) {
         self.state().file_at_save = Some(done);
     }
 
     /// The share of its work the job had reported done as of its latest
     /// successful save.
-    pub(crate) fn saved_progress(&self) -> Option<f64> {
+    pub fn saved_progress(&self) -> Option<f64> {
         self.state().saved_progress
     }
 
     /// The job's ledger as of its latest successful save (what the
     /// checkpoint keeps): the useful time the lane rule falls back on.
-    pub(crate) fn saved_ledger(&self) -> Ledger {
+    pub fn saved_ledger(&self) -> Ledger {
         let state = self.state();
         match state.last_saved {
             Some(saved) => at_save(&state.carried, &saved),
@@ -157,7 +157,7 @@ impl SaveClock {
     }
 
     /// Marks the handler's start: waiting ends, work begins.
-    pub(crate) fn handler_started(&self) {
+    pub fn handler_started(&self) {
         let mut state = self.state();
         if state.handler_started.is_none() {
             state.handler_started = Some(Instant::now());
@@ -166,7 +166,7 @@ impl SaveClock {
 
     /// Marks the handler's end (it returned, or was dropped): what follows
     /// is settling, no time of the job's.
-    pub(crate) fn handler_ended(&self) {
+    pub fn handler_ended(&self) {
         let mut state = self.state();
         if state.handler_started.is_some() && state.handler_ended.is_none() {
             state.handler_ended = Some(Instant::now());
@@ -174,7 +174,7 @@ impl SaveClock {
     }
 
     /// The delivery's times now, or at the handler's end once it ended.
-    pub(crate) fn now(&self) -> DeliveryTimes {
+    pub fn now(&self) -> DeliveryTimes {
         let state = self.state();
         let at = state.handler_ended.unwrap_or_else(Instant::now);
         self.reading(&state, at, Duration::ZERO)
@@ -182,13 +182,13 @@ impl SaveClock {
 
     /// The job's work so far: what the checkpoint this delivery resumed
     /// from kept of its earlier deliveries, and this delivery's work.
-    pub(crate) fn job_work(&self) -> Duration {
+    pub fn job_work(&self) -> Duration {
         let carried = Duration::from_millis(self.carried().useful_ms);
         carried.saturating_add(self.now().work)
     }
 
     /// The reading the latest successful save stamped, if any.
-    pub(crate) fn last_saved(&self) -> Option<DeliveryTimes> {
+    pub fn last_saved(&self) -> Option<DeliveryTimes> {
         self.state().last_saved
     }
 
@@ -196,7 +196,7 @@ impl SaveClock {
     /// `notice` (a handler that saved after its cancellation, a program
     /// that wrote a new version after its stop signal): the drain saved at
     /// the notice. False without any save.
-    pub(crate) fn saved_since(&self, notice: Instant) -> bool {
+    pub fn saved_since(&self, notice: Instant) -> bool {
         self.state().last_written.is_some_and(|at| at >= notice)
     }
 
@@ -232,7 +232,7 @@ impl SaveClock {
     /// blocking; says what ledger the save stamps: the job's time up to
     /// when its data was written (the writing it stores counted as
     /// checkpointing).
-    pub(crate) fn save_started(
+    pub fn save_started(
         &self,
         now: Instant,
         blocking: Blocking,
@@ -263,7 +263,7 @@ impl SaveClock {
     /// The hook at a save's return, `now`: an awaited save stops blocking;
     /// a save that succeeded adds the writing it stored, and becomes the
     /// latest one.
-    pub(crate) fn save_ended(&self, start: SaveStart, now: Instant, saved: bool) {
+    pub fn save_ended(&self, start: SaveStart, now: Instant, saved: bool) {
         let mut state = self.state();
         if start.blocking.awaited {
             state.in_flight = state.in_flight.saturating_sub(1);

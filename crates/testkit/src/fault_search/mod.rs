@@ -69,7 +69,7 @@ impl fmt::Display for Failure {
         )?;
         writeln!(
             f,
-            "replay: {SEED_VAR}={} cargo test -p spot-worker-storage --test fault_search {} -- --include-ignored",
+            "replay: {SEED_VAR}={} cargo test -p spot-worker-storage --test it fault_search::{} -- --include-ignored",
             self.seed, self.family
         )?;
         for (i, step) in self.trace.iter().enumerate() {

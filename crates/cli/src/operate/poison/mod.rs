@@ -1,6 +1,6 @@
 //! `spot-worker poison list|show|requeue|purge`: the records in the work
 //! queue's poison queue (`<queue>-poison`, see
-//! [`PoisonRecord`](spot_worker_storage::PoisonRecord)), read, replayed or
+//! [`PoisonRecord`](spot_worker_consumer::PoisonRecord)), read, replayed or
 //! removed.
 
 mod record;

@@ -4,7 +4,8 @@
 //! verified when it is a claim-check blob.
 
 use anyhow::{Context as _, Result, bail};
-use spot_worker_storage::{MessageId, PoisonRecord, ResultStore as _};
+use spot_worker_consumer::PoisonRecord;
+use spot_worker_storage::{MessageId, ResultStore as _};
 
 use crate::operate::Fleet;
 

@@ -8,7 +8,7 @@
 //! original).
 
 use anyhow::{Context as _, Result, bail};
-use spot_worker_storage::lanes::requeue_text;
+use spot_worker_lanes::requeue_text;
 use spot_worker_storage::{MessageQueue as _, QueueMessage};
 
 use super::record::{Entry, Selection, original_text};

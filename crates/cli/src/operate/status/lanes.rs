@@ -19,10 +19,10 @@ use spot_worker_decisions::goodput::{split_stamp, stamp_progress};
 use spot_worker_decisions::lanes::{
     DEFAULT_SWITCH_COST_SEED, Deadline, Lane, SwitchCostParts, switch_cost,
 };
-use spot_worker_runtime::LaneSettings;
-use spot_worker_storage::lanes::{
+use spot_worker_lanes::{
     Envelope, FleetSwitchCost, LANE_RECORD_PREFIX, LaneRecord, LaneRecords, progress_of,
 };
+use spot_worker_runtime::LaneSettings;
 use spot_worker_storage::{CheckpointStore, MessageEncoding, StorageError};
 
 use crate::operate::age;

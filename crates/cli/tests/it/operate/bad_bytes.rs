@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use spot_worker_consumer::PoisonRecord;
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore as _, MessageEncoding, MessageQueue as _, PoisonRecord,
-    WritePrecondition,
+    Checkpoint, CheckpointStore as _, MessageEncoding, MessageQueue as _, WritePrecondition,
 };
 
 use super::common::*;

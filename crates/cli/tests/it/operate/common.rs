@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spot_worker_azure::{AzureStorage, BlobCheckpointStore, StorageConfig};
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler, PoisonRecord,
+    handler_fn,
+};
 use spot_worker_storage::{
-    CancellationToken, CheckpointStore as _, Consumer, ConsumerConfig, ConsumerStats, HandlerError,
-    Job, MessageEncoding, MessageHandler, PoisonRecord, ResultStore as _, handler_fn,
+    CancellationToken, CheckpointStore as _, MessageEncoding, ResultStore as _,
 };
 use spot_worker_testkit::Azurite;
 use tokio::io::AsyncWriteExt as _;

@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use spot_worker_decisions::lanes::Lane;
+use spot_worker_lanes::Envelope;
 use spot_worker_storage::MessageEncoding;
-use spot_worker_storage::lanes::Envelope;
 
 use super::common::*;
 
@@ -189,10 +189,9 @@ async fn half_a_deadline_is_an_error_naming_the_other_half_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() {
+    use spot_worker_consumer::{CompletionRecord, DeadlineOutcome};
     use spot_worker_decisions::goodput::Ledger;
-    use spot_worker_storage::{
-        Checkpoint, CheckpointStore as _, CompletionRecord, DeadlineOutcome, WritePrecondition,
-    };
+    use spot_worker_storage::{Checkpoint, CheckpointStore as _, WritePrecondition};
 
     let azurite = start_azurite();
     let storage = deployed(&azurite).await;
@@ -298,7 +297,7 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
 async fn status_shows_a_moved_job_waiting_in_its_lane_with_its_reported_progress() {
     use spot_worker_decisions::goodput::{Ledger, stamp_with_progress};
     use spot_worker_decisions::lanes::Deadline;
-    use spot_worker_storage::lanes::{LaneRecord, LaneRecords};
+    use spot_worker_lanes::{LaneRecord, LaneRecords};
     use spot_worker_storage::{
         Checkpoint, CheckpointStore as _, MessageQueue as _, WritePrecondition,
     };

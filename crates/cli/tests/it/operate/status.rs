@@ -3,9 +3,9 @@
 use std::process::Stdio;
 use std::sync::Arc;
 
+use spot_worker_consumer::{HandlerError, Job, handler_fn};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore as _, FleetLedger, HandlerError, Job, MessageEncoding,
-    WritePrecondition, handler_fn,
+    Checkpoint, CheckpointStore as _, FleetLedger, MessageEncoding, WritePrecondition,
 };
 
 use spot_worker_decisions::cadence::InterruptionCounts;
@@ -317,7 +317,8 @@ async fn the_readme_worker_leaves_no_job_in_progress_once_its_jobs_are_done() {
 async fn status_shows_the_goodput_of_finished_jobs_and_their_cost() {
     use std::time::Duration;
 
-    use spot_worker_storage::{Consumer, ConsumerConfig, MessageQueue as _};
+    use spot_worker_consumer::{Consumer, ConsumerConfig};
+    use spot_worker_storage::MessageQueue as _;
 
     let azurite = start_azurite();
     let storage = storage(&azurite);

@@ -13,14 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
-use spot_worker_storage::lanes::{
-    FleetSpotCapacity, LaneKeeper, Lanes, SpotCapacity, SwitchCost, enqueue,
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, HandlerError, Job, MessageHandler, PoisonRecord, permanent,
 };
+use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
+use spot_worker_lanes::{FleetSpotCapacity, LaneKeeper, Lanes, SpotCapacity, SwitchCost, enqueue};
 use spot_worker_storage::{
-    CheckpointStore, Clock, Consumer, ConsumerConfig, HandlerError, InMemoryCheckpointStore,
-    InMemoryLeases, InMemoryQueue, Job, LeaseStore, MessageEncoding, MessageHandler, MessageQueue,
-    PoisonRecord, permanent,
+    CheckpointStore, Clock, InMemoryCheckpointStore, InMemoryLeases, InMemoryQueue, LeaseStore,
+    MessageEncoding, MessageQueue,
 };
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,133 @@
+//! Helpers the consumer tests share: a consumer running in the background,
+//! waits on tokio's paused clock, and the queues every test starts from.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use spot_worker_consumer::{
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+};
+use spot_worker_storage::InMemoryQueue;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Just above the 5 s minimum: renewed every 3 s.
+pub const VISIBILITY: Duration = Duration::from_secs(6);
+
+pub fn config() -> ConsumerConfig {
+    ConsumerConfig {
+        batch_size: 4,
+        max_in_flight: 4,
+        visibility_timeout: VISIBILITY,
+        idle_backoff_floor: Duration::from_millis(50),
+        idle_backoff_max: Duration::from_millis(500),
+        retry_backoff_base: Duration::from_secs(1),
+        retry_backoff_max: Duration::from_secs(4),
+        max_failures: 3,
+        max_deliveries: 10,
+        ..ConsumerConfig::default()
+    }
+}
+
+pub struct Running {
+    pub consumer: Consumer,
+    shutdown: CancellationToken,
+    task: JoinHandle<ConsumerStats>,
+}
+
+impl Running {
+    pub fn start(consumer: Consumer, handler: impl spot_worker_consumer::MessageHandler) -> Self {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let consumer = consumer.clone();
+            let shutdown = shutdown.clone();
+            async move { consumer.run(handler, shutdown).await }
+        });
+        Running {
+            consumer,
+            shutdown,
+            task,
+        }
+    }
+
+    pub async fn wait_for(&self, what: &str, done: impl Fn(ConsumerStats) -> bool) {
+        wait_until(what, || done(self.consumer.stats())).await;
+    }
+
+    /// Ends the consumer as a killed process would: its task and every
+    /// delivery in it dropped, nothing settled.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+
+    pub async fn stop(self) -> ConsumerStats {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("consumer stops in time")
+            .expect("consumer task")
+    }
+}
+
+/// Polls `done` on the (paused) tokio clock for at most two simulated minutes.
+pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Polls `done` every 10 ms of the paused clock; fails after `limit`.
+pub async fn wait_within(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sets its flag when dropped: shows that a handler future was dropped.
+pub struct DropFlag(pub Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+pub fn queues() -> (InMemoryQueue, InMemoryQueue) {
+    (
+        InMemoryQueue::new("jobs"),
+        InMemoryQueue::new("jobs-poison"),
+    )
+}
+
+pub fn consumer(queue: &InMemoryQueue, poison: &InMemoryQueue, config: ConsumerConfig) -> Consumer {
+    Consumer::new(Arc::new(queue.clone()), Arc::new(poison.clone()), config).expect("valid config")
+}
+
+/// A handler whose messages name their job, `{"job": "<key>"}` (a key a
+/// duplicate message may share, so even a first delivery is checked for
+/// completion); it counts its runs and succeeds.
+pub struct KeyedJobs {
+    pub runs: Arc<AtomicU32>,
+}
+
+impl MessageHandler for KeyedJobs {
+    async fn handle(&self, _job: Job) -> Result<(), HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn job_key(&self, body: &[u8]) -> Option<String> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        Some(value["job"].as_str()?.to_owned())
+    }
+}
