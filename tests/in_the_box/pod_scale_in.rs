@@ -67,6 +67,18 @@ impl Node {
         self.refused_outside_the_role().await;
 
         let kept = PrimesJob::new("kept-job", 0, KEPT_JOB_END).unwrap();
+        // The test's own count of the range, to check the result against:
+        // as long as the worker's, so it runs beside it, off the runtime.
+        let expected = tokio::task::spawn_blocking({
+            let kept = kept.clone();
+            move || {
+                let counting = Instant::now();
+                (
+                    spot_worker_primes::expected_result(&kept),
+                    counting.elapsed(),
+                )
+            }
+        });
         queue
             .send(&kept.to_message(), Duration::ZERO)
             .await
@@ -121,8 +133,10 @@ impl Node {
             results.get("kept-job.json").await.unwrap()
         })
         .await;
+        let result_seen = finishing.elapsed();
         let result: serde_json::Value = serde_json::from_slice(&result).unwrap();
-        assert_eq!(result, spot_worker_primes::expected_result(&kept));
+        let (expected, counted_in) = expected.await.unwrap();
+        assert_eq!(result, expected);
         self.kube
             .wait_for(&format!("{busy}'s cost back to 0"), PATIENCE, |c| {
                 c.costs(busy).last() == Some(&0) && c.costs(busy).iter().any(|v| *v > 0)
@@ -131,7 +145,9 @@ impl Node {
             .unwrap();
         survivor.assert_running("idle after its job");
         note(format!(
-            "{busy} kept kept-job and finished it ({:?} after the scale-in); its costs {:?}",
+            "{busy} kept kept-job and finished it: its result seen {result_seen:?} after the \
+             scale-in (the test's own count of the range took {counted_in:?}), its cost back \
+             to 0 seen {:?} after; its costs {:?}",
             finishing.elapsed(),
             self.kube.costs(busy)
         ));
