@@ -35,14 +35,16 @@ fn leaves_blocking_work(
     results: InMemoryResultStore,
     go: Arc<std::sync::Mutex<mpsc::Receiver<()>>>,
     outcome: mpsc::Sender<WriteOutcome>,
+    started: Arc<AtomicBool>,
     detach: bool,
 ) -> impl MessageHandler {
     handler_fn(move |job: Job| {
         let fenced = job.results(Arc::new(results.clone()));
-        let (go, outcome) = (go.clone(), outcome.clone());
+        let (go, outcome, started) = (go.clone(), outcome.clone(), started.clone());
         async move {
             let runtime = tokio::runtime::Handle::current();
             let work = tokio::task::spawn_blocking(move || {
+                started.store(true, Ordering::SeqCst);
                 let signalled = go.lock().unwrap().recv_timeout(SOON);
                 assert!(signalled.is_ok(), "the test lets the work go on");
                 let written = runtime.block_on(fenced.put_new("late.json", b"late"));
@@ -119,16 +121,24 @@ impl LeftBehind {
         let results = InMemoryResultStore::new("results");
         let (go, go_rx) = mpsc::channel();
         let (outcome_tx, outcome) = mpsc::channel();
+        let started = Arc::new(AtomicBool::new(false));
         let handler = leaves_blocking_work(
             results.clone(),
             Arc::new(std::sync::Mutex::new(go_rx)),
             outcome_tx,
+            started.clone(),
             detach,
         );
         let consumer = consumer(&queue, &poison, config());
         let signals = DrainSignals::new();
         let task = run_in_background(&consumer, handler, &signals);
-        wait_until("the message to be taken", || consumer.stats().received == 1).await;
+        // Taken is not yet running: on a loaded machine the release could
+        // come before the handler starts, and then nothing is left behind
+        // to test. The work itself says when it runs.
+        wait_until("the blocking work to run", || {
+            started.load(Ordering::SeqCst)
+        })
+        .await;
         LeftBehind {
             consumer,
             signals,
