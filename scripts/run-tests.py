@@ -342,7 +342,7 @@ def summary(outcomes: list[Outcome], wall: float) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--jobs", type=int, default=4, help="suites at once (default 4)"
+        "--jobs", type=int, default=3, help="suites at once (default 3)"
     )
     parser.add_argument(
         "--quick", action="store_true", help="no benches, no slow end-to-end suites"

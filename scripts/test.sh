@@ -204,7 +204,7 @@ case "${1:-}" in
 esac
 # Test suites at once: most wait (on child processes, Azurite, timeouts)
 # rather than compute, so more than the cores (docs/testing.md, "CI time").
-test_jobs=4
+test_jobs=3
 if ((quick)); then
   # The quick loop needs none of these suites' tools.
   export SPOT_WORKER_INFRA_CHECKS=0 SPOT_WORKER_VM_IN_A_BOX=0 SPOT_WORKER_CONTAINER_TEST=0
