@@ -147,7 +147,7 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 /// once such a buffer is freed and carves later ones from its per-thread
 /// arenas, which keep their pages: under `spot-worker run`, a restore then
 /// saves of a 192 MiB checkpoint took the runner's peak RSS from 52 MB to
-/// 78 MB (crates/cli/tests/run_large.rs). Set first, before any thread.
+/// 78 MB (crates/cli/tests/it/run_large.rs). Set first, before any thread.
 fn give_back_large_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets one of malloc's parameters; no other thread

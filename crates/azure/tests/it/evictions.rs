@@ -2,7 +2,7 @@
 //! finishes, each release on shutdown recorded in its attempt record (a
 //! blob beside the checkpoints), so the crash-loop guard never takes the
 //! evictions for crashes. The in-memory twin, with the crash and hanging
-//! store cases, is crates/storage/tests/evictions.rs.
+//! store cases, is crates/consumer/tests/it/evictions.rs.
 
 use crate::common;
 

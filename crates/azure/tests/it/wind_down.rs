@@ -13,7 +13,7 @@ use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError,
 use spot_worker_storage::MessageQueue;
 use spot_worker_testkit::faulty::FaultyQueue;
 
-// Issue 16, item 5 (the in-memory twin is crates/storage/tests/wind_down.rs).
+// Issue 16, item 5 (the in-memory twin is crates/consumer/tests/it/wind_down.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() {
     let azurite = start_azurite();

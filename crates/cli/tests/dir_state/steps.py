@@ -1,5 +1,5 @@
 """A program whose state is a directory of two files, run by
-tests/run_dir_state.rs under `spot-worker run`.
+tests/it/run_dir_state.rs under `spot-worker run`.
 
 Step N writes a.txt = N, then b.txt = N (each whole: a temporary file
 renamed over it), then, with STEPS_MARKER set, the commit marker

@@ -172,7 +172,7 @@ impl InMemoryCheckpointStore {
 #[cfg(test)]
 mod tests {
     //! What only the in-memory store does: simulated outages. The contract
-    //! every checkpoint store meets runs in `tests/contract.rs`.
+    //! every checkpoint store meets runs in `tests/it/contract.rs`.
 
     use super::*;
     use serde_json::json;

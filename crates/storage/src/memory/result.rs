@@ -215,7 +215,7 @@ impl ResultStore for InMemoryResultStore {
 #[cfg(test)]
 mod tests {
     //! What only the in-memory store does: simulated outages. The contract
-    //! every result store meets runs in `tests/contract.rs`.
+    //! every result store meets runs in `tests/it/contract.rs`.
 
     use super::*;
 

@@ -1,5 +1,5 @@
 //! Large state under the real `spot-worker run`, shared by
-//! `tests/run_large.rs` and `benches/large_state.rs`: Azurite with blob
+//! `tests/it/run_large.rs` and `benches/large_state.rs`: Azurite with blob
 //! and queue in processes of their own (so the blob service alone can be
 //! stalled), two emulated VMs, runners whose log and peak memory are
 //! kept, and the training loop `tests/large/train.py`, paced with
