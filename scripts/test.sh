@@ -11,6 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# Each step's heading, with the seconds since the start: the log shows where
+# a run's time goes (docs/testing.md, "CI time").
+phase() {
+  printf '==> [%5d s] %s\n' "$SECONDS" "$*"
+}
 # Tests only talk to loopback; never let a proxy setting reroute them.
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
@@ -210,18 +216,81 @@ if ((quick)); then
   export SPOT_WORKER_INFRA_CHECKS=0 SPOT_WORKER_VM_IN_A_BOX=0 SPOT_WORKER_CONTAINER_TEST=0
 fi
 
-echo "==> Node.js (Azurite's engines: $(azurite_node_major) or later)"
+# The full run's two optimised builds start first, in the background: the
+# image's static binaries (the `image` profile: fat LTO, the container
+# suites' build) and the README's `cargo install` (the release profile).
+# Each has its own target/<profile>/ and cargo lock, so neither waits on the
+# other or on the debug builds; on 2 cores they fill the time the installs
+# spend downloading and the suites spend waiting, rather than run after
+# them (docs/testing.md, "CI time"). Their logs are printed when they end.
+logs=target/test-logs
+static_pid="" readme_pid=""
+# A run that stops early (a failed install, fmt or clippy) leaves no build
+# running behind it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+if ((!quick)); then
+  mkdir -p "$logs"
+  case "${SPOT_WORKER_CONTAINER_TEST:-1}" in
+    0 | false | disabled) ;;
+    *)
+      phase "the image's static binaries, in the background (scripts/build-static.sh; log: $logs/build-static.log)"
+      # Its exit status, written when it ends, opens the podman suites' gate
+      # (scripts/run-tests.py --gate).
+      rm -f "$logs/build-static.status"
+      (
+        status=0
+        scripts/build-static.sh >"$logs/build-static.log" 2>&1 || status=$?
+        echo "$status" >"$logs/build-static.status"
+        exit "$status"
+      ) &
+      static_pid=$!
+      ;;
+  esac
+  # The README's install command, as a user runs it, into a throwaway root;
+  # CARGO_TARGET_DIR keeps its release build in this workspace's target/, so
+  # a second run only links again. Then the installed command itself: its
+  # version, its help, and a short demo (an eviction mid-job and the
+  # resumption, checked; about 2 s).
+  readme_command() {
+    local root
+    root="$(mktemp -d)"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+      cargo install --locked --quiet --path crates/cli --root "$root"
+    PATH="$root/bin:$PATH" spot-worker --version
+    PATH="$root/bin:$PATH" spot-worker --help >/dev/null
+    PATH="$root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
+    rm -rf "$root"
+  }
+  phase "cargo install --locked --path crates/cli (the README's command) and its demo, in the background (log: $logs/readme-command.log)"
+  (set -euo pipefail && readme_command) >"$logs/readme-command.log" 2>&1 &
+  readme_pid=$!
+fi
+
+# Waits for a background step and prints its log; returns 1 (having said so)
+# if it failed. usage: finish_background PID LOG WHAT
+finish_background() {
+  local status=0
+  wait "$1" || status=$?
+  phase "$3 (ended; its log, $2):"
+  cat "$2"
+  if ((status != 0)); then
+    phase "$3 FAILED (exit $status; its log above)"
+    return 1
+  fi
+}
+
+phase "Node.js (Azurite's engines: $(azurite_node_major) or later)"
 use_node
 
-echo "==> Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
+phase "Azurite (npm ci, pinned by tools/azurite/package-lock.json)"
 install_if_changed tools/azurite/package-lock.json tools/azurite/node_modules/.installed-lock-sha256 install_azurite
 
 # Python interop tests (crates/azure/tests/it/python_interop.rs) are on unless
 # SPOT_WORKER_PYTHON_INTEROP=0; then the venv is not needed.
 case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
-  0 | false | disabled) echo "==> Python interop disabled" ;;
+  0 | false | disabled) phase "Python interop disabled" ;;
   *)
-    echo "==> Python venv (tools/python/requirements.txt)"
+    phase "Python venv (tools/python/requirements.txt)"
     echo "    interpreter: $(python_identity)"
     # The stamp covers the requirements and the interpreter.
     venv_if_changed python
@@ -232,9 +301,9 @@ esac
 # ShellCheck) are on unless SPOT_WORKER_INFRA_CHECKS=0.
 infra_checks="${SPOT_WORKER_INFRA_CHECKS:-1}"
 case "$infra_checks" in
-  0 | false | disabled) echo "==> infra checks disabled" ;;
+  0 | false | disabled) phase "infra checks disabled" ;;
   *)
-    echo "==> Debian tools for the infra checks (cloud-init, systemd-analyze, shellcheck)"
+    phase "Debian tools for the infra checks (cloud-init, systemd-analyze, shellcheck)"
     if ! debian_tools "the infra checks (SPOT_WORKER_INFRA_CHECKS=0)" \
       cloud-init:cloud-init systemd:systemd-analyze shellcheck:shellcheck; then
       infra_checks=0
@@ -244,9 +313,9 @@ esac
 case "$infra_checks" in
   0 | false | disabled) ;;
   *)
-    echo "==> infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
+    phase "infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
     venv_if_changed infra
-    echo "==> KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
+    phase "KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
     install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
       npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
     ;;
@@ -257,9 +326,9 @@ esac
 # throwaway CA, and what install-worker.sh runs (curl, python3). Skipped
 # with SPOT_WORKER_VM_IN_A_BOX=0.
 case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
-  0 | false | disabled) echo "==> VM-in-a-box rehearsal disabled" ;;
+  0 | false | disabled) phase "VM-in-a-box rehearsal disabled" ;;
   *)
-    echo "==> Debian tools for the VM-in-a-box rehearsal (unshare, mount, ip, openssl, curl, python3)"
+    phase "Debian tools for the VM-in-a-box rehearsal (unshare, mount, ip, openssl, curl, python3)"
     if ! debian_tools "the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)" \
       util-linux:unshare mount:mount iproute2:ip openssl:openssl curl:curl \
       python3:python3 ca-certificates:update-ca-certificates; then
@@ -273,95 +342,93 @@ esac
 # runc, cgroupfs, vfs, its own containers.conf). Required here (SPOT_WORKER_CONTAINER_TEST=1) so CI cannot
 # skip them silently; SPOT_WORKER_CONTAINER_TEST=0 skips them.
 case "${SPOT_WORKER_CONTAINER_TEST:-1}" in
-  0 | false | disabled) echo "==> container image test disabled" ;;
+  0 | false | disabled) phase "container image test disabled" ;;
   *)
-    echo "==> Debian tools for the container image test (podman, runc)"
+    phase "Debian tools for the container image test (podman, runc)"
     if debian_tools "the container image and pod-in-a-box tests (SPOT_WORKER_CONTAINER_TEST=0)" \
       podman:podman runc:runc; then
       export SPOT_WORKER_CONTAINER_TEST=1
     else
       export SPOT_WORKER_CONTAINER_TEST=0
+      # Nothing will use the image's binaries.
+      if [[ -n "$static_pid" ]]; then
+        kill -- "$static_pid" 2>/dev/null || true
+        wait "$static_pid" 2>/dev/null || true
+        static_pid=""
+      fi
     fi
     ;;
 esac
 
-echo "==> cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "==> cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 if ((quick)); then
-  echo "==> cargo test --quick (scripts/run-tests.py: unit tests and the fast integration suites)"
+  phase "cargo test --quick (scripts/run-tests.py: unit tests and the fast integration suites)"
   "${PYTHON:-python3}" scripts/run-tests.py --quick --jobs "$test_jobs"
 else
   # Every test binary, built once; scripts/run-tests.py then only runs them.
-  echo "==> cargo test --no-run (every test binary)"
+  phase "cargo test --no-run (every test binary)"
   cargo test --workspace --all-targets --locked --no-run
+  # The examples as programs (the test build has them only as tests): the
+  # suites that run a worker and the infra checks take target/debug/examples/
+  # primes from here rather than each building it. The same feature set as
+  # the test build, so this only links.
+  phase "cargo build --workspace --examples (the example workers the suites and infra checks run)"
+  cargo build --workspace --examples --locked
 
-  # The infra checks run beside the install and the test suites (their one
-  # cargo command builds the primes example, which the test build builds
-  # only as a test), their output kept in a log printed whole when they end.
+  # The infra checks run beside the suites, their output kept in a log
+  # printed whole when they end.
   infra_pid=""
-  infra_log="target/test-logs/infra.log"
+  infra_log="$logs/infra.log"
   case "$infra_checks" in
     0 | false | disabled) ;;
     *)
-      mkdir -p "$(dirname "$infra_log")"
-      echo "==> infra checks (beside the install and the test suites; output: $infra_log)"
+      phase "infra checks (beside the test suites; output: $infra_log)"
       (
         set -euo pipefail
-        echo "==> infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
+        phase "infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
         # The unit is verified with ExecStart at the real worker binary.
-        cargo build --locked --example primes
         tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
-        echo "==> infra: checkov (bicep/; every skip justified inline)"
+        phase "infra: checkov (bicep/; every skip justified inline)"
         # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
         BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
           --skip-download --quiet --compact
-        echo "==> infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
+        phase "infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
         tools/infra/.venv/bin/python tools/infra/check_manifests.py
-        echo "==> infra: shellcheck scripts/"
+        phase "infra: shellcheck scripts/"
         shellcheck -x scripts/*.sh
-        echo "==> infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
+        phase "infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
         tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
       ) >"$infra_log" 2>&1 &
       infra_pid=$!
       ;;
   esac
 
-  # The README's install command, as a user runs it, into a throwaway root;
-  # CARGO_TARGET_DIR keeps its release build in this workspace's target/, so a
-  # second run only links again (the image's binaries are the `image`
-  # profile's, target/image, built by the container tests). Then the
-  # installed command itself: its version, its help, and a short demo (an
-  # eviction mid-job and the resumption, checked; about 2 s). Before the test
-  # suites, not beside them: its release build would hold cargo's lock on
-  # target/ that the image and chaos suites need.
-  echo "==> cargo install --locked --path crates/cli (the README's command)"
-  install_root="$(mktemp -d)"
-  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
-    cargo install --locked --quiet --path crates/cli --root "$install_root"
-  PATH="$install_root/bin:$PATH" spot-worker --version
-  PATH="$install_root/bin:$PATH" spot-worker --help >/dev/null
-  PATH="$install_root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
-  rm -rf "$install_root"
+  # The doc tests, beside the suites too (they compile with the test build's
+  # libraries; no suite builds anything of the debug profile, see above).
+  phase "cargo test --doc (beside the test suites; output: $logs/doc-tests.log)"
+  cargo test --workspace --doc --locked >"$logs/doc-tests.log" 2>&1 &
+  doc_pid=$!
 
-  echo "==> cargo test (scripts/run-tests.py: the test binaries side by side, $test_jobs at once)"
+  phase "cargo test (scripts/run-tests.py: the test binaries side by side, $test_jobs at once)"
   # No fail-fast: one failing suite must not hide the others' results (a CI
   # run costs most of an hour; its log should list every failure).
   failed=0
-  "${PYTHON:-python3}" scripts/run-tests.py --jobs "$test_jobs" || failed=1
-  if [[ -n "$infra_pid" ]]; then
-    infra_failed=0
-    wait "$infra_pid" || infra_failed=1
-    cat "$infra_log"
-    if ((infra_failed)); then
-      echo "==> the infra checks FAILED (their output above, in $infra_log)"
-      failed=1
-    fi
+  gate=()
+  [[ -n "$static_pid" ]] && gate=(--gate "podman-and-image=$logs/build-static.status")
+  "${PYTHON:-python3}" scripts/run-tests.py --jobs "$test_jobs" "${gate[@]}" || failed=1
+  finish_background "$doc_pid" "$logs/doc-tests.log" "cargo test --doc" || failed=1
+  finish_background "$readme_pid" "$logs/readme-command.log" "the README's command" || failed=1
+  if [[ -n "$static_pid" ]]; then
+    finish_background "$static_pid" "$logs/build-static.log" "the image's static binaries" || failed=1
   fi
-  echo "==> cargo test --doc"
-  cargo test --workspace --doc --locked || failed=1
+  if [[ -n "$infra_pid" ]]; then
+    finish_background "$infra_pid" "$infra_log" "the infra checks" || failed=1
+  fi
+  phase "done"
   ((failed == 0))
 fi
