@@ -33,31 +33,14 @@ async fn a_job_half_done_by_its_progress_file_stays_on_spot_at_its_release() {
     let (step, written) = (dir.path().join("step"), dir.path().join("written"));
     // Progress 0 with its first version; then, told to, half the job with
     // its second one; then it runs until its stop signal.
-    let program = format!(
-        r#"
-import os, sys, time
-def put(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path + ".tmp", path)
-def wait(path):
-    for _ in range(2400):
-        if os.path.exists(path):
-            return
-        time.sleep(0.05)
-    sys.exit(3)
-progress, checkpoint = os.environ["SPOT_WORKER_PROGRESS"], os.environ["SPOT_WORKER_CHECKPOINT"]
-put(progress, "0")
-put(checkpoint, "first")
-wait({step:?})
-put(progress, "0.5")
-put(checkpoint, "second")
-put({written:?}, "")
-time.sleep(120)
-sys.exit(3)
-"#,
-        step = step.display().to_string(),
-        written = written.display().to_string(),
+    let program = two_step_program(
+        "0",
+        &step,
+        "0.5",
+        &format!(
+            "put({written:?}, \"\")\ntime.sleep(120)\nsys.exit(3)",
+            written = written.display().to_string()
+        ),
     );
     // 200 s of work due 600 s after its start, 200 s ago: the line is at
     // a third of it (67 s). Half done (100 s) it is ahead of the line with

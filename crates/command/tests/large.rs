@@ -158,12 +158,9 @@ async fn a_100_gb_result_is_a_counted_failure_and_the_next_job_runs() {
         .stop_when(|stats| stats.succeeded == 1 && stats.poisoned == 1)
         .await;
     assert_eq!((stats.succeeded, stats.poisoned), (1, 1), "{stats:?}");
-    assert!(
-        record.last_error.contains(
-            "the result file is 107374182400 bytes, over the limit of 10737418240 bytes (SPOT_WORKER_RESULT_MAX_BYTES)"
-        ),
-        "{}",
-        record.last_error
+    assert_error_has(
+        &record,
+        "the result file is 107374182400 bytes, over the limit of 10737418240 bytes (SPOT_WORKER_RESULT_MAX_BYTES)",
     );
     assert_eq!(record.failures, 1, "a counted failure");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use spot_worker_testkit::worker::{Env, within};
+use spot_worker_testkit::worker::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_with_carriage_returns_and_the_error_after_it_are_kept() {
@@ -22,9 +22,7 @@ async fn progress_with_carriage_returns_and_the_error_after_it_are_kept() {
                   printf 'av_interleaved_write_frame(): File too large\\r\\n' >&2; \
                   head -c 10000 /dev/zero | tr '\\0' x; echo END; exit 1";
     let handler = Observed::new(shell(&env, script));
-    let running = Running::start(consumer(&env, 1), handler.clone());
-    let record = within("the poison record", poisoned(&env)).await;
-    running.stop().await;
+    let record = poisoned_by(&env, 1, handler.clone()).await;
 
     assert!(
         record

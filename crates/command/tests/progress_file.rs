@@ -39,29 +39,11 @@ impl Job {
         let env = Env::start().await;
         let dir = tempfile::tempdir().unwrap();
         let (step, go) = (dir.path().join("step"), dir.path().join("go"));
-        let program = format!(
-            r#"
-import os, sys, time
-def put(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path + ".tmp", path)
-def wait(path):
-    for _ in range(2400):
-        if os.path.exists(path):
-            return
-        time.sleep(0.05)
-    sys.exit(3)
-progress, checkpoint = os.environ["SPOT_WORKER_PROGRESS"], os.environ["SPOT_WORKER_CHECKPOINT"]
-put(progress, {first:?})
-put(checkpoint, "first")
-wait({step:?})
-put(progress, {second:?})
-put(checkpoint, "second")
-wait({go:?})
-"#,
-            step = step.display().to_string(),
-            go = go.display().to_string(),
+        let program = two_step_program(
+            first,
+            &step,
+            second,
+            &format!("wait({go:?})", go = go.display().to_string()),
         );
         env.queue.send("job", Duration::ZERO).await.unwrap();
         let cadence = Arc::new(CheckpointCadence::new(source));

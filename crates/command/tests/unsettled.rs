@@ -22,20 +22,7 @@ async fn a_directory_that_never_holds_still_is_reported_with_its_job_and_directo
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();
     let stop_file = dir.path().join("stop");
-    // 8 MiB of ballast: a read (chunked and hashed) takes far longer than
-    // the program takes to rewrite `state` again.
-    let script = format!(
-        r#"
-cd "$SPOT_WORKER_CHECKPOINT_DIR"
-head -c 8388608 /dev/zero > ballast
-i=0
-while [ ! -e {stop} ] && [ $i -lt 200000 ]; do
-  i=$((i + 1))
-  echo $i > state
-done
-"#,
-        stop = quoted(&stop_file)
-    );
+    let script = restless_script(&stop_file);
     env.queue
         .send(r#"{"job_id":"restless"}"#, Duration::ZERO)
         .await

@@ -3,6 +3,8 @@
 //! the worker ([`AzureSetup`]), so they reach the same queue, poison queue
 //! and containers with the same credentials.
 
+#[cfg(test)]
+mod bad_input_cases;
 pub mod checkpoints;
 pub mod enqueue;
 pub mod goodput;

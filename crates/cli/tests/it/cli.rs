@@ -4,7 +4,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, Fault, RunningEmulator};
+use spot_worker_imds_emulator::{EventSpec, Fault, RunningEmulator};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -13,7 +13,7 @@ const VM: &str = "spotvmss_0";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn emulator() -> RunningEmulator {
-    Emulator::start(EmulatorConfig::for_vm(VM)).await.unwrap()
+    crate::support::imds_of(VM).await
 }
 
 fn spot_worker(endpoint: &str) -> Command {

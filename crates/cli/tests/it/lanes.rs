@@ -180,10 +180,7 @@ impl Pools {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_fall_back_to_the_regular_lane_only_when_their_deadline_needs_it() {
-    let azurite = tokio::task::spawn_blocking(Azurite::start)
-        .await
-        .unwrap()
-        .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
+    let azurite = crate::support::azurite_from(Azurite::start).await;
     let config = StorageConfig::from_connection_string(&azurite.connection_string()).unwrap();
     let storage = AzureStorage::new(config).unwrap();
     // The deployment creates both lanes' queues.

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use spot_worker_azure::{AzureStorage, StorageConfig};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use spot_worker_imds_emulator::RunningEmulator;
 use spot_worker_storage::{MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
 use tokio::process::Command;
@@ -65,13 +65,8 @@ struct World {
 
 impl World {
     async fn start() -> World {
-        let azurite = tokio::task::spawn_blocking(Azurite::start)
-            .await
-            .unwrap()
-            .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-        let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-            .await
-            .unwrap();
+        let azurite = crate::support::azurite_from(Azurite::start).await;
+        let emulator = crate::support::imds_of("spotvmss_0").await;
         let config = StorageConfig::from_connection_string(&azurite.connection_string()).unwrap();
         let storage = AzureStorage::new(config).unwrap();
         let queue = storage.queue("jobs").unwrap();
@@ -106,8 +101,8 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
         format!("azure_storage_connection_string = {connection_string:?}\n"),
     )
     .unwrap();
-    readable_by_all(dir.path(), 0o755);
-    readable_by_all(&config_file, 0o644);
+    set_mode(dir.path(), 0o755);
+    set_mode(&config_file, 0o644);
     // Everything the program can see of itself and of its parent, the
     // runner (its environment, its command line, the settings file it was
     // given), becomes its result.
@@ -209,7 +204,7 @@ async fn a_program_gets_its_job_but_never_the_runners_credentials() {
 }
 
 /// Sets `path`'s mode: the worker may run as `nobody` (see `spot_worker_run`).
-fn readable_by_all(path: &std::path::Path, mode: u32) {
+fn set_mode(path: &std::path::Path, mode: u32) {
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
 }
 
@@ -226,24 +221,21 @@ async fn a_credential_given_as_a_flag_is_refused_with_the_way_to_give_it() {
         .split(';')
         .find_map(|part| part.strip_prefix("AccountKey="))
         .expect("Azurite's connection string has a key");
-    let output = spot_worker_run(
-        &[
-            "--azure-storage-connection-string",
+    let stderr = refused_at_once(
+        &world,
+        spot_worker_run(
+            &[
+                "--azure-storage-connection-string",
+                &connection_string,
+                "--",
+                "true",
+            ],
             &connection_string,
-            "--",
-            "true",
-        ],
-        &connection_string,
-        &world.emulator.url(),
+            &world.emulator.url(),
+        )
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING"),
     )
-    .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-    .output();
-    let output = tokio::time::timeout(PATIENCE, output)
-        .await
-        .expect("the worker exits at once")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    .await;
     assert!(
         stderr.contains("--azure-storage-connection-string")
             && stderr.contains("set AZURE_STORAGE_CONNECTION_STRING in the worker's environment")
@@ -251,12 +243,6 @@ async fn a_credential_given_as_a_flag_is_refused_with_the_way_to_give_it() {
         "{stderr}"
     );
     assert!(!stderr.contains(key), "the error echoes the key: {stderr}");
-    let waiting = world
-        .queue
-        .receive(1, Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert_eq!(waiting.len(), 1, "nothing was taken");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,11 +256,7 @@ async fn a_program_ignoring_sigterm_still_lets_the_worker_exit_0_within_the_drai
     queue.send("stubborn", Duration::ZERO).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Readable and writable by the worker when it runs as nobody.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    set_mode(dir.path(), 0o777);
     let started = dir.path().join("started");
     let program = format!(
         "trap '' TERM; touch '{}'; while :; do sleep 0.1; done",
@@ -321,6 +303,24 @@ async fn a_program_ignoring_sigterm_still_lets_the_worker_exit_0_within_the_drai
     assert_eq!(again[0].body, "stubborn");
 }
 
+/// `command` (a `spot-worker run`) exits 1 at once and takes nothing from
+/// `world`'s queue (its one message waits there still): what it said.
+async fn refused_at_once(world: &World, command: &mut Command) -> String {
+    let output = tokio::time::timeout(PATIENCE, command.output())
+        .await
+        .expect("the runner exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let waiting = world
+        .queue
+        .receive(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "nothing was taken");
+    stderr
+}
+
 /// Whether `pid` is a process that still runs (a zombie has stopped).
 fn running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -343,11 +343,7 @@ async fn a_runner_killed_with_sigkill_takes_its_program_with_it_and_the_next_cle
     queue.send("long", Duration::ZERO).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Writable by the worker when it runs as nobody.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    set_mode(dir.path(), 0o777);
     let (pid_file, child_file) = (dir.path().join("program"), dir.path().join("child"));
     // A child of its own first (it has no parent-death signal), then the
     // program's long computation.
@@ -703,7 +699,7 @@ async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
     // The runner's credentials in its settings file alone, readable by the
     // runner's user only, in a directory anyone may look into.
     let dir = tempfile::tempdir().unwrap();
-    readable_by_all(dir.path(), 0o755);
+    set_mode(dir.path(), 0o755);
     let config_file = dir.path().join("worker.toml");
     std::fs::write(
         &config_file,
@@ -713,7 +709,7 @@ async fn a_program_run_as_another_user_cannot_read_the_runners_settings_file() {
         ),
     )
     .unwrap();
-    readable_by_all(&config_file, 0o600);
+    set_mode(&config_file, 0o600);
     // The program is not told the path, but a path is easy to guess: here
     // it is told, under a name that is no credential's.
     let program = r#"{ echo "uid=$(id -u) gid=$(id -g) user=$USER home=$HOME"
@@ -796,29 +792,20 @@ async fn a_runner_that_cannot_switch_users_refuses_to_start_with_a_program_user(
     world.queue.send("untouched", Duration::ZERO).await.unwrap();
     // As nobody (when the test is root) or as the test's own user: no
     // capability either way.
-    let output = spot_worker_run(
-        &["--program-user", "4242", "--", "true"],
-        &world.azurite.connection_string(),
-        &world.emulator.url(),
+    let stderr = refused_at_once(
+        &world,
+        &mut spot_worker_run(
+            &["--program-user", "4242", "--", "true"],
+            &world.azurite.connection_string(),
+            &world.emulator.url(),
+        ),
     )
-    .output();
-    let output = tokio::time::timeout(PATIENCE, output)
-        .await
-        .expect("the runner exits at once")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    .await;
     assert!(
         stderr.contains("SPOT_WORKER_PROGRAM_USER 4242")
             && stderr.contains("needs the runner to have CAP_SETUID, CAP_SETGID"),
         "{stderr}"
     );
-    let waiting = world
-        .queue
-        .receive(1, Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert_eq!(waiting.len(), 1, "nothing was taken");
 }
 
 /// A program keeping its state in a live SQLite database (Python's stdlib
@@ -840,11 +827,7 @@ async fn a_live_database_killed_with_its_runner_resumes_consistent_within_an_int
     queue.send("db", Duration::ZERO).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Writable by the worker when it runs as nobody.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    set_mode(dir.path(), 0o777);
     let log = dir.path().join("log");
     let program = r#"
 import os, sqlite3, sys, time

@@ -16,7 +16,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
+use spot_worker_imds_emulator::{EventSpec, RunningEmulator};
 use support::PATIENCE;
 use support::large::{Runner, World};
 
@@ -144,9 +144,7 @@ async fn the_optuna_example_survives_two_evictions_and_a_crash_with_every_trial_
     let script: PathBuf = world.path("optuna_job.py");
     let n_trials = n_trials(&example(&script));
     world.send(JOB).await;
-    let third_vm = Emulator::start(EmulatorConfig::for_vm("spotvmss_2"))
-        .await
-        .unwrap();
+    let third_vm = crate::support::imds_of("spotvmss_2").await;
     let command = [python.display().to_string(), script.display().to_string()];
     let command: Vec<&str> = command.iter().map(String::as_str).collect();
     // Default (adaptive) saves; a short lease so a crashed delivery's

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use spot_worker_azure::{AzureQueue, AzureStorage, StorageConfig};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, RunningEmulator};
+use spot_worker_imds_emulator::{EventSpec, RunningEmulator};
 use spot_worker_storage::{MessageQueue as _, ResultStore as _};
 use spot_worker_testkit::Azurite;
 use support::Log;
@@ -36,14 +36,9 @@ struct World {
 
 impl World {
     async fn start() -> World {
-        let azurite = tokio::task::spawn_blocking(Azurite::start)
-            .await
-            .unwrap()
-            .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-        let emulator = Emulator::start(EmulatorConfig::for_vm(VM)).await.unwrap();
-        let other_vm = Emulator::start(EmulatorConfig::for_vm(OTHER_VM))
-            .await
-            .unwrap();
+        let azurite = crate::support::azurite_from(Azurite::start).await;
+        let emulator = crate::support::imds_of(VM).await;
+        let other_vm = crate::support::imds_of(OTHER_VM).await;
         let config = StorageConfig::from_connection_string(&azurite.connection_string()).unwrap();
         World {
             azurite,

@@ -107,6 +107,67 @@ pub async fn poisoned(env: &Env) -> PoisonRecord {
     panic!("nothing was poisoned");
 }
 
+/// Runs `handler` on [`consumer`] (`max_failures`) until the first poison
+/// record, which it returns once the consumer stopped: the shape of every
+/// test about why a job was poisoned.
+pub async fn poisoned_by(
+    env: &Env,
+    max_failures: u32,
+    handler: impl MessageHandler,
+) -> PoisonRecord {
+    let running = Running::start(consumer(env, max_failures), handler);
+    let record = within("the poison record", poisoned(env)).await;
+    running.stop().await;
+    record
+}
+
+/// `record`'s last error holds `text`.
+#[track_caller]
+pub fn assert_error_has(record: &PoisonRecord, text: &str) {
+    assert!(
+        record.last_error.contains(text),
+        "no {text:?} in the last error: {}",
+        record.last_error
+    );
+}
+
+/// Runs `handler` on one job of `env`'s queue with checkpoints saved to
+/// `store` (default consumer settings), until that job succeeded: the
+/// set-up of a test about what the saves wrote.
+pub async fn one_job_saving_to<H: MessageHandler + Clone>(
+    env: &Env,
+    handler: &Observed<H>,
+    store: Arc<dyn CheckpointStore>,
+) {
+    let consumer = Consumer::new(
+        env.queue.clone(),
+        env.poison.clone(),
+        ConsumerConfig::default(),
+    )
+    .unwrap()
+    .with_checkpoints(store);
+    let running = Running::start(consumer, handler.clone());
+    handler.finished(1).await;
+    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
+    assert_eq!(stats.succeeded, 1);
+}
+
+/// Waits (30 s at the most) until `path` exists, which says `what` has
+/// happened: a program's own sign, the only one a test has of it.
+#[track_caller]
+pub fn wait_for_file<'a>(path: &'a Path, what: &'a str) -> impl Future<Output = ()> + 'a {
+    let caller = std::panic::Location::caller();
+    async move {
+        for _ in 0..1200 {
+            if path.exists() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("no {} ({what}), waited at {caller}", path.display());
+    }
+}
+
 /// A fresh environment with `body` queued, and the path `file` in a
 /// temporary directory (which lives as long as the directory returned),
 /// where a test's program leaves its log or the test its signal.
@@ -252,4 +313,54 @@ pub fn assert_birth_times_recorded() {
          checkpoint writes cannot be measured there; run this test with TMPDIR on one that does",
         std::env::temp_dir().display()
     );
+}
+
+/// A Python program in two steps: progress `first` with the checkpoint
+/// "first"; then, once the file `step` exists, progress `second` with the
+/// checkpoint "second"; then the Python lines `then`. Every file written
+/// beside and renamed into place, as the contract asks; each wait bounded
+/// (120 s, then exit 3).
+pub fn two_step_program(first: &str, step: &Path, second: &str, then: &str) -> String {
+    format!(
+        r#"
+import os, sys, time
+def put(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+def wait(path):
+    for _ in range(2400):
+        if os.path.exists(path):
+            return
+        time.sleep(0.05)
+    sys.exit(3)
+progress, checkpoint = os.environ["SPOT_WORKER_PROGRESS"], os.environ["SPOT_WORKER_CHECKPOINT"]
+put(progress, {first:?})
+put(checkpoint, "first")
+wait({step:?})
+put(progress, {second:?})
+put(checkpoint, "second")
+{then}
+"#,
+        step = step.display().to_string(),
+    )
+}
+
+/// A shell program whose checkpoint directory never holds still until the
+/// file `still` exists: 8 MiB of ballast makes every read of the directory
+/// (chunked and hashed) take far longer than the program takes to rewrite
+/// `state` again (at most 200,000 rewrites).
+pub fn restless_script(still: &Path) -> String {
+    format!(
+        r#"
+cd "$SPOT_WORKER_CHECKPOINT_DIR"
+head -c 8388608 /dev/zero > ballast
+i=0
+while [ ! -e {still} ] && [ $i -lt 200000 ]; do
+  i=$((i + 1))
+  echo $i > state
+done
+"#,
+        still = quoted(still)
+    )
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use spot_worker_command::CommandHandler;
-use spot_worker_testkit::worker::{Env, within};
+use spot_worker_testkit::worker::Env;
 
 /// Runs `script`, which leaves what no save can store and then waits a
 /// minute; returns the poison record's reason (one counted failure).
@@ -16,9 +16,7 @@ async fn reason_of(script: &str) -> String {
     let env = Env::start().await;
     env.queue.send("job", Duration::ZERO).await.unwrap();
     let handler = CommandHandler::new(sh(script), env.results.clone());
-    let running = Running::start(consumer(&env, 1), handler);
-    let record = within("the poison record", poisoned(&env)).await;
-    running.stop().await;
+    let record = poisoned_by(&env, 1, handler).await;
     assert_eq!(record.failures, 1, "a counted failure");
     record.last_error
 }

@@ -203,13 +203,7 @@ async fn a_notice_seen_already_started_still_saves_the_checkpoint_file() {
     config.drain.release_floor = Duration::from_secs(2);
     let worker = env.worker(config);
     let running = tokio::spawn(worker.run(handler));
-    for _ in 0..1200 {
-        if written.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(written.exists(), "the program wrote its checkpoint file");
+    wait_for_file(&written, "the program wrote its checkpoint file").await;
 
     // Seen only once it has started (after an IMDS outage, a host failure).
     env.emulator

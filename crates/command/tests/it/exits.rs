@@ -7,6 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
+use spot_worker_command::CommandHandler;
 use spot_worker_testkit::worker::{Env, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,13 +100,10 @@ async fn a_result_is_stored_create_only_and_a_different_one_is_permanent() {
     let env = Env::start().await;
     let body = r#"{"job_id":"r1","x":2}"#;
     env.queue.send(body, Duration::ZERO).await.unwrap();
-    let config = sh("read line; printf '%s' \"result of $line\" > \"$SPOT_WORKER_RESULT\"")
-        .with_job_key("job_id")
-        .with_result_name("out/{job_key}.txt");
-    let handler = Observed::new(spot_worker_command::CommandHandler::new(
-        config,
-        env.results.clone(),
-    ));
+    let handler = results_by_job_key(
+        &env,
+        "read line; printf '%s' \"result of $line\" > \"$SPOT_WORKER_RESULT\"",
+    );
     let running = Running::start(consumer(&env, 5), handler.clone());
     handler.finished(1).await;
     let stored = env.results.get("out/r1.txt").await.unwrap();
@@ -128,12 +126,9 @@ async fn a_result_is_stored_create_only_and_a_different_one_is_permanent() {
     let record = within("the poison record", poisoned(&env)).await;
     let stats = running.stop().await;
 
-    assert!(
-        record
-            .last_error
-            .contains("a different result is already stored as out/r2.txt"),
-        "{}",
-        record.last_error
+    assert_error_has(
+        &record,
+        "a different result is already stored as out/r2.txt",
     );
     assert_eq!(record.failures, 0, "poisoned at once");
     assert_eq!(stats.skipped_completed, 1, "the duplicate was not run");
@@ -165,21 +160,9 @@ async fn a_run_whose_job_another_run_completed_is_a_duplicate_not_a_failure() {
         started = quoted(&started),
         go = quoted(&go)
     );
-    let config = sh(&script)
-        .with_job_key("job_id")
-        .with_result_name("out/{job_key}.txt");
-    let handler = Observed::new(spot_worker_command::CommandHandler::new(
-        config,
-        env.results.clone(),
-    ));
+    let handler = results_by_job_key(&env, &script);
     let running = Running::start(consumer(&env, 5), handler.clone());
-    for _ in 0..1200 {
-        if started.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(started.exists(), "the program started");
+    wait_for_file(&started, "the program started").await;
     // The other run: its result, then the job marked completed.
     env.results
         .put_new("out/r3.txt", b"the other run")
@@ -226,12 +209,15 @@ async fn a_body_without_the_job_key_field_is_permanent() {
         sh("exit 0").with_job_key("job_id"),
         env.results.clone(),
     );
-    let running = Running::start(consumer(&env, 5), handler);
-    let record = within("the poison record", poisoned(&env)).await;
-    running.stop().await;
-    assert!(
-        record.last_error.contains("field \"job_id\""),
-        "{}",
-        record.last_error
-    );
+    let record = poisoned_by(&env, 5, handler).await;
+    assert_error_has(&record, "field \"job_id\"");
+}
+
+/// `sh -c script` for jobs keyed by their `job_id`, its result stored as
+/// `out/{job_key}.txt`, observed.
+fn results_by_job_key(env: &Env, script: &str) -> Observed<CommandHandler> {
+    let config = sh(script)
+        .with_job_key("job_id")
+        .with_result_name("out/{job_key}.txt");
+    Observed::new(CommandHandler::new(config, env.results.clone()))
 }

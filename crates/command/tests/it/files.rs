@@ -37,17 +37,7 @@ while time.monotonic() < until:
     let handler = Observed::new(CommandHandler::new(config, env.results.clone()));
     // Keeps a copy of every checkpoint written.
     let recording = Arc::new(Layered::wrap(env.checkpoints.clone(), KeepWrites::new()));
-    let consumer = spot_worker_consumer::Consumer::new(
-        env.queue.clone(),
-        env.poison.clone(),
-        spot_worker_consumer::ConsumerConfig::default(),
-    )
-    .unwrap()
-    .with_checkpoints(recording.clone());
-    let running = Running::start(consumer, handler.clone());
-    handler.finished(1).await;
-    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
-    assert_eq!(stats.succeeded, 1);
+    one_job_saving_to(&env, &handler, recording.clone()).await;
 
     let written = recording.policy().written();
     let saved: Vec<Vec<u8>> = written
@@ -82,16 +72,11 @@ async fn a_checkpoint_file_over_the_limit_is_a_clear_error() {
     let config = sh("head -c 2048 /dev/zero > \"$SPOT_WORKER_CHECKPOINT\"; exec sleep 60")
         .with_checkpoint_max_bytes(1024);
     let handler = CommandHandler::new(config, env.results.clone());
-    let running = Running::start(consumer(&env, 1), handler);
     // Well before the program's 60 s: it is stopped at the next save.
-    let record = within("the poison record", poisoned(&env)).await;
-    running.stop().await;
-    assert!(
-        record
-            .last_error
-            .contains("the checkpoint is 2048 bytes, over the limit of 1024 bytes"),
-        "{}",
-        record.last_error
+    let record = poisoned_by(&env, 1, handler).await;
+    assert_error_has(
+        &record,
+        "the checkpoint is 2048 bytes, over the limit of 1024 bytes",
     );
     assert_eq!(record.failures, 1, "a counted failure");
 }
@@ -210,15 +195,10 @@ async fn a_checkpoint_file_over_the_limit_on_exit_0_is_a_counted_failure() {
     .with_checkpoint_every(Duration::from_secs(600))
     .with_checkpoint_max_bytes(1024);
     let handler = CommandHandler::new(config, env.results.clone());
-    let running = Running::start(consumer(&env, 1), handler);
-    let record = within("the poison record", poisoned(&env)).await;
-    running.stop().await;
-    assert!(
-        record.last_error.contains(
-            "the program exited 0, but the checkpoint is 2048 bytes, over the limit of 1024 bytes"
-        ),
-        "{}",
-        record.last_error
+    let record = poisoned_by(&env, 1, handler).await;
+    assert_error_has(
+        &record,
+        "the program exited 0, but the checkpoint is 2048 bytes, over the limit of 1024 bytes",
     );
     assert_eq!(record.failures, 1, "a counted failure");
     assert!(

@@ -115,22 +115,11 @@ async fn a_directory_that_never_holds_still_is_recorded_for_status_and_cleared_b
     let dir = tempfile::tempdir().unwrap();
     let (still, done) = (dir.path().join("still"), dir.path().join("done"));
     let id = env.queue.send("job", Duration::ZERO).await.unwrap();
-    // As in unsettled.rs: 8 MiB of ballast makes every read of the
-    // directory take longer than a rewrite of `state`; then the program
-    // holds still, and waits.
+    // As in unsettled.rs: the directory never holds still until `still`;
+    // then the program holds still, and waits.
     let script = format!(
-        r#"
-cd "$SPOT_WORKER_CHECKPOINT_DIR"
-head -c 8388608 /dev/zero > ballast
-i=0
-while [ ! -e {still} ] && [ $i -lt 200000 ]; do
-  i=$((i + 1))
-  echo $i > state
-done
-i=0
-while [ ! -e {done} ] && [ $i -lt 1200 ]; do i=$((i + 1)); sleep 0.05; done
-"#,
-        still = quoted(&still),
+        "{restless}i=0\nwhile [ ! -e {done} ] && [ $i -lt 1200 ]; do i=$((i + 1)); sleep 0.05; done\n",
+        restless = restless_script(&still),
         done = quoted(&done)
     );
     let running = Running::start(consumer(&env, 3), shell(&env, &script));

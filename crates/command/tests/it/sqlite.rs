@@ -92,17 +92,7 @@ async fn every_version_is_one_the_program_committed(mode: &str) {
         env.checkpoints.clone(),
         KeepWrites::keeping_chunks(),
     ));
-    let consumer = spot_worker_consumer::Consumer::new(
-        env.queue.clone(),
-        env.poison.clone(),
-        spot_worker_consumer::ConsumerConfig::default(),
-    )
-    .unwrap()
-    .with_checkpoints(keeping.clone());
-    let running = Running::start(consumer, handler.clone());
-    handler.finished(1).await;
-    let stats = running.stop_when(|stats| stats.succeeded == 1).await;
-    assert_eq!(stats.succeeded, 1);
+    one_job_saving_to(&env, &handler, keeping.clone()).await;
 
     let written = keeping.policy().written();
     let saved: Vec<Checkpoint> = written

@@ -6,23 +6,10 @@
 //! panic.
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{Value, json};
 
 use super::{Line, parse_line};
-
-/// Cases per property in CI.
-const CI_CASES: u32 = 10_000;
-
-/// At least [`CI_CASES`]; `PROPTEST_CASES` raises it for a long run.
-fn config() -> Config {
-    let from_env = Config::default();
-    Config {
-        cases: from_env.cases.max(CI_CASES),
-        failure_persistence: None,
-        ..from_env
-    }
-}
+use crate::operate::bad_input_cases::config;
 
 /// A `job_id` of any type: a usable string, an empty one, or not a string.
 fn job_id() -> impl Strategy<Value = Option<Value>> {

@@ -20,10 +20,7 @@ async fn a_raw_text_the_queue_cannot_carry_is_refused_and_the_queue_keeps_workin
     let path = dir.path().join("body.txt");
     std::fs::write(&path, b"job one\x01 with a control character").unwrap();
 
-    let refused = run(spot_worker(&azurite, MessageEncoding::Text)
-        .args(["enqueue", "--raw"])
-        .arg(&path))
-    .await;
+    let refused = enqueue_file(&azurite, &["--raw"], &path).await;
     assert_eq!(refused.code, Some(1), "{}", refused.stdout);
     assert!(
         refused.stderr.contains("U+0001 at byte 7")
@@ -38,16 +35,8 @@ async fn a_raw_text_the_queue_cannot_carry_is_refused_and_the_queue_keeps_workin
     let (_lines, lines) = input_file(
         "{\"job_id\":\"a\"}\n{\"job_id\":\"b\",\"x\":\"\u{ffff}\"}\n{\"job_id\":\"c\"}\n",
     );
-    let sent = run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(&lines))
-    .await;
-    assert_eq!(sent.code, Some(1));
-    assert!(
-        sent.stderr.contains("line 2: not sendable: U+FFFF"),
-        "{}",
-        sent.stderr
-    );
+    let sent = enqueue_file(&azurite, &[], &lines).await;
+    sent.assert_refused("line 2: not sendable: U+FFFF");
 
     // The queue still works: what was sent is received, and so is what is
     // sent next.
@@ -87,8 +76,7 @@ const HOSTILE: &str = "cursor=7\x1b]0;owned\x07\x1b[2J\x1b[31m\rfake line";
 async fn checkpoints_show_escapes_a_programs_control_characters_on_a_terminal_only() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let store = storage.checkpoint_store("checkpoints").unwrap();
-    store.prepare().await.unwrap();
+    let store = prepared_checkpoints(&storage).await;
     let checkpoint = Checkpoint::InProgress {
         progress: spot_worker_command::to_progress(HOSTILE.as_bytes()),
     };

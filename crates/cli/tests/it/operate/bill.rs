@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use spot_worker_decisions::bill::Tally;
 use spot_worker_decisions::lanes::Lane;
-use spot_worker_storage::{CheckpointStore as _, LifetimeLog, MessageEncoding};
+use spot_worker_storage::{LifetimeLog, MessageEncoding};
 use spot_worker_testkit::counting::CountingStore;
 
 use super::common::*;
@@ -150,8 +150,7 @@ async fn a_thousand_workers_write_their_records_at_once_without_a_conflict() {
     const WORKERS: u64 = 1000;
     let azurite = start_azurite();
     let storage = deployed(&azurite).await;
-    let blobs = storage.checkpoint_store("checkpoints").unwrap();
-    blobs.prepare().await.unwrap();
+    let blobs = prepared_checkpoints(&storage).await;
     let store = Arc::new(CountingStore::new(blobs));
     let calls = Arc::clone(store.calls());
     let requests = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
@@ -222,10 +221,5 @@ async fn status_without_worker_records_says_so() {
     let _storage = deployed(&azurite).await;
     let text = run(spot_worker(&azurite, MessageEncoding::Text).arg("status")).await;
     text.assert_success();
-    assert!(
-        text.stdout
-            .contains("bill    no worker lifetime record yet"),
-        "{}",
-        text.stdout
-    );
+    text.assert_stdout_has("bill    no worker lifetime record yet");
 }

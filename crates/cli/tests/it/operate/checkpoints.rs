@@ -8,8 +8,7 @@ use super::common::*;
 async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let store = storage.checkpoint_store("checkpoints").unwrap();
-    store.prepare().await.unwrap();
+    let store = prepared_checkpoints(&storage).await;
     let checkpoints = [
         (
             "job-a",
@@ -62,35 +61,16 @@ async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records(
 
     let show = run(cli().args(["checkpoints", "show", "job-a"])).await;
     show.assert_success();
-    assert!(
-        show.stdout.contains("status:      in_progress"),
-        "{}",
-        show.stdout
-    );
-    assert!(show.stdout.contains("\"next\": 7"), "{}", show.stdout);
+    show.assert_stdout_has("status:      in_progress");
+    show.assert_stdout_has("\"next\": 7");
     let missing = run(cli().args(["checkpoints", "show", "nope"])).await;
-    assert_eq!(missing.code, Some(1));
-    assert!(
-        missing.stderr.contains("no checkpoint for job \"nope\""),
-        "{}",
-        missing.stderr
-    );
+    missing.assert_refused("no checkpoint for job \"nope\"");
 
     let refused = run(cli().args(["checkpoints", "delete", "job-b"])).await;
-    assert_eq!(refused.code, Some(1));
-    assert!(
-        refused.stderr.contains("refusing without --yes"),
-        "{}",
-        refused.stderr
-    );
+    refused.assert_refused("refusing without --yes");
     let records =
         run(cli().args(["checkpoints", "delete", ".spot-worker/attempts/m1", "--yes"])).await;
-    assert_eq!(records.code, Some(1));
-    assert!(
-        records.stderr.contains("the worker's own records"),
-        "{}",
-        records.stderr
-    );
+    records.assert_refused("the worker's own records");
     let deleted = run(cli().args(["checkpoints", "delete", "job-b", "--yes"])).await;
     deleted.assert_success();
     assert!(store.read("job-b").await.unwrap().is_none());
@@ -108,8 +88,7 @@ async fn checkpoints_are_listed_shown_and_deleted_but_never_the_workers_records(
 async fn show_decodes_a_checkpoint_file_saved_by_the_runner() {
     let azurite = start_azurite();
     let storage = storage(&azurite);
-    let store = storage.checkpoint_store("checkpoints").unwrap();
-    store.prepare().await.unwrap();
+    let store = prepared_checkpoints(&storage).await;
     // As `spot-worker run` saves a program's checkpoint file.
     let binary: Vec<u8> = vec![0xff, 0xfe, 0x00, 0x41];
     for (job, bytes) in [
@@ -140,12 +119,8 @@ async fn show_decodes_a_checkpoint_file_saved_by_the_runner() {
 
     let bytes = run(cli().args(["checkpoints", "show", "binary-job"])).await;
     bytes.assert_success();
-    assert!(
-        bytes.stdout.contains(
-            "checkpoint file of 4 byte(s) saved by `spot-worker run`, not UTF-8 text; in hex:\n\
-             00000000  ff fe 00 41\n"
-        ),
-        "{}",
-        bytes.stdout
+    bytes.assert_stdout_has(
+        "checkpoint file of 4 byte(s) saved by `spot-worker run`, not UTF-8 text; in hex:\n\
+             00000000  ff fe 00 41\n",
     );
 }

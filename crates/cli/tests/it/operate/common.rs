@@ -2,7 +2,7 @@
 //! worker's environment, a real flaky consumer, bounded waits.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,8 +84,37 @@ pub struct Output {
 }
 
 impl Output {
+    #[track_caller]
     pub fn assert_success(&self) -> &Self {
         assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
+        self
+    }
+
+    /// The command failed with exit code 1 and said `text` on stderr: the
+    /// one shape every refusal of the operator's commands has.
+    #[track_caller]
+    pub fn assert_refused(&self, text: &str) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(1),
+            "exit code; stdout: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+        self.assert_stderr_has(text)
+    }
+
+    /// `text` is in what the command printed.
+    #[track_caller]
+    pub fn assert_stdout_has(&self, text: &str) -> &Self {
+        assert_printed("stdout", &self.stdout, text);
+        self
+    }
+
+    /// `text` is in what the command said on stderr.
+    #[track_caller]
+    pub fn assert_stderr_has(&self, text: &str) -> &Self {
+        assert_printed("stderr", &self.stderr, text);
         self
     }
 
@@ -98,6 +127,15 @@ impl Output {
             .expect("the message id")
             .to_owned()
     }
+}
+
+/// `text` is in `printed`, the command's `stream`.
+#[track_caller]
+fn assert_printed(stream: &str, printed: &str, text: &str) {
+    assert!(
+        printed.contains(text),
+        "no {text:?} in {stream}:\n{printed}"
+    );
 }
 
 pub async fn run(command: &mut Command) -> Output {
@@ -126,6 +164,27 @@ pub async fn run_with_stdin(command: &mut Command, stdin: Option<&[u8]>) -> Outp
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// `spot-worker enqueue FLAGS PATH` with the text encoding: what the
+/// command said, for the test to judge.
+pub async fn enqueue_file(azurite: &Azurite, flags: &[&str], path: &Path) -> Output {
+    run(spot_worker(azurite, MessageEncoding::Text)
+        .arg("enqueue")
+        .args(flags)
+        .arg(path))
+    .await
+}
+
+/// `lines` enqueued from stdin with the text encoding, which must succeed:
+/// the set-up of a test about what happens to them next.
+pub async fn enqueue_lines(azurite: &Azurite, lines: &[u8]) {
+    run_with_stdin(
+        spot_worker(azurite, MessageEncoding::Text).args(["enqueue", "-"]),
+        Some(lines),
+    )
+    .await
+    .assert_success();
 }
 
 /// Starts the worker `command` sets up (`spot-worker run …`) off Azure:

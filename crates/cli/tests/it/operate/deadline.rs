@@ -59,13 +59,7 @@ async fn jobs_with_a_deadline_go_to_the_lane_the_rule_picks_their_bodies_unchang
         .arg(&path))
     .await;
     output.assert_success();
-    assert!(
-        output
-            .stdout
-            .contains("2 to queue jobs (the Spot lane), 0 to queue jobs-regular"),
-        "{}",
-        output.stdout
-    );
+    output.assert_stdout_has("2 to queue jobs (the Spot lane), 0 to queue jobs-regular");
     let sent = opened(&storage, QUEUE, MessageEncoding::Text).await;
     let bodies: Vec<&[u8]> = sent.iter().map(|(_, body)| body.as_slice()).collect();
     assert_eq!(
@@ -94,16 +88,8 @@ async fn jobs_with_a_deadline_go_to_the_lane_the_rule_picks_their_bodies_unchang
         .arg(&path))
     .await;
     output.assert_success();
-    assert!(
-        output.stdout.contains("to queue jobs-regular (base64)"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("the regular lane, due "),
-        "{}",
-        output.stdout
-    );
+    output.assert_stdout_has("to queue jobs-regular (base64)");
+    output.assert_stdout_has("the regular lane, due ");
     let tight = opened(&storage, REGULAR, MessageEncoding::Base64).await;
     assert_eq!(tight.len(), 1);
     assert_eq!(
@@ -208,8 +194,7 @@ async fn status_shows_the_regular_lane_the_jobs_at_risk_and_the_hours_by_lane() 
     }
     // A finished job's completion record, as a worker leaves it: 3 h on
     // Spot, 1 h on regular capacity, its deadline met.
-    let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
-    checkpoints.prepare().await.unwrap();
+    let checkpoints = prepared_checkpoints(&storage).await;
     let record = CompletionRecord {
         job: "done".into(),
         message_id: "m".into(),
@@ -310,8 +295,7 @@ async fn status_shows_a_moved_job_waiting_in_its_lane_with_its_reported_progress
         due: now + Duration::from_secs(10 * 3600),
         work: Duration::from_secs(4 * 3600),
     };
-    let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
-    checkpoints.prepare().await.unwrap();
+    let checkpoints = prepared_checkpoints(&storage).await;
     // Its last save: 37.5 % done by the program's progress file, 10 s of
     // useful time (what a status reading the ledger would show: 0.1 %).
     let ledger = Ledger {

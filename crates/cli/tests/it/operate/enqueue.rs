@@ -18,23 +18,12 @@ async fn enqueue_sends_every_good_line_and_names_the_bad_ones() {
         "{\"job_id\":\"c\"}", // no final line break
     ));
 
-    let output = run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(&path))
-    .await;
+    let output = enqueue_file(&azurite, &[], &path).await;
 
     assert_eq!(output.code, Some(1), "bad lines fail the run at the end");
-    assert!(
-        output.stderr.contains("line 4: not JSON"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stdout.contains("3 sent to queue jobs (text)"),
-        "{}",
-        output.stdout
-    );
-    assert!(output.stdout.contains("1 bad"), "{}", output.stdout);
+    output.assert_stderr_has("line 4: not JSON");
+    output.assert_stdout_has("3 sent to queue jobs (text)");
+    output.assert_stdout_has("1 bad");
     // Every good line, the one after the bad line too, exactly as written.
     assert_eq!(
         peek_texts(&storage, QUEUE).await,
@@ -55,25 +44,11 @@ async fn enqueue_never_creates_the_queue_and_stops_when_it_is_missing() {
         .collect();
     let (_dir, path) = input_file(&lines);
 
-    let output = run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(&path))
-    .await;
+    let output = enqueue_file(&azurite, &[], &path).await;
 
-    assert_eq!(output.code, Some(1), "{}", output.stdout);
-    assert!(
-        output
-            .stderr
-            .contains("queue \"jobs\" does not exist; enqueue never creates it"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains("check SPOT_WORKER_QUEUE"),
-        "{}",
-        output.stderr
-    );
-    assert!(output.stdout.contains("0 sent"), "{}", output.stdout);
+    output.assert_refused("queue \"jobs\" does not exist; enqueue never creates it");
+    output.assert_stderr_has("check SPOT_WORKER_QUEUE");
+    output.assert_stdout_has("0 sent");
     // Stopped early: not one failed send per line.
     let failed = output.stderr.matches("not sent").count();
     assert!(failed < 50, "{failed} sends tried: {}", output.stderr);
@@ -86,8 +61,7 @@ async fn enqueue_never_creates_the_queue_and_stops_when_it_is_missing() {
 async fn enqueue_skip_existing_sends_only_unfinished_jobs_base64_encoded() {
     let azurite = start_azurite();
     let storage = deployed(&azurite).await;
-    let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
-    checkpoints.prepare().await.unwrap();
+    let checkpoints = prepared_checkpoints(&storage).await;
     let done = Checkpoint::Completed {
         result: serde_json::json!(42),
     };
@@ -167,37 +141,19 @@ async fn enqueue_names_a_missing_file_and_a_missing_environment() {
         run(spot_worker(&azurite, MessageEncoding::Text)
             .args(["enqueue", "/nonexistent/jobs.jsonl"]))
         .await;
-    assert_eq!(output.code, Some(1));
-    assert!(
-        output.stderr.contains("opening /nonexistent/jobs.jsonl"),
-        "{}",
-        output.stderr
-    );
+    output.assert_refused("opening /nonexistent/jobs.jsonl");
 
     // Input that fails to read: said so, with the line it stopped at.
     let dir = tempfile::tempdir().unwrap();
-    let output = run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(dir.path()))
-    .await;
-    assert_eq!(output.code, Some(1));
-    assert!(
-        output.stderr.contains("reading line 1: "),
-        "{}",
-        output.stderr
-    );
+    let output = enqueue_file(&azurite, &[], dir.path()).await;
+    output.assert_refused("reading line 1: ");
     assert!(output.stdout.starts_with("0 sent"), "{}", output.stdout);
 
     let output = run(spot_worker(&azurite, MessageEncoding::Text)
         .env_remove("AZURE_STORAGE_CONNECTION_STRING")
         .args(["enqueue", "-"]))
     .await;
-    assert_eq!(output.code, Some(1));
-    assert!(
-        output.stderr.contains("AZURE_STORAGE_CONNECTION_STRING"),
-        "{}",
-        output.stderr
-    );
+    output.assert_refused("AZURE_STORAGE_CONNECTION_STRING");
     assert!(!output.stderr.contains("panicked"));
 }
 
@@ -210,10 +166,7 @@ async fn enqueue_refuses_reserved_words_and_sends_nothing_for_them() {
     let storage = deployed(&azurite).await;
     for body in ["spot-worker-probe/1", "spot-worker-job/1 {}\n{}"] {
         let (_dir, path) = input_file(body);
-        let output = run(spot_worker(&azurite, MessageEncoding::Text)
-            .args(["enqueue", "--raw"])
-            .arg(&path))
-        .await;
+        let output = enqueue_file(&azurite, &["--raw"], &path).await;
         assert_eq!(output.code, Some(1), "{body:?}: {}", output.stderr);
         assert!(
             output.stderr.contains("is reserved for"),
@@ -225,18 +178,8 @@ async fn enqueue_refuses_reserved_words_and_sends_nothing_for_them() {
         "{\"job_id\":\".spot-worker/lanes/j1\"}\n",
         "{\"job_id\":\"j2\"}\n",
     ));
-    let output = run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(&path))
-    .await;
-    assert_eq!(output.code, Some(1), "{}", output.stderr);
-    assert!(
-        output
-            .stderr
-            .contains("line 1: the job key \".spot-worker/lanes/j1\""),
-        "{}",
-        output.stderr
-    );
+    let output = enqueue_file(&azurite, &[], &path).await;
+    output.assert_refused("line 1: the job key \".spot-worker/lanes/j1\"");
     assert_eq!(
         peek_texts(&storage, QUEUE).await,
         vec!["{\"job_id\":\"j2\"}".to_owned()]

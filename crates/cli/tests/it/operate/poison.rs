@@ -18,11 +18,7 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
     let small = "{\"job_id\":\"small\",\"text\":\"h\u{e9}llo <&>\"}".to_owned();
     let big = format!("{{\"job_id\":\"big\",\"data\":\"{}\"}}", "x".repeat(64_960));
     let (_dir, path) = input_file(&format!("{small}\n{big}\n"));
-    run(spot_worker(&azurite, MessageEncoding::Text)
-        .arg("enqueue")
-        .arg(&path))
-    .await
-    .assert_success();
+    enqueue_file(&azurite, &[], &path).await.assert_success();
     let worker = FlakyWorker::new(&storage, MessageEncoding::Text).await;
     assert!(worker.run_until(0, 2).await.is_empty());
     let records = poison_records(&storage).await;
@@ -34,7 +30,7 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
 
     let list = run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "list"])).await;
     list.assert_success();
-    assert!(list.stdout.contains("2 record(s)"), "{}", list.stdout);
+    list.assert_stdout_has("2 record(s)");
     let big_row = list
         .stdout
         .lines()
@@ -48,7 +44,7 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
     let all =
         run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "list", "--all"])).await;
     all.assert_success();
-    assert!(all.stdout.contains(big_id.as_str()), "{}", all.stdout);
+    all.assert_stdout_has(big_id.as_str());
     assert!(all.stdout.ends_with("2 record(s)\n"), "{}", all.stdout);
     assert_eq!(poison_records(&storage).await.len(), 2, "visible again");
 
@@ -68,20 +64,14 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
     ]))
     .await;
     show.assert_success();
-    assert!(show.stdout.contains("sha256 "), "{}", show.stdout);
-    assert!(show.stdout.contains("verified"), "{}", show.stdout);
+    show.assert_stdout_has("sha256 ");
+    show.assert_stdout_has("verified");
 
     let requeue =
         run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "requeue", "--all"]))
             .await;
     requeue.assert_success();
-    assert!(
-        requeue
-            .stdout
-            .contains("2 requeued, 0 left in place, 0 failed"),
-        "{}",
-        requeue.stdout
-    );
+    requeue.assert_stdout_has("2 requeued, 0 left in place, 0 failed");
     assert!(poison_records(&storage).await.is_empty());
     let blobs = storage.result_store(&blob.container).unwrap();
     assert_eq!(blobs.get(&blob.name).await.unwrap(), None, "blob deleted");
@@ -105,12 +95,7 @@ async fn a_requeued_poison_message_goes_back_byte_for_byte_and_then_succeeds() {
 async fn purge_asks_first_and_deletes_only_what_the_filter_selects() {
     let azurite = start_azurite();
     let storage = deployed(&azurite).await;
-    run_with_stdin(
-        spot_worker(&azurite, MessageEncoding::Text).args(["enqueue", "-"]),
-        Some(b"{\"job_id\":\"alpha\"}\n{\"job_id\":\"beta\"}\n"),
-    )
-    .await
-    .assert_success();
+    enqueue_lines(&azurite, b"{\"job_id\":\"alpha\"}\n{\"job_id\":\"beta\"}\n").await;
     FlakyWorker::new(&storage, MessageEncoding::Text)
         .await
         .run_until(0, 2)
@@ -119,22 +104,13 @@ async fn purge_asks_first_and_deletes_only_what_the_filter_selects() {
     // No terminal and no --yes: refused, nothing deleted.
     let refused =
         run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "purge", "--all"])).await;
-    assert_eq!(refused.code, Some(1));
-    assert!(
-        refused.stderr.contains("refusing without --yes"),
-        "{}",
-        refused.stderr
-    );
+    refused.assert_refused("refusing without --yes");
     assert_eq!(poison_records(&storage).await.len(), 2);
 
     // Neither ids nor a filter: clap names what is missing.
     let usage = run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "purge"])).await;
     assert_eq!(usage.code, Some(2));
-    assert!(
-        usage.stderr.contains("--reason-contains"),
-        "{}",
-        usage.stderr
-    );
+    usage.assert_stderr_has("--reason-contains");
 
     let purged = run(spot_worker(&azurite, MessageEncoding::Text).args([
         "poison",
@@ -145,11 +121,7 @@ async fn purge_asks_first_and_deletes_only_what_the_filter_selects() {
     ]))
     .await;
     purged.assert_success();
-    assert!(
-        purged.stdout.contains("1 purged, 1 left in place"),
-        "{}",
-        purged.stdout
-    );
+    purged.assert_stdout_has("1 purged, 1 left in place");
     let left = poison_records(&storage).await;
     assert_eq!(left.len(), 1);
     assert!(left[0].1.last_error.contains("beta"), "{:?}", left[0].1);
@@ -157,12 +129,7 @@ async fn purge_asks_first_and_deletes_only_what_the_filter_selects() {
     let unknown =
         run(spot_worker(&azurite, MessageEncoding::Text).args(["poison", "show", "no-such-id"]))
             .await;
-    assert_eq!(unknown.code, Some(1));
-    assert!(
-        unknown.stderr.contains("no record \"no-such-id\""),
-        "{}",
-        unknown.stderr
-    );
+    unknown.assert_refused("no record \"no-such-id\"");
 }
 
 const PYTHON_SWITCH: &str = "SPOT_WORKER_PYTHON_INTEROP";
@@ -234,11 +201,7 @@ async fn python_base64_messages_are_poisoned_and_requeued_as_python_wrote_them()
         run(spot_worker(&azurite, MessageEncoding::Base64).args(["poison", "requeue", &ids[0]]))
             .await;
     requeue.assert_success();
-    assert!(
-        requeue.stdout.contains("1 requeued, 1 left in place"),
-        "{}",
-        requeue.stdout
-    );
+    requeue.assert_stdout_has("1 requeued, 1 left in place");
     let received = python(&azurite, &["receive-base64", QUEUE]).await;
     let received = received.as_array().expect("a list");
     assert_eq!(received.len(), 1, "{received:?}");

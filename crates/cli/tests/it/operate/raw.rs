@@ -25,12 +25,7 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
         .args(["enqueue", "--queue", "texts", "--raw"])
         .arg(&path))
     .await;
-    assert_eq!(missing.code, Some(1));
-    assert!(
-        missing.stderr.contains("queue \"texts\" does not exist"),
-        "{}",
-        missing.stderr
-    );
+    missing.assert_refused("queue \"texts\" does not exist");
     storage
         .queue("texts")
         .unwrap()
@@ -44,14 +39,10 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
         .arg(&path))
     .await;
     sent.assert_success();
-    assert!(
-        sent.stdout.contains(&format!(
-            "sent 1 message of {} byte(s) to queue texts (text)",
-            TEXT.len()
-        )),
-        "{}",
-        sent.stdout
-    );
+    sent.assert_stdout_has(&format!(
+        "sent 1 message of {} byte(s) to queue texts (text)",
+        TEXT.len()
+    ));
     let id = sent.message_id();
     assert!(
         peek_texts(&storage, QUEUE).await.is_empty(),
@@ -74,14 +65,7 @@ async fn a_raw_text_reaches_the_programs_stdin_exactly_and_its_result_reads_back
     assert_eq!(result, TEXT, "the body went through the queue unchanged");
 
     let missing = run(cli().args(["results", "get", "no-such-job"])).await;
-    assert_eq!(missing.code, Some(1));
-    assert!(
-        missing
-            .stderr
-            .contains("no result \"no-such-job\" in container results"),
-        "{}",
-        missing.stderr
-    );
+    missing.assert_refused("no result \"no-such-job\" in container results");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,10 +77,7 @@ async fn raw_bytes_need_a_base64_queue_and_then_arrive_exactly() {
     let path = dir.path().join("body.bin");
     std::fs::write(&path, &bytes).unwrap();
 
-    let refused = run(spot_worker(&azurite, MessageEncoding::Text)
-        .args(["enqueue", "--raw"])
-        .arg(&path))
-    .await;
+    let refused = enqueue_file(&azurite, &["--raw"], &path).await;
     assert_eq!(refused.code, Some(1));
     assert!(
         refused.stderr.contains("not UTF-8") && refused.stderr.contains("base64"),
@@ -125,6 +106,5 @@ async fn raw_bytes_need_a_base64_queue_and_then_arrive_exactly() {
         Some(b""),
     )
     .await;
-    assert_eq!(empty.code, Some(1));
-    assert!(empty.stderr.contains("empty"), "{}", empty.stderr);
+    empty.assert_refused("empty");
 }

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use spot_worker_azure::{AzureStorage, BlobCheckpointStore, CHUNK_PREFIX, StorageConfig};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use spot_worker_imds_emulator::RunningEmulator;
 use spot_worker_storage::files::Manifest;
 use spot_worker_storage::files::manifest::{Content, Files};
 use spot_worker_storage::{Checkpoint, CheckpointStore as _, MessageQueue as _, ResultStore as _};
@@ -41,16 +41,9 @@ pub struct World {
 
 impl World {
     pub async fn start() -> World {
-        let azurite = tokio::task::spawn_blocking(Azurite::start_separate)
-            .await
-            .unwrap()
-            .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-        let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-            .await
-            .unwrap();
-        let other_vm = Emulator::start(EmulatorConfig::for_vm("spotvmss_1"))
-            .await
-            .unwrap();
+        let azurite = crate::support::azurite_from(Azurite::start_separate).await;
+        let emulator = crate::support::imds_of("spotvmss_0").await;
+        let other_vm = crate::support::imds_of("spotvmss_1").await;
         // The operator's scope: the chunk blobs are listed.
         let config = StorageConfig::from_connection_string(&azurite.connection_string())
             .unwrap()

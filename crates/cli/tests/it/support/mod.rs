@@ -9,10 +9,26 @@ pub mod large;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use spot_worker_testkit::{Azurite, HarnessError};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 
 /// Bound on every wait for a log line.
 pub const PATIENCE: Duration = Duration::from_secs(90);
+
+/// An Azurite of the test's own, started by `start` (`Azurite::start`,
+/// `Azurite::start_separate`) off the runtime's threads.
+pub async fn azurite_from(start: fn() -> Result<Azurite, HarnessError>) -> Azurite {
+    tokio::task::spawn_blocking(start)
+        .await
+        .unwrap()
+        .expect("azurite starts (run `npm ci --prefix tools/azurite`)")
+}
+
+/// The IMDS emulator as the VM `vm` of a scale set sees it.
+pub async fn imds_of(vm: &str) -> RunningEmulator {
+    Emulator::start(EmulatorConfig::for_vm(vm)).await.unwrap()
+}
 
 /// A process's stderr, line by line: ANSI colours removed, and as written.
 #[derive(Clone, Default)]

@@ -6,24 +6,11 @@
 //! id, and its reason is cut to one line at a character boundary.
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::json;
 use spot_worker_storage::MessageId;
 
 use super::{Entry, Selection, original_size, short_reason};
-
-/// Cases per property in CI.
-const CI_CASES: u32 = 10_000;
-
-/// At least [`CI_CASES`]; `PROPTEST_CASES` raises it for a long run.
-fn config() -> Config {
-    let from_env = Config::default();
-    Config {
-        cases: from_env.cases.max(CI_CASES),
-        failure_persistence: None,
-        ..from_env
-    }
-}
+use crate::operate::bad_input_cases::config;
 
 /// A poison record as the worker writes it, with any reason and body.
 fn record() -> impl Strategy<Value = String> {
