@@ -217,92 +217,67 @@ mod tests {
             StorageError::Rejected { .. } => "rejected",
             _ => "other",
         };
-        for (status, code, operation, expected) in [
+        use Operation::{ConditionalWrite, Message, Other};
+        use StatusCode::{
+            BadRequest, Forbidden, InternalServerError, NotFound, PreconditionFailed,
+            ServiceUnavailable, TooManyRequests, Unauthorized,
+        };
+        // By the kind expected: the statuses and codes that map to it.
+        let cases = [
             (
-                StatusCode::Forbidden,
-                "AuthorizationPermissionMismatch",
-                Operation::Other("checkpoint c/k"),
                 "refused",
+                vec![
+                    (
+                        Forbidden,
+                        "AuthorizationPermissionMismatch",
+                        Other("checkpoint c/k"),
+                    ),
+                    (Forbidden, "AuthenticationFailed", ConditionalWrite("k")),
+                    (Forbidden, "AuthorizationFailure", Message(&id)),
+                    (Unauthorized, "InvalidAuthenticationInfo", Other("queue q")),
+                ],
             ),
             (
-                StatusCode::Forbidden,
-                "AuthenticationFailed",
-                Operation::ConditionalWrite("k"),
-                "refused",
-            ),
-            (
-                StatusCode::Forbidden,
-                "AuthorizationFailure",
-                Operation::Message(&id),
-                "refused",
-            ),
-            (
-                StatusCode::Unauthorized,
-                "InvalidAuthenticationInfo",
-                Operation::Other("queue q"),
-                "refused",
-            ),
-            (
-                StatusCode::NotFound,
-                "ContainerNotFound",
-                Operation::Other("checkpoint c/k"),
                 "missing container",
+                vec![
+                    (NotFound, "ContainerNotFound", Other("checkpoint c/k")),
+                    (NotFound, "ContainerNotFound", ConditionalWrite("k")),
+                ],
             ),
             (
-                StatusCode::NotFound,
-                "ContainerNotFound",
-                Operation::ConditionalWrite("k"),
-                "missing container",
-            ),
-            (
-                StatusCode::NotFound,
-                "QueueNotFound",
-                Operation::Other("queue q"),
                 "not found",
+                vec![(NotFound, "QueueNotFound", Other("queue q"))],
             ),
             (
-                StatusCode::NotFound,
-                "MessageNotFound",
-                Operation::Message(&id),
                 "lease lost",
+                vec![(NotFound, "MessageNotFound", Message(&id))],
             ),
             (
-                StatusCode::PreconditionFailed,
-                "ConditionNotMet",
-                Operation::ConditionalWrite("k"),
                 "conflict",
+                vec![(PreconditionFailed, "ConditionNotMet", ConditionalWrite("k"))],
             ),
             (
-                StatusCode::ServiceUnavailable,
-                "ServerBusy",
-                Operation::Other("queue q"),
                 "unavailable",
+                vec![
+                    (ServiceUnavailable, "ServerBusy", Other("queue q")),
+                    (InternalServerError, "InternalError", ConditionalWrite("k")),
+                    (TooManyRequests, "", Other("queue q")),
+                ],
             ),
             (
-                StatusCode::InternalServerError,
-                "InternalError",
-                Operation::ConditionalWrite("k"),
-                "unavailable",
-            ),
-            (
-                StatusCode::TooManyRequests,
-                "",
-                Operation::Other("queue q"),
-                "unavailable",
-            ),
-            (
-                StatusCode::BadRequest,
-                "InvalidHeaderValue",
-                Operation::Other("queue q"),
                 "rejected",
+                vec![(BadRequest, "InvalidHeaderValue", Other("queue q"))],
             ),
-        ] {
-            let mapped = map_error(http(status, code), operation);
-            assert_eq!(
-                kind(mapped.clone()),
-                expected,
-                "{status} {code}: {mapped:?}"
-            );
+        ];
+        for (expected, rows) in cases {
+            for (status, code, operation) in rows {
+                let mapped = map_error(http(status, code), operation);
+                assert_eq!(
+                    kind(mapped.clone()),
+                    expected,
+                    "{status} {code}: {mapped:?}"
+                );
+            }
         }
     }
 }

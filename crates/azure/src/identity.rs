@@ -78,15 +78,13 @@ impl ManagedIdentityTokens {
         }
     }
 
-    /// Logs a token the first time it is seen.
+    /// Logs a token (the first time it is seen: [`TokenSightings`]).
     fn note(&self, token: &AccessToken) {
-        if self.seen.is_new(token) {
-            tracing::info!(
-                client_id = self.client_id.as_deref().unwrap_or("system-assigned"),
-                expires_on = token.expires_on.unix_timestamp(),
-                "managed identity token acquired from IMDS"
-            );
-        }
+        tracing::info!(
+            client_id = self.client_id.as_deref().unwrap_or("system-assigned"),
+            expires_on = token.expires_on.unix_timestamp(),
+            "managed identity token acquired from IMDS"
+        );
     }
 }
 
@@ -106,6 +104,33 @@ impl TokenSightings {
         let new = *last != Some(token.expires_on);
         *last = Some(token.expires_on);
         new
+    }
+
+    /// `token` as a credential answers: a new one noted by `note`, a
+    /// failure wrapped as a credential error whose message `explain` writes
+    /// (which identity was asked for, and what to check).
+    pub(crate) fn noted(
+        &self,
+        token: azure_core::Result<AccessToken>,
+        explain: impl FnOnce(&azure_core::Error) -> String,
+        note: impl FnOnce(&AccessToken),
+    ) -> azure_core::Result<AccessToken> {
+        match token {
+            Ok(token) => {
+                if self.is_new(&token) {
+                    note(&token);
+                }
+                Ok(token)
+            }
+            Err(error) => {
+                let message = explain(&error);
+                Err(azure_core::Error::with_error(
+                    ErrorKind::Credential,
+                    error,
+                    message,
+                ))
+            }
+        }
     }
 }
 
@@ -144,32 +169,23 @@ impl TokenCredential for ManagedIdentityTokens {
         scopes: &[&str],
         options: Option<TokenRequestOptions<'_>>,
     ) -> azure_core::Result<AccessToken> {
-        match self.inner.get_token(scopes, options).await {
-            Ok(token) => {
-                self.note(&token);
-                Ok(token)
-            }
-            Err(error) => {
-                let hint = match status_in_chain(&error) {
-                    // IMDS answers 400 "Identity not found" for a client id
-                    // that is not assigned to this VM.
-                    Some(400) => format!(
-                        "; IMDS refused the client id: check that {CLIENT_ID_ENV} names an \
-                         identity assigned to this VM or scale set"
-                    ),
-                    _ => String::new(),
-                };
-                let message = format!(
-                    "no token for {} from IMDS (169.254.169.254){hint}: {}",
-                    self.identity(),
-                    crate::error::describe(&error)
-                );
-                Err(azure_core::Error::with_error(
-                    ErrorKind::Credential,
-                    error,
-                    message,
-                ))
-            }
-        }
+        let explain = |error: &azure_core::Error| {
+            let hint = match status_in_chain(error) {
+                // IMDS answers 400 "Identity not found" for a client id
+                // that is not assigned to this VM.
+                Some(400) => format!(
+                    "; IMDS refused the client id: check that {CLIENT_ID_ENV} names an \
+                     identity assigned to this VM or scale set"
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "no token for {} from IMDS (169.254.169.254){hint}: {}",
+                self.identity(),
+                crate::error::describe(error)
+            )
+        };
+        let token = self.inner.get_token(scopes, options).await;
+        self.seen.noted(token, explain, |token| self.note(token))
     }
 }

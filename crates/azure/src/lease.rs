@@ -4,11 +4,13 @@
 //! it, and frees it when it runs out unrenewed
 //! (<https://learn.microsoft.com/rest/api/storageservices/lease-blob>).
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::Bytes;
 use azure_core::http::{Etag, RequestContent};
+use azure_storage_blob::BlobClient;
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseResultHeaders as _, BlobClientUploadOptions,
 };
@@ -27,32 +29,62 @@ impl BlobCheckpointStore {
             ..Default::default()
         };
         let content: RequestContent<Bytes, _> = Bytes::from_static(b"spot-worker lease").into();
+        // There already (a leased one answers 412 too).
+        let there_already = |e: &azure_core::Error| {
+            matches!(
+                error_code(e),
+                Some("BlobAlreadyExists" | "ConditionNotMet" | "LeaseIdMissing")
+            ) || e
+                .http_status()
+                .is_some_and(|s| u16::from(s) == 409 || u16::from(s) == 412)
+        };
+        self.blob_call(name, &what, there_already, |blob| async move {
+            blob.upload(content, Some(options)).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// `call` on the blob of the lease `name`, within the call deadline:
+    /// `None` if the lease is another holder's now or its blob is gone
+    /// (404 or 409).
+    async fn on_lease<T, F>(
+        &self,
+        name: &str,
+        call: impl FnOnce(BlobClient) -> F,
+    ) -> Result<Option<T>, StorageError>
+    where
+        F: Future<Output = azure_core::Result<T>>,
+    {
+        validate_blob_name(name, "lease name")?;
+        let what = self.container.what(&format!("lease on {name} in"));
+        let gone = |e: &azure_core::Error| {
+            e.http_status()
+                .is_some_and(|s| matches!(u16::from(s), 404 | 409))
+        };
+        self.blob_call(name, &what, gone, call).await
+    }
+
+    /// `call` on the blob `name`, within the call deadline, `what` naming
+    /// it in errors: `None` if it fails as `expected` says is no error
+    /// (the lease or blob is not as asked, which the caller answers).
+    async fn blob_call<T, F>(
+        &self,
+        name: &str,
+        what: &str,
+        expected: impl Fn(&azure_core::Error) -> bool,
+        call: impl FnOnce(BlobClient) -> F,
+    ) -> Result<Option<T>, StorageError>
+    where
+        F: Future<Output = azure_core::Result<T>>,
+    {
+        let blob = self.container.client.blob_client(name);
         self.container
-            .bounded(&what, async {
-                match self
-                    .container
-                    .client
-                    .blob_client(name)
-                    .upload(content, Some(options))
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    // There already (a leased one answers 412 too).
-                    Err(e)
-                        if matches!(
-                            error_code(&e),
-                            Some("BlobAlreadyExists" | "ConditionNotMet" | "LeaseIdMissing")
-                        ) =>
-                    {
-                        Ok(())
-                    }
-                    Err(e)
-                        if e.http_status()
-                            .is_some_and(|s| u16::from(s) == 409 || u16::from(s) == 412) =>
-                    {
-                        Ok(())
-                    }
-                    Err(e) => Err(map_error(e, Operation::Other(&what))),
+            .bounded(what, async {
+                match call(blob).await {
+                    Ok(answer) => Ok(Some(answer)),
+                    Err(e) if expected(&e) => Ok(None),
+                    Err(e) => Err(map_error(e, Operation::Other(what))),
                 }
             })
             .await
@@ -75,80 +107,39 @@ impl LeaseStore for BlobCheckpointStore {
         self.create_lease_blob(name).await?;
         let what = self.container.what(&format!("lease on {name} in"));
         let seconds = i32::try_from(duration.as_secs()).unwrap_or(60);
-        self.container
-            .bounded(&what, async {
-                match self
-                    .container
-                    .client
-                    .blob_client(name)
-                    .acquire_lease(seconds, None)
-                    .await
-                {
-                    Ok(response) => {
-                        let id = response
-                            .lease_id()
-                            .map_err(|e| map_error(e, Operation::Other(&what)))?
-                            .ok_or_else(|| StorageError::InvalidData {
-                                what: what.clone(),
-                                reason: "the response names no lease id".to_owned(),
-                            })?;
-                        Ok(Some(LeaseId::new(id)))
-                    }
-                    Err(e) if error_code(&e) == Some("LeaseAlreadyPresent") => Ok(None),
-                    Err(e) => Err(map_error(e, Operation::Other(&what))),
-                }
+        let held_by_another = |e: &azure_core::Error| error_code(e) == Some("LeaseAlreadyPresent");
+        let Some(response) = self
+            .blob_call(name, &what, held_by_another, |blob| async move {
+                blob.acquire_lease(seconds, None).await
             })
-            .await
+            .await?
+        else {
+            return Ok(None);
+        };
+        let id = response
+            .lease_id()
+            .map_err(|e| map_error(e, Operation::Other(&what)))?
+            .ok_or_else(|| StorageError::InvalidData {
+                what: what.clone(),
+                reason: "the response names no lease id".to_owned(),
+            })?;
+        Ok(Some(LeaseId::new(id)))
     }
 
     async fn renew(&self, name: &str, lease: &LeaseId) -> Result<bool, StorageError> {
-        validate_blob_name(name, "lease name")?;
-        let what = self.container.what(&format!("lease on {name} in"));
-        self.container
-            .bounded(&what, async {
-                match self
-                    .container
-                    .client
-                    .blob_client(name)
-                    .renew_lease(lease.as_str().to_owned(), None)
-                    .await
-                {
-                    Ok(_) => Ok(true),
-                    // Another holder's now, or the blob is gone.
-                    Err(e)
-                        if e.http_status()
-                            .is_some_and(|s| matches!(u16::from(s), 404 | 409)) =>
-                    {
-                        Ok(false)
-                    }
-                    Err(e) => Err(map_error(e, Operation::Other(&what))),
-                }
+        let renewed = self
+            .on_lease(name, |blob| async move {
+                blob.renew_lease(lease.as_str().to_owned(), None).await
             })
-            .await
+            .await?;
+        Ok(renewed.is_some())
     }
 
     async fn release(&self, name: &str, lease: &LeaseId) -> Result<(), StorageError> {
-        validate_blob_name(name, "lease name")?;
-        let what = self.container.what(&format!("lease on {name} in"));
-        self.container
-            .bounded(&what, async {
-                match self
-                    .container
-                    .client
-                    .blob_client(name)
-                    .release_lease(lease.as_str().to_owned(), None)
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(e)
-                        if e.http_status()
-                            .is_some_and(|s| matches!(u16::from(s), 404 | 409)) =>
-                    {
-                        Ok(())
-                    }
-                    Err(e) => Err(map_error(e, Operation::Other(&what))),
-                }
-            })
-            .await
+        self.on_lease(name, |blob| async move {
+            blob.release_lease(lease.as_str().to_owned(), None).await
+        })
+        .await
+        .map(|_| ())
     }
 }

@@ -159,16 +159,14 @@ impl WorkloadIdentityTokens {
         }))
     }
 
-    /// Logs a token the first time it is seen.
+    /// Logs a token (the first time it is seen: [`TokenSightings`]).
     fn note(&self, token: &AccessToken) {
-        if self.seen.is_new(token) {
-            tracing::info!(
-                client_id = %self.identity.client_id,
-                tenant_id = %self.identity.tenant_id,
-                expires_on = token.expires_on.unix_timestamp(),
-                "workload identity token acquired"
-            );
-        }
+        tracing::info!(
+            client_id = %self.identity.client_id,
+            tenant_id = %self.identity.tenant_id,
+            expires_on = token.expires_on.unix_timestamp(),
+            "workload identity token acquired"
+        );
     }
 }
 
@@ -191,29 +189,20 @@ impl TokenCredential for WorkloadIdentityTokens {
         scopes: &[&str],
         options: Option<TokenRequestOptions<'_>>,
     ) -> azure_core::Result<AccessToken> {
-        match self.inner.get_token(scopes, options).await {
-            Ok(token) => {
-                self.note(&token);
-                Ok(token)
-            }
-            Err(error) => {
-                let message = format!(
-                    "no storage token for the workload identity {client}={} in {TENANT_ID_ENV}={} \
-                     with the token in {}: check that the identity has a federated credential for \
-                     this pod's service account, and that {client} is that identity's client id: {}",
-                    self.identity.client_id,
-                    self.identity.tenant_id,
-                    self.identity.token_file.display(),
-                    crate::error::describe(&error),
-                    client = crate::config::CLIENT_ID_ENV,
-                );
-                Err(azure_core::Error::with_error(
-                    ErrorKind::Credential,
-                    error,
-                    message,
-                ))
-            }
-        }
+        let explain = |error: &azure_core::Error| {
+            format!(
+                "no storage token for the workload identity {client}={} in {TENANT_ID_ENV}={} \
+                 with the token in {}: check that the identity has a federated credential for \
+                 this pod's service account, and that {client} is that identity's client id: {}",
+                self.identity.client_id,
+                self.identity.tenant_id,
+                self.identity.token_file.display(),
+                crate::error::describe(error),
+                client = crate::config::CLIENT_ID_ENV,
+            )
+        };
+        let token = self.inner.get_token(scopes, options).await;
+        self.seen.noted(token, explain, |token| self.note(token))
     }
 }
 

@@ -82,6 +82,8 @@ mod spot_history;
 mod spot_lost;
 mod standing;
 mod switch_cost;
+#[cfg(test)]
+mod test_time;
 
 pub use patient::{LanePolicy, choose_lane_patiently, unix_secs};
 pub use progress::{JobProgress, ProgressReadings, ProgressSource, job_progress, reported_share};

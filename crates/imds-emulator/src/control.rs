@@ -163,31 +163,22 @@ fn changed(emulator: &Emulator) -> Response {
     )
 }
 
+/// The answer to a change of one event: the new incarnation, or why it
+/// was refused.
+fn changed_by(emulator: &Emulator, change: Result<(), EmulatorError>) -> Response {
+    answer(change.map(|()| changed(emulator)).map_err(Refusal::from))
+}
+
 async fn start_event(State(emulator): State<Emulator>, Path(id): Path<String>) -> Response {
-    answer(
-        emulator
-            .start_event(&id)
-            .map(|()| changed(&emulator))
-            .map_err(Refusal::from),
-    )
+    changed_by(&emulator, emulator.start_event(&id))
 }
 
 async fn complete_event(State(emulator): State<Emulator>, Path(id): Path<String>) -> Response {
-    answer(
-        emulator
-            .complete_event(&id)
-            .map(|()| changed(&emulator))
-            .map_err(Refusal::from),
-    )
+    changed_by(&emulator, emulator.complete_event(&id))
 }
 
 async fn cancel_event(State(emulator): State<Emulator>, Path(id): Path<String>) -> Response {
-    answer(
-        emulator
-            .cancel_event(&id)
-            .map(|()| changed(&emulator))
-            .map_err(Refusal::from),
-    )
+    changed_by(&emulator, emulator.cancel_event(&id))
 }
 
 #[derive(Deserialize)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::EmulatorConfig;
 use crate::emulator::Emulator;
 use crate::event::{self, EmulatedStatus, EventSpec};
+use crate::state::Event;
 
 /// A named, scripted flow of events.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,64 +162,47 @@ impl Scenario {
                 "Spot eviction of this VM: Preempt with 30 s notice; it starts at NotBefore \
                  (or when approved) and never completes, because the VM is deleted."
                     .into(),
-                vec![
-                    Step::now(Action::schedule(
-                        "evict",
-                        EventSpec::preempt().resources([me]),
-                    )),
-                    Step::now(Action::await_start("evict")),
-                ],
+                followed("evict", EventSpec::preempt().resources([me]), Until::Start),
             ),
             "scale-in-terminate" => (
                 "Scale-in of a scale set with terminate notifications: Terminate with 5 min \
                  notice (configurable 5 to 15 min); the VM is deleted when it starts."
                     .into(),
-                vec![
-                    Step::now(Action::schedule(
-                        "terminate",
-                        EventSpec::terminate().resources([me]),
-                    )),
-                    Step::now(Action::await_start("terminate")),
-                ],
+                followed(
+                    "terminate",
+                    EventSpec::terminate().resources([me]),
+                    Until::Start,
+                ),
             ),
             "live-migration-freeze" => (
                 "Memory-preserving live migration: Freeze with 15 min notice and \
                  DurationInSeconds 5; Scheduled, then Started, then removed after 5 s."
                     .into(),
-                vec![
-                    Step::now(Action::schedule(
-                        "freeze",
-                        EventSpec::freeze().resources([me]),
-                    )),
-                    Step::now(Action::await_start("freeze")),
-                    Step::now(Action::await_completion("freeze")),
-                ],
+                followed(
+                    "freeze",
+                    EventSpec::freeze().resources([me]),
+                    Until::Completion,
+                ),
             ),
             "user-reboot" => (
                 "The owner restarts the VM: Reboot from EmulatedSource User with 15 min notice \
                  (usually approved at once); removed 10 s after it started."
                     .into(),
-                vec![
-                    Step::now(Action::schedule(
-                        "reboot",
-                        EventSpec::reboot().resources([me]).source_user(),
-                    )),
-                    Step::now(Action::await_start("reboot")),
-                    Step::now(Action::await_completion("reboot")),
-                ],
+                followed(
+                    "reboot",
+                    EventSpec::reboot().resources([me]).source_user(),
+                    Until::Completion,
+                ),
             ),
             "redeploy" => (
                 "The owner redeploys the VM to another host: Redeploy from EmulatedSource User \
                  with 10 min notice; removed 10 s after it started."
                     .into(),
-                vec![
-                    Step::now(Action::schedule(
-                        "redeploy",
-                        EventSpec::redeploy().resources([me]).source_user(),
-                    )),
-                    Step::now(Action::await_start("redeploy")),
-                    Step::now(Action::await_completion("redeploy")),
-                ],
+                followed(
+                    "redeploy",
+                    EventSpec::redeploy().resources([me]).source_user(),
+                    Until::Completion,
+                ),
             ),
             "cancelled-maintenance" => (
                 "Planned maintenance judged too risky: a platform Reboot is scheduled with \
@@ -252,27 +236,22 @@ impl Scenario {
                     "Live migration of a host shared with another VM: one Freeze whose \
                      Resources are {me} and {peer}; an approval by either lets it proceed."
                 ),
-                vec![
-                    Step::now(Action::schedule(
-                        "freeze",
-                        EventSpec::freeze().resources([me, peer.as_str()]),
-                    )),
-                    Step::now(Action::await_start("freeze")),
-                    Step::now(Action::await_completion("freeze")),
-                ],
+                followed(
+                    "freeze",
+                    EventSpec::freeze().resources([me, peer.as_str()]),
+                    Until::Completion,
+                ),
             ),
             "other-vm-preempt" => (
                 format!(
                     "Eviction of another VM in the placement group: a Preempt for {peer} only, \
                      which this VM sees but must not act on."
                 ),
-                vec![
-                    Step::now(Action::schedule(
-                        "evict",
-                        EventSpec::preempt().resources([peer.as_str()]),
-                    )),
-                    Step::now(Action::await_start("evict")),
-                ],
+                followed(
+                    "evict",
+                    EventSpec::preempt().resources([peer.as_str()]),
+                    Until::Start,
+                ),
             ),
             _ => return None,
         };
@@ -323,6 +302,36 @@ impl Scenario {
     }
 }
 
+/// How far a built-in scenario follows its event.
+#[derive(Clone, Copy)]
+enum Until {
+    /// Until it has started.
+    Start,
+    /// Until it has started and completed.
+    Completion,
+}
+
+/// The steps of the event `key`, scheduled at once as `spec` and followed
+/// [`until`](Until) it has started or completed.
+fn followed(key: &str, spec: EventSpec, until: Until) -> Vec<Step> {
+    let mut steps = vec![
+        Step::now(Action::schedule(key, spec)),
+        Step::now(Action::await_start(key)),
+    ];
+    if matches!(until, Until::Completion) {
+        steps.push(Step::now(Action::await_completion(key)));
+    }
+    steps
+}
+
+/// Waits until the event `key` is as `done` says (`None`: it is gone, or
+/// was never there).
+async fn await_event(emulator: &Emulator, key: &str, done: impl Fn(Option<&Event>) -> bool) {
+    emulator
+        .wait_until(|state| done(state.id_for_key(key).ok().and_then(|id| state.event(&id))))
+        .await;
+}
+
 /// Performs `scenario` on `emulator` in real time divided by `speed`.
 pub(crate) async fn play(emulator: Emulator, scenario: Scenario, speed: f64) {
     tracing::info!(scenario = %scenario.name, speed, "playing scenario");
@@ -330,27 +339,14 @@ pub(crate) async fn play(emulator: Emulator, scenario: Scenario, speed: f64) {
         tokio::time::sleep(event::scale(step.after, speed)).await;
         let result = match step.action {
             Action::AwaitStart { key } => {
-                emulator
-                    .wait_until(|state| {
-                        state
-                            .id_for_key(&key)
-                            .ok()
-                            .and_then(|id| state.event(&id))
-                            .is_none_or(|e| e.status == EmulatedStatus::Started)
-                    })
-                    .await;
+                await_event(&emulator, &key, |event| {
+                    event.is_none_or(|e| e.status == EmulatedStatus::Started)
+                })
+                .await;
                 Ok(())
             }
             Action::AwaitCompletion { key } => {
-                emulator
-                    .wait_until(|state| {
-                        state
-                            .id_for_key(&key)
-                            .ok()
-                            .and_then(|id| state.event(&id))
-                            .is_none()
-                    })
-                    .await;
+                await_event(&emulator, &key, |event| event.is_none()).await;
                 Ok(())
             }
             Action::Schedule { key, spec } => emulator.apply(&Action::Schedule {

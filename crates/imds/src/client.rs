@@ -207,23 +207,25 @@ impl ImdsClient {
         Ok((document, body))
     }
 
+    /// The instance metadata document (`/metadata/instance`), which each
+    /// of the answers below reads its part of.
+    async fn instance_metadata(&self) -> Result<Vec<u8>, ImdsError> {
+        let url = self.instance_url.clone();
+        self.send(Method::GET, url, None, self.config.request_timeout)
+            .await
+    }
+
     /// This VM's name as listed in events' `Resources`, from instance
     /// metadata (`compute.name`; `{scale-set}_{instance-id}` in scale sets).
     pub async fn vm_name(&self) -> Result<String, ImdsError> {
-        let url = self.instance_url.clone();
-        let body = self
-            .send(Method::GET, url, None, self.config.request_timeout)
-            .await?;
+        let body = self.instance_metadata().await?;
         crate::instance::vm_name(&body)
     }
 
     /// This VM's size and priority, from instance metadata
     /// (`compute.vmSize`, `compute.priority`).
     pub async fn vm_kind(&self) -> Result<crate::instance::VmKind, ImdsError> {
-        let url = self.instance_url.clone();
-        let body = self
-            .send(Method::GET, url, None, self.config.request_timeout)
-            .await?;
+        let body = self.instance_metadata().await?;
         crate::instance::vm_kind(&body)
     }
 
@@ -232,10 +234,7 @@ impl ImdsClient {
     pub async fn scale_set_member(
         &self,
     ) -> Result<Option<crate::scale_set_member::ScaleSetMember>, ImdsError> {
-        let url = self.instance_url.clone();
-        let body = self
-            .send(Method::GET, url, None, self.config.request_timeout)
-            .await?;
+        let body = self.instance_metadata().await?;
         crate::scale_set_member::scale_set_member(&body)
     }
 

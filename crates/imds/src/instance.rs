@@ -14,14 +14,10 @@ use crate::error::ImdsError;
 /// every other field is ignored.
 pub(crate) fn vm_name(body: &[u8]) -> Result<String, ImdsError> {
     #[derive(Deserialize)]
-    struct Instance {
-        compute: Compute,
-    }
-    #[derive(Deserialize)]
     struct Compute {
         name: String,
     }
-    let instance: Instance = parse_json("instance metadata", body)?;
+    let instance: Instance<Compute> = parse_json("instance metadata", body)?;
     Ok(instance.compute.name)
 }
 
@@ -36,13 +32,17 @@ pub struct VmKind {
     pub priority: Option<String>,
 }
 
+/// An instance metadata document, of which the worker reads only parts of
+/// `compute` (each reader names its part as `C`).
+#[derive(Deserialize)]
+pub(crate) struct Instance<C> {
+    /// The VM's own fields.
+    pub(crate) compute: C,
+}
+
 /// `compute.vmSize` and `compute.priority` of an instance metadata
 /// document; every other field is ignored.
 pub(crate) fn vm_kind(body: &[u8]) -> Result<VmKind, ImdsError> {
-    #[derive(Deserialize)]
-    struct Instance {
-        compute: Compute,
-    }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Compute {
@@ -51,7 +51,7 @@ pub(crate) fn vm_kind(body: &[u8]) -> Result<VmKind, ImdsError> {
         #[serde(default)]
         priority: String,
     }
-    let instance: Instance = parse_json("instance metadata", body)?;
+    let instance: Instance<Compute> = parse_json("instance metadata", body)?;
     let given = |text: String| Some(text.trim().to_owned()).filter(|t| !t.is_empty());
     Ok(VmKind {
         vm_size: given(instance.compute.vm_size),

@@ -12,6 +12,8 @@
 
 use serde::Deserialize;
 
+use crate::instance::Instance;
+
 use crate::client::parse_json;
 use crate::error::ImdsError;
 
@@ -35,10 +37,6 @@ pub struct ScaleSetMember {
 /// (`vmScaleSetName` empty).
 pub(crate) fn scale_set_member(body: &[u8]) -> Result<Option<ScaleSetMember>, ImdsError> {
     #[derive(Deserialize)]
-    struct Instance {
-        compute: Compute,
-    }
-    #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Compute {
         name: String,
@@ -51,7 +49,7 @@ pub(crate) fn scale_set_member(body: &[u8]) -> Result<Option<ScaleSetMember>, Im
         #[serde(default)]
         az_environment: String,
     }
-    let instance: Instance = parse_json("instance metadata", body)?;
+    let instance: Instance<Compute> = parse_json("instance metadata", body)?;
     let compute = instance.compute;
     if compute.vm_scale_set_name.trim().is_empty() {
         return Ok(None);

@@ -59,7 +59,7 @@ use spot_worker_decisions::lanes::{Deadline, Lane};
 use time::OffsetDateTime;
 
 use spot_worker_storage::StorageError;
-use spot_worker_storage::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
+use spot_worker_storage::{CheckpointStore, ETag, FencedJson};
 
 use super::envelope::Envelope;
 
@@ -342,27 +342,25 @@ impl LaneRecords {
     /// `job`'s record with the ETag its next write is fenced by.
     pub async fn read_fenced(&self, job: &str) -> Result<ReadRecord, StorageError> {
         let key = Self::key(job);
-        let Some(StoredCheckpoint {
-            checkpoint, etag, ..
-        }) = self.store.read(&key).await?
-        else {
-            return Ok(ReadRecord {
+        Ok(match Self::document(&key).read(&*self.store).await? {
+            Some((record, etag)) => ReadRecord {
+                record: Some(record),
+                etag: Some(etag),
+            },
+            None => ReadRecord {
                 record: None,
                 etag: None,
-            });
-        };
-        let invalid = |reason: String| StorageError::InvalidData {
-            what: format!("lane record {key}"),
-            reason,
-        };
-        let Checkpoint::InProgress { progress } = checkpoint else {
-            return Err(invalid("a completed checkpoint, not a lane record".into()));
-        };
-        let record = serde_json::from_value(progress).map_err(|e| invalid(e.to_string()))?;
-        Ok(ReadRecord {
-            record: Some(record),
-            etag: Some(etag),
+            },
         })
+    }
+
+    /// The record under `key`, for errors about it.
+    fn document(key: &str) -> FencedJson<'_> {
+        FencedJson {
+            key,
+            what: "lane record",
+            kind: "a lane record",
+        }
     }
 
     /// Replaces what `read` read with `record`, fenced by its ETag (or
@@ -374,19 +372,9 @@ impl LaneRecords {
         read: &ReadRecord,
         record: &LaneRecord,
     ) -> Result<ETag, StorageError> {
-        let progress = serde_json::to_value(record)
-            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
-        let precondition = match &read.etag {
-            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
-            None => WritePrecondition::Create,
-        };
-        self.store
-            .write(
-                &Self::key(job),
-                &Checkpoint::InProgress { progress },
-                precondition,
-                None,
-            )
+        let key = Self::key(job);
+        Self::document(&key)
+            .write(&*self.store, read.etag.as_ref(), record)
             .await
     }
 

@@ -28,8 +28,8 @@ use spot_worker_decisions::lanes::{SwitchCostParts, SwitchSamples, switch_cost};
 use tokio_util::sync::CancellationToken;
 
 use spot_worker_storage::CheckpointStore;
-use spot_worker_storage::FleetDocument;
 use spot_worker_storage::StorageError;
+use spot_worker_storage::{FleetDocument, FleetShare};
 
 /// One worker's view of d: the seed, the fleet's samples as last read, and
 /// its own samples not added to the fleet's yet.
@@ -94,6 +94,14 @@ impl SwitchCost {
         };
         *samples = samples.with(sample);
     }
+}
+
+/// The worker's share of the fleet's samples, which
+/// [`FleetSwitchCost::keep`] adds to the fleet's.
+impl FleetShare<SwitchSamples> for SwitchCost {
+    const READ_FAILED: &'static str = "could not read the fleet's switch cost; estimating from the seed and this worker's samples";
+    const ADD_FAILED: &'static str =
+        "could not add to the fleet's switch cost; adding with the next";
 
     fn take_pending(&self) -> SwitchSamples {
         std::mem::take(&mut self.state().pending)
@@ -133,17 +141,14 @@ impl FleetSwitchCost {
 
     /// Adds `delta` and returns the sum.
     pub async fn add(&self, delta: &SwitchSamples) -> Result<SwitchSamples, StorageError> {
-        if delta.is_empty() {
-            return self.read().await;
-        }
-        self.document.add(delta, SwitchSamples::plus).await
+        self.document.add_figures(delta).await
     }
 
     /// Keeps `cost` and the fleet's samples in step until `stop` is
-    /// cancelled: reads them at once, adds this worker's new samples every
-    /// `every` (reading back the sum), and once more when stopped, within
-    /// `last_add`. An addition that fails is logged and given back, to go
-    /// with the next.
+    /// cancelled ([`FleetDocument::keep`]): reads them at once, adds this
+    /// worker's new samples every `every` (reading back the sum), and once
+    /// more when stopped, within `last_add`. An addition that fails is
+    /// logged and given back, to go with the next.
     pub async fn keep(
         &self,
         cost: Arc<SwitchCost>,
@@ -151,44 +156,7 @@ impl FleetSwitchCost {
         stop: CancellationToken,
         last_add: Duration,
     ) {
-        match stop.run_until_cancelled(self.read()).await {
-            Some(Ok(fleet)) => cost.set_fleet(fleet),
-            Some(Err(error)) => {
-                tracing::warn!(%error, "could not read the fleet's switch cost; estimating from the seed and this worker's samples");
-            }
-            None => {}
-        }
-        loop {
-            let stopped = tokio::select! {
-                () = stop.cancelled() => true,
-                () = tokio::time::sleep(every) => false,
-            };
-            let pending = cost.take_pending();
-            if stopped && pending.is_empty() {
-                return;
-            }
-            let added = if stopped {
-                tokio::time::timeout(last_add, self.add(&pending))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(StorageError::Unavailable {
-                            message: format!("no answer within {last_add:?}"),
-                        })
-                    })
-            } else {
-                self.add(&pending).await
-            };
-            match added {
-                Ok(fleet) => cost.set_fleet(fleet),
-                Err(error) => {
-                    tracing::warn!(%error, "could not add to the fleet's switch cost; adding with the next");
-                    cost.give_back(pending);
-                }
-            }
-            if stopped {
-                return;
-            }
-        }
+        self.document.keep(&*cost, every, stop, last_add).await;
     }
 }
 

@@ -37,6 +37,8 @@ pub mod pod_activity;
 pub mod pod_deletion_cost;
 mod rendezvous;
 pub mod scale_in_protection;
+#[cfg(test)]
+mod scripted;
 pub mod shutdown;
 mod store_health;
 mod worker;

@@ -207,22 +207,14 @@ pub async fn keep(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::sync::Mutex;
-
     use super::*;
 
-    #[derive(Default)]
-    struct Scripted {
-        answers: Mutex<VecDeque<Result<(), CostWriteError>>>,
-        writes: Mutex<Vec<i32>>,
-    }
+    type Scripted = crate::scripted::Scripted<i32, CostWriteError>;
 
     #[async_trait]
     impl DeletionCostTarget for Scripted {
         async fn set(&self, cost: i32) -> Result<(), CostWriteError> {
-            self.writes.lock().unwrap().push(cost);
-            self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+            self.answer(cost)
         }
     }
 
@@ -255,18 +247,17 @@ mod tests {
         activity.settled(job, at(300));
         keeper.reconcile(&activity, at(300)).await;
         keeper.reconcile(&activity, at(900)).await;
-        assert_eq!(*target.writes.lock().unwrap(), [0, 1, 60, 1, 0]);
+        assert_eq!(target.calls(), [0, 1, 60, 1, 0]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn writes_that_keep_failing_are_a_metric_and_a_degraded_reason_until_one_succeeds() {
         use crate::Gate;
-        let target = Arc::new(Scripted::default());
-        target.answers.lock().unwrap().extend([
+        let target = Arc::new(Scripted::new(vec![
             failure(403, None),
             failure(403, None),
             failure(403, None),
-        ]);
+        ]));
         let metrics = Metrics::noop();
         let readiness = tokio::sync::watch::channel(crate::Readiness {
             imds: Gate::Passed,
@@ -285,25 +276,8 @@ mod tests {
             metrics.clone(),
             stop.clone(),
         ));
-        let writes = |n: usize| {
-            let target = Arc::clone(&target);
-            async move {
-                // Bounded: the scripted target answers at once, and the
-                // paused clock moves on a second at a time.
-                for _ in 0..10_000 {
-                    if target.writes.lock().unwrap().len() >= n {
-                        return;
-                    }
-                    tokio::task::yield_now().await;
-                    if target.writes.lock().unwrap().len() < n {
-                        tokio::time::sleep(S(1)).await;
-                    }
-                }
-                panic!("fewer than {n} writes");
-            }
-        };
         for n in 1..=3 {
-            writes(n).await;
+            target.until_calls_in_time(n).await;
             assert!(metrics.pod_deletion_cost_failing(), "after {n} 403s");
             let now = readiness.borrow().clone();
             let reason = now
@@ -314,22 +288,21 @@ mod tests {
             assert!(reason.contains(&format!("failed {n} time")), "{reason}");
             assert!(now.is_ready(), "the pod still works");
         }
-        writes(4).await;
+        target.until_calls_in_time(4).await;
         assert!(!metrics.pod_deletion_cost_failing());
         assert!(readiness.borrow().degraded.is_empty());
         stop.cancel();
         task.await.unwrap();
-        assert_eq!(*target.writes.lock().unwrap(), [0, 0, 0, 0]);
+        assert_eq!(target.calls(), [0, 0, 0, 0]);
     }
 
     #[tokio::test]
     async fn throttled_and_failing_writes_are_retried_after_their_backoff() {
-        let target = Arc::new(Scripted::default());
-        target.answers.lock().unwrap().extend([
+        let target = Arc::new(Scripted::new(vec![
             failure(429, Some(40)),
             failure(500, None),
             failure(403, None),
-        ]);
+        ]));
         let mut keeper =
             DeletionCostKeeper::new(target.clone(), CostPolicy::default(), Backoff::default());
         let activity = PodActivity::new();
@@ -357,6 +330,6 @@ mod tests {
         let retry = keeper.retry_at().expect("and another");
         assert_eq!(keeper.reconcile(&activity, retry).await, Some(Ok(0)));
         assert_eq!(keeper.failures(), 0);
-        assert_eq!(*target.writes.lock().unwrap(), [0, 0, 0, 0]);
+        assert_eq!(target.calls(), [0, 0, 0, 0]);
     }
 }

@@ -313,24 +313,14 @@ async fn release_at_exit(keeper: &mut ProtectionKeeper) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::sync::Mutex;
-
     use super::*;
 
-    /// Records every call and answers from a script (success once the
-    /// script is empty).
-    #[derive(Default)]
-    struct Scripted {
-        answers: Mutex<VecDeque<Result<(), ProtectionError>>>,
-        calls: Mutex<Vec<bool>>,
-    }
+    type Scripted = crate::scripted::Scripted<bool, ProtectionError>;
 
     #[async_trait]
     impl ScaleInProtection for Scripted {
         async fn set(&self, protected: bool) -> Result<(), ProtectionError> {
-            self.calls.lock().unwrap().push(protected);
-            self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+            self.answer(protected)
         }
     }
 
@@ -353,17 +343,14 @@ mod tests {
     fn keeper(
         script: Vec<Result<(), ProtectionError>>,
     ) -> (Arc<Scripted>, ProtectionKeeper, Instant) {
-        let target = Arc::new(Scripted {
-            answers: Mutex::new(script.into()),
-            calls: Mutex::default(),
-        });
+        let target = Arc::new(Scripted::new(script));
         let start = Instant::now();
         let keeper = ProtectionKeeper::new(target.clone(), GRACE, Backoff::default(), start);
         (target, keeper, start)
     }
 
     fn calls(target: &Scripted) -> Vec<bool> {
-        target.calls.lock().unwrap().clone()
+        target.calls()
     }
 
     #[tokio::test]
@@ -453,18 +440,6 @@ mod tests {
         assert_eq!(calls(&target), [true, false, false, false, false]);
     }
 
-    /// Lets the keeper's task run until `target` has seen `n` calls
-    /// (bounded: the scripted target answers at once).
-    async fn until_calls(target: &Scripted, n: usize) {
-        for _ in 0..10_000 {
-            if calls(target).len() >= n {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-        panic!("the keeper made {:?}, not {n} calls", calls(target));
-    }
-
     #[tokio::test(start_paused = true)]
     async fn the_running_keeper_follows_the_activity_and_releases_as_the_worker_exits() {
         let (target, keeper, _) = keeper(vec![]);
@@ -472,39 +447,24 @@ mod tests {
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(keep(keeper, activity.subscribe(), stop.clone()));
         // Starting: a protection left by a crash is cleared.
-        until_calls(&target, 1).await;
+        target.until_calls(1).await;
         let held = activity.hold();
-        until_calls(&target, 2).await;
+        target.until_calls(2).await;
         assert_eq!(calls(&target), [false, true]);
         drop(held);
         // Within the grace: still protected, no call.
         tokio::time::sleep(GRACE / 2).await;
         assert_eq!(calls(&target).len(), 2);
         tokio::time::sleep(GRACE / 2 + RECHECK_EVERY).await;
-        until_calls(&target, 3).await;
+        target.until_calls(3).await;
         assert_eq!(calls(&target), [false, true, false]);
         // Busy again, then told to stop while holding: released once.
         let _held = activity.hold();
-        until_calls(&target, 4).await;
+        target.until_calls(4).await;
         stop.cancel();
         let keeper = task.await.unwrap();
         assert_eq!(calls(&target), [false, true, false, true, false]);
         assert_eq!(keeper.protected(), Some(false));
-    }
-
-    /// Lets the keeper's task run, and the paused clock move on a second
-    /// at a time, until `target` has seen `n` calls (bounded).
-    async fn until_calls_in_time(target: &Scripted, n: usize) {
-        for _ in 0..10_000 {
-            if calls(target).len() >= n {
-                return;
-            }
-            tokio::task::yield_now().await;
-            if calls(target).len() < n {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-        panic!("the keeper made {:?}, not {n} calls", calls(target));
     }
 
     /// The readiness of a worker whose gates are all open.
@@ -528,15 +488,15 @@ mod tests {
         let activity = crate::activity::WorkerActivity::default();
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(keep(keeper, activity.subscribe(), stop.clone()));
-        until_calls_in_time(&target, 1).await;
+        target.until_calls_in_time(1).await;
         assert_eq!(metrics.scale_in_protection(), ProtectionState::Unprotected);
         let held = activity.hold();
-        until_calls_in_time(&target, 2).await;
+        target.until_calls_in_time(2).await;
         assert_eq!(metrics.scale_in_protection(), ProtectionState::Protected);
         assert!(readiness.borrow().degraded.is_empty());
         drop(held);
         // The grace ends; the release fails (500): reported, still ready.
-        until_calls_in_time(&target, 3).await;
+        target.until_calls_in_time(3).await;
         assert_eq!(metrics.scale_in_protection(), ProtectionState::ReleaseStuck);
         let now = readiness.borrow().clone();
         let reason = now
@@ -546,7 +506,7 @@ mod tests {
         assert!(reason.contains("500"), "{reason}");
         assert!(now.is_ready(), "a stuck release leaves the worker ready");
         // The retry succeeds: both clear.
-        until_calls_in_time(&target, 4).await;
+        target.until_calls_in_time(4).await;
         assert_eq!(calls(&target), [false, true, false, false]);
         assert_eq!(metrics.scale_in_protection(), ProtectionState::Unprotected);
         assert!(readiness.borrow().degraded.is_empty());

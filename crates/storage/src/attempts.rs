@@ -23,8 +23,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use spot_worker_decisions::goodput::Ledger;
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, ETag, StoredCheckpoint, WritePrecondition};
+use crate::checkpoint::{Checkpoint, CheckpointStore, ETag};
 use crate::error::StorageError;
+use crate::fenced_json::FencedJson;
 use crate::queue::MessageId;
 
 use crate::text::shorten_keeping_ends;
@@ -252,26 +253,22 @@ impl AttemptLog {
     /// The record of `id`; empty if there is none.
     pub async fn read(&self, id: &MessageId) -> Result<ReadAttempts, StorageError> {
         let key = Self::key(id);
-        let Some(StoredCheckpoint {
-            checkpoint, etag, ..
-        }) = self.store.read(&key).await?
-        else {
-            return Ok(ReadAttempts::default());
-        };
-        let invalid = |reason: String| StorageError::InvalidData {
-            what: format!("attempt record {key}"),
-            reason,
-        };
-        let Checkpoint::InProgress { progress } = checkpoint else {
-            return Err(invalid(
-                "a completed checkpoint, not an attempt record".into(),
-            ));
-        };
-        let attempts = serde_json::from_value(progress).map_err(|e| invalid(e.to_string()))?;
-        Ok(ReadAttempts {
-            attempts,
-            etag: Some(etag),
+        Ok(match Self::document(&key).read(&*self.store).await? {
+            Some((attempts, etag)) => ReadAttempts {
+                attempts,
+                etag: Some(etag),
+            },
+            None => ReadAttempts::default(),
         })
+    }
+
+    /// The record under `key`, for errors about it.
+    fn document(key: &str) -> FencedJson<'_> {
+        FencedJson {
+            key,
+            what: "attempt record",
+            kind: "an attempt record",
+        }
     }
 
     /// Replaces the record `read` came from with `attempts`, fenced by its
@@ -283,19 +280,9 @@ impl AttemptLog {
         read: &ReadAttempts,
         attempts: &Attempts,
     ) -> Result<(), StorageError> {
-        let progress = serde_json::to_value(attempts)
-            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
-        let precondition = match &read.etag {
-            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
-            None => WritePrecondition::Create,
-        };
-        self.store
-            .write(
-                &Self::key(id),
-                &Checkpoint::InProgress { progress },
-                precondition,
-                None,
-            )
+        let key = Self::key(id);
+        Self::document(&key)
+            .write(&*self.store, read.etag.as_ref(), attempts)
             .await
             .map(|_| ())
     }
@@ -308,20 +295,9 @@ impl AttemptLog {
         read: &ReadAttempts,
         attempts: &Attempts,
     ) -> Result<ReadAttempts, StorageError> {
-        let progress = serde_json::to_value(attempts)
-            .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
-        let precondition = match &read.etag {
-            Some(etag) => WritePrecondition::IfMatch(etag.clone()),
-            None => WritePrecondition::Create,
-        };
-        let etag = self
-            .store
-            .write(
-                &Self::key(id),
-                &Checkpoint::InProgress { progress },
-                precondition,
-                None,
-            )
+        let key = Self::key(id);
+        let etag = Self::document(&key)
+            .write(&*self.store, read.etag.as_ref(), attempts)
             .await?;
         Ok(ReadAttempts {
             attempts: attempts.clone(),

@@ -10,7 +10,8 @@
 //! whose progress is the counts. A worker adds what it saw since its last
 //! addition with an ETag-fenced read and rewrite, like every checkpoint
 //! write; a conflict (another worker added at the same moment) is read
-//! again and retried, so no addition is lost or counted twice. The counts
+//! again and retried, so no addition is lost or counted twice: it is a
+//! [`FleetDocument`], like the lanes' switch cost. The counts
 //! only grow: summing is the whole merge.
 //!
 //! Cost: one read and one write per addition. A worker adds once per
@@ -20,23 +21,21 @@
 //! busy with one job renewing its lease every 10 s already makes 360 an
 //! hour, so this stays under 0.6 %.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_decisions::cadence::{CheckpointCadence, InterruptionCounts};
 use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, StoredCheckpoint, WritePrecondition};
+use crate::checkpoint::CheckpointStore;
 use crate::error::StorageError;
-
-/// How many times an addition is retried after losing a race.
-const MAX_ATTEMPTS: u32 = 8;
+use crate::fleet_document::FleetDocument;
 
 /// One queue's fleet counts in a checkpoint store.
 #[derive(Clone, Debug)]
 pub struct FleetLedger {
-    store: Arc<dyn CheckpointStore>,
-    key: String,
+    document: FleetDocument<InterruptionCounts>,
 }
 
 impl FleetLedger {
@@ -50,8 +49,11 @@ impl FleetLedger {
     /// The ledger of `queue`'s fleet in `store`.
     pub fn for_queue(store: Arc<dyn CheckpointStore>, queue: &str) -> Self {
         FleetLedger {
-            store,
-            key: Self::key_of(queue),
+            document: FleetDocument::under(
+                store,
+                Cow::Owned(Self::key_of(queue)),
+                "fleet interruption counts",
+            ),
         }
     }
 
@@ -62,12 +64,12 @@ impl FleetLedger {
 
     /// The checkpoint key this ledger's counts are kept under.
     pub fn key(&self) -> &str {
-        &self.key
+        self.document.key()
     }
 
     /// The fleet's counts (all zero if nothing was added yet).
     pub async fn read(&self) -> Result<InterruptionCounts, StorageError> {
-        Ok(self.read_stored().await?.0)
+        self.document.read().await
     }
 
     /// Adds `delta` to the fleet's counts and returns the sum, retrying
@@ -76,47 +78,18 @@ impl FleetLedger {
         &self,
         delta: &InterruptionCounts,
     ) -> Result<InterruptionCounts, StorageError> {
-        for _ in 0..MAX_ATTEMPTS {
-            let (current, stored) = self.read_stored().await?;
-            if delta.is_empty() {
-                return Ok(current);
-            }
-            let sum = current.plus(delta);
-            let precondition = match stored {
-                Some(stored) => WritePrecondition::IfMatch(stored.etag),
-                None => WritePrecondition::Create,
-            };
-            let progress = serde_json::to_value(sum)
-                .map_err(|e| StorageError::InvalidArgument(e.to_string()))?;
-            match self
-                .store
-                .write(
-                    &self.key,
-                    &Checkpoint::InProgress { progress },
-                    precondition,
-                    None,
-                )
-                .await
-            {
-                Ok(_) => return Ok(sum),
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(other) => return Err(other),
-            }
-        }
-        Err(StorageError::Conflict {
-            key: self.key.clone(),
-        })
+        self.document.add_figures(delta).await
     }
 
     /// Keeps `cadence` and the fleet's counts in step until `stop` is
-    /// cancelled: reads the counts at once, adds what `cadence` saw every
-    /// `every`, the job time of the deliveries still running included
-    /// (reading back the sum; with nothing to add, only reading),
-    /// and adds once more when stopped if there is anything left, within
-    /// `last_add` (a worker that stops after a drain has little time
-    /// left). An addition that fails is logged and given back to `cadence`,
-    /// to go with the next; nothing is counted twice, and the estimates
-    /// meanwhile include what was not added yet.
+    /// cancelled ([`FleetDocument::keep`]): reads the counts at once, adds
+    /// what `cadence` saw every `every`, the job time of the deliveries
+    /// still running included (reading back the sum; with nothing to add,
+    /// only reading), and adds once more when stopped if there is anything
+    /// left, within `last_add` (a worker that stops after a drain has
+    /// little time left). An addition that fails is logged and given back
+    /// to `cadence`, to go with the next; nothing is counted twice, and the
+    /// estimates meanwhile include what was not added yet.
     pub async fn keep(
         &self,
         cadence: Arc<CheckpointCadence>,
@@ -124,68 +97,14 @@ impl FleetLedger {
         stop: CancellationToken,
         last_add: Duration,
     ) {
-        match stop.run_until_cancelled(self.read()).await {
-            Some(Ok(counts)) => cadence.set_fleet(counts),
-            Some(Err(error)) => {
-                tracing::warn!(%error, "could not read the fleet's interruption counts; estimating from this worker's alone until the next addition");
-            }
-            None => {}
-        }
-        loop {
-            let stopped = tokio::select! {
-                () = stop.cancelled() => true,
-                () = tokio::time::sleep(every) => false,
-            };
-            let pending = cadence.take_pending();
-            if stopped && pending.is_empty() {
-                return;
-            }
-            let added = if stopped {
-                tokio::time::timeout(last_add, self.add(&pending))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(StorageError::Unavailable {
-                            message: format!("no answer within {last_add:?}"),
-                        })
-                    })
-            } else {
-                self.add(&pending).await
-            };
-            match added {
-                Ok(fleet) => cadence.set_fleet(fleet),
-                Err(error) => {
-                    tracing::warn!(%error, "could not add to the fleet's interruption counts; adding with the next");
-                    cadence.give_back(pending);
-                }
-            }
-            if stopped {
-                return;
-            }
-        }
-    }
-
-    async fn read_stored(
-        &self,
-    ) -> Result<(InterruptionCounts, Option<StoredCheckpoint>), StorageError> {
-        let Some(stored) = self.store.read(&self.key).await? else {
-            return Ok((InterruptionCounts::default(), None));
-        };
-        let invalid = |reason: String| StorageError::InvalidData {
-            what: format!("fleet interruption counts {}", self.key),
-            reason,
-        };
-        let Checkpoint::InProgress { progress } = &stored.checkpoint else {
-            return Err(invalid("a completed checkpoint, not counts".into()));
-        };
-        let counts =
-            serde_json::from_value(progress.clone()).map_err(|e| invalid(e.to_string()))?;
-        Ok((counts, Some(stored)))
+        self.document.keep(&*cadence, every, stop, last_add).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::{Checkpoint, WritePrecondition};
     use crate::memory::InMemoryCheckpointStore;
     use spot_worker_decisions::cadence::{FLUSH_EVERY, Interruption, IntervalSource};
 

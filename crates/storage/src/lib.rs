@@ -42,6 +42,7 @@ mod checkpoint;
 mod clock;
 mod encoding;
 mod error;
+mod fenced_json;
 mod fenced_results;
 pub mod files;
 mod fleet_document;
@@ -68,8 +69,9 @@ pub use checkpoint::{
 pub use clock::{Clock, SystemClock};
 pub use encoding::{DecodeError, MessageEncoding, check_sendable, unsendable_char};
 pub use error::StorageError;
+pub use fenced_json::FencedJson;
 pub use fenced_results::FencedResults;
-pub use fleet_document::FleetDocument;
+pub use fleet_document::{Figures, FleetDocument, FleetShare};
 pub use fleet_ledger::FleetLedger;
 pub use lease_store::{InMemoryLeases, LeaseId, LeaseStore, MAX_LEASE, MIN_LEASE};
 pub use lifetime_retention::CLEAN_LIFETIMES_AT_MOST;

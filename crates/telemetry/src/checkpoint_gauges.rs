@@ -7,12 +7,13 @@
 //! function that reads the estimates ([`Metrics::observe_checkpoint_estimates`](crate::Metrics::observe_checkpoint_estimates)),
 //! called at each export.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableGauge};
 
 use crate::metrics::{attributes, names};
+use crate::source_slot::SourceSlot;
 
 /// The estimates behind the checkpoint interval, as the runtime reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -43,23 +44,19 @@ pub type EstimatesSource = Arc<dyn Fn() -> CheckpointEstimates + Send + Sync>;
 
 /// The gauges; they report nothing until a source is set.
 pub(crate) struct CheckpointGauges {
-    pub(crate) source: Arc<Mutex<Option<EstimatesSource>>>,
+    pub(crate) source: SourceSlot<EstimatesSource>,
     _interval: ObservableGauge<f64>,
     _cost: ObservableGauge<f64>,
     _rates: ObservableGauge<f64>,
 }
 
-fn read(source: &Mutex<Option<EstimatesSource>>) -> Option<CheckpointEstimates> {
-    let source = source
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    source.map(|read| read())
+fn read(source: &SourceSlot<EstimatesSource>) -> Option<CheckpointEstimates> {
+    source.get().map(|read| read())
 }
 
 impl CheckpointGauges {
     pub(crate) fn new(meter: &Meter) -> Self {
-        let source: Arc<Mutex<Option<EstimatesSource>>> = Arc::default();
+        let source: SourceSlot<EstimatesSource> = SourceSlot::default();
         let (for_interval, for_cost, for_rates) = (source.clone(), source.clone(), source.clone());
         CheckpointGauges {
             _interval: meter

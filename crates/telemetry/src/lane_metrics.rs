@@ -5,13 +5,14 @@
 //! The telemetry crate knows nothing of lanes: the runtime reports plain
 //! numbers, and gives a function that reads d at each export.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 
 use crate::metrics::{attributes, names};
+use crate::source_slot::SourceSlot;
 use crate::span::MESSAGING_DESTINATION_NAME;
 
 /// The values of the `lane` attribute.
@@ -29,7 +30,7 @@ pub(crate) struct LaneInstruments {
     keeper_moved: Counter<u64>,
     at_risk: Arc<AtomicU64>,
     _at_risk_gauge: ObservableGauge<u64>,
-    pub(crate) switch_cost: Arc<Mutex<Option<SwitchCostSource>>>,
+    pub(crate) switch_cost: SourceSlot<SwitchCostSource>,
     _switch_cost_gauge: ObservableGauge<f64>,
 }
 
@@ -37,8 +38,8 @@ impl LaneInstruments {
     pub(crate) fn new(meter: &Meter) -> Self {
         let at_risk = Arc::new(AtomicU64::new(0));
         let observed = Arc::clone(&at_risk);
-        let switch_cost: Arc<Mutex<Option<SwitchCostSource>>> = Arc::default();
-        let source = Arc::clone(&switch_cost);
+        let switch_cost: SourceSlot<SwitchCostSource> = SourceSlot::default();
+        let source = switch_cost.clone();
         LaneInstruments {
             deadlines: meter
                 .u64_counter(names::JOB_DEADLINES)
@@ -68,8 +69,7 @@ impl LaneInstruments {
                 .with_unit("s")
                 .with_description("d: what one switch of lane costs a job, as the fleet measured it (the seed until it has).")
                 .with_callback(move |observer| {
-                    let read = source.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                    if let Some(read) = read {
+                    if let Some(read) = source.get() {
                         observer.observe(read(), &[]);
                     }
                 })

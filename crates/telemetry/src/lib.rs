@@ -50,6 +50,7 @@ mod lane_metrics;
 mod logging;
 mod metrics;
 mod outcomes;
+mod source_slot;
 mod span;
 mod telemetry;
 mod worker_time;

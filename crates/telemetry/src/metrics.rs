@@ -362,12 +362,7 @@ impl Metrics {
         source: impl Fn() -> CheckpointEstimates + Send + Sync + 'static,
     ) {
         let source: EstimatesSource = Arc::new(source);
-        *self
-            .inner
-            .checkpoint_gauges
-            .source
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+        self.inner.checkpoint_gauges.source.set(source);
     }
 
     /// A job with a deadline finished: whether it `met` it, and its
@@ -392,24 +387,14 @@ impl Metrics {
         source: impl Fn() -> (&'static str, [f64; 4]) + Send + Sync + 'static,
     ) {
         let source: WorkerTimeSource = Arc::new(source);
-        *self
-            .inner
-            .worker_time
-            .source
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+        self.inner.worker_time.source.set(source);
     }
 
     /// Reports d, in seconds, from `source` at every export
     /// (`spot_worker.lanes.switch_cost`).
     pub fn observe_switch_cost(&self, source: impl Fn() -> f64 + Send + Sync + 'static) {
         let source: SwitchCostSource = Arc::new(source);
-        *self
-            .inner
-            .lanes
-            .switch_cost
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+        self.inner.lanes.switch_cost.set(source);
     }
 
     /// A write of the pod's deletion cost ended with `result` (`ok`, or

@@ -8,12 +8,13 @@
 //! The telemetry crate knows nothing of the worker's life: the runtime
 //! gives a function that reads its time ([`Metrics::observe_worker_time`](crate::Metrics::observe_worker_time)).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter};
 
 use crate::metrics::{attributes, names};
+use crate::source_slot::SourceSlot;
 
 /// The values of the `phase` attribute of `spot_worker.worker.time`.
 pub const WORKER_PHASES: [&str; 4] = ["starting", "busy", "idle", "draining"];
@@ -24,22 +25,21 @@ pub type WorkerTimeSource = Arc<dyn Fn() -> (&'static str, [f64; 4]) + Send + Sy
 
 /// The counter; it reports nothing until a source is set.
 pub(crate) struct WorkerTime {
-    pub(crate) source: Arc<Mutex<Option<WorkerTimeSource>>>,
+    pub(crate) source: SourceSlot<WorkerTimeSource>,
     _time: ObservableCounter<f64>,
 }
 
 impl WorkerTime {
     pub(crate) fn new(meter: &Meter) -> Self {
-        let source: Arc<Mutex<Option<WorkerTimeSource>>> = Arc::default();
-        let read = Arc::clone(&source);
+        let source: SourceSlot<WorkerTimeSource> = SourceSlot::default();
+        let read = source.clone();
         WorkerTime {
             _time: meter
                 .f64_observable_counter(names::WORKER_TIME)
                 .with_unit("s")
                 .with_description("This worker's paid time since it started, by phase (starting: warmup; busy: a handler running; idle: ready, none running; draining: from the stop signal or notice to exit) and lane (spot, regular): the fleet's bill.")
                 .with_callback(move |observer| {
-                    let read = read.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                    if let Some(read) = read {
+                    if let Some(read) = read.get() {
                         let (lane, seconds) = read();
                         for (phase, seconds) in WORKER_PHASES.into_iter().zip(seconds) {
                             observer.observe(

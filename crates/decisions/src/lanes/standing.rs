@@ -117,20 +117,7 @@ fn seconds_from(from: SystemTime, to: SystemTime) -> f64 {
 mod tests {
     use super::*;
 
-    const H: f64 = 3600.0;
-
-    fn at(hours: f64) -> SystemTime {
-        let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        if hours >= 0.0 {
-            epoch + Duration::from_secs_f64(hours * H)
-        } else {
-            epoch - Duration::from_secs_f64(-hours * H)
-        }
-    }
-
-    fn hours(h: f64) -> Duration {
-        Duration::from_secs_f64(h * H)
-    }
+    use crate::lanes::test_time::{H, at, hours};
 
     #[test]
     fn the_figures_of_a_standing() {

@@ -188,11 +188,7 @@ impl Worker {
         self.metrics
             .observe_switch_cost(move || observed.d().as_secs_f64());
         Some(tokio::spawn(async move {
-            if stop
-                .run_until_cancelled(gate_opened.cancelled())
-                .await
-                .is_none()
-            {
+            if !super::gate_opened_before(&gate_opened, &stop).await {
                 return;
             }
             fleet.keep(cost, every, stop, LAST_ADD).await;

@@ -253,11 +253,7 @@ impl super::Worker {
         Some(tokio::spawn(async move {
             // A worker that stops before its gate opens leaves no record:
             // its store may not be ready, and its time shows in the metrics.
-            if stop
-                .run_until_cancelled(gate_opened.cancelled())
-                .await
-                .is_none()
-            {
+            if !super::gate_opened_before(&gate_opened, &stop).await {
                 return;
             }
             if let Some(imds) = imds {

@@ -315,11 +315,7 @@ impl Worker {
             tokio::spawn(async move {
                 // Not before the gate has made the store ready; a worker
                 // that stops before has run nothing to count.
-                if stop
-                    .run_until_cancelled(gate_opened.cancelled())
-                    .await
-                    .is_none()
-                {
+                if !gate_opened_before(&gate_opened, &stop).await {
                     return;
                 }
                 ledger
@@ -382,4 +378,13 @@ impl Worker {
         health::stop(health_task, &stop_health).await;
         result
     }
+}
+
+/// True once the gate has opened (`gate_opened` cancelled: the stores are
+/// ready), false if `stop` comes first: each keeper waits for this before
+/// its first call, and a worker that stops before has nothing to keep.
+async fn gate_opened_before(gate_opened: &CancellationToken, stop: &CancellationToken) -> bool {
+    stop.run_until_cancelled(gate_opened.cancelled())
+        .await
+        .is_some()
 }

@@ -147,19 +147,9 @@ impl std::io::Read for ReadAt<'_> {
 mod tests {
     use std::io::Write;
 
-    use super::*;
+    use spot_worker_testkit::contract::pseudo_random;
 
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-        let mut state = seed;
-        (0..len)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (state >> 56) as u8
-            })
-            .collect()
-    }
+    use super::*;
 
     async fn cut(bytes: &[u8]) -> Vec<(u64, [u8; 32], usize)> {
         let mut file = tempfile::tempfile().unwrap();

@@ -2,20 +2,7 @@
 
 use super::*;
 
-const H: f64 = 3600.0;
-
-fn at(hours: f64) -> SystemTime {
-    let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    if hours >= 0.0 {
-        epoch + Duration::from_secs_f64(hours * H)
-    } else {
-        epoch - Duration::from_secs_f64(-hours * H)
-    }
-}
-
-fn hours(h: f64) -> Duration {
-    Duration::from_secs_f64(h * H)
-}
+use crate::lanes::test_time::{H, at, hours};
 
 /// The paper's setting: 48 h of work due 70 h after the start, d of
 /// 0.2 h (so 2d = 0.4 h); the line expects 48/70 h of work per hour.
