@@ -66,24 +66,21 @@ async fn a_handler_that_never_yields_does_not_hold_up_the_release() {
     queue.send("stubborn", Duration::ZERO).await.unwrap();
     let started = Arc::new(AtomicBool::new(false));
     let let_go = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let (started, let_go) = (started.clone(), let_go.clone());
-        move |_job: Job| {
-            let (started, let_go) = (started.clone(), let_go.clone());
-            async move {
-                started.store(true, Ordering::SeqCst);
-                // Blocks its worker thread and never awaits (bounded, so the
-                // test binary does not spin after the test).
-                for _ in 0..600 {
-                    if let_go.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
+    let handler = handler_with(
+        (started.clone(), let_go.clone()),
+        move |(started, let_go), _job: Job| async move {
+            started.store(true, Ordering::SeqCst);
+            // Blocks its worker thread and never awaits (bounded, so the
+            // test binary does not spin after the test).
+            for _ in 0..600 {
+                if let_go.load(Ordering::SeqCst) {
+                    break;
                 }
-                Ok::<(), HandlerError>(())
+                std::thread::sleep(Duration::from_millis(100));
             }
-        }
-    });
+            Ok::<(), HandlerError>(())
+        },
+    );
     let consumer = consumer(&queue, &poison, config());
     let signals = DrainSignals::new();
     let task = run_in_background(&consumer, handler, &signals);

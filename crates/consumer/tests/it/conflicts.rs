@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use spot_worker_consumer::{HandlerError, Job, PoisonRecord, handler_fn, permanent};
+use spot_worker_consumer::{HandlerError, Job, PoisonRecord, permanent};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, InMemoryCheckpointStore, MessageQueue, StorageError,
     WritePrecondition,
@@ -38,24 +38,18 @@ async fn a_permanent_failure_after_a_resolved_conflict_is_poisoned_at_once() {
     let (queue, poison) = queues();
     let id = queue.send("job", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    let handler = handler_fn({
-        let store = store.clone();
-        move |job: Job| {
-            let store = store.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!(1)).await?;
-                a_peer_writes(&store, job.key(), json!(50)).await;
-                let lost = checkpoint.save_progress(json!(2)).await.unwrap_err();
-                assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
-                // The handler resolves it: it reloads and builds on the
-                // peer's progress...
-                let mut reloaded = job.checkpoint().await?;
-                reloaded.save_progress(json!(51)).await?;
-                // ...then finds the job itself is bad.
-                Err::<(), HandlerError>(permanent("row 51 is not a number"))
-            }
-        }
+    let handler = handler_with(store.clone(), move |store, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        checkpoint.save_progress(json!(1)).await?;
+        a_peer_writes(&store, job.key(), json!(50)).await;
+        let lost = checkpoint.save_progress(json!(2)).await.unwrap_err();
+        assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
+        // The handler resolves it: it reloads and builds on the
+        // peer's progress...
+        let mut reloaded = job.checkpoint().await?;
+        reloaded.save_progress(json!(51)).await?;
+        // ...then finds the job itself is bad.
+        Err::<(), HandlerError>(permanent("row 51 is not a number"))
     });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
@@ -79,18 +73,12 @@ async fn a_conflict_on_another_key_does_not_excuse_the_jobs_failure() {
     let (queue, poison) = queues();
     queue.send("job", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    let handler = handler_fn({
-        let store = store.clone();
-        move |job: Job| {
-            let store = store.clone();
-            async move {
-                let mut shared = job.checkpoint_for("shared-index").await?;
-                a_peer_writes(&store, "shared-index", json!(job.dequeue_count())).await;
-                let lost = shared.save_progress(json!("mine")).await.unwrap_err();
-                assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
-                Err::<(), HandlerError>("the database is down".into())
-            }
-        }
+    let handler = handler_with(store.clone(), move |store, job: Job| async move {
+        let mut shared = job.checkpoint_for("shared-index").await?;
+        a_peer_writes(&store, "shared-index", json!(job.dequeue_count())).await;
+        let lost = shared.save_progress(json!("mine")).await.unwrap_err();
+        assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
+        Err::<(), HandlerError>("the database is down".into())
     });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);

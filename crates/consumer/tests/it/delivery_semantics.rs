@@ -61,18 +61,12 @@ async fn a_job_evicted_seven_times_never_counts_a_failure_and_still_completes() 
     assert_eq!(consumer.stats().released, 7);
     // After seven evictions, one transient failure is a first failure.
     let calls = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let calls = calls.clone();
-        move |job: Job| {
-            let calls = calls.clone();
-            async move {
-                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                    return Err::<(), HandlerError>("a transient failure".into());
-                }
-                assert_eq!(job.dequeue_count(), 9, "7 evictions, 1 failure, this one");
-                Ok(())
-            }
+    let handler = handler_with(calls.clone(), move |calls, job: Job| async move {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err::<(), HandlerError>("a transient failure".into());
         }
+        assert_eq!(job.dequeue_count(), 9, "7 evictions, 1 failure, this one");
+        Ok(())
     });
     let running = Running::start(consumer, handler);
     running.wait_for("done", |s| s.succeeded == 1).await;

@@ -254,18 +254,12 @@ async fn a_job_finishing_during_the_wind_down_leaves_no_record_behind() {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let consumer = consumer(&queue, &poison, small_guard()).with_checkpoints(store.clone());
     let started = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let started = started.clone();
-        move |job: Job| {
-            let started = started.clone();
-            async move {
-                started.store(true, Ordering::SeqCst);
-                job.cancellation().cancelled().await;
-                // Saving progress takes a moment; the note is written meanwhile.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(started.clone(), move |started, job: Job| async move {
+        started.store(true, Ordering::SeqCst);
+        job.cancellation().cancelled().await;
+        // Saving progress takes a moment; the note is written meanwhile.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok::<(), HandlerError>(())
     });
     let signals = DrainSignals::new();
     let task = tokio::spawn({

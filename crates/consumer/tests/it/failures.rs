@@ -53,15 +53,9 @@ async fn base64_bodies_are_decoded_and_undecodable_ones_poisoned_with_a_reason()
         .unwrap();
     let bad = queue.send("%%% not base64", Duration::ZERO).await.unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = handler_fn({
-        let seen = seen.clone();
-        move |job: Job| {
-            let seen = seen.clone();
-            async move {
-                seen.lock().unwrap().push(job.body().to_vec());
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(seen.clone(), move |seen, job: Job| async move {
+        seen.lock().unwrap().push(job.body().to_vec());
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         encoding,
@@ -124,15 +118,9 @@ async fn a_poisoned_message_whose_delete_failed_is_not_run_again_when_it_returns
         .store(true, Ordering::SeqCst);
     let id = queue.send("doomed", Duration::ZERO).await.unwrap();
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let runs = runs.clone();
-        move |_job: Job| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Err::<(), HandlerError>(spot_worker_consumer::permanent("cannot succeed"))
-            }
-        }
+    let handler = handler_with(runs.clone(), move |runs, _job: Job| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Err::<(), HandlerError>(spot_worker_consumer::permanent("cannot succeed"))
     });
     let store = InMemoryCheckpointStore::new();
     let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
@@ -332,22 +320,19 @@ async fn a_checkpoint_store_outage_mid_job_is_waited_out_not_counted() {
     queue.send("job", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let (store, runs) = (store.clone(), runs.clone());
-        move |job: Job| {
-            let (store, runs) = (store.clone(), runs.clone());
-            async move {
-                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut checkpoint = job.checkpoint().await?;
-                // The first two runs meet an outage just as they save.
-                store.set_available(run > 2);
-                let saved = checkpoint.complete(json!({ "run": run })).await;
-                store.set_available(true);
-                saved.map_err(|error| format!("could not save the result: {error}"))?;
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let handler = handler_with(
+        (store.clone(), runs.clone()),
+        move |(store, runs), job: Job| async move {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut checkpoint = job.checkpoint().await?;
+            // The first two runs meet an outage just as they save.
+            store.set_available(run > 2);
+            let saved = checkpoint.complete(json!({ "run": run })).await;
+            store.set_available(true);
+            saved.map_err(|error| format!("could not save the result: {error}"))?;
+            Ok::<(), HandlerError>(())
+        },
+    );
     let config = ConsumerConfig {
         max_failures: 1,
         ..config()

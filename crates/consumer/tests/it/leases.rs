@@ -44,21 +44,15 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     let flaky = FaultyQueue::new(queue.clone());
     let store = InMemoryCheckpointStore::new();
     let cancelled = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let cancelled = cancelled.clone();
-        move |job: Job| {
-            let cancelled = cancelled.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!({"step": 1})).await?;
-                job.cancellation().cancelled().await;
-                cancelled.store(true, Ordering::SeqCst);
-                // A handler that ignores cancellation still cannot write.
-                let refused = checkpoint.save_progress(json!({"step": 2})).await;
-                assert!(matches!(refused, Err(StorageError::JobCancelled { .. })));
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(cancelled.clone(), move |cancelled, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        checkpoint.save_progress(json!({"step": 1})).await?;
+        job.cancellation().cancelled().await;
+        cancelled.store(true, Ordering::SeqCst);
+        // A handler that ignores cancellation still cannot write.
+        let refused = checkpoint.save_progress(json!({"step": 2})).await;
+        assert!(matches!(refused, Err(StorageError::JobCancelled { .. })));
+        Ok::<(), HandlerError>(())
     });
     // One message in flight at a time, so the consumer itself cannot
     // re-receive the message when its lease runs out: only the thief can.
@@ -114,24 +108,21 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
     let store = InMemoryCheckpointStore::new();
     let leaked = Arc::new(std::sync::Mutex::new(None));
     let dropped = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let (leaked, dropped) = (leaked.clone(), dropped.clone());
-        move |job: Job| {
-            let (leaked, dropped) = (leaked.clone(), dropped.clone());
-            async move {
-                if job.dequeue_count() > 1 {
-                    return Ok(());
-                }
-                let _dropped = DropFlag(dropped);
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!({"step": 1})).await?;
-                // Hands its checkpoint to work that outlives the handler.
-                *leaked.lock().unwrap() = Some(checkpoint);
-                std::future::pending::<()>().await;
-                Ok::<(), HandlerError>(())
+    let handler = handler_with(
+        (leaked.clone(), dropped.clone()),
+        move |(leaked, dropped), job: Job| async move {
+            if job.dequeue_count() > 1 {
+                return Ok(());
             }
-        }
-    });
+            let _dropped = DropFlag(dropped);
+            let mut checkpoint = job.checkpoint().await?;
+            checkpoint.save_progress(json!({"step": 1})).await?;
+            // Hands its checkpoint to work that outlives the handler.
+            *leaked.lock().unwrap() = Some(checkpoint);
+            std::future::pending::<()>().await;
+            Ok::<(), HandlerError>(())
+        },
+    );
     let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
         .unwrap()
         .with_checkpoints(Arc::new(store.clone()));
@@ -290,15 +281,9 @@ async fn extra_messages_from_the_queue_are_released_at_once() {
         .receive_ignores_max
         .store(true, Ordering::SeqCst);
     let gate = CancellationToken::new();
-    let handler = handler_fn({
-        let gate = gate.clone();
-        move |_job: Job| {
-            let gate = gate.clone();
-            async move {
-                gate.cancelled().await;
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(gate.clone(), move |gate, _job: Job| async move {
+        gate.cancelled().await;
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         batch_size: 1,

@@ -123,39 +123,36 @@ async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began()
     queue.send("contested", Duration::ZERO).await.unwrap();
     let store = CountingStore::new(InMemoryCheckpointStore::new());
     let conflicts = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let (store, conflicts) = (store.inner().clone(), conflicts.clone());
-        move |job: Job| {
-            let (store, conflicts) = (store.clone(), conflicts.clone());
-            async move {
-                if conflicts.load(Ordering::SeqCst) == 0 {
-                    // Another holder of the job writes after this delivery's
-                    // completed check, before its handler looks.
-                    store
-                        .write(
-                            job.key(),
-                            &Checkpoint::InProgress {
-                                progress: json!(50),
-                            },
-                            WritePrecondition::Create,
-                            None,
-                        )
-                        .await?;
+    let handler = handler_with(
+        (store.inner().clone(), conflicts.clone()),
+        move |(store, conflicts), job: Job| async move {
+            if conflicts.load(Ordering::SeqCst) == 0 {
+                // Another holder of the job writes after this delivery's
+                // completed check, before its handler looks.
+                store
+                    .write(
+                        job.key(),
+                        &Checkpoint::InProgress {
+                            progress: json!(50),
+                        },
+                        WritePrecondition::Create,
+                        None,
+                    )
+                    .await?;
+            }
+            let mut checkpoint = job.checkpoint().await?;
+            match checkpoint.save_progress(json!(51)).await {
+                Err(StorageError::Conflict { .. }) => {
+                    conflicts.fetch_add(1, Ordering::SeqCst);
+                    Err::<(), HandlerError>("fenced out".into())
                 }
-                let mut checkpoint = job.checkpoint().await?;
-                match checkpoint.save_progress(json!(51)).await {
-                    Err(StorageError::Conflict { .. }) => {
-                        conflicts.fetch_add(1, Ordering::SeqCst);
-                        Err::<(), HandlerError>("fenced out".into())
-                    }
-                    saved => {
-                        assert_eq!(checkpoint.progress(), Some(&json!(51)));
-                        Ok(saved?)
-                    }
+                saved => {
+                    assert_eq!(checkpoint.progress(), Some(&json!(51)));
+                    Ok(saved?)
                 }
             }
-        }
-    });
+        },
+    );
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
     let running = Running::start(consumer, handler);
     running.wait_for("handled", |s| s.succeeded == 1).await;
@@ -300,19 +297,13 @@ async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_
             .unwrap();
     }
     let started = Arc::new(Mutex::new(Vec::new()));
-    let handler = handler_fn({
-        let started = Arc::clone(&started);
-        move |job: Job| {
-            let started = Arc::clone(&started);
-            async move {
-                let seconds: u64 = job.text()?.parse()?;
-                if seconds == 0 {
-                    started.lock().unwrap().push(tokio::time::Instant::now());
-                }
-                tokio::time::sleep(Duration::from_secs(seconds)).await;
-                Ok::<(), HandlerError>(())
-            }
+    let handler = handler_with(Arc::clone(&started), move |started, job: Job| async move {
+        let seconds: u64 = job.text()?.parse()?;
+        if seconds == 0 {
+            started.lock().unwrap().push(tokio::time::Instant::now());
         }
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         batch_size: 4,

@@ -1,12 +1,13 @@
 //! Helpers the consumer tests share: a consumer running in the background,
 //! waits on tokio's paused clock, and the queues every test starts from.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use spot_worker_consumer::{
-    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler, handler_fn,
 };
 use spot_worker_storage::InMemoryQueue;
 use tokio::task::JoinHandle;
@@ -91,6 +92,18 @@ pub async fn wait_within(what: &str, limit: Duration, done: impl Fn() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A handler closure handed its own copy of `state` (counters, flags, a
+/// store the test also holds) for every job: the clone per call that a
+/// `handler_fn` sharing state with its test needs, written once.
+pub fn handler_with<S, F, Fut>(state: S, handle: F) -> impl MessageHandler
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    handler_fn(move |job: Job| handle(state.clone(), job))
 }
 
 /// Sets its flag when dropped: shows that a handler future was dropped.
