@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage, unique};
+use common::*;
 use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn};
 use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue};
 use tokio_util::sync::CancellationToken;
@@ -20,8 +20,7 @@ use tokio_util::sync::CancellationToken;
 // without an outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     poison.create_if_missing().await.unwrap();
     let store = Arc::new(storage.checkpoint_store(&unique("ckpt")).unwrap());
