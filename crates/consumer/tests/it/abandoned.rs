@@ -12,9 +12,7 @@ use std::time::Duration;
 use spot_worker_consumer::{
     Consumer, ConsumerStats, DrainSignals, HandlerError, Job, MessageHandler, handler_fn,
 };
-use spot_worker_storage::{
-    InMemoryResultStore, MessageQueue, PutOutcome, ResultStore, StorageError,
-};
+use spot_worker_storage::{InMemoryResultStore, PutOutcome, ResultStore, StorageError};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
@@ -62,8 +60,7 @@ fn leaves_blocking_work(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_never_yields_does_not_hold_up_the_release() {
-    let (queue, poison) = queues();
-    queue.send("stubborn", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("stubborn").await;
     let started = Arc::new(AtomicBool::new(false));
     let let_go = Arc::new(AtomicBool::new(false));
     let handler = handler_with(
@@ -113,8 +110,7 @@ struct LeftBehind {
 
 impl LeftBehind {
     async fn start(detach: bool) -> LeftBehind {
-        let (queue, poison) = queues();
-        queue.send("job", Duration::ZERO).await.unwrap();
+        let (queue, poison) = queues_holding("job").await;
         let results = InMemoryResultStore::new("results");
         let (go, go_rx) = mpsc::channel();
         let (outcome_tx, outcome) = mpsc::channel();

@@ -4,7 +4,6 @@
 //! leaves its failure counted as usual, and a permanent failure is poisoned
 //! at once whatever was noted. In-memory queue, tokio's paused clock.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -51,8 +50,7 @@ async fn a_permanent_failure_after_a_resolved_conflict_is_poisoned_at_once() {
         // ...then finds the job itself is bad.
         Err::<(), HandlerError>(permanent("row 51 is not a number"))
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.waited_for_peer, stats.retried), (0, 0), "{stats:?}");
@@ -70,8 +68,7 @@ async fn a_permanent_failure_after_a_resolved_conflict_is_poisoned_at_once() {
 // uncounted wait for a peer, for ever.
 #[tokio::test(start_paused = true)]
 async fn a_conflict_on_another_key_does_not_excuse_the_jobs_failure() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = InMemoryCheckpointStore::new();
     let handler = handler_with(store.clone(), move |store, job: Job| async move {
         let mut shared = job.checkpoint_for("shared-index").await?;
@@ -80,8 +77,7 @@ async fn a_conflict_on_another_key_does_not_excuse_the_jobs_failure() {
         assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
         Err::<(), HandlerError>("the database is down".into())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.waited_for_peer, stats.retried), (0, 2), "{stats:?}");

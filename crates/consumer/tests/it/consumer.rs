@@ -80,8 +80,7 @@ async fn shutdown_releases_in_flight_messages_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_retry_after_a_backoff_then_succeed() {
-    let (queue, poison) = queues();
-    queue.send("flaky", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("flaky").await;
     let attempts = Arc::new(AtomicU32::new(0));
     let handler = handler_with(attempts.clone(), move |attempts, job: Job| async move {
         attempts.fetch_add(1, Ordering::SeqCst);
@@ -112,15 +111,7 @@ async fn a_redelivered_message_with_a_completed_checkpoint_is_deleted_without_re
     let (queue, poison) = queues();
     let id = queue.send("done before", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    store
-        .write(
-            id.as_str(),
-            &Checkpoint::Completed { result: json!(42) },
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
+    write_completed(&store, id.as_str(), json!(42)).await;
     let handler = handler_fn(|_job: Job| async { panic!("must not run") });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store));
     let running = Running::start(consumer, handler);
@@ -133,8 +124,7 @@ async fn a_redelivered_message_with_a_completed_checkpoint_is_deleted_without_re
 
 #[tokio::test(start_paused = true)]
 async fn handlers_resume_from_saved_progress() {
-    let (queue, poison) = queues();
-    queue.send("resumable", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("resumable").await;
     let store = InMemoryCheckpointStore::new();
     let handler = handler_fn(|job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
@@ -150,8 +140,7 @@ async fn handlers_resume_from_saved_progress() {
         checkpoint.complete(json!({"total": done + 5})).await?;
         Ok(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("success", |s| s.succeeded == 1).await;
     running.stop().await;
     assert!(queue.is_empty());
@@ -211,8 +200,7 @@ fn invalid_configs_are_rejected() {
 
 #[tokio::test(start_paused = true)]
 async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_the_rest() {
-    let (queue, poison) = queues();
-    queue.send("short", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("short").await;
     queue.send("long", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|job: Job| async move {
         let secs = if job.text()? == "short" { 20 } else { 3600 };
@@ -346,8 +334,7 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
             Err::<(), HandlerError>(format!("could not save: {fenced}").into())
         },
     );
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running
         .wait_for("deleted as completed", |s| s.skipped_completed == 1)
         .await;
@@ -384,8 +371,7 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
         idle_backoff_max: Duration::from_secs(2),
         ..config()
     };
-    let consumer = Consumer::new(Arc::new(log.clone()), Arc::new(poison), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(log.clone(), poison, config), handler);
     tokio::time::sleep(Duration::from_secs(30)).await;
     let idle_polls = log.faults().receives_at().len();
     // At the 50 ms floor that would be 600 polls; capped at 2 s (jittered

@@ -53,8 +53,7 @@ async fn an_outage_at_arrival_never_lets_the_crash_loop_guard_poison() {
         Ok::<(), HandlerError>(())
     });
     // The 11th delivery is past max_deliveries (10): the guard is consulted.
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     wait_until("the record and the checkpoint asked for", || {
         store.calls().reads() >= 2
     })
@@ -74,8 +73,7 @@ async fn an_outage_at_arrival_never_lets_the_crash_loop_guard_poison() {
 // its reason says what it knows, not "the worker died or was evicted".
 #[tokio::test(start_paused = true)]
 async fn deliveries_that_keep_waiting_for_the_store_are_poisoned_by_the_guard_saying_so() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = InMemoryCheckpointStore::new();
     let handler = handler_with(store.clone(), move |store, job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
@@ -86,8 +84,7 @@ async fn deliveries_that_keep_waiting_for_the_store_are_poisoned_by_the_guard_sa
         saved?;
         Ok::<(), HandlerError>(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!(

@@ -195,10 +195,7 @@ async fn an_evicted_delivery_that_saved_nothing_reports_its_work_as_redone() {
     signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
     wait_until("released", || consumer.stats().released == 1).await;
     signals.release();
-    tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("stops in time")
-        .expect("consumer task");
+    stopped(task).await;
 
     let finishing = handler_fn(|_job: Job| async move {
         work(300).await;

@@ -124,8 +124,7 @@ fn start_vm(
 
 #[tokio::test(start_paused = true)]
 async fn every_interruption_is_counted_once_by_its_kind() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = Arc::new(InMemoryCheckpointStore::new());
     // One cadence for every "VM" below: what the fleet's counts would sum.
     let cadence = cadence();
@@ -276,8 +275,7 @@ async fn a_late_notice_whose_worker_was_killed_is_counted_late_by_the_next_deliv
 
 #[tokio::test(start_paused = true)]
 async fn a_handlers_checkpoint_asks_the_workers_cadence_and_measures_its_saves() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Explicit(
         Duration::from_secs(30),
     )));
@@ -433,8 +431,7 @@ async fn is_due_spreads_a_job_over_what_the_fleets_finished_jobs_took() {
     // (the fleet's finished jobs of 25 s, the seconds of work at each save)
     let rows: [(u32, &[u64]); 2] = [(20, &[13]), (0, &[10, 20])];
     for (finished, expected) in rows {
-        let (queue, poison) = queues();
-        queue.send("job", Duration::ZERO).await.unwrap();
+        let (queue, poison) = queues_holding("job").await;
         // Many losses: Daly's interval is the least, 10 s.
         let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
             seed_evictions_per_hour: 1000.0,
