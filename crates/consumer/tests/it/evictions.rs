@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use spot_worker_consumer::{
-    ConsumerConfig, DrainSignals, HandlerError, Job, PoisonRecord, handler_fn,
-};
+use spot_worker_consumer::{ConsumerConfig, DrainSignals, HandlerError, Job, PoisonRecord};
 use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue};
 use spot_worker_testkit::faulty::FaultyQueue;
+use spot_worker_testkit::handlers::evictable;
 use spot_worker_testkit::store_layer::{Action, Call, Layered, Policy, StoreCall};
 use tokio::time::Instant;
 
@@ -24,26 +23,6 @@ fn small_guard() -> ConsumerConfig {
         max_deliveries: 3,
         ..config()
     }
-}
-
-/// A handler that waits for its cancellation and then returns
-/// "interrupted" (as `primes` does), except once `finish` is set: then it
-/// succeeds at once. Counts its runs.
-fn evictable(
-    runs: Arc<AtomicU32>,
-    finish: Arc<AtomicBool>,
-) -> impl spot_worker_consumer::MessageHandler {
-    handler_fn(move |job: Job| {
-        let (runs, finish) = (runs.clone(), finish.clone());
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            if finish.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            job.cancellation().cancelled().await;
-            Err::<(), HandlerError>("interrupted".into())
-        }
-    })
 }
 
 // Issue 16 (helper B's finding): before the fix, a release on shutdown
