@@ -35,6 +35,7 @@ pub mod contract;
 pub mod counting;
 pub mod fault_search;
 pub mod faulty;
+pub mod handlers;
 pub mod kube_stand_in;
 pub mod lost_answers;
 pub mod otlp;

@@ -7,10 +7,13 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use spot_worker_azure::{AzureQueue, AzureStorage, RetryConfig, StorageConfig};
-use spot_worker_consumer::{ConsumerStats, poison_queue_name};
+use spot_worker_azure::{
+    AzureQueue, AzureStorage, BlobCheckpointStore, RetryConfig, StorageConfig,
+};
+use spot_worker_consumer::{Consumer, ConsumerStats, MessageHandler, poison_queue_name};
 use spot_worker_testkit::Azurite;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Upper bound of every wait in these tests: generous, so a slow machine
 /// does not fail them, yet bounded.
@@ -45,6 +48,49 @@ pub fn storage(azurite: &Azurite) -> AzureStorage {
         .expect("valid connection string");
     config.retry = short_retries();
     AzureStorage::new(config).expect("storage client")
+}
+
+/// A fresh Azurite and a worker's client for it, as most tests start.
+pub fn azurite_and_storage() -> (Azurite, AzureStorage) {
+    let azurite = start_azurite();
+    let storage = storage(&azurite);
+    (azurite, storage)
+}
+
+/// A client with the operator's rights (it may list every blob), short
+/// retries as [`storage`].
+pub fn operator_storage(azurite: &Azurite) -> AzureStorage {
+    let mut config = StorageConfig::from_connection_string(&azurite.connection_string())
+        .expect("valid connection string")
+        .for_operator();
+    config.retry = short_retries();
+    AzureStorage::new(config).expect("operator storage client")
+}
+
+/// A blob checkpoint store in a new container named after `prefix`.
+pub async fn checkpoint_store(storage: &AzureStorage, prefix: &str) -> BlobCheckpointStore {
+    let store = storage
+        .checkpoint_store(&unique(prefix))
+        .expect("a valid container name");
+    store
+        .create_container_if_missing()
+        .await
+        .expect("the container is created");
+    store
+}
+
+/// Runs `consumer` with `handler` in a task until the returned token is
+/// cancelled; [`stopped`] collects its statistics.
+pub fn run_in_background(
+    consumer: &Consumer,
+    handler: impl MessageHandler,
+) -> (CancellationToken, JoinHandle<ConsumerStats>) {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
+        async move { consumer.run(handler, shutdown).await }
+    });
+    (shutdown, task)
 }
 
 /// A name unique to this test run: `<prefix>-<12 hex digits>`.

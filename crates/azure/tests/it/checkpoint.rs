@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
+use common::*;
 use serde_json::json;
 use spot_worker_azure::BlobCheckpointStore;
 use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, handler_fn};
@@ -19,7 +19,6 @@ use spot_worker_storage::{
     WritePrecondition, async_trait,
 };
 use spot_worker_testkit::contract;
-use tokio_util::sync::CancellationToken;
 
 fn progress(n: u64) -> Checkpoint {
     Checkpoint::InProgress {
@@ -29,10 +28,8 @@ fn progress(n: u64) -> Checkpoint {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_blob_checkpoint_store_meets_the_contract() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
-    let store = storage.checkpoint_store(&unique("ckpt")).unwrap();
-    store.create_container_if_missing().await.unwrap();
+    let (_azurite, storage) = azurite_and_storage();
+    let store = checkpoint_store(&storage, "ckpt").await;
     store.create_container_if_missing().await.unwrap(); // idempotent
     contract::checkpoint_store(Arc::new(store)).await;
 }
@@ -81,10 +78,8 @@ impl CheckpointStore for FirstResponseLost {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handles_own_landed_write_is_accepted_after_a_real_412() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
-    let blobs = storage.checkpoint_store(&unique("ckpt")).unwrap();
-    blobs.create_container_if_missing().await.unwrap();
+    let (_azurite, storage) = azurite_and_storage();
+    let blobs = checkpoint_store(&storage, "ckpt").await;
     let store: Arc<dyn CheckpointStore> = Arc::new(blobs.clone());
     // Where the job stands when a worker resumes it. (That another
     // worker's equal write is fenced out is part of the contract.)
@@ -115,11 +110,9 @@ async fn a_handles_own_landed_write_is_accepted_after_a_real_412() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
-    let store = storage.checkpoint_store(&unique("ckpt")).unwrap();
-    store.create_container_if_missing().await.unwrap();
+    let store = checkpoint_store(&storage, "ckpt").await;
 
     let id = queue.send("already done", Duration::ZERO).await.unwrap();
     // An earlier delivery completed the job, and its delete was cut short:
@@ -152,11 +145,7 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
     let consumer = Consumer::new(Arc::new(queue.clone()), Arc::new(poison), config)
         .unwrap()
         .with_checkpoints(Arc::new(store));
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-        async move { consumer.run(handler, shutdown).await }
-    });
+    let (shutdown, task) = run_in_background(&consumer, handler);
     poll_until("skipped", WAIT_LIMIT, || {
         let stats = consumer.stats();
         async move { (stats.skipped_completed == 1).then_some(()) }
@@ -171,12 +160,7 @@ async fn a_redelivered_message_whose_job_completed_is_deleted_without_redoing_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_lists_every_blob_and_the_worker_a_prefix() {
     let azurite = start_azurite();
-    let mut operator_config =
-        spot_worker_azure::StorageConfig::from_connection_string(&azurite.connection_string())
-            .unwrap()
-            .for_operator();
-    operator_config.retry = common::short_retries();
-    let operator = spot_worker_azure::AzureStorage::new(operator_config).unwrap();
+    let operator = operator_storage(&azurite);
     let name = unique("ckpt");
     let store = operator.checkpoint_store(&name).unwrap();
     // A container that does not exist yet lists nothing.
@@ -218,10 +202,8 @@ async fn the_operator_lists_every_blob_and_the_worker_a_prefix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_blob_chunk_store_meets_the_contract() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
-    let store = storage.checkpoint_store(&unique("chunks")).unwrap();
-    store.create_container_if_missing().await.unwrap();
+    let (_azurite, storage) = azurite_and_storage();
+    let store = checkpoint_store(&storage, "chunks").await;
     let chunks = store.chunks().expect("blob checkpoints keep files");
     contract::chunk_store(chunks.as_ref()).await;
 }
@@ -231,14 +213,8 @@ async fn the_blob_chunk_store_meets_the_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn touching_a_chunk_moves_its_last_modified_date() {
     let azurite = start_azurite();
-    let mut config =
-        spot_worker_azure::StorageConfig::from_connection_string(&azurite.connection_string())
-            .unwrap()
-            .for_operator();
-    config.retry = common::short_retries();
-    let operator = spot_worker_azure::AzureStorage::new(config).unwrap();
-    let store = operator.checkpoint_store(&unique("touch")).unwrap();
-    store.create_container_if_missing().await.unwrap();
+    let operator = operator_storage(&azurite);
+    let store = checkpoint_store(&operator, "touch").await;
     let chunks = store.chunks().expect("blob checkpoints keep files");
     let name = "0123abcd/chunk-00000001";
     chunks.put(name, b"abc".to_vec().into()).await.unwrap();
@@ -268,9 +244,7 @@ async fn touching_a_chunk_moves_its_last_modified_date() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blob_checkpoint_files_meet_the_contract() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
-    let store = storage.checkpoint_store(&unique("files")).unwrap();
-    store.create_container_if_missing().await.unwrap();
+    let (_azurite, storage) = azurite_and_storage();
+    let store = checkpoint_store(&storage, "files").await;
     contract::checkpoint_files(Arc::new(store)).await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use azure_core::credentials::Secret;
 use azure_core::http::{Method, Request, StatusCode, Url, new_http_client};
-use common::{start_azurite, storage, unique};
+use common::*;
 use spot_worker_azure::{
     AccountEndpoints, AccountSasScope, AzureStorage, ConnectionString, ConnectionStringError,
     Credentials, StorageConfig, StorageConfigError, sign_account_sas,

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage, unique};
-use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn};
+use common::*;
+use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals};
 use spot_worker_storage::{Checkpoint, CheckpointStore, MessageQueue};
+use spot_worker_testkit::handlers::evictable;
 use tokio_util::sync::CancellationToken;
 
 // Before the fix the 4th delivery (max_deliveries 3) was poisoned by the
@@ -20,8 +21,7 @@ use tokio_util::sync::CancellationToken;
 // without an outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     poison.create_if_missing().await.unwrap();
     let store = Arc::new(storage.checkpoint_store(&unique("ckpt")).unwrap());
@@ -36,20 +36,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
     };
     let runs = Arc::new(AtomicU32::new(0));
     let finish = Arc::new(AtomicBool::new(false));
-    let handler = || {
-        let (runs, finish) = (runs.clone(), finish.clone());
-        handler_fn(move |job: Job| {
-            let (runs, finish) = (runs.clone(), finish.clone());
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                if finish.load(Ordering::SeqCst) {
-                    return Ok(());
-                }
-                job.cancellation().cancelled().await;
-                Err::<(), HandlerError>("interrupted".into())
-            }
-        })
-    };
+    let handler = || evictable(runs.clone(), finish.clone());
     // Each eviction on a new "VM": a new consumer sharing only the storage.
     let new_consumer = || {
         Consumer::new(

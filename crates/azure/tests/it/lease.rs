@@ -11,8 +11,7 @@ use spot_worker_storage::{CheckpointStore as _, LeaseStore, MessageQueue};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_and_the_lease_is_free_again_once_given_up() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let store = storage.checkpoint_store(&unique("leases")).unwrap();
     store.prepare().await.unwrap();
     let name = ".spot-worker/lanes-keeper";
@@ -52,8 +51,7 @@ async fn one_holder_at_a_time_and_the_lease_is_free_again_once_given_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_is_peeked_through_the_trait_without_receiving() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let queue = storage.queue(&unique("peek")).unwrap();
     queue.prepare().await.unwrap();
     for text in ["a", "b"] {

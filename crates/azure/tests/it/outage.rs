@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
+use common::*;
 use spot_worker_azure::{AzureStorage, StorageConfig};
 use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, Job, handler_fn};
 use spot_worker_storage::{CheckpointStore, MessageQueue, StorageError};
 use spot_worker_testkit::ACCOUNT_KEY;
-use tokio_util::sync::CancellationToken;
 
 /// Every `sig=` in `text` must be followed by the redaction marker.
 fn assert_no_secrets(text: &str) {
@@ -129,11 +128,7 @@ async fn the_consumer_recovers_after_azurite_restarts_and_loses_nothing() {
         ..ConsumerConfig::default()
     };
     let consumer = Consumer::new(Arc::new(queue.clone()), Arc::new(poison), config).unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-        async move { consumer.run(handler, shutdown).await }
-    });
+    let (shutdown, task) = run_in_background(&consumer, handler);
     let stats_reach =
         |what: &'static str, done: fn(spot_worker_consumer::ConsumerStats) -> bool| {
             let consumer = consumer.clone();

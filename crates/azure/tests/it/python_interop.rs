@@ -12,13 +12,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{WAIT_LIMIT, poll_until, start_azurite, storage, unique};
+use common::*;
 use spot_worker_consumer::{
     Consumer, ConsumerConfig, HandlerError, Job, PoisonRecord, handler_fn, poison_queue_name,
 };
 use spot_worker_storage::MessageEncoding;
 use spot_worker_testkit::Azurite;
-use tokio_util::sync::CancellationToken;
 
 const SWITCH: &str = "SPOT_WORKER_PYTHON_INTEROP";
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(60);
@@ -76,8 +75,7 @@ async fn python_enqueues_base64_rust_consumes_and_python_reads_the_poison_record
         eprintln!("skipping: {SWITCH} disables Python interop tests");
         return;
     }
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (azurite, storage) = azurite_and_storage();
     let name = unique("interop");
     let poison_name = poison_queue_name(&name);
 
@@ -122,11 +120,7 @@ async fn python_enqueues_base64_rust_consumes_and_python_reads_the_poison_record
         ..ConsumerConfig::default()
     };
     let consumer = Consumer::new(Arc::new(queue), Arc::new(poison), config).unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-        async move { consumer.run(handler, shutdown).await }
-    });
+    let (shutdown, task) = run_in_background(&consumer, handler);
     poll_until("both settled", WAIT_LIMIT, || {
         let stats = consumer.stats();
         async move { (stats.succeeded == 1 && stats.poisoned == 1).then_some(()) }

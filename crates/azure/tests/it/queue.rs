@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, storage, unique};
+use common::*;
 use serde_json::json;
 use spot_worker_azure::{AzureQueue, MessageTtl};
 use spot_worker_consumer::{
@@ -51,11 +51,7 @@ struct Running {
 
 impl Running {
     fn start(consumer: Consumer, handler: impl MessageHandler) -> Self {
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn({
-            let (consumer, shutdown) = (consumer.clone(), shutdown.clone());
-            async move { consumer.run(handler, shutdown).await }
-        });
+        let (shutdown, task) = run_in_background(&consumer, handler);
         Running {
             consumer,
             shutdown,
@@ -98,8 +94,7 @@ async fn drain(queue: &AzureQueue) -> Vec<QueueMessage> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_receive_pop_receipts_and_delete() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, _) = queues(&storage).await;
     for i in 0..5 {
         queue.send(&format!("m{i}"), Duration::ZERO).await.unwrap();
@@ -156,8 +151,7 @@ async fn batch_receive_pop_receipts_and_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_handles_a_batch_and_renews_leases_across_several_visibility_periods() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     for i in 0..4 {
         queue
@@ -229,11 +223,9 @@ fn cut_off(queue: &FaultyQueue<AzureQueue>, cut: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
-    let checkpoints = storage.checkpoint_store(&unique("ckpt")).unwrap();
-    checkpoints.create_container_if_missing().await.unwrap();
+    let checkpoints = checkpoint_store(&storage, "ckpt").await;
     let id = queue.send("contested", Duration::ZERO).await.unwrap();
     let flaky = FaultyQueue::new(queue.clone());
     // The consumer stops the handler when the lease is lost (it drops it);
@@ -326,8 +318,7 @@ async fn a_lost_lease_cancels_the_handler_and_nothing_more_is_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_makes_in_flight_messages_visible_again_within_a_second() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     for _ in 0..3 {
         queue.send("slow", Duration::ZERO).await.unwrap();
@@ -369,8 +360,7 @@ async fn shutdown_makes_in_flight_messages_visible_again_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_back_off_then_poison_with_the_original_metadata() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     let id = queue
         .send("doomed <&> payload", Duration::ZERO)
@@ -425,8 +415,7 @@ async fn failures_back_off_then_poison_with_the_original_metadata() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn base64_and_text_encodings() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
 
     // Text: the body is the message text, XML-special characters included.
     let (text_queue, text_poison) = queues(&storage).await;
@@ -497,8 +486,7 @@ async fn base64_and_text_encodings() {
 // points at it; one that fits stays inline, whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poisoned_originals_are_kept_whole_inline_or_as_a_blob() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     let bodies = storage.result_store("poison").unwrap();
     bodies.prepare().await.unwrap();
@@ -541,8 +529,7 @@ async fn poisoned_originals_are_kept_whole_inline_or_as_a_blob() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_never_expire_while_work_keeps_the_service_default() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     queue.send("doomed", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|_job: Job| async { Err::<(), HandlerError>("no".into()) });

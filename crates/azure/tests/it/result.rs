@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{start_azurite, storage, unique};
+use common::*;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, MessageQueue, PutOutcome, ResultStore, StorageError,
     WritePrecondition,
@@ -17,8 +17,7 @@ use spot_worker_testkit::contract;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_blob_result_store_meets_the_contract() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let container = unique("results");
     let results = storage.result_store(&container).unwrap();
     assert_eq!(results.name(), container);
@@ -29,8 +28,7 @@ async fn the_blob_result_store_meets_the_contract() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_creates_of_one_result_leave_exactly_one() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let results = storage.result_store(&unique("results")).unwrap();
     results.prepare().await.unwrap();
     // Eight writers with two different bodies race for one name: one body
@@ -69,8 +67,7 @@ async fn racing_creates_of_one_result_leave_exactly_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepare_creates_missing_queues_and_containers_and_leaves_no_probe() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (azurite, storage) = azurite_and_storage();
     let queue = storage.queue(&unique("jobs")).unwrap();
     // Missing at first: a receive fails.
     assert!(matches!(
@@ -188,8 +185,7 @@ async fn list_blob_names(azurite: &spot_worker_testkit::Azurite, container: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_bigger_than_a_block_is_streamed_create_only() {
     use std::io::Write as _;
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let results = storage.result_store(&unique("results")).unwrap();
     results.prepare().await.unwrap();
     // Two and a half blocks.
@@ -243,8 +239,7 @@ async fn a_result_bigger_than_a_block_is_streamed_create_only() {
 /// are `AlreadyExistsIdentical`, other bytes `Conflict`.
 async fn race_two_large_writers(identical: bool) {
     use std::io::Write as _;
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let results = storage.result_store(&unique("results")).unwrap();
     results.prepare().await.unwrap();
     // Six blocks each, differing in every block.

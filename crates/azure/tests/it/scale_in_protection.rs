@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
-use common::{WAIT_LIMIT, start_azurite, storage, unique};
+use common::*;
 use spot_worker_azure::ArmScaleInProtection;
 use spot_worker_imds::ScaleSetMember;
 use spot_worker_runtime::scale_in_protection::ScaleInProtection;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{WAIT_LIMIT, poll_until, queues, start_azurite, stopped, storage};
+use common::*;
 use spot_worker_consumer::{Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, handler_fn};
 use spot_worker_storage::MessageQueue;
 use spot_worker_testkit::faulty::FaultyQueue;
@@ -16,8 +16,7 @@ use spot_worker_testkit::faulty::FaultyQueue;
 // Issue 16, item 5 (the in-memory twin is crates/consumer/tests/it/wind_down.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() {
-    let azurite = start_azurite();
-    let storage = storage(&azurite);
+    let (_azurite, storage) = azurite_and_storage();
     let (queue, poison) = queues(&storage).await;
     queue.send("job", Duration::ZERO).await.unwrap();
     let faulty = FaultyQueue::new(queue.clone());

@@ -12,9 +12,7 @@ use std::time::Duration;
 use spot_worker_consumer::{
     Consumer, ConsumerStats, DrainSignals, HandlerError, Job, MessageHandler, handler_fn,
 };
-use spot_worker_storage::{
-    InMemoryResultStore, MessageQueue, PutOutcome, ResultStore, StorageError,
-};
+use spot_worker_storage::{InMemoryResultStore, PutOutcome, ResultStore, StorageError};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
@@ -62,28 +60,24 @@ fn leaves_blocking_work(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_never_yields_does_not_hold_up_the_release() {
-    let (queue, poison) = queues();
-    queue.send("stubborn", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("stubborn").await;
     let started = Arc::new(AtomicBool::new(false));
     let let_go = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let (started, let_go) = (started.clone(), let_go.clone());
-        move |_job: Job| {
-            let (started, let_go) = (started.clone(), let_go.clone());
-            async move {
-                started.store(true, Ordering::SeqCst);
-                // Blocks its worker thread and never awaits (bounded, so the
-                // test binary does not spin after the test).
-                for _ in 0..600 {
-                    if let_go.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
+    let handler = handler_with(
+        (started.clone(), let_go.clone()),
+        move |(started, let_go), _job: Job| async move {
+            started.store(true, Ordering::SeqCst);
+            // Blocks its worker thread and never awaits (bounded, so the
+            // test binary does not spin after the test).
+            for _ in 0..600 {
+                if let_go.load(Ordering::SeqCst) {
+                    break;
                 }
-                Ok::<(), HandlerError>(())
+                std::thread::sleep(Duration::from_millis(100));
             }
-        }
-    });
+            Ok::<(), HandlerError>(())
+        },
+    );
     let consumer = consumer(&queue, &poison, config());
     let signals = DrainSignals::new();
     let task = run_in_background(&consumer, handler, &signals);
@@ -116,8 +110,7 @@ struct LeftBehind {
 
 impl LeftBehind {
     async fn start(detach: bool) -> LeftBehind {
-        let (queue, poison) = queues();
-        queue.send("job", Duration::ZERO).await.unwrap();
+        let (queue, poison) = queues_holding("job").await;
         let results = InMemoryResultStore::new("results");
         let (go, go_rx) = mpsc::channel();
         let (outcome_tx, outcome) = mpsc::channel();

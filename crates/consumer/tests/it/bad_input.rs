@@ -11,24 +11,12 @@
 //! `PROPTEST_CASES` when larger (the long run in docs/testing.md).
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+
+use crate::common::proptest_config;
 use serde_json::{Value, json};
 use spot_worker_consumer::{BodyBlob, PoisonRecord};
 use spot_worker_storage::{Checkpoint, MessageEncoding, StorageError};
 use time::{OffsetDateTime, UtcOffset};
-
-/// Cases per property in CI.
-const CI_CASES: u32 = 10_000;
-
-/// At least [`CI_CASES`]; `PROPTEST_CASES` raises it for a long run.
-fn config() -> Config {
-    let from_env = Config::default();
-    Config {
-        cases: from_env.cases.max(CI_CASES),
-        failure_persistence: None,
-        ..from_env
-    }
-}
 
 /// Text of every kind: ASCII, any unicode, controls, quotes and escapes.
 fn text() -> impl Strategy<Value = String> {
@@ -274,7 +262,7 @@ fn check_checkpoint(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(proptest_config())]
 
     /// A poison record comes back exactly as it was written.
     #[test]

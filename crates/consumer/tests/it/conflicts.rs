@@ -4,11 +4,10 @@
 //! leaves its failure counted as usual, and a permanent failure is poisoned
 //! at once whatever was noted. In-memory queue, tokio's paused clock.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use spot_worker_consumer::{HandlerError, Job, PoisonRecord, handler_fn, permanent};
+use spot_worker_consumer::{HandlerError, Job, PoisonRecord, permanent};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, InMemoryCheckpointStore, MessageQueue, StorageError,
     WritePrecondition,
@@ -38,27 +37,20 @@ async fn a_permanent_failure_after_a_resolved_conflict_is_poisoned_at_once() {
     let (queue, poison) = queues();
     let id = queue.send("job", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    let handler = handler_fn({
-        let store = store.clone();
-        move |job: Job| {
-            let store = store.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!(1)).await?;
-                a_peer_writes(&store, job.key(), json!(50)).await;
-                let lost = checkpoint.save_progress(json!(2)).await.unwrap_err();
-                assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
-                // The handler resolves it: it reloads and builds on the
-                // peer's progress...
-                let mut reloaded = job.checkpoint().await?;
-                reloaded.save_progress(json!(51)).await?;
-                // ...then finds the job itself is bad.
-                Err::<(), HandlerError>(permanent("row 51 is not a number"))
-            }
-        }
+    let handler = handler_with(store.clone(), move |store, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        checkpoint.save_progress(json!(1)).await?;
+        a_peer_writes(&store, job.key(), json!(50)).await;
+        let lost = checkpoint.save_progress(json!(2)).await.unwrap_err();
+        assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
+        // The handler resolves it: it reloads and builds on the
+        // peer's progress...
+        let mut reloaded = job.checkpoint().await?;
+        reloaded.save_progress(json!(51)).await?;
+        // ...then finds the job itself is bad.
+        Err::<(), HandlerError>(permanent("row 51 is not a number"))
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.waited_for_peer, stats.retried), (0, 0), "{stats:?}");
@@ -76,24 +68,16 @@ async fn a_permanent_failure_after_a_resolved_conflict_is_poisoned_at_once() {
 // uncounted wait for a peer, for ever.
 #[tokio::test(start_paused = true)]
 async fn a_conflict_on_another_key_does_not_excuse_the_jobs_failure() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = InMemoryCheckpointStore::new();
-    let handler = handler_fn({
-        let store = store.clone();
-        move |job: Job| {
-            let store = store.clone();
-            async move {
-                let mut shared = job.checkpoint_for("shared-index").await?;
-                a_peer_writes(&store, "shared-index", json!(job.dequeue_count())).await;
-                let lost = shared.save_progress(json!("mine")).await.unwrap_err();
-                assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
-                Err::<(), HandlerError>("the database is down".into())
-            }
-        }
+    let handler = handler_with(store.clone(), move |store, job: Job| async move {
+        let mut shared = job.checkpoint_for("shared-index").await?;
+        a_peer_writes(&store, "shared-index", json!(job.dequeue_count())).await;
+        let lost = shared.save_progress(json!("mine")).await.unwrap_err();
+        assert!(matches!(lost, StorageError::Conflict { .. }), "{lost}");
+        Err::<(), HandlerError>("the database is down".into())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!((stats.waited_for_peer, stats.retried), (0, 2), "{stats:?}");

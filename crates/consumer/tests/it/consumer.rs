@@ -25,19 +25,16 @@ async fn handles_a_batch_within_the_concurrency_limit_and_deletes_each() {
     }
     let in_flight = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
-    let handler = handler_fn({
-        let (in_flight, peak) = (in_flight.clone(), peak.clone());
-        move |_job: Job| {
-            let (in_flight, peak) = (in_flight.clone(), peak.clone());
-            async move {
-                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let handler = handler_with(
+        (in_flight.clone(), peak.clone()),
+        move |(in_flight, peak), _job: Job| async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        },
+    );
     let config = ConsumerConfig {
         max_in_flight: 3,
         ..config()
@@ -83,23 +80,16 @@ async fn shutdown_releases_in_flight_messages_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_retry_after_a_backoff_then_succeed() {
-    let (queue, poison) = queues();
-    queue.send("flaky", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("flaky").await;
     let attempts = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let attempts = attempts.clone();
-        move |job: Job| {
-            let attempts = attempts.clone();
-            async move {
-                attempts.fetch_add(1, Ordering::SeqCst);
-                if job.dequeue_count() < 3 {
-                    return Err::<(), HandlerError>(
-                        format!("attempt {} failed", job.dequeue_count()).into(),
-                    );
-                }
-                Ok(())
-            }
+    let handler = handler_with(attempts.clone(), move |attempts, job: Job| async move {
+        attempts.fetch_add(1, Ordering::SeqCst);
+        if job.dequeue_count() < 3 {
+            return Err::<(), HandlerError>(
+                format!("attempt {} failed", job.dequeue_count()).into(),
+            );
         }
+        Ok(())
     });
     let started = tokio::time::Instant::now();
     let running = Running::start(consumer(&queue, &poison, config()), handler);
@@ -121,15 +111,7 @@ async fn a_redelivered_message_with_a_completed_checkpoint_is_deleted_without_re
     let (queue, poison) = queues();
     let id = queue.send("done before", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    store
-        .write(
-            id.as_str(),
-            &Checkpoint::Completed { result: json!(42) },
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
+    write_completed(&store, id.as_str(), json!(42)).await;
     let handler = handler_fn(|_job: Job| async { panic!("must not run") });
     let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store));
     let running = Running::start(consumer, handler);
@@ -142,8 +124,7 @@ async fn a_redelivered_message_with_a_completed_checkpoint_is_deleted_without_re
 
 #[tokio::test(start_paused = true)]
 async fn handlers_resume_from_saved_progress() {
-    let (queue, poison) = queues();
-    queue.send("resumable", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("resumable").await;
     let store = InMemoryCheckpointStore::new();
     let handler = handler_fn(|job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
@@ -159,8 +140,7 @@ async fn handlers_resume_from_saved_progress() {
         checkpoint.complete(json!({"total": done + 5})).await?;
         Ok(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("success", |s| s.succeeded == 1).await;
     running.stop().await;
     assert!(queue.is_empty());
@@ -220,8 +200,7 @@ fn invalid_configs_are_rejected() {
 
 #[tokio::test(start_paused = true)]
 async fn stop_receiving_lets_in_flight_handlers_finish_then_release_hands_back_the_rest() {
-    let (queue, poison) = queues();
-    queue.send("short", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("short").await;
     queue.send("long", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|job: Job| async move {
         let secs = if job.text()? == "short" { 20 } else { 3600 };
@@ -323,43 +302,39 @@ async fn a_delivery_fenced_out_by_another_holder_waits_uncounted_and_is_deleted_
     let id = queue.send("contested job", Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let (store, runs) = (store.clone(), runs.clone());
-        move |job: Job| {
-            let (store, runs) = (store.clone(), runs.clone());
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!(1)).await?;
-                // Meanwhile another worker (with a duplicate message) moves
-                // the job on...
-                let etag = store.read(job.key()).await?.unwrap().etag;
-                let etag = store
-                    .write(
-                        job.key(),
-                        &Checkpoint::InProgress {
-                            progress: json!(50),
-                        },
-                        WritePrecondition::IfMatch(etag),
-                        None,
-                    )
-                    .await?;
-                let fenced = checkpoint.save_progress(json!(2)).await.unwrap_err();
-                // ...and finishes it while this delivery waits.
-                store
-                    .write(
-                        job.key(),
-                        &Checkpoint::Completed { result: json!(100) },
-                        WritePrecondition::IfMatch(etag),
-                        None,
-                    )
-                    .await?;
-                Err::<(), HandlerError>(format!("could not save: {fenced}").into())
-            }
-        }
-    });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let handler = handler_with(
+        (store.clone(), runs.clone()),
+        move |(store, runs), job: Job| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let mut checkpoint = job.checkpoint().await?;
+            checkpoint.save_progress(json!(1)).await?;
+            // Meanwhile another worker (with a duplicate message) moves
+            // the job on...
+            let etag = store.read(job.key()).await?.unwrap().etag;
+            let etag = store
+                .write(
+                    job.key(),
+                    &Checkpoint::InProgress {
+                        progress: json!(50),
+                    },
+                    WritePrecondition::IfMatch(etag),
+                    None,
+                )
+                .await?;
+            let fenced = checkpoint.save_progress(json!(2)).await.unwrap_err();
+            // ...and finishes it while this delivery waits.
+            store
+                .write(
+                    job.key(),
+                    &Checkpoint::Completed { result: json!(100) },
+                    WritePrecondition::IfMatch(etag),
+                    None,
+                )
+                .await?;
+            Err::<(), HandlerError>(format!("could not save: {fenced}").into())
+        },
+    );
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running
         .wait_for("deleted as completed", |s| s.skipped_completed == 1)
         .await;
@@ -384,23 +359,19 @@ async fn idle_polling_backs_off_to_the_maximum_and_resets_when_a_message_arrives
     let (queue, poison) = queues();
     let log = FaultyQueue::new(queue.clone());
     let handled_at = Arc::new(std::sync::Mutex::new(None));
-    let handler = handler_fn({
-        let handled_at = handled_at.clone();
-        move |_job: Job| {
-            let handled_at = handled_at.clone();
-            async move {
-                *handled_at.lock().unwrap() = Some(tokio::time::Instant::now());
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let handler = handler_with(
+        handled_at.clone(),
+        move |handled_at, _job: Job| async move {
+            *handled_at.lock().unwrap() = Some(tokio::time::Instant::now());
+            Ok::<(), HandlerError>(())
+        },
+    );
     let config = ConsumerConfig {
         idle_backoff_floor: Duration::from_millis(50),
         idle_backoff_max: Duration::from_secs(2),
         ..config()
     };
-    let consumer = Consumer::new(Arc::new(log.clone()), Arc::new(poison), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(log.clone(), poison, config), handler);
     tokio::time::sleep(Duration::from_secs(30)).await;
     let idle_polls = log.faults().receives_at().len();
     // At the 50 ms floor that would be 600 polls; capped at 2 s (jittered

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use spot_worker_consumer::{HandlerError, Job, handler_fn};
+use spot_worker_consumer::{HandlerError, Job};
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, InMemoryCheckpointStore, MessageQueue, WritePrecondition,
 };
@@ -48,19 +48,12 @@ async fn an_outage_at_arrival_never_lets_the_crash_loop_guard_poison() {
     inner.set_available(false);
     let store = CountingStore::new(inner.clone());
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let runs = runs.clone();
-        move |_job: Job| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(runs.clone(), move |runs, _job: Job| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<(), HandlerError>(())
     });
     // The 11th delivery is past max_deliveries (10): the guard is consulted.
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     wait_until("the record and the checkpoint asked for", || {
         store.calls().reads() >= 2
     })
@@ -80,26 +73,18 @@ async fn an_outage_at_arrival_never_lets_the_crash_loop_guard_poison() {
 // its reason says what it knows, not "the worker died or was evicted".
 #[tokio::test(start_paused = true)]
 async fn deliveries_that_keep_waiting_for_the_store_are_poisoned_by_the_guard_saying_so() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = InMemoryCheckpointStore::new();
-    let handler = handler_fn({
-        let store = store.clone();
-        move |job: Job| {
-            let store = store.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                // The store drops out just for this job's write, every time.
-                store.set_available(false);
-                let saved = checkpoint.save_progress(json!(1)).await;
-                store.set_available(true);
-                saved?;
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(store.clone(), move |store, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        // The store drops out just for this job's write, every time.
+        store.set_available(false);
+        let saved = checkpoint.save_progress(json!(1)).await;
+        store.set_available(true);
+        saved?;
+        Ok::<(), HandlerError>(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!(

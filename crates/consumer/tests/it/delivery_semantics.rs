@@ -12,8 +12,8 @@ use crate::common::*;
 use serde_json::json;
 use spot_worker_consumer::{DrainSignals, HandlerError, Job, PoisonRecord, handler_fn, permanent};
 use spot_worker_storage::{
-    Checkpoint, CheckpointStore, InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore,
-    MessageEncoding, MessageQueue, ResultStore, WritePrecondition,
+    InMemoryCheckpointStore, InMemoryQueue, InMemoryResultStore, MessageEncoding, MessageQueue,
+    ResultStore,
 };
 
 /// Runs `consumer` until its one message is in the handler, then drains as
@@ -36,16 +36,12 @@ async fn evict_once(consumer: &spot_worker_consumer::Consumer, released_before: 
     signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
     wait_until("released", || consumer.stats().released > released_before).await;
     signals.release();
-    tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("stops in time")
-        .expect("consumer task");
+    stopped(task).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_job_evicted_seven_times_never_counts_a_failure_and_still_completes() {
-    let (queue, poison) = queues();
-    queue.send("long job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("long job").await;
     let store = InMemoryCheckpointStore::new();
     // max_failures 3: with dequeue counts, this message would be poisoned
     // on its fourth delivery.
@@ -61,18 +57,12 @@ async fn a_job_evicted_seven_times_never_counts_a_failure_and_still_completes() 
     assert_eq!(consumer.stats().released, 7);
     // After seven evictions, one transient failure is a first failure.
     let calls = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let calls = calls.clone();
-        move |job: Job| {
-            let calls = calls.clone();
-            async move {
-                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                    return Err::<(), HandlerError>("a transient failure".into());
-                }
-                assert_eq!(job.dequeue_count(), 9, "7 evictions, 1 failure, this one");
-                Ok(())
-            }
+    let handler = handler_with(calls.clone(), move |calls, job: Job| async move {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err::<(), HandlerError>("a transient failure".into());
         }
+        assert_eq!(job.dequeue_count(), 9, "7 evictions, 1 failure, this one");
+        Ok(())
     });
     let running = Running::start(consumer, handler);
     running.wait_for("done", |s| s.succeeded == 1).await;
@@ -140,20 +130,9 @@ async fn a_completed_job_is_deleted_before_any_poison_decision() {
     // A duplicate message for the same job, never delivered yet.
     queue.send(r#"{"job":"j7"}"#, Duration::ZERO).await.unwrap();
     let store = InMemoryCheckpointStore::new();
-    store
-        .write(
-            "j7",
-            &Checkpoint::Completed {
-                result: json!({"done": true}),
-            },
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
+    write_completed(&store, "j7", json!({"done": true})).await;
     let runs = Arc::new(AtomicU32::new(0));
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, KeyedJobs { runs: runs.clone() });
+    let running = Running::with_store(&queue, &poison, &store, KeyedJobs { runs: runs.clone() });
     running
         .wait_for("both deleted", |s| s.skipped_completed == 2)
         .await;
@@ -165,8 +144,7 @@ async fn a_completed_job_is_deleted_before_any_poison_decision() {
 
 #[tokio::test(start_paused = true)]
 async fn a_permanent_failure_is_poisoned_at_once_with_its_reason() {
-    let (queue, poison) = queues();
-    queue.send("not a job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("not a job").await;
     let handler = handler_fn(|job: Job| async move {
         let text = job.text()?.to_owned();
         Err::<(), HandlerError>(permanent(format!("{text:?} is not a job")))
@@ -194,8 +172,7 @@ async fn poison_one(
     InMemoryQueue,
     spot_worker_consumer::ConsumerStats,
 ) {
-    let (queue, poison) = queues();
-    queue.send(text, Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding(text).await;
     let config = spot_worker_consumer::ConsumerConfig {
         max_failures: 1,
         encoding,

@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use spot_worker_consumer::{
-    Consumer, ConsumerConfig, DrainSignals, HandlerError, Job, PoisonRecord, handler_fn,
-};
-use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue, MessageQueue};
+use spot_worker_consumer::{ConsumerConfig, DrainSignals, HandlerError, Job, PoisonRecord};
+use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue};
 use spot_worker_testkit::faulty::FaultyQueue;
+use spot_worker_testkit::handlers::evictable;
 use spot_worker_testkit::store_layer::{Action, Call, Layered, Policy, StoreCall};
 use tokio::time::Instant;
 
@@ -26,34 +25,13 @@ fn small_guard() -> ConsumerConfig {
     }
 }
 
-/// A handler that waits for its cancellation and then returns
-/// "interrupted" (as `primes` does), except once `finish` is set: then it
-/// succeeds at once. Counts its runs.
-fn evictable(
-    runs: Arc<AtomicU32>,
-    finish: Arc<AtomicBool>,
-) -> impl spot_worker_consumer::MessageHandler {
-    handler_fn(move |job: Job| {
-        let (runs, finish) = (runs.clone(), finish.clone());
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            if finish.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            job.cancellation().cancelled().await;
-            Err::<(), HandlerError>("interrupted".into())
-        }
-    })
-}
-
 // Issue 16 (helper B's finding): before the fix, a release on shutdown
 // recorded nothing, so the guard counted every eviction as a delivery
 // without an outcome and the 4th delivery (max_deliveries 3) was poisoned
 // without running: an evicted job never finished.
 #[tokio::test(start_paused = true)]
 async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     // One store for the fleet: every "VM" below is a new consumer.
     let store = Arc::new(InMemoryCheckpointStore::new());
     let runs = Arc::new(AtomicU32::new(0));
@@ -84,10 +62,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
             // handler dropped.
             signals.release();
         }
-        let stats = tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("the consumer stops")
-            .expect("consumer task");
+        let stats = stopped(task).await;
         assert_eq!(
             (stats.released, stats.poisoned, stats.retried),
             (1, 0, 0),
@@ -116,8 +91,7 @@ async fn a_job_evicted_more_often_than_max_deliveries_still_finishes() {
 // the message is poisoned without running again.
 #[tokio::test(start_paused = true)]
 async fn a_process_that_keeps_dying_mid_job_is_still_stopped_by_the_guard() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = Arc::new(InMemoryCheckpointStore::new());
     let runs = Arc::new(AtomicU32::new(0));
     for crash in 1..=3u32 {
@@ -141,12 +115,9 @@ async fn a_process_that_keeps_dying_mid_job_is_still_stopped_by_the_guard() {
     assert_eq!(runs.load(Ordering::SeqCst), 3, "not run a 4th time");
     let record = PoisonRecord::from_message_text(&poison.messages()[0].body).unwrap();
     assert_eq!(record.dequeue_count, 4);
-    assert!(
-        record
-            .last_error
-            .starts_with("crash-loop guard: delivered 4 times without an outcome"),
-        "{}",
-        record.last_error
+    assert_starts_with(
+        &record.last_error,
+        "crash-loop guard: delivered 4 times without an outcome",
     );
 }
 
@@ -172,17 +143,11 @@ fn record_writes_hang() -> Layered<impl Policy> {
 async fn release_with_a_hanging_record(
     drain: impl FnOnce(&DrainSignals),
 ) -> (Duration, spot_worker_consumer::ConsumerStats) {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let faulty = FaultyQueue::new(queue.clone());
     let store = record_writes_hang();
-    let consumer = Consumer::new(
-        Arc::new(faulty.clone()),
-        Arc::new(poison.clone()),
-        small_guard(),
-    )
-    .unwrap()
-    .with_checkpoints(Arc::new(store));
+    let consumer = consumer_of(faulty.clone(), poison.clone(), small_guard())
+        .with_checkpoints(Arc::new(store));
     let runs = Arc::new(AtomicU32::new(0));
     let signals = DrainSignals::new();
     let task = tokio::spawn({
@@ -201,10 +166,7 @@ async fn release_with_a_hanging_record(
     .await;
     let released_after = faulty.faults().released_at()[0] - began;
     signals.release();
-    let stats = tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("the consumer stops")
-        .expect("consumer task");
+    let stats = stopped(task).await;
     assert_eq!(queue.visible_len(), 1, "visible again");
     (released_after, stats)
 }
@@ -249,23 +211,16 @@ impl VisibleLen for InMemoryQueue {
 // (which otherwise has no record to delete).
 #[tokio::test(start_paused = true)]
 async fn a_job_finishing_during_the_wind_down_leaves_no_record_behind() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = Arc::new(InMemoryCheckpointStore::new());
     let consumer = consumer(&queue, &poison, small_guard()).with_checkpoints(store.clone());
     let started = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let started = started.clone();
-        move |job: Job| {
-            let started = started.clone();
-            async move {
-                started.store(true, Ordering::SeqCst);
-                job.cancellation().cancelled().await;
-                // Saving progress takes a moment; the note is written meanwhile.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(started.clone(), move |started, job: Job| async move {
+        started.store(true, Ordering::SeqCst);
+        job.cancellation().cancelled().await;
+        // Saving progress takes a moment; the note is written meanwhile.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok::<(), HandlerError>(())
     });
     let signals = DrainSignals::new();
     let task = tokio::spawn({
@@ -276,10 +231,7 @@ async fn a_job_finishing_during_the_wind_down_leaves_no_record_behind() {
     signals.wind_down(Some(Instant::now() + Duration::from_secs(20)));
     wait_until("deleted", || queue.is_empty()).await;
     signals.release();
-    let stats = tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("the consumer stops")
-        .expect("consumer task");
+    let stats = stopped(task).await;
     assert_eq!((stats.succeeded, stats.released), (1, 0), "{stats:?}");
     let left = left_behind(&store);
     assert!(left.is_empty(), "checkpoints left behind: {left:?}");

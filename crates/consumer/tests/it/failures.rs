@@ -8,11 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, Job, PoisonRecord, handler_fn};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, InMemoryCheckpointStore, MessageEncoding, MessageQueue,
-    WritePrecondition,
-};
+use spot_worker_consumer::{ConsumerConfig, HandlerError, Job, PoisonRecord, handler_fn};
+use spot_worker_storage::{InMemoryCheckpointStore, MessageEncoding, MessageQueue};
 
 use crate::common::*;
 use spot_worker_testkit::faulty::FaultyQueue;
@@ -53,15 +50,9 @@ async fn base64_bodies_are_decoded_and_undecodable_ones_poisoned_with_a_reason()
         .unwrap();
     let bad = queue.send("%%% not base64", Duration::ZERO).await.unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = handler_fn({
-        let seen = seen.clone();
-        move |job: Job| {
-            let seen = seen.clone();
-            async move {
-                seen.lock().unwrap().push(job.body().to_vec());
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(seen.clone(), move |seen, job: Job| async move {
+        seen.lock().unwrap().push(job.body().to_vec());
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         encoding,
@@ -89,8 +80,7 @@ async fn base64_bodies_are_decoded_and_undecodable_ones_poisoned_with_a_reason()
 
 #[tokio::test(start_paused = true)]
 async fn a_message_already_received_too_often_is_poisoned_without_running_the_handler() {
-    let (queue, poison) = queues();
-    queue.send("crashy", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("crashy").await;
     // Ten earlier workers died while handling it.
     for _ in 0..10 {
         queue.receive(1, Duration::ZERO).await.unwrap();
@@ -101,13 +91,7 @@ async fn a_message_already_received_too_often_is_poisoned_without_running_the_ha
     running.stop().await;
     let record: PoisonRecord = serde_json::from_str(&poison.messages()[0].body).unwrap();
     assert_eq!(record.dequeue_count, 11);
-    assert!(
-        record
-            .last_error
-            .starts_with("crash-loop guard: delivered 11 times"),
-        "{}",
-        record.last_error
-    );
+    assert_starts_with(&record.last_error, "crash-loop guard: delivered 11 times");
 }
 
 // Issue 37 item 5: the poison record is sent, the delete of the original
@@ -124,21 +108,16 @@ async fn a_poisoned_message_whose_delete_failed_is_not_run_again_when_it_returns
         .store(true, Ordering::SeqCst);
     let id = queue.send("doomed", Duration::ZERO).await.unwrap();
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let runs = runs.clone();
-        move |_job: Job| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Err::<(), HandlerError>(spot_worker_consumer::permanent("cannot succeed"))
-            }
-        }
+    let handler = handler_with(runs.clone(), move |runs, _job: Job| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Err::<(), HandlerError>(spot_worker_consumer::permanent("cannot succeed"))
     });
     let store = InMemoryCheckpointStore::new();
-    let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
-        .unwrap()
-        .with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::start(
+        consumer_of(faulty.clone(), poison.clone(), config())
+            .with_checkpoints(Arc::new(store.clone())),
+        handler,
+    );
     // The record is sent, and the delete after it fails.
     wait_until("a delete tried", || faulty.faults().calls().2 >= 1).await;
     assert_eq!(poison.len(), 1);
@@ -168,8 +147,7 @@ async fn a_poisoned_message_whose_delete_failed_is_not_run_again_when_it_returns
 // Finding 1: a panic is a failed attempt, and no renewal outlives it.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_handler_is_retried_then_poisoned_and_never_kept_hidden() {
-    let (queue, poison) = queues();
-    queue.send("fine", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("fine").await;
     let id = queue.send("explode", Duration::ZERO).await.unwrap();
     let handler = handler_fn(|job: Job| async move {
         if job.text()? == "explode" {
@@ -188,20 +166,16 @@ async fn a_panicking_handler_is_retried_then_poisoned_and_never_kept_hidden() {
     let record: PoisonRecord = serde_json::from_str(&poison.messages()[0].body).unwrap();
     assert_eq!(record.original_id, id.as_str());
     assert_eq!(record.dequeue_count, 3);
-    assert!(
-        record
-            .last_error
-            .ends_with("last error: handler panicked in handle: exploded on attempt 3"),
-        "{}",
-        record.last_error
+    assert_ends_with(
+        &record.last_error,
+        "last error: handler panicked in handle: exploded on attempt 3",
     );
 }
 
 // Finding 3: an error text of any size still fits into a poison message.
 #[tokio::test(start_paused = true)]
 async fn a_100_kib_error_text_is_capped_so_the_poison_record_fits() {
-    let (queue, poison) = queues();
-    queue.send("verbose", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("verbose").await;
     let handler =
         handler_fn(|_job: Job| async { Err::<(), HandlerError>("é".repeat(50 * 1024).into()) });
     let config = ConsumerConfig {
@@ -209,13 +183,10 @@ async fn a_100_kib_error_text_is_capped_so_the_poison_record_fits() {
         ..config()
     };
     // The poison queue refuses messages over 64 KiB, like Azure.
-    let consumer = Consumer::new(
-        Arc::new(queue.clone()),
-        Arc::new(FaultyQueue::new(poison.clone())),
-        config,
-    )
-    .unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(
+        consumer_of(queue.clone(), FaultyQueue::new(poison.clone()), config),
+        handler,
+    );
     running.wait_for("poisoned", |s| s.poisoned == 1).await;
     let stats = running.stop().await;
     assert_eq!(stats.settle_failures, 0);
@@ -253,8 +224,7 @@ async fn early_poisoning_renews_the_lease_while_the_poison_queue_is_slow() {
         encoding,
         ..config()
     };
-    let consumer = Consumer::new(Arc::new(queue.clone()), Arc::new(slow_poison), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(queue.clone(), slow_poison, config), handler);
     running.wait_for("both received", |s| s.received == 2).await;
     for _ in 0..24 {
         assert!(
@@ -283,20 +253,11 @@ async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
         .await
         .unwrap();
     let store = InMemoryCheckpointStore::new();
-    store
-        .write(
-            "done before",
-            &Checkpoint::Completed { result: json!(1) },
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
+    write_completed(&store, "done before", json!(1)).await;
     store.set_available(false);
     let runs = Arc::new(AtomicU32::new(0));
     let handler = KeyedJobs { runs: runs.clone() };
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("both received", |s| s.received == 2).await;
     // Many retry backoffs and leases long, with max_failures 3.
     tokio::time::sleep(Duration::from_secs(120)).await;
@@ -328,26 +289,22 @@ async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
 // max_failures 1 and the store error wrapped on its way out of the handler.
 #[tokio::test(start_paused = true)]
 async fn a_checkpoint_store_outage_mid_job_is_waited_out_not_counted() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = InMemoryCheckpointStore::new();
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let (store, runs) = (store.clone(), runs.clone());
-        move |job: Job| {
-            let (store, runs) = (store.clone(), runs.clone());
-            async move {
-                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut checkpoint = job.checkpoint().await?;
-                // The first two runs meet an outage just as they save.
-                store.set_available(run > 2);
-                let saved = checkpoint.complete(json!({ "run": run })).await;
-                store.set_available(true);
-                saved.map_err(|error| format!("could not save the result: {error}"))?;
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let handler = handler_with(
+        (store.clone(), runs.clone()),
+        move |(store, runs), job: Job| async move {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut checkpoint = job.checkpoint().await?;
+            // The first two runs meet an outage just as they save.
+            store.set_available(run > 2);
+            let saved = checkpoint.complete(json!({ "run": run })).await;
+            store.set_available(true);
+            saved.map_err(|error| format!("could not save the result: {error}"))?;
+            Ok::<(), HandlerError>(())
+        },
+    );
     let config = ConsumerConfig {
         max_failures: 1,
         ..config()

@@ -176,17 +176,11 @@ async fn an_evicted_delivery_that_saved_nothing_reports_its_work_as_redone() {
     // The first delivery works 700 ms, then ignores the wind-down's
     // request to save: its work is lost when the message is released.
     let worked = Arc::new(tokio::sync::Notify::new());
-    let stubborn = handler_fn({
-        let worked = Arc::clone(&worked);
-        move |job: Job| {
-            let worked = Arc::clone(&worked);
-            async move {
-                work(700).await;
-                worked.notify_one();
-                job.cancellation().cancelled().await;
-                Err::<(), HandlerError>("interrupted, nothing saved".into())
-            }
-        }
+    let stubborn = handler_with(Arc::clone(&worked), move |worked, job: Job| async move {
+        work(700).await;
+        worked.notify_one();
+        job.cancellation().cancelled().await;
+        Err::<(), HandlerError>("interrupted, nothing saved".into())
     });
     let signals = spot_worker_consumer::DrainSignals::new();
     let task = tokio::spawn({
@@ -201,10 +195,7 @@ async fn an_evicted_delivery_that_saved_nothing_reports_its_work_as_redone() {
     signals.wind_down(Some(tokio::time::Instant::now() + Duration::from_secs(20)));
     wait_until("released", || consumer.stats().released == 1).await;
     signals.release();
-    tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("stops in time")
-        .expect("consumer task");
+    stopped(task).await;
 
     let finishing = handler_fn(|_job: Job| async move {
         work(300).await;

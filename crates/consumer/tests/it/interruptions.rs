@@ -124,8 +124,7 @@ fn start_vm(
 
 #[tokio::test(start_paused = true)]
 async fn every_interruption_is_counted_once_by_its_kind() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = Arc::new(InMemoryCheckpointStore::new());
     // One cadence for every "VM" below: what the fleet's counts would sum.
     let cadence = cadence();
@@ -276,27 +275,20 @@ async fn a_late_notice_whose_worker_was_killed_is_counted_late_by_the_next_deliv
 
 #[tokio::test(start_paused = true)]
 async fn a_handlers_checkpoint_asks_the_workers_cadence_and_measures_its_saves() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Explicit(
         Duration::from_secs(30),
     )));
     let checked = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let checked = checked.clone();
-        move |job: Job| {
-            let checked = checked.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                let not_yet = !checkpoint.is_due();
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                let due = checkpoint.is_due();
-                checkpoint.save_progress(json!({"step": 1})).await?;
-                let not_again = !checkpoint.is_due();
-                checked.store(not_yet && due && not_again, Ordering::SeqCst);
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(checked.clone(), move |checked, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        let not_yet = !checkpoint.is_due();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let due = checkpoint.is_due();
+        checkpoint.save_progress(json!({"step": 1})).await?;
+        let not_again = !checkpoint.is_due();
+        checked.store(not_yet && due && not_again, Ordering::SeqCst);
+        Ok::<(), HandlerError>(())
     });
     succeeds_once(&queue, &poison, &cadence, handler).await;
     assert!(
@@ -360,29 +352,23 @@ async fn a_handler_that_returns_on_its_cancellation_without_saving_is_counted_by
         let ledger = FleetLedger::for_queue(store.clone(), "jobs");
         let (stop_ledger, keeper) = keeping(ledger.clone(), &cadence);
         let worked = Arc::new(tokio::sync::Notify::new());
-        let handler = handler_fn({
-            let worked = worked.clone();
-            move |job: Job| {
-                let worked = worked.clone();
-                async move {
-                    let mut checkpoint = job.checkpoint().await?;
-                    if job.dequeue_count() > 1 {
-                        // The next VM finishes what is left.
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        return Ok(());
-                    }
-                    tokio::time::sleep(Duration::from_millis(1000)).await;
-                    checkpoint.save_progress(json!({"step": 16})).await?;
-                    // 2.5 s of work past the save when the notice comes.
-                    tokio::time::sleep(Duration::from_millis(2500)).await;
-                    worked.notify_one();
-                    job.cancellation().cancelled().await;
-                    if saves {
-                        checkpoint.save_progress(json!({"step": 26})).await?;
-                    }
-                    Err::<(), HandlerError>("stopped".into())
-                }
+        let handler = handler_with(worked.clone(), move |worked, job: Job| async move {
+            let mut checkpoint = job.checkpoint().await?;
+            if job.dequeue_count() > 1 {
+                // The next VM finishes what is left.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return Ok(());
             }
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            checkpoint.save_progress(json!({"step": 16})).await?;
+            // 2.5 s of work past the save when the notice comes.
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            worked.notify_one();
+            job.cancellation().cancelled().await;
+            if saves {
+                checkpoint.save_progress(json!({"step": 26})).await?;
+            }
+            Err::<(), HandlerError>("stopped".into())
         });
         let handler = Arc::new(handler);
         let consumer = || {
@@ -445,8 +431,7 @@ async fn is_due_spreads_a_job_over_what_the_fleets_finished_jobs_took() {
     // (the fleet's finished jobs of 25 s, the seconds of work at each save)
     let rows: [(u32, &[u64]); 2] = [(20, &[13]), (0, &[10, 20])];
     for (finished, expected) in rows {
-        let (queue, poison) = queues();
-        queue.send("job", Duration::ZERO).await.unwrap();
+        let (queue, poison) = queues_holding("job").await;
         // Many losses: Daly's interval is the least, 10 s.
         let cadence = Arc::new(CheckpointCadence::new(IntervalSource::Adaptive {
             seed_evictions_per_hour: 1000.0,
@@ -461,24 +446,18 @@ async fn is_due_spreads_a_job_over_what_the_fleets_finished_jobs_took() {
         }
         cadence.set_fleet(fleet);
         let saved_at = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let handler = handler_fn({
-            let saved_at = saved_at.clone();
-            move |job: Job| {
-                let saved_at = saved_at.clone();
-                async move {
-                    let mut checkpoint = job.checkpoint().await?;
-                    for second in 1..=25_u64 {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        if second < 25 && checkpoint.is_due() {
-                            checkpoint
-                                .save_progress(json!({ "second": second }))
-                                .await?;
-                            saved_at.lock().unwrap().push(second);
-                        }
-                    }
-                    Ok::<(), HandlerError>(())
+        let handler = handler_with(saved_at.clone(), move |saved_at, job: Job| async move {
+            let mut checkpoint = job.checkpoint().await?;
+            for second in 1..=25_u64 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if second < 25 && checkpoint.is_due() {
+                    checkpoint
+                        .save_progress(json!({ "second": second }))
+                        .await?;
+                    saved_at.lock().unwrap().push(second);
                 }
             }
+            Ok::<(), HandlerError>(())
         });
         succeeds_once(&queue, &poison, &cadence, handler).await;
         assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use spot_worker_consumer::{Consumer, ConsumerConfig, HandlerError, Job, handler_fn};
+use spot_worker_consumer::{ConsumerConfig, HandlerError, Job, handler_fn};
 use spot_worker_storage::{Checkpoint, InMemoryCheckpointStore, MessageQueue, StorageError};
 use tokio_util::sync::CancellationToken;
 
@@ -16,8 +16,7 @@ use spot_worker_testkit::faulty::FaultyQueue;
 
 #[tokio::test(start_paused = true)]
 async fn renews_the_lease_across_several_visibility_periods() {
-    let (queue, poison) = queues();
-    queue.send("long job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("long job").await;
     let handler = handler_fn(|_job: Job| async {
         // Five visibility periods.
         tokio::time::sleep(VISIBILITY * 5).await;
@@ -44,21 +43,15 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
     let flaky = FaultyQueue::new(queue.clone());
     let store = InMemoryCheckpointStore::new();
     let cancelled = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let cancelled = cancelled.clone();
-        move |job: Job| {
-            let cancelled = cancelled.clone();
-            async move {
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!({"step": 1})).await?;
-                job.cancellation().cancelled().await;
-                cancelled.store(true, Ordering::SeqCst);
-                // A handler that ignores cancellation still cannot write.
-                let refused = checkpoint.save_progress(json!({"step": 2})).await;
-                assert!(matches!(refused, Err(StorageError::JobCancelled { .. })));
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(cancelled.clone(), move |cancelled, job: Job| async move {
+        let mut checkpoint = job.checkpoint().await?;
+        checkpoint.save_progress(json!({"step": 1})).await?;
+        job.cancellation().cancelled().await;
+        cancelled.store(true, Ordering::SeqCst);
+        // A handler that ignores cancellation still cannot write.
+        let refused = checkpoint.save_progress(json!({"step": 2})).await;
+        assert!(matches!(refused, Err(StorageError::JobCancelled { .. })));
+        Ok::<(), HandlerError>(())
     });
     // One message in flight at a time, so the consumer itself cannot
     // re-receive the message when its lease runs out: only the thief can.
@@ -67,14 +60,11 @@ async fn a_lost_lease_cancels_the_handler_and_writes_nothing() {
         max_in_flight: 1,
         ..config()
     };
-    let consumer = Consumer::new(
-        Arc::new(flaky.clone()),
-        Arc::new(poison.clone()),
-        one_at_a_time,
-    )
-    .unwrap()
-    .with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::start(
+        consumer_of(flaky.clone(), poison.clone(), one_at_a_time)
+            .with_checkpoints(Arc::new(store.clone())),
+        handler,
+    );
     wait_until("first checkpoint", || store.get(id.as_str()).is_some()).await;
     // This worker is cut off from the queue; another one is not.
     flaky.faults().cut_off.store(true, Ordering::SeqCst);
@@ -114,28 +104,26 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
     let store = InMemoryCheckpointStore::new();
     let leaked = Arc::new(std::sync::Mutex::new(None));
     let dropped = Arc::new(AtomicBool::new(false));
-    let handler = handler_fn({
-        let (leaked, dropped) = (leaked.clone(), dropped.clone());
-        move |job: Job| {
-            let (leaked, dropped) = (leaked.clone(), dropped.clone());
-            async move {
-                if job.dequeue_count() > 1 {
-                    return Ok(());
-                }
-                let _dropped = DropFlag(dropped);
-                let mut checkpoint = job.checkpoint().await?;
-                checkpoint.save_progress(json!({"step": 1})).await?;
-                // Hands its checkpoint to work that outlives the handler.
-                *leaked.lock().unwrap() = Some(checkpoint);
-                std::future::pending::<()>().await;
-                Ok::<(), HandlerError>(())
+    let handler = handler_with(
+        (leaked.clone(), dropped.clone()),
+        move |(leaked, dropped), job: Job| async move {
+            if job.dequeue_count() > 1 {
+                return Ok(());
             }
-        }
-    });
-    let consumer = Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config())
-        .unwrap()
-        .with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+            let _dropped = DropFlag(dropped);
+            let mut checkpoint = job.checkpoint().await?;
+            checkpoint.save_progress(json!({"step": 1})).await?;
+            // Hands its checkpoint to work that outlives the handler.
+            *leaked.lock().unwrap() = Some(checkpoint);
+            std::future::pending::<()>().await;
+            Ok::<(), HandlerError>(())
+        },
+    );
+    let running = Running::start(
+        consumer_of(faulty.clone(), poison.clone(), config())
+            .with_checkpoints(Arc::new(store.clone())),
+        handler,
+    );
     wait_until("the handler is working", || {
         leaked.lock().unwrap().is_some()
     })
@@ -187,23 +175,17 @@ async fn a_renewal_outage_longer_than_the_lease_gives_the_lease_up_when_it_runs_
 // Finding 5: a renewal answered after a whole renewal period is still ours.
 #[tokio::test(start_paused = true)]
 async fn a_slow_renewal_answer_does_not_cost_the_lease() {
-    let (queue, poison) = queues();
-    queue.send("long job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("long job").await;
     let faulty = FaultyQueue::new(queue.clone());
     // Renewed every 10 s; the first renewal is applied but answered 17 s
     // later, more than a period (and half the lease) but within the lease.
     *faulty.faults().slow_renewal_answer.lock().unwrap() = Some(Duration::from_secs(17));
-    let handler = handler_fn(|_job: Job| async {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok::<(), HandlerError>(())
-    });
+    let handler = sleeps_then_succeeds(Duration::from_secs(60));
     let config = ConsumerConfig {
         visibility_timeout: Duration::from_secs(30),
         ..config()
     };
-    let consumer =
-        Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(faulty.clone(), poison.clone(), config), handler);
     running.wait_for("handled", |s| s.succeeded == 1).await;
     let stats = running.stop().await;
     assert_eq!(stats.leases_lost, 0);
@@ -213,8 +195,7 @@ async fn a_slow_renewal_answer_does_not_cost_the_lease() {
 // Finding 7: a renewal in flight does not hold up the release.
 #[tokio::test(start_paused = true)]
 async fn release_does_not_wait_for_a_hanging_renewal() {
-    let (queue, poison) = queues();
-    queue.send("slow", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("slow").await;
     let faulty = FaultyQueue::new(queue.clone());
     faulty.faults().renewals_hang.store(true, Ordering::SeqCst);
     let handler = handler_fn(|_job: Job| async {
@@ -225,9 +206,7 @@ async fn release_does_not_wait_for_a_hanging_renewal() {
         visibility_timeout: Duration::from_secs(60),
         ..config()
     };
-    let consumer =
-        Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(faulty.clone(), poison.clone(), config), handler);
     wait_until("a renewal is in flight", || {
         faulty.faults().renewals.load(Ordering::SeqCst) == 1
     })
@@ -247,8 +226,7 @@ async fn release_does_not_wait_for_a_hanging_renewal() {
 // sent, however late the answer came.
 #[tokio::test(start_paused = true)]
 async fn the_first_renewal_is_timed_from_the_receive_not_from_the_answer() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let faulty = FaultyQueue::new(queue.clone());
     // Answered 4 s after the 6 s lease began: timed from the answer, the
     // first renewal would come at 7 s, after the lease ran out.
@@ -256,12 +234,8 @@ async fn the_first_renewal_is_timed_from_the_receive_not_from_the_answer() {
         .faults()
         .receive_delay_ms
         .store(4_000, Ordering::SeqCst);
-    let handler = handler_fn(|_job: Job| async {
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        Ok::<(), HandlerError>(())
-    });
-    let consumer = Consumer::new(Arc::new(faulty), Arc::new(poison.clone()), config()).unwrap();
-    let running = Running::start(consumer, handler);
+    let handler = sleeps_then_succeeds(Duration::from_secs(20));
+    let running = Running::start(consumer_of(faulty, poison.clone(), config()), handler);
     while queue.messages()[0].dequeue_count == 0 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -290,23 +264,16 @@ async fn extra_messages_from_the_queue_are_released_at_once() {
         .receive_ignores_max
         .store(true, Ordering::SeqCst);
     let gate = CancellationToken::new();
-    let handler = handler_fn({
-        let gate = gate.clone();
-        move |_job: Job| {
-            let gate = gate.clone();
-            async move {
-                gate.cancelled().await;
-                Ok::<(), HandlerError>(())
-            }
-        }
+    let handler = handler_with(gate.clone(), move |gate, _job: Job| async move {
+        gate.cancelled().await;
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         batch_size: 1,
         max_in_flight: 1,
         ..config()
     };
-    let consumer = Consumer::new(Arc::new(faulty), Arc::new(poison.clone()), config).unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(faulty, poison.clone(), config), handler);
     running.wait_for("one started", |s| s.received == 1).await;
     wait_within(
         "the extras are visible again",

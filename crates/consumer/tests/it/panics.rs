@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use spot_worker_consumer::{ConsumerConfig, HandlerError, Job, MessageHandler, PoisonRecord};
-use spot_worker_storage::{
-    Checkpoint, CheckpointStore, InMemoryCheckpointStore, MessageQueue, WritePrecondition,
-};
+use spot_worker_storage::{InMemoryCheckpointStore, MessageQueue};
 
 use crate::common::*;
 
@@ -120,15 +118,7 @@ async fn a_panic_anywhere_in_handler_code_is_a_failure_poisoned_after_max_failur
         let id = queue.send("job-1", Duration::ZERO).await.unwrap();
         let store = InMemoryCheckpointStore::new();
         if part == Part::VerifyCompleted {
-            store
-                .write(
-                    "job-1",
-                    &Checkpoint::Completed { result: json!(42) },
-                    WritePrecondition::Create,
-                    None,
-                )
-                .await
-                .unwrap();
+            write_completed(&store, "job-1", json!(42)).await;
         }
         let runs = Arc::new(AtomicU32::new(0));
         let handler = PanicsIn {

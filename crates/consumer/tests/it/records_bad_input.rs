@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+
+use crate::common::proptest_config;
 use serde_json::{Value, json};
 use spot_worker_consumer::CompletionRecord;
 use spot_worker_decisions::cadence::InterruptionCounts;
@@ -22,19 +23,6 @@ use spot_worker_storage::memory::InMemoryCheckpointStore;
 use spot_worker_storage::{
     Checkpoint, CheckpointStore, FleetLedger, StorageError, WritePrecondition,
 };
-
-/// Cases per property in CI.
-const CI_CASES: u32 = 10_000;
-
-/// At least [`CI_CASES`]; `PROPTEST_CASES` raises it for a long run.
-fn config() -> Config {
-    let from_env = Config::default();
-    Config {
-        cases: from_env.cases.max(CI_CASES),
-        failure_persistence: None,
-        ..from_env
-    }
-}
 
 /// Which record is read.
 #[derive(Clone, Copy, Debug)]
@@ -194,7 +182,7 @@ fn every_template_reads() {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(proptest_config())]
 
     #[test]
     fn a_damaged_record_reads_or_says_which_and_why(

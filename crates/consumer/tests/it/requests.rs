@@ -47,8 +47,7 @@ async fn a_first_delivery_keyed_by_its_message_id_reads_no_checkpoint_before_it_
         assert_eq!(again.progress(), Some(&json!({"done": 1})));
         Ok::<(), HandlerError>(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("all handled", |s| s.succeeded == 8).await;
     running.stop().await;
     // Per job: no completed check (a first delivery keyed by its message
@@ -60,8 +59,7 @@ async fn a_first_delivery_keyed_by_its_message_id_reads_no_checkpoint_before_it_
 
 #[tokio::test(start_paused = true)]
 async fn a_redelivered_job_reads_its_checkpoint_once_and_resumes_from_it() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let store = CountingStore::new(InMemoryCheckpointStore::new());
     let handler = handler_fn(|job: Job| async move {
         let mut checkpoint = job.checkpoint().await?;
@@ -73,8 +71,7 @@ async fn a_redelivered_job_reads_its_checkpoint_once_and_resumes_from_it() {
         assert_eq!(checkpoint.progress(), Some(&json!({"done": 1})));
         Ok(())
     });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("handled", |s| s.succeeded == 1).await;
     let stats = running.stop().await;
     assert_eq!(stats.retried, 1, "{stats:?}");
@@ -95,19 +92,9 @@ async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
         .await
         .unwrap();
     let store = CountingStore::new(InMemoryCheckpointStore::new());
-    store
-        .inner()
-        .write(
-            "same job",
-            &Checkpoint::Completed { result: json!(1) },
-            WritePrecondition::Create,
-            None,
-        )
-        .await
-        .unwrap();
+    write_completed(store.inner(), "same job", json!(1)).await;
     let runs = Arc::new(AtomicU32::new(0));
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, KeyedJobs { runs: runs.clone() });
+    let running = Running::with_store(&queue, &poison, &store, KeyedJobs { runs: runs.clone() });
     running
         .wait_for("skipped", |s| s.skipped_completed == 1)
         .await;
@@ -119,45 +106,40 @@ async fn a_job_keyed_by_its_body_is_checked_on_its_first_delivery() {
 
 #[tokio::test(start_paused = true)]
 async fn the_handed_over_read_fences_out_a_write_made_after_the_delivery_began() {
-    let (queue, poison) = queues();
-    queue.send("contested", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("contested").await;
     let store = CountingStore::new(InMemoryCheckpointStore::new());
     let conflicts = Arc::new(AtomicU32::new(0));
-    let handler = handler_fn({
-        let (store, conflicts) = (store.inner().clone(), conflicts.clone());
-        move |job: Job| {
-            let (store, conflicts) = (store.clone(), conflicts.clone());
-            async move {
-                if conflicts.load(Ordering::SeqCst) == 0 {
-                    // Another holder of the job writes after this delivery's
-                    // completed check, before its handler looks.
-                    store
-                        .write(
-                            job.key(),
-                            &Checkpoint::InProgress {
-                                progress: json!(50),
-                            },
-                            WritePrecondition::Create,
-                            None,
-                        )
-                        .await?;
+    let handler = handler_with(
+        (store.inner().clone(), conflicts.clone()),
+        move |(store, conflicts), job: Job| async move {
+            if conflicts.load(Ordering::SeqCst) == 0 {
+                // Another holder of the job writes after this delivery's
+                // completed check, before its handler looks.
+                store
+                    .write(
+                        job.key(),
+                        &Checkpoint::InProgress {
+                            progress: json!(50),
+                        },
+                        WritePrecondition::Create,
+                        None,
+                    )
+                    .await?;
+            }
+            let mut checkpoint = job.checkpoint().await?;
+            match checkpoint.save_progress(json!(51)).await {
+                Err(StorageError::Conflict { .. }) => {
+                    conflicts.fetch_add(1, Ordering::SeqCst);
+                    Err::<(), HandlerError>("fenced out".into())
                 }
-                let mut checkpoint = job.checkpoint().await?;
-                match checkpoint.save_progress(json!(51)).await {
-                    Err(StorageError::Conflict { .. }) => {
-                        conflicts.fetch_add(1, Ordering::SeqCst);
-                        Err::<(), HandlerError>("fenced out".into())
-                    }
-                    saved => {
-                        assert_eq!(checkpoint.progress(), Some(&json!(51)));
-                        Ok(saved?)
-                    }
+                saved => {
+                    assert_eq!(checkpoint.progress(), Some(&json!(51)));
+                    Ok(saved?)
                 }
             }
-        }
-    });
-    let consumer = consumer(&queue, &poison, config()).with_checkpoints(Arc::new(store.clone()));
-    let running = Running::start(consumer, handler);
+        },
+    );
+    let running = Running::with_store(&queue, &poison, &store, handler);
     running.wait_for("handled", |s| s.succeeded == 1).await;
     let stats = running.stop().await;
     assert_eq!(
@@ -192,13 +174,7 @@ async fn a_backlog_is_received_in_full_batches_never_beyond_the_free_slots() {
         max_in_flight: SLOTS,
         ..config()
     };
-    let consumer = spot_worker_consumer::Consumer::new(
-        Arc::new(log.clone()),
-        Arc::new(poison.clone()),
-        config,
-    )
-    .unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(consumer_of(log.clone(), poison.clone(), config), handler);
     running
         .wait_for("all handled", |s| s.succeeded == JOBS as u64)
         .await;
@@ -234,12 +210,7 @@ async fn an_idle_consumer_receives_at_once_with_one_slot_free() {
         max_in_flight: 4,
         ..config()
     };
-    let consumer = spot_worker_consumer::Consumer::new(
-        Arc::new(log.clone()),
-        Arc::new(poison.clone()),
-        config.clone(),
-    )
-    .unwrap();
+    let consumer = consumer_of(log.clone(), poison.clone(), config.clone());
     let handler = handler_fn(|job: Job| async move {
         // One long job keeps a slot; the rest arrive one at a time.
         if job.text()? == "long" {
@@ -300,19 +271,13 @@ async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_
             .unwrap();
     }
     let started = Arc::new(Mutex::new(Vec::new()));
-    let handler = handler_fn({
-        let started = Arc::clone(&started);
-        move |job: Job| {
-            let started = Arc::clone(&started);
-            async move {
-                let seconds: u64 = job.text()?.parse()?;
-                if seconds == 0 {
-                    started.lock().unwrap().push(tokio::time::Instant::now());
-                }
-                tokio::time::sleep(Duration::from_secs(seconds)).await;
-                Ok::<(), HandlerError>(())
-            }
+    let handler = handler_with(Arc::clone(&started), move |started, job: Job| async move {
+        let seconds: u64 = job.text()?.parse()?;
+        if seconds == 0 {
+            started.lock().unwrap().push(tokio::time::Instant::now());
         }
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        Ok::<(), HandlerError>(())
     });
     let config = ConsumerConfig {
         batch_size: 4,
@@ -320,12 +285,7 @@ async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_
         receive_fill_wait: Duration::from_secs(1),
         ..config()
     };
-    let consumer = spot_worker_consumer::Consumer::new(
-        Arc::new(queue.clone()),
-        Arc::new(poison.clone()),
-        config,
-    )
-    .unwrap();
+    let consumer = consumer_of(queue.clone(), poison.clone(), config);
     let began = tokio::time::Instant::now();
     let running = Running::start(consumer, handler);
     running.wait_for("all handled", |s| s.succeeded == 6).await;
@@ -345,24 +305,17 @@ async fn after_a_full_batch_of_long_jobs_a_freed_slot_is_filled_without_waiting_
 /// (every third of the lease), not every 10 s (10 renewals).
 #[tokio::test(start_paused = true)]
 async fn a_long_job_costs_about_three_renewals_per_lease_length() {
-    let (queue, poison) = queues();
-    queue.send("long", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("long").await;
     let counted = FaultyQueue::new(queue.clone());
-    let handler = handler_fn(|_job: Job| async {
-        tokio::time::sleep(Duration::from_secs(110)).await;
-        Ok::<(), HandlerError>(())
-    });
+    let handler = sleeps_then_succeeds(Duration::from_secs(110));
     let config = ConsumerConfig {
         visibility_timeout: Duration::from_secs(60),
         ..config()
     };
-    let consumer = spot_worker_consumer::Consumer::new(
-        Arc::new(counted.clone()),
-        Arc::new(poison.clone()),
-        config,
-    )
-    .unwrap();
-    let running = Running::start(consumer, handler);
+    let running = Running::start(
+        consumer_of(counted.clone(), poison.clone(), config),
+        handler,
+    );
     running.wait_for("handled", |s| s.succeeded == 1).await;
     let stats = running.stop().await;
     assert_eq!(stats.leases_lost, 0);
@@ -406,8 +359,7 @@ impl spot_worker_consumer::MessageHandler for MarkedJobs {
 /// finished job is deleted without running again.
 #[tokio::test(start_paused = true)]
 async fn a_completion_marker_spares_the_first_read_and_completes_a_redelivery() {
-    let (queue, poison) = queues();
-    queue.send("marked job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("marked job").await;
     let store = CountingStore::new(InMemoryCheckpointStore::new());
     let results = spot_worker_storage::InMemoryResultStore::new("results");
     let runs = Arc::new(AtomicU32::new(0));

@@ -3,12 +3,10 @@
 //! is waited for, up to the release stage). In-memory queue behind the
 //! fault-injecting double, tokio's paused clock.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use spot_worker_consumer::{Consumer, DrainSignals, HandlerError, Job, handler_fn};
-use spot_worker_storage::MessageQueue;
+use spot_worker_consumer::{DrainSignals, HandlerError, Job, handler_fn};
 use spot_worker_testkit::faulty::FaultyQueue;
 
 use crate::common::*;
@@ -20,8 +18,7 @@ use crate::common::*;
 // visibility timeout to be done again.
 #[tokio::test(start_paused = true)]
 async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() {
-    let (queue, poison) = queues();
-    queue.send("job", Duration::ZERO).await.unwrap();
+    let (queue, poison) = queues_holding("job").await;
     let faulty = FaultyQueue::new(queue.clone());
     // Leases of 6 s are renewed every 2 s; the first renewal is applied at
     // once (a new pop receipt) but answered 3 s later.
@@ -31,8 +28,7 @@ async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() 
         job.cancellation().cancelled().await;
         Ok::<(), HandlerError>(())
     });
-    let consumer =
-        Consumer::new(Arc::new(faulty.clone()), Arc::new(poison.clone()), config()).unwrap();
+    let consumer = consumer_of(faulty.clone(), poison.clone(), config());
     let signals = DrainSignals::new();
     let task = tokio::spawn({
         let (consumer, signals) = (consumer.clone(), signals.clone());
@@ -54,10 +50,7 @@ async fn a_job_finishing_during_wind_down_with_a_renewal_in_flight_is_deleted() 
         wound_down_at.elapsed()
     );
     signals.release();
-    let stats = tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("the consumer stops")
-        .expect("consumer task");
+    let stats = stopped(task).await;
     assert_eq!(
         (
             stats.succeeded,

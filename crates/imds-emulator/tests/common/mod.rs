@@ -9,6 +9,9 @@ use reqwest::{Client, StatusCode};
 use serde_json::Value;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 
+mod http;
+pub use http::{Http, unlimited_over_http};
+
 pub const VERSION: &str = "2020-07-01";
 
 /// An emulator without rate limit, so that polling tests are not throttled.

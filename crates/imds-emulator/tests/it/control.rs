@@ -11,17 +11,9 @@ use spot_worker_imds_emulator::{EmulatorConfig, Fault};
 
 #[tokio::test]
 async fn event_round_trip() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
+    let (_emulator, http) = unlimited_over_http().await;
 
-    let created = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Preempt"}),
-    )
-    .await;
+    let created = http.new_event(json!({"event_type": "Preempt"})).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     let created = created.json();
     assert_eq!(created["incarnation"], 2);
@@ -31,48 +23,37 @@ async fn event_round_trip() {
         .to_owned();
     assert_eq!(created["event"]["EventStatus"], "Scheduled");
     assert_eq!(created["event"]["Resources"], json!(["spotvmss_0"]));
-    assert_eq!(
-        document(&client, &base).await["Events"][0],
-        created["event"]
-    );
+    assert_eq!(http.document().await["Events"][0], created["event"]);
 
-    let started = answer(client.post(format!("{base}/emulator/events/{id}/start"))).await;
+    let started = http.post(&format!("/emulator/events/{id}/start")).await;
     assert_eq!(started.status, StatusCode::OK);
     assert_eq!(started.json()["incarnation"], 3);
-    assert_eq!(
-        document(&client, &base).await["Events"][0]["EventStatus"],
-        "Started"
-    );
+    assert_eq!(http.document().await["Events"][0]["EventStatus"], "Started");
 
     // A started event cannot be cancelled, but it can complete.
-    let cancel = answer(client.delete(format!("{base}/emulator/events/{id}"))).await;
+    let cancel = http.delete(&format!("/emulator/events/{id}")).await;
     assert_eq!(cancel.status, StatusCode::CONFLICT);
-    let complete = answer(client.post(format!("{base}/emulator/events/{id}/complete"))).await;
+    let complete = http.post(&format!("/emulator/events/{id}/complete")).await;
     assert_eq!(complete.status, StatusCode::OK);
     assert_eq!(
-        document(&client, &base).await,
+        http.document().await,
         json!({"DocumentIncarnation": 4, "Events": []})
     );
 
-    for request in [
-        client.post(format!("{base}/emulator/events/{id}/start")),
-        client.post(format!("{base}/emulator/events/{id}/complete")),
-        client.delete(format!("{base}/emulator/events/{id}")),
+    for gone in [
+        http.post(&format!("/emulator/events/{id}/start")).await,
+        http.post(&format!("/emulator/events/{id}/complete")).await,
+        http.delete(&format!("/emulator/events/{id}")).await,
     ] {
-        assert_eq!(answer(request).await.status, StatusCode::NOT_FOUND);
+        assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
     }
 }
 
 #[tokio::test]
 async fn event_options() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    let created = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({
+    let (_emulator, http) = unlimited_over_http().await;
+    let created = http
+        .new_event(json!({
             "event_type": "Freeze",
             "resources": ["spotvmss_0", "spotvmss_1"],
             "notice_secs": 60,
@@ -80,43 +61,25 @@ async fn event_options() {
             "duration_secs": 9,
             "description": "custom",
             "complete_after_secs": 0.5,
-        }),
-    )
-    .await
-    .json();
+        }))
+        .await
+        .json();
     let event = &created["event"];
     assert_eq!(event["Resources"], json!(["spotvmss_0", "spotvmss_1"]));
     assert_eq!(event["EventSource"], "User");
     assert_eq!(event["DurationInSeconds"], 9);
     assert_eq!(event["Description"], "custom");
 
-    let hardware = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Reboot", "status": "Started"}),
-    )
-    .await
-    .json();
+    let hardware = http
+        .new_event(json!({"event_type": "Reboot", "status": "Started"}))
+        .await
+        .json();
     assert_eq!(hardware["event"]["EventStatus"], "Started");
     assert_eq!(hardware["event"]["NotBefore"], "");
 
-    let defaults = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Freeze"}),
-    )
-    .await
-    .json();
+    let defaults = http.new_event(json!({"event_type": "Freeze"})).await.json();
     assert_eq!(defaults["event"]["DurationInSeconds"], 5);
-    let custom_type = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Hibernate"}),
-    )
-    .await;
+    let custom_type = http.new_event(json!({"event_type": "Hibernate"})).await;
     assert_eq!(custom_type.status, StatusCode::CREATED);
 }
 
@@ -125,22 +88,20 @@ async fn event_options() {
 /// one or one already listed.
 #[tokio::test]
 async fn event_with_a_given_id() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
+    let (_emulator, http) = unlimited_over_http().await;
     let shared = json!({
         "event_type": "Reboot",
         "event_id": "5A1E0C4D-0000-4000-8000-00000000C4A0",
         "resources": ["chaos_0", "chaos_1"],
         "notice_secs": 30,
     });
-    let created = control_post(&client, &base, "/emulator/events", shared.clone()).await;
+    let created = http.new_event(shared.clone()).await;
     assert_eq!(created.status, StatusCode::CREATED);
     assert_eq!(
         created.json()["event"]["EventId"],
         "5A1E0C4D-0000-4000-8000-00000000C4A0"
     );
-    let document = document(&client, &base).await;
+    let document = http.document().await;
     assert_eq!(
         document["Events"][0]["EventId"],
         "5A1E0C4D-0000-4000-8000-00000000C4A0"
@@ -150,23 +111,17 @@ async fn event_with_a_given_id() {
         json!(["chaos_0", "chaos_1"])
     );
 
-    let again = control_post(&client, &base, "/emulator/events", shared).await;
+    let again = http.new_event(shared).await;
     assert_eq!(again.status, StatusCode::BAD_REQUEST);
-    let empty = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Reboot", "event_id": " "}),
-    )
-    .await;
+    let empty = http
+        .new_event(json!({"event_type": "Reboot", "event_id": " "}))
+        .await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
 async fn invalid_events_are_400() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
+    let (emulator, http) = unlimited_over_http().await;
     for body in [
         json!({"event_type": "Terminate", "notice_secs": 60}),
         json!({"event_type": "Terminate", "notice_secs": 1000}),
@@ -176,48 +131,29 @@ async fn invalid_events_are_400() {
         json!({"event_type": ""}),
         json!({"notice_secs": 30}),
     ] {
-        let answer = control_post(&client, &base, "/emulator/events", body.clone()).await;
+        let answer = http.new_event(body.clone()).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
         assert!(answer.json()["error"].is_string());
     }
-    let terminate = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Terminate", "notice_secs": 600}),
-    )
-    .await;
+    let terminate = http
+        .new_event(json!({"event_type": "Terminate", "notice_secs": 600}))
+        .await;
     assert_eq!(terminate.status, StatusCode::CREATED);
     assert_eq!(emulator.incarnation(), 2);
 }
 
 #[tokio::test]
 async fn state_and_reset() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    let created = control_post(
-        &client,
-        &base,
-        "/emulator/events",
-        json!({"event_type": "Reboot"}),
-    )
-    .await
-    .json();
+    let (_emulator, http) = unlimited_over_http().await;
+    let created = http.new_event(json!({"event_type": "Reboot"})).await.json();
     let id = created["event"]["EventId"]
         .as_str()
         .expect("an id")
         .to_owned();
-    approve(
-        &client,
-        &base,
-        json!({"StartRequests": [{"EventId": id}]}).to_string(),
-    )
-    .await;
+    http.approve(json!({"StartRequests": [{"EventId": id}]}).to_string())
+        .await;
 
-    let state = answer(client.get(format!("{base}/emulator/state")))
-        .await
-        .json();
+    let state = http.get("/emulator/state").await.json();
     assert_eq!(state["incarnation"], 3);
     assert_eq!(state["events"][0]["EventId"], id.as_str());
     assert_eq!(state["approvals"][0]["event_id"], id.as_str());
@@ -225,11 +161,9 @@ async fn state_and_reset() {
     assert_eq!(state["stats"]["posts"], 1);
     assert_eq!(state["stats"]["scheduledevents_gets"], 0);
 
-    let reset = answer(client.post(format!("{base}/emulator/reset"))).await;
+    let reset = http.post("/emulator/reset").await;
     assert_eq!(reset.status, StatusCode::OK);
-    let state = answer(client.get(format!("{base}/emulator/state")))
-        .await
-        .json();
+    let state = http.get("/emulator/state").await.json();
     assert_eq!(state["incarnation"], 4, "the incarnation never goes back");
     assert_eq!(state["events"], json!([]));
     assert_eq!(state["approvals"], json!([]));
@@ -237,61 +171,36 @@ async fn state_and_reset() {
 
 #[tokio::test]
 async fn status_faults() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    let injected = control_post(
-        &client,
-        &base,
-        "/emulator/faults",
-        json!({"kind": "status", "status": 503, "count": 2}),
-    )
-    .await;
+    let (emulator, http) = unlimited_over_http().await;
+    let injected = http
+        .fault(json!({"kind": "status", "status": 503, "count": 2}))
+        .await;
     assert_eq!(injected.status, StatusCode::OK);
     for _ in 0..2 {
-        let failed = events(&client, &base, VERSION).await;
+        let failed = http.events().await;
         assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(failed.json()["error"].is_string());
     }
-    assert_eq!(events(&client, &base, VERSION).await.status, StatusCode::OK);
+    assert_eq!(http.events().await.status, StatusCode::OK);
     assert_eq!(emulator.stats().faults_served, 2);
 
     // Faults only hit Scheduled Events GETs, and can be cleared.
     emulator.inject_faults(Fault::Status(StatusCode::INTERNAL_SERVER_ERROR), 5);
-    let instance = answer(
-        client
-            .get(format!("{base}/metadata/instance?api-version=2021-02-01"))
-            .header("Metadata", "true"),
-    )
-    .await;
+    let instance = http.instance().await;
     assert_eq!(instance.status, StatusCode::OK);
-    let cleared = answer(client.delete(format!("{base}/emulator/faults"))).await;
+    let cleared = http.delete("/emulator/faults").await;
     assert_eq!(cleared.json()["pending_faults"], json!([]));
-    assert_eq!(events(&client, &base, VERSION).await.status, StatusCode::OK);
+    assert_eq!(http.events().await.status, StatusCode::OK);
 
-    let bad = control_post(
-        &client,
-        &base,
-        "/emulator/faults",
-        json!({"kind": "explode"}),
-    )
-    .await;
+    let bad = http.fault(json!({"kind": "explode"})).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
 async fn malformed_fault() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    control_post(
-        &client,
-        &base,
-        "/emulator/faults",
-        json!({"kind": "malformed"}),
-    )
-    .await;
-    let broken = events(&client, &base, VERSION).await;
+    let (_emulator, http) = unlimited_over_http().await;
+    http.fault(json!({"kind": "malformed"})).await;
+    let broken = http.events().await;
     assert_eq!(broken.status, StatusCode::OK);
     assert!(
         serde_json::from_str::<serde_json::Value>(&broken.text).is_err(),
@@ -299,25 +208,19 @@ async fn malformed_fault() {
         broken.text
     );
     assert!(!broken.text.is_empty());
-    assert_eq!(document(&client, &base).await["DocumentIncarnation"], 1);
+    assert_eq!(http.document().await["DocumentIncarnation"], 1);
 }
 
 #[tokio::test]
 async fn drop_fault_closes_the_connection() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    control_post(
-        &client,
-        &base,
-        "/emulator/faults",
-        json!({"kind": "drop", "count": 1}),
-    )
-    .await;
+    let (emulator, http) = unlimited_over_http().await;
+    http.fault(json!({"kind": "drop", "count": 1})).await;
     let started = Instant::now();
-    let dropped = client
+    let dropped = http
+        .client
         .get(format!(
-            "{base}/metadata/scheduledevents?api-version={VERSION}"
+            "{}/metadata/scheduledevents?api-version={VERSION}",
+            http.base
         ))
         .header("Metadata", "true")
         .send()
@@ -326,29 +229,21 @@ async fn drop_fault_closes_the_connection() {
     assert!(!error.is_timeout(), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // The server carries on.
-    assert_eq!(events(&client, &base, VERSION).await.status, StatusCode::OK);
+    assert_eq!(http.events().await.status, StatusCode::OK);
     assert_eq!(emulator.stats().faults_served, 1);
 }
 
 #[tokio::test]
 async fn delay_fault() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    control_post(
-        &client,
-        &base,
-        "/emulator/faults",
-        json!({"kind": "delay", "millis": 400}),
-    )
-    .await;
+    let (_emulator, http) = unlimited_over_http().await;
+    http.fault(json!({"kind": "delay", "millis": 400})).await;
     let started = Instant::now();
-    let slow = events(&client, &base, VERSION).await;
+    let slow = http.events().await;
     assert!(started.elapsed() >= Duration::from_millis(400));
     assert_eq!(slow.status, StatusCode::OK);
     assert_eq!(slow.json()["DocumentIncarnation"], 1);
     let started = Instant::now();
-    events(&client, &base, VERSION).await;
+    http.events().await;
     assert!(started.elapsed() < Duration::from_millis(400));
 }
 
@@ -360,76 +255,43 @@ async fn first_call_delay() {
         ..EmulatorConfig::default()
     })
     .await;
-    let client = client();
-    let base = emulator.url();
+    let http = Http::to(&emulator);
     let started = Instant::now();
-    assert_eq!(events(&client, &base, VERSION).await.status, StatusCode::OK);
+    assert_eq!(http.events().await.status, StatusCode::OK);
     assert!(started.elapsed() >= Duration::from_millis(400));
     let started = Instant::now();
-    events(&client, &base, VERSION).await;
+    http.events().await;
     assert!(started.elapsed() < Duration::from_millis(400));
 
     // Setting it again re-arms it.
-    let config = control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"first_call_delay_ms": 300}),
-    )
-    .await;
+    let config = http.configure(json!({"first_call_delay_ms": 300})).await;
     assert_eq!(config.status, StatusCode::OK);
     assert_eq!(config.json()["first_call_delay_ms"], 300);
     let started = Instant::now();
-    events(&client, &base, VERSION).await;
+    http.events().await;
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
 #[tokio::test]
 async fn rate_limit_can_be_changed_at_run_time() {
     let emulator = with_config(EmulatorConfig::default()).await;
-    let client = client();
-    let base = emulator.url();
-    let config = control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"rate_limit_per_sec": null}),
-    )
-    .await;
+    let http = Http::to(&emulator);
+    let config = http.configure(json!({"rate_limit_per_sec": null})).await;
     assert_eq!(config.json()["rate_limit_per_sec"], serde_json::Value::Null);
     for _ in 0..8 {
-        assert_eq!(events(&client, &base, VERSION).await.status, StatusCode::OK);
+        assert_eq!(http.events().await.status, StatusCode::OK);
     }
-    control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"rate_limit_per_sec": 1}),
-    )
-    .await;
-    events(&client, &base, VERSION).await;
-    assert_eq!(
-        events(&client, &base, VERSION).await.status,
-        StatusCode::TOO_MANY_REQUESTS
-    );
-    let zero = control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"rate_limit_per_sec": 0}),
-    )
-    .await;
+    http.configure(json!({"rate_limit_per_sec": 1})).await;
+    http.events().await;
+    assert_eq!(http.events().await.status, StatusCode::TOO_MANY_REQUESTS);
+    let zero = http.configure(json!({"rate_limit_per_sec": 0})).await;
     assert_eq!(zero.status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
 async fn scenarios_over_http() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    let listed = answer(client.get(format!("{base}/emulator/scenarios")))
-        .await
-        .json();
+    let (emulator, http) = unlimited_over_http().await;
+    let listed = http.get("/emulator/scenarios").await.json();
     let names: Vec<_> = listed["scenarios"]
         .as_array()
         .expect("array")
@@ -439,64 +301,47 @@ async fn scenarios_over_http() {
     assert_eq!(names, spot_worker_imds_emulator::Scenario::BUILTIN);
 
     // 20 s of cancelled maintenance in 0.2 s.
-    let played = control_post(
-        &client,
-        &base,
-        "/emulator/scenarios/cancelled-maintenance",
-        json!({"speed": 100.0}),
-    )
-    .await;
+    let played = http
+        .control(
+            "/emulator/scenarios/cancelled-maintenance",
+            json!({"speed": 100.0}),
+        )
+        .await;
     assert_eq!(played.status, StatusCode::ACCEPTED, "{}", played.text);
     assert_eq!(played.json()["scenario"]["steps"][1]["action"], "cancel");
     tokio::time::timeout(Duration::from_secs(5), emulator.wait_for_incarnation(3))
         .await
         .expect("cancelled in time");
-    assert_eq!(document(&client, &base).await["Events"], json!([]));
+    assert_eq!(http.document().await["Events"], json!([]));
 
     // A 30 s eviction notice in 1 s; the event starts by itself.
-    control_post(
-        &client,
-        &base,
-        "/emulator/scenarios/spot-eviction",
-        json!({"speed": 30.0}),
-    )
-    .await;
-    let started = poll_until(&client, &base, |d| {
-        d["Events"][0]["EventStatus"] == "Started"
-    })
-    .await;
+    http.control("/emulator/scenarios/spot-eviction", json!({"speed": 30.0}))
+        .await;
+    let started = http
+        .poll_until(|d| d["Events"][0]["EventStatus"] == "Started")
+        .await;
     assert_eq!(started["Events"][0]["EventType"], "Preempt");
 
-    let unknown = control_post(
-        &client,
-        &base,
-        "/emulator/scenarios/meteor-strike",
-        json!({}),
-    )
-    .await;
+    let unknown = http
+        .control("/emulator/scenarios/meteor-strike", json!({}))
+        .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
-    let slow = control_post(
-        &client,
-        &base,
-        "/emulator/scenarios/spot-eviction",
-        json!({"speed": 0}),
-    )
-    .await;
+    let slow = http
+        .control("/emulator/scenarios/spot-eviction", json!({"speed": 0}))
+        .await;
     assert_eq!(slow.status, StatusCode::BAD_REQUEST);
-    let short = control_post(
-        &client,
-        &base,
-        "/emulator/scenarios/scale-in-terminate",
-        json!({"notice_secs": 60}),
-    )
-    .await;
+    let short = http
+        .control(
+            "/emulator/scenarios/scale-in-terminate",
+            json!({"notice_secs": 60}),
+        )
+        .await;
     assert_eq!(short.status, StatusCode::BAD_REQUEST);
-    let empty_body =
-        answer(client.post(format!("{base}/emulator/scenarios/scale-in-terminate"))).await;
+    let empty_body = http.post("/emulator/scenarios/scale-in-terminate").await;
     assert_eq!(empty_body.status, StatusCode::ACCEPTED);
 
     // Reset stops the players.
-    answer(client.post(format!("{base}/emulator/reset"))).await;
+    http.post("/emulator/reset").await;
     assert_eq!(emulator.document()["Events"], json!([]));
 }
 
@@ -531,19 +376,12 @@ async fn drop_fault_sends_no_bytes_at_all() {
 #[tokio::test]
 async fn instance_metadata_can_be_missing_like_a_stand_in_for_imds() {
     let emulator = with_config(EmulatorConfig::default()).await;
-    let client = client();
-    let base = emulator.url();
-    let url = format!("{base}/metadata/instance?api-version=2021-02-01");
-    let instance = || answer(client.get(&url).header("Metadata", "true"));
-    let config = control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"instance_metadata_missing": true}),
-    )
-    .await;
+    let http = Http::to(&emulator);
+    let config = http
+        .configure(json!({"instance_metadata_missing": true}))
+        .await;
     assert_eq!(config.json()["instance_metadata_missing"], true);
-    let missing = instance().await;
+    let missing = http.instance().await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert!(
         missing.content_type.starts_with("text/html"),
@@ -555,13 +393,8 @@ async fn instance_metadata_can_be_missing_like_a_stand_in_for_imds() {
         "a whole page: {}",
         missing.text
     );
-    control_post(
-        &client,
-        &base,
-        "/emulator/config",
-        json!({"instance_metadata_missing": false}),
-    )
-    .await;
-    assert_eq!(instance().await.status, StatusCode::OK);
+    http.configure(json!({"instance_metadata_missing": false}))
+        .await;
+    assert_eq!(http.instance().await.status, StatusCode::OK);
     assert_eq!(emulator.stats().instance_gets, 2, "both requests counted");
 }

@@ -13,16 +13,23 @@ use spot_worker_imds_emulator::{EmulatorConfig, IdentityConfig};
 
 const CLIENT: &str = "00000000-0000-0000-0000-000000000001";
 
-async fn token(client: &reqwest::Client, base: &str, client_id: &str) -> Answer {
+async fn token(http: &Http, client_id: &str) -> Answer {
     answer(
-        client
+        http.client
             .get(format!(
-                "{base}/metadata/identity/oauth2/token?api-version=2018-02-01\
-                 &resource=https%3A%2F%2Fstorage.azure.com%2F&client_id={client_id}"
+                "{}/metadata/identity/oauth2/token?api-version=2018-02-01\
+                 &resource=https%3A%2F%2Fstorage.azure.com%2F&client_id={client_id}",
+                http.base
             ))
             .header("Metadata", "true"),
     )
     .await
+}
+
+/// The claims of the token `http`'s emulator issues to [`CLIENT`] now.
+async fn claims_issued(http: &Http) -> Value {
+    let body = token(http, CLIENT).await.json();
+    claims(body["access_token"].as_str().expect("a token"))
 }
 
 fn claims(access_token: &str) -> Value {
@@ -37,10 +44,9 @@ async fn only_the_assigned_identity_gets_a_token() {
         ..EmulatorConfig::default()
     })
     .await;
-    let client = client();
-    let base = emulator.url();
+    let http = Http::to(&emulator);
 
-    let good = token(&client, &base, CLIENT).await;
+    let good = token(&http, CLIENT).await;
     assert_eq!(good.status, StatusCode::OK, "{}", good.text);
     assert!(good.content_type.starts_with("application/json"));
     let body = good.json();
@@ -58,17 +64,16 @@ async fn only_the_assigned_identity_gets_a_token() {
     assert_eq!(claims["exp"].as_u64(), Some(expires_on));
     assert!(claims["iat"].as_u64().is_some() && claims["nbf"].as_u64().is_some());
 
-    let wrong = token(&client, &base, "11111111-1111-1111-1111-111111111111").await;
+    let wrong = token(&http, "11111111-1111-1111-1111-111111111111").await;
     assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         wrong.json(),
         serde_json::json!({"error": "invalid_request", "error_description": "Identity not found"})
     );
 
-    let no_header = answer(client.get(format!(
-        "{base}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=x"
-    )))
-    .await;
+    let no_header = http
+        .get("/metadata/identity/oauth2/token?api-version=2018-02-01&resource=x")
+        .await;
     assert_eq!(no_header.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         no_header.json()["error_description"],
@@ -84,24 +89,19 @@ async fn only_the_assigned_identity_gets_a_token() {
 
 #[tokio::test]
 async fn the_control_api_sets_lifetime_issuer_and_audience() {
-    let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
+    let (_emulator, http) = unlimited_over_http().await;
     // No identity by default.
-    assert_eq!(
-        token(&client, &base, CLIENT).await.status,
-        StatusCode::BAD_REQUEST
-    );
-    let changed = answer(
-        client
-            .post(format!("{base}/emulator/identity"))
-            .json(&serde_json::json!({"client_ids": [CLIENT], "token_lifetime_secs": 5})),
-    )
-    .await;
+    assert_eq!(token(&http, CLIENT).await.status, StatusCode::BAD_REQUEST);
+    let changed = http
+        .control(
+            "/emulator/identity",
+            serde_json::json!({"client_ids": [CLIENT], "token_lifetime_secs": 5}),
+        )
+        .await;
     assert_eq!(changed.status, StatusCode::OK, "{}", changed.text);
     assert_eq!(changed.json()["token_lifetime_secs"], 5);
 
-    let body = token(&client, &base, CLIENT).await.json();
+    let body = token(&http, CLIENT).await.json();
     assert_eq!(body["expires_in"], "5");
     let claims_short = claims(body["access_token"].as_str().unwrap());
     assert_eq!(
@@ -109,40 +109,30 @@ async fn the_control_api_sets_lifetime_issuer_and_audience() {
         5
     );
 
-    answer(client.post(format!("{base}/emulator/identity")).json(
-        &serde_json::json!({"issuer": "https://issuer.invalid/", "audience": "https://vault.azure.net"}),
-    ))
-    .await;
-    let refused_by_storage = claims(
-        token(&client, &base, CLIENT).await.json()["access_token"]
-            .as_str()
-            .unwrap(),
-    );
+    let elsewhere = serde_json::json!({
+        "issuer": "https://issuer.invalid/",
+        "audience": "https://vault.azure.net",
+    });
+    http.control("/emulator/identity", elsewhere).await;
+    let refused_by_storage = claims_issued(&http).await;
     assert_eq!(refused_by_storage["iss"], "https://issuer.invalid/");
     assert_eq!(refused_by_storage["aud"], "https://vault.azure.net");
 
     // null restores the defaults; unknown fields and a zero lifetime are refused.
-    answer(
-        client
-            .post(format!("{base}/emulator/identity"))
-            .json(&serde_json::json!({"issuer": null, "audience": null})),
+    http.control(
+        "/emulator/identity",
+        serde_json::json!({"issuer": null, "audience": null}),
     )
     .await;
-    let restored = claims(
-        token(&client, &base, CLIENT).await.json()["access_token"]
-            .as_str()
-            .unwrap(),
-    );
+    let restored = claims_issued(&http).await;
     assert_eq!(restored["aud"], "https://storage.azure.com/");
     for bad in [
         serde_json::json!({"token_lifetime_secs": 0}),
         serde_json::json!({"lifetime": 5}),
     ] {
-        let refused = answer(client.post(format!("{base}/emulator/identity")).json(&bad)).await;
+        let refused = http.control("/emulator/identity", bad.clone()).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
     }
-    let shown = answer(client.get(format!("{base}/emulator/identity")))
-        .await
-        .json();
+    let shown = http.get("/emulator/identity").await.json();
     assert_eq!(shown["tokens"].as_array().unwrap().len(), 3);
 }

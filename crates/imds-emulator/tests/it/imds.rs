@@ -240,16 +240,14 @@ async fn bad_approvals_are_400() {
 
 #[tokio::test]
 async fn event_starts_by_itself_at_not_before() {
-    let emulator = unlimited().await;
-    let client = client();
+    let (emulator, http) = unlimited_over_http().await;
     let scheduled = emulator
         .schedule(EventSpec::preempt().notice(Duration::from_secs(1)))
         .expect("valid");
     let not_before = scheduled.not_before.expect("scheduled");
-    let started = poll_until(&client, &emulator.url(), |d| {
-        d["Events"][0]["EventStatus"] == "Started"
-    })
-    .await;
+    let started = http
+        .poll_until(|d| d["Events"][0]["EventStatus"] == "Started")
+        .await;
     assert!(SystemTime::now() >= not_before);
     assert_eq!(started["DocumentIncarnation"], 3);
     assert_eq!(started["Events"][0]["EventId"], scheduled.id.as_str());
@@ -258,13 +256,12 @@ async fn event_starts_by_itself_at_not_before() {
 
 #[tokio::test]
 async fn started_events_complete_and_disappear() {
-    let emulator = unlimited().await;
-    let client = client();
+    let (emulator, http) = unlimited_over_http().await;
     let scheduled = emulator
         .schedule(EventSpec::freeze().complete_after(Duration::from_millis(300)))
         .expect("valid");
     emulator.start_event(&scheduled.id).expect("exists");
-    let gone = poll_until(&client, &emulator.url(), |d| d["Events"] == json!([])).await;
+    let gone = http.poll_until(|d| d["Events"] == json!([])).await;
     assert_eq!(gone["DocumentIncarnation"], 4);
 }
 
@@ -330,27 +327,19 @@ async fn old_api_versions_see_less() {
 #[tokio::test]
 async fn rate_limit_throttles_the_sixth_request_in_a_second() {
     let emulator = with_config(EmulatorConfig::default()).await;
-    let client = client();
-    let base = emulator.url();
+    let http = Http::to(&emulator);
     let mut statuses = Vec::new();
     for _ in 0..6 {
-        statuses.push(events(&client, &base, VERSION).await.status);
+        statuses.push(http.events().await.status);
     }
     assert_eq!(&statuses[..5], &[StatusCode::OK; 5]);
     assert_eq!(statuses[5], StatusCode::TOO_MANY_REQUESTS);
-    let throttled = events(&client, &base, VERSION).await;
+    let throttled = http.events().await;
     assert_eq!(throttled.json(), json!({"error": "Too many requests"}));
     // The instance endpoint shares the limit; the control API does not.
-    let instance = answer(
-        client
-            .get(format!("{base}/metadata/instance?api-version=2021-02-01"))
-            .header("Metadata", "true"),
-    )
-    .await;
+    let instance = http.instance().await;
     assert_eq!(instance.status, StatusCode::TOO_MANY_REQUESTS);
-    let state = answer(client.get(format!("{base}/emulator/state")))
-        .await
-        .json();
+    let state = http.get("/emulator/state").await.json();
     assert_eq!(state["stats"]["throttled"], 3);
     assert_eq!(state["stats"]["scheduledevents_gets"], 5);
 }
@@ -358,10 +347,8 @@ async fn rate_limit_throttles_the_sixth_request_in_a_second() {
 #[tokio::test]
 async fn instance_metadata() {
     let emulator = unlimited().await;
-    let client = client();
-    let base = emulator.url();
-    let url = format!("{base}/metadata/instance?api-version=2021-02-01");
-    let answer_ok = answer(client.get(&url).header("Metadata", "true")).await;
+    let http = Http::to(&emulator);
+    let answer_ok = http.instance().await;
     assert_eq!(answer_ok.status, StatusCode::OK);
     assert_eq!(answer_ok.content_type, "application/json; charset=utf-8");
     let instance: Value = answer_ok.json();
@@ -382,24 +369,16 @@ async fn instance_metadata() {
     assert_eq!(instance["network"]["interface"], json!([]));
 
     for version in ["2019-06-01", "2023-07-01"] {
-        let ok = answer(
-            client
-                .get(format!("{base}/metadata/instance?api-version={version}"))
-                .header("Metadata", "true"),
-        )
-        .await;
+        let ok = http.instance_at(version).await;
         assert_eq!(ok.status, StatusCode::OK, "{version}");
     }
     assert_eq!(
-        answer(client.get(&url)).await.status,
+        http.get("/metadata/instance?api-version=2021-02-01")
+            .await
+            .status,
         StatusCode::BAD_REQUEST
     );
-    let invalid = answer(
-        client
-            .get(format!("{base}/metadata/instance?api-version=latest"))
-            .header("Metadata", "true"),
-    )
-    .await;
+    let invalid = http.instance_at("latest").await;
     assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
     assert!(invalid.json()["newest-versions"].is_array());
     // Refused requests count too; only throttled ones do not.

@@ -7,7 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use spot_worker_imds::{
-    ImdsClient, ImdsConfig, RunningWatcher, Transition, WatcherConfig, WatcherHealth,
+    ImdsClient, ImdsConfig, NoticePolicy, NoticeSignal, RunningWatcher, Transition, Watcher,
+    WatcherConfig, WatcherHealth,
 };
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use tokio::sync::broadcast;
@@ -75,6 +76,16 @@ pub async fn health_until(
 /// Asks for a poll and waits until the watcher has seen incarnation
 /// `target`; the transitions of that document are then in every
 /// subscriber's channel.
+/// A watcher of `emulator` (as [`watcher_config`] has it) with the default
+/// notice policy's signal, running and caught up with the emulator.
+pub async fn watching(emulator: &RunningEmulator) -> (RunningWatcher, NoticeSignal) {
+    let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
+    let shutdown = watcher.notice_signal(NoticePolicy::default());
+    let running = watcher.spawn();
+    caught_up(&running, emulator.incarnation()).await;
+    (running, shutdown)
+}
+
 pub async fn caught_up(running: &RunningWatcher, target: u64) {
     running.refresh();
     health_until(running, "the watcher to catch up", |h| {

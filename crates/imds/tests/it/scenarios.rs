@@ -23,6 +23,35 @@ struct Expected {
     drains: bool,
 }
 
+impl Expected {
+    /// An event of this VM that drains it.
+    const fn drains(kinds: &'static [TransitionKind]) -> Self {
+        Expected {
+            kinds,
+            concerns_this_vm: true,
+            drains: true,
+        }
+    }
+
+    /// An event of this VM the default policy lets it work through.
+    const fn works_through(kinds: &'static [TransitionKind]) -> Self {
+        Expected {
+            kinds,
+            concerns_this_vm: true,
+            drains: false,
+        }
+    }
+
+    /// Another VM's event: seen, not acted on.
+    const fn elsewhere(kinds: &'static [TransitionKind]) -> Self {
+        Expected {
+            kinds,
+            concerns_this_vm: false,
+            drains: false,
+        }
+    }
+}
+
 /// Plays `name` one step at a time and returns every transition seen and the
 /// shutdown signal of the default policy.
 async fn play(name: &str) -> (Vec<Transition>, NoticeSignal) {
@@ -69,15 +98,7 @@ async fn check(name: &str, expected: Expected) -> (Vec<Transition>, NoticeSignal
 
 #[tokio::test]
 async fn spot_eviction_drains_with_the_30_second_deadline() {
-    let (seen, shutdown) = check(
-        "spot-eviction",
-        Expected {
-            kinds: &[Scheduled, Started],
-            concerns_this_vm: true,
-            drains: true,
-        },
-    )
-    .await;
+    let (seen, shutdown) = check("spot-eviction", Expected::drains(&[Scheduled, Started])).await;
     let scheduled = &seen[0].event;
     assert_eq!(scheduled.event_type, EventType::Preempt);
     assert_eq!(seen[1].previous_status, Some(EventStatus::Scheduled));
@@ -102,11 +123,7 @@ async fn spot_eviction_drains_with_the_30_second_deadline() {
 async fn scale_in_terminate_drains() {
     let (seen, _) = check(
         "scale-in-terminate",
-        Expected {
-            kinds: &[Scheduled, Started],
-            concerns_this_vm: true,
-            drains: true,
-        },
+        Expected::drains(&[Scheduled, Started]),
     )
     .await;
     assert_eq!(seen[0].event.event_type, EventType::Terminate);
@@ -116,11 +133,7 @@ async fn scale_in_terminate_drains() {
 async fn short_live_migration_freeze_does_not_drain() {
     let (seen, shutdown) = check(
         "live-migration-freeze",
-        Expected {
-            kinds: &[Scheduled, Started, Completed],
-            concerns_this_vm: true,
-            drains: false,
-        },
+        Expected::works_through(&[Scheduled, Started, Completed]),
     )
     .await;
     assert_eq!(seen[0].event.event_type, EventType::Freeze);
@@ -132,11 +145,7 @@ async fn short_live_migration_freeze_does_not_drain() {
 async fn user_reboot_drains_and_names_its_source() {
     let (seen, _) = check(
         "user-reboot",
-        Expected {
-            kinds: &[Scheduled, Started, Completed],
-            concerns_this_vm: true,
-            drains: true,
-        },
+        Expected::drains(&[Scheduled, Started, Completed]),
     )
     .await;
     assert_eq!(seen[0].event.event_type, EventType::Reboot);
@@ -147,11 +156,7 @@ async fn user_reboot_drains_and_names_its_source() {
 async fn redeploy_drains() {
     let (seen, _) = check(
         "redeploy",
-        Expected {
-            kinds: &[Scheduled, Started, Completed],
-            concerns_this_vm: true,
-            drains: true,
-        },
+        Expected::drains(&[Scheduled, Started, Completed]),
     )
     .await;
     assert_eq!(seen[0].event.event_type, EventType::Redeploy);
@@ -161,11 +166,7 @@ async fn redeploy_drains() {
 async fn cancelled_maintenance_is_observed_as_a_withdrawn_notice() {
     let (_, shutdown) = check(
         "cancelled-maintenance",
-        Expected {
-            kinds: &[Scheduled, Cancelled],
-            concerns_this_vm: true,
-            drains: true,
-        },
+        Expected::drains(&[Scheduled, Cancelled]),
     )
     .await;
     assert!(shutdown.notice().expect("a notice").withdrawn);
@@ -173,15 +174,7 @@ async fn cancelled_maintenance_is_observed_as_a_withdrawn_notice() {
 
 #[tokio::test]
 async fn hardware_failure_appears_started_and_drains_at_once() {
-    let (seen, shutdown) = check(
-        "hardware-failure",
-        Expected {
-            kinds: &[Started, Completed],
-            concerns_this_vm: true,
-            drains: true,
-        },
-    )
-    .await;
+    let (seen, shutdown) = check("hardware-failure", Expected::drains(&[Started, Completed])).await;
     assert_eq!(seen[0].previous_status, None, "never announced");
     assert!(seen[0].event.not_before.instant().is_none());
     assert!(shutdown.deadline().expect("a deadline") <= Instant::now());
@@ -191,11 +184,7 @@ async fn hardware_failure_appears_started_and_drains_at_once() {
 async fn an_event_for_two_vms_concerns_each_of_them() {
     let (seen, _) = check(
         "two-vms-one-event",
-        Expected {
-            kinds: &[Scheduled, Started, Completed],
-            concerns_this_vm: true,
-            drains: false,
-        },
+        Expected::works_through(&[Scheduled, Started, Completed]),
     )
     .await;
     assert_eq!(seen[0].event.resources, [VM, PEER]);
@@ -205,11 +194,7 @@ async fn an_event_for_two_vms_concerns_each_of_them() {
 async fn another_vms_eviction_is_seen_but_not_acted_on() {
     let (seen, shutdown) = check(
         "other-vm-preempt",
-        Expected {
-            kinds: &[Scheduled, Started],
-            concerns_this_vm: false,
-            drains: false,
-        },
+        Expected::elsewhere(&[Scheduled, Started]),
     )
     .await;
     assert_eq!(seen[0].event.resources, [PEER]);

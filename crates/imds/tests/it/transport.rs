@@ -15,6 +15,16 @@ use tokio::net::TcpListener;
 
 /// Serves `response` verbatim to every connection, after reading the request
 /// head.
+/// The error the client's Scheduled Events GET meets when the server
+/// answers `response`.
+async fn error_for(response: Vec<u8>) -> ImdsError {
+    let url = canned_server(response).await;
+    match client(&url).scheduled_events().await {
+        Ok(document) => panic!("{url} answered {document:?}, not an error"),
+        Err(error) => error,
+    }
+}
+
 async fn canned_server(response: Vec<u8>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -34,12 +44,11 @@ async fn canned_server(response: Vec<u8>) -> String {
 
 #[tokio::test]
 async fn redirects_are_refused_not_followed() {
-    let url = canned_server(
+    let error = error_for(
         b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/\r\nContent-Length: 0\r\n\r\n"
             .to_vec(),
     )
     .await;
-    let error = client(&url).scheduled_events().await.unwrap_err();
     match error {
         ImdsError::Redirect { status, location } => {
             assert_eq!(status, 307);
@@ -62,8 +71,7 @@ async fn oversized_responses_are_refused() {
     );
     let streamed = format!("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{body}");
     for response in [declared, streamed] {
-        let url = canned_server(response.into_bytes()).await;
-        let error = client(&url).scheduled_events().await.unwrap_err();
+        let error = error_for(response.into_bytes()).await;
         assert!(
             matches!(error, ImdsError::TooLarge { limit } if limit == 256 * 1024),
             "{error}"
@@ -95,12 +103,11 @@ async fn a_dead_endpoint_fails_fast_with_a_clear_error() {
 
 #[tokio::test]
 async fn bad_request_messages_come_from_imds() {
-    let url = canned_server(
+    let error = error_for(
         b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 47\r\n\r\n{\"error\":\"Bad request. api-version is invalid\"}"
             .to_vec(),
     )
     .await;
-    let error = client(&url).scheduled_events().await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "IMDS rejected the request (400 Bad Request): Bad request. api-version is invalid"

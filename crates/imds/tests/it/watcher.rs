@@ -11,16 +11,13 @@ use spot_worker_imds::{
     Approval, ApprovalScope, EventId, ImdsClient, ImdsConfig, ImdsError, NoticePolicy,
     TransitionKind, Watcher, WatcherConfig,
 };
-use spot_worker_imds_emulator::{EmulatorConfig, EventSpec, Fault};
+use spot_worker_imds_emulator::{EmulatorConfig, EventSpec, Fault, RunningEmulator};
 use tokio::time::Instant;
 
 #[tokio::test]
 async fn preempt_cancels_the_token_with_not_before_as_deadline() {
     let emulator = emulator().await;
-    let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.notice_signal(NoticePolicy::default());
-    let running = watcher.spawn();
-    caught_up(&running, emulator.incarnation()).await;
+    let (_running, shutdown) = watching(&emulator).await;
     assert!(!shutdown.token().is_cancelled());
 
     let event = emulator.schedule(EventSpec::preempt()).unwrap();
@@ -87,10 +84,7 @@ async fn unchanged_incarnations_emit_nothing() {
 #[tokio::test]
 async fn survives_every_kind_of_imds_failure_and_recovers() {
     let emulator = emulator().await;
-    let mut watcher = Watcher::new(client(&emulator.url()), watcher_config());
-    let shutdown = watcher.notice_signal(NoticePolicy::default());
-    let running = watcher.spawn();
-    caught_up(&running, emulator.incarnation()).await;
+    let (running, shutdown) = watching(&emulator).await;
 
     let faults = [
         (Fault::Status(StatusCode::INTERNAL_SERVER_ERROR), "500"),
@@ -213,18 +207,14 @@ async fn a_first_call_slower_than_its_timeout_is_retried() {
 async fn approval_starts_this_vms_event_once() {
     let emulator = emulator().await;
     let client = client(&emulator.url());
-    let event = emulator.schedule(EventSpec::preempt()).unwrap();
-    let id = EventId(event.id.clone());
+    let id = scheduled(&emulator, EventSpec::preempt());
     let scope = ApprovalScope::ThisVm(VM.into());
 
-    assert_eq!(
-        client.approve(&id, &scope).await.unwrap(),
-        Approval::Approved
-    );
+    assert_eq!(approve(&client, &id, &scope).await, Approval::Approved);
     let document = client.scheduled_events().await.unwrap();
     assert_eq!(document.event(&id).unwrap().status.as_str(), "Started");
     assert_eq!(
-        client.approve(&id, &scope).await.unwrap(),
+        approve(&client, &id, &scope).await,
         Approval::AlreadyStarted
     );
     assert_eq!(emulator.approvals().len(), 1);
@@ -234,24 +224,15 @@ async fn approval_starts_this_vms_event_once() {
 async fn approval_refuses_an_event_shared_with_other_vms_unless_told() {
     let emulator = emulator().await;
     let client = client(&emulator.url());
-    let event = emulator
-        .schedule(EventSpec::reboot().resources([VM, PEER]))
-        .unwrap();
-    let id = EventId(event.id.clone());
+    let id = scheduled(&emulator, EventSpec::reboot().resources([VM, PEER]));
 
-    let error = client
-        .approve(&id, &ApprovalScope::ThisVm(VM.into()))
-        .await
-        .unwrap_err();
+    let error = refused(&client, &id, &ApprovalScope::ThisVm(VM.into())).await;
     assert!(matches!(error, ImdsError::SharedEvent { .. }), "{error}");
     assert!(error.to_string().contains(PEER), "{error}");
     assert!(emulator.approvals().is_empty(), "nothing was sent");
 
     let scope = ApprovalScope::SharedWithThisVm(VM.to_ascii_uppercase());
-    assert_eq!(
-        client.approve(&id, &scope).await.unwrap(),
-        Approval::Approved
-    );
+    assert_eq!(approve(&client, &id, &scope).await, Approval::Approved);
     assert_eq!(emulator.approvals().len(), 1);
 }
 
@@ -274,15 +255,9 @@ async fn a_configured_name_is_checked_against_instance_metadata() {
 async fn approval_refuses_other_vms_events_unless_told() {
     let emulator = emulator().await;
     let client = client(&emulator.url());
-    let event = emulator
-        .schedule(EventSpec::preempt().resources([PEER]))
-        .unwrap();
-    let id = EventId(event.id.clone());
+    let id = scheduled(&emulator, EventSpec::preempt().resources([PEER]));
 
-    let error = client
-        .approve(&id, &ApprovalScope::ThisVm(VM.into()))
-        .await
-        .unwrap_err();
+    let error = refused(&client, &id, &ApprovalScope::ThisVm(VM.into())).await;
     assert!(matches!(error, ImdsError::NotThisVm { .. }), "{error}");
     assert!(emulator.approvals().is_empty(), "nothing was sent");
 
@@ -294,10 +269,7 @@ async fn approval_refuses_other_vms_events_unless_told() {
 async fn approval_of_an_unknown_event_is_a_clear_error() {
     let emulator = emulator().await;
     let client = client(&emulator.url());
-    let error = client
-        .approve(&EventId("NOPE".into()), &ApprovalScope::AnyVm)
-        .await
-        .unwrap_err();
+    let error = refused(&client, &EventId("NOPE".into()), &ApprovalScope::AnyVm).await;
     assert_eq!(
         error.to_string(),
         "event NOPE is not in the current Scheduled Events document"
@@ -368,4 +340,26 @@ async fn reqwest_get(url: &str) -> (u16, String) {
         .await
         .unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Schedules `spec` on `emulator` and returns the new event's id.
+fn scheduled(emulator: &RunningEmulator, spec: EventSpec) -> EventId {
+    let event = emulator.schedule(spec).expect("a valid event");
+    EventId(event.id)
+}
+
+/// Approves `id` for `scope`, expecting an answer.
+async fn approve(client: &ImdsClient, id: &EventId, scope: &ApprovalScope) -> Approval {
+    client
+        .approve(id, scope)
+        .await
+        .unwrap_or_else(|e| panic!("approving {id:?} for {scope:?}: {e}"))
+}
+
+/// The error approving `id` for `scope` is refused with.
+async fn refused(client: &ImdsClient, id: &EventId, scope: &ApprovalScope) -> ImdsError {
+    match client.approve(id, scope).await {
+        Ok(approval) => panic!("approving {id:?} for {scope:?} was {approval:?}, not refused"),
+        Err(error) => error,
+    }
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::save_dir;
 use spot_worker_storage::files::{CheckpointFiles, SaveFilesError};
 use spot_worker_storage::{
     CancellationToken, CheckpointStore, InMemoryCheckpointStore, JobCheckpoint, StorageError,
@@ -77,15 +78,10 @@ async fn a_save_whose_answer_is_lost(
         .unwrap()
         .fenced_by(fenced);
     put(dir.path(), "a", 1);
-    a.save_files(&CheckpointFiles::dir(dir.path()))
-        .await
-        .unwrap();
+    save_dir(&mut a, dir.path()).await.unwrap();
     put(dir.path(), "b", 2);
     faults.plan(StoreCall::CheckpointWrite, Fault::AnswerLost);
-    let lost = a
-        .save_files(&CheckpointFiles::dir(dir.path()))
-        .await
-        .unwrap_err();
+    let lost = save_dir(&mut a, dir.path()).await.unwrap_err();
     assert!(
         matches!(&lost, SaveFilesError::Storage(e) if e.is_transient()),
         "{lost}"
@@ -103,9 +99,7 @@ async fn another_holder_builds_on_it(store: &Arc<dyn CheckpointStore>) {
         .unwrap()
         .unwrap();
     put(b_dir.path(), "c", 3);
-    b.save_files(&CheckpointFiles::dir(b_dir.path()))
-        .await
-        .unwrap();
+    save_dir(&mut b, b_dir.path()).await.unwrap();
 }
 
 #[tokio::test]
@@ -116,10 +110,7 @@ async fn a_conflict_after_a_lost_answer_deletes_no_chunk_the_other_holder_uses()
     another_holder_builds_on_it(&store).await;
     // A saves again and loses to B.
     put(a_dir.path(), "d", 4);
-    let lost = a
-        .save_files(&CheckpointFiles::dir(a_dir.path()))
-        .await
-        .unwrap_err();
+    let lost = save_dir(&mut a, a_dir.path()).await.unwrap_err();
     assert!(
         matches!(lost, SaveFilesError::Storage(StorageError::Conflict { .. })),
         "{lost}"
@@ -136,10 +127,7 @@ async fn a_save_cancelled_after_a_lost_answer_deletes_no_chunk_the_next_holder_u
     // A's lease is lost; its save task runs on and ends in JobCancelled.
     lease.cancel();
     put(a_dir.path(), "d", 4);
-    let cancelled = a
-        .save_files(&CheckpointFiles::dir(a_dir.path()))
-        .await
-        .unwrap_err();
+    let cancelled = save_dir(&mut a, a_dir.path()).await.unwrap_err();
     assert!(
         matches!(
             cancelled,
@@ -164,9 +152,7 @@ async fn a_clean_up_that_cannot_read_the_stored_manifest_deletes_nothing() {
     // does not.
     faults.plan_clean(StoreCall::CheckpointRead);
     faults.plan(StoreCall::CheckpointRead, Fault::Before);
-    a.save_files(&CheckpointFiles::dir(a_dir.path()))
-        .await
-        .unwrap_err();
+    save_dir(&mut a, a_dir.path()).await.unwrap_err();
     a.removals_done().await;
     let after = inner.chunk_store().names();
     assert!(
@@ -182,20 +168,14 @@ async fn a_restore_racing_the_holders_clean_up_resumes_from_the_newer_manifest()
     let dir = tempfile::tempdir().unwrap();
     let mut holder = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
     put(dir.path(), "a", 1);
-    holder
-        .save_files(&CheckpointFiles::dir(dir.path()))
-        .await
-        .unwrap();
+    save_dir(&mut holder, dir.path()).await.unwrap();
     // A duplicate delivery reads the manifest naming `a` ...
     let mut reader = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
     // ... and before it restores, the holder replaces `a` and deletes
     // what only the older manifest named.
     std::fs::remove_file(dir.path().join("a")).unwrap();
     put(dir.path(), "b", 2);
-    holder
-        .save_files(&CheckpointFiles::dir(dir.path()))
-        .await
-        .unwrap();
+    save_dir(&mut holder, dir.path()).await.unwrap();
     holder.removals_done().await;
     assert!(
         inner.chunk_store().names().len() < 10,
@@ -227,10 +207,7 @@ async fn a_job_whose_chunks_outlive_the_retention_period_still_restores() {
         }
         put(dir.path(), "step", 100 + step);
         let mut holder = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
-        holder
-            .save_files(&CheckpointFiles::dir(dir.path()))
-            .await
-            .unwrap();
+        save_dir(&mut holder, dir.path()).await.unwrap();
         holder.removals_done().await;
         chunks.advance_clock(day);
         chunks.expire_older_than(retention);
@@ -254,10 +231,7 @@ async fn a_job_that_waits_five_weeks_moved_every_six_days_still_restores() {
     put(dir.path(), "weights", 1);
     put(dir.path(), "step", 2);
     let mut holder = JobCheckpoint::load(store.clone(), KEY).await.unwrap();
-    holder
-        .save_files(&CheckpointFiles::dir(dir.path()))
-        .await
-        .unwrap();
+    save_dir(&mut holder, dir.path()).await.unwrap();
     let mut touched = 0;
     for day_number in 1..=35u32 {
         // A day passes; the 7-day rule runs.

@@ -9,20 +9,18 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
+use crate::common::save_dir;
 use spot_worker_storage::files::manifest::{
     ChunkRef, Content, FileEntry, Files, MAX_PATH_LEN, job_prefix,
 };
-use spot_worker_storage::files::{CheckpointFiles, MAX_ENTRIES, Manifest, SaveFilesError};
+use spot_worker_storage::files::{MAX_ENTRIES, Manifest, SaveFilesError};
 use spot_worker_storage::{CheckpointStore, InMemoryCheckpointStore, JobCheckpoint, StorageError};
 use spot_worker_testkit::counting::CountingStore;
 
 async fn save(dir: &std::path::Path) -> Result<(), SaveFilesError> {
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
     let mut checkpoint = JobCheckpoint::load(store, "limits").await.unwrap();
-    checkpoint
-        .save_files(&CheckpointFiles::dir(dir))
-        .await
-        .map(drop)
+    save_dir(&mut checkpoint, dir).await.map(drop)
 }
 
 #[tokio::test]
@@ -151,10 +149,7 @@ async fn a_corrupt_manifest_never_makes_a_save_ask_for_a_huge_blob() {
         let source = tempfile::tempdir().unwrap();
         std::fs::write(source.path().join("weights"), b"new").unwrap();
         let mut saver = JobCheckpoint::load(store, key).await.unwrap();
-        let error = saver
-            .save_files(&CheckpointFiles::dir(source.path()))
-            .await
-            .unwrap_err();
+        let error = save_dir(&mut saver, source.path()).await.unwrap_err();
         assert!(
             matches!(
                 error,

@@ -6,6 +6,8 @@
 //! Run one room with a filter: `cargo test -p spot-worker-storage --test it
 //! fault_search`.
 
+mod common;
+
 mod chunk_faults;
 mod contract;
 mod dir_limits;

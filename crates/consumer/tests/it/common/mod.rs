@@ -1,14 +1,17 @@
 //! Helpers the consumer tests share: a consumer running in the background,
 //! waits on tokio's paused clock, and the queues every test starts from.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use spot_worker_consumer::{
-    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler,
+    Consumer, ConsumerConfig, ConsumerStats, HandlerError, Job, MessageHandler, handler_fn,
 };
-use spot_worker_storage::InMemoryQueue;
+use spot_worker_storage::{
+    Checkpoint, CheckpointStore, InMemoryQueue, MessageQueue, WritePrecondition,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -61,13 +64,57 @@ impl Running {
         self.task.abort();
     }
 
+    /// A consumer of `queue` as [`config`] has it, with `store` for its
+    /// checkpoints, started with `handler`.
+    pub fn with_store(
+        queue: &InMemoryQueue,
+        poison: &InMemoryQueue,
+        store: &(impl CheckpointStore + Clone + 'static),
+        handler: impl MessageHandler,
+    ) -> Self {
+        let consumer = consumer(queue, poison, config()).with_checkpoints(Arc::new(store.clone()));
+        Self::start(consumer, handler)
+    }
+
     pub async fn stop(self) -> ConsumerStats {
         self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(60), self.task)
-            .await
-            .expect("consumer stops in time")
-            .expect("consumer task")
+        stopped(self.task).await
     }
+}
+
+/// The statistics of a consumer's task once it has stopped, within a
+/// minute of the (paused) clock.
+pub async fn stopped(task: JoinHandle<ConsumerStats>) -> ConsumerStats {
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the consumer stops in time")
+        .expect("consumer task")
+}
+
+/// Writes `key`'s checkpoint as completed with `result`, as an earlier
+/// delivery (or a peer) that finished the job left it.
+pub async fn write_completed(store: &impl CheckpointStore, key: &str, result: serde_json::Value) {
+    store
+        .write(
+            key,
+            &Checkpoint::Completed { result },
+            WritePrecondition::Create,
+            None,
+        )
+        .await
+        .expect("the completed checkpoint is written");
+}
+
+/// Cases per property in CI.
+const CI_CASES: u32 = 10_000;
+
+/// Proptest's configuration with at least [`CI_CASES`] cases a property
+/// (`PROPTEST_CASES` raises it for a long run) and no failure files.
+pub fn proptest_config() -> proptest::test_runner::Config {
+    let mut config = proptest::test_runner::Config::default();
+    config.cases = config.cases.max(CI_CASES);
+    config.failure_persistence = None;
+    config
 }
 
 /// Polls `done` on the (paused) tokio clock for at most two simulated minutes.
@@ -91,6 +138,18 @@ pub async fn wait_within(what: &str, limit: Duration, done: impl Fn() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A handler closure handed its own copy of `state` (counters, flags, a
+/// store the test also holds) for every job: the clone per call that a
+/// `handler_fn` sharing state with its test needs, written once.
+pub fn handler_with<S, F, Fut>(state: S, handle: F) -> impl MessageHandler
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    handler_fn(move |job: Job| handle(state.clone(), job))
 }
 
 /// Sets its flag when dropped: shows that a handler future was dropped.
@@ -130,4 +189,50 @@ impl MessageHandler for KeyedJobs {
         let value: serde_json::Value = serde_json::from_slice(body).ok()?;
         Some(value["job"].as_str()?.to_owned())
     }
+}
+
+/// A consumer of any queue and poison queue (a faulty or logging wrapper of
+/// the in-memory ones), with `config`.
+pub fn consumer_of(
+    queue: impl MessageQueue + 'static,
+    poison: impl MessageQueue + 'static,
+    config: ConsumerConfig,
+) -> Consumer {
+    Consumer::new(Arc::new(queue), Arc::new(poison), config).expect("valid config")
+}
+
+/// [`queues`], the work queue holding one message, `body`.
+pub async fn queues_holding(body: &str) -> (InMemoryQueue, InMemoryQueue) {
+    let (queue, poison) = queues();
+    queue
+        .send(body, Duration::ZERO)
+        .await
+        .expect("the message is sent");
+    (queue, poison)
+}
+
+/// A handler that works for `how_long` and succeeds, whatever the job.
+pub fn sleeps_then_succeeds(how_long: Duration) -> impl MessageHandler {
+    handler_fn(move |_job: Job| async move {
+        tokio::time::sleep(how_long).await;
+        Ok::<(), HandlerError>(())
+    })
+}
+
+/// Fails naming the text unless it starts with `prefix`.
+#[track_caller]
+pub fn assert_starts_with(text: &str, prefix: &str) {
+    assert!(
+        text.starts_with(prefix),
+        "{text:?} does not start with {prefix:?}"
+    );
+}
+
+/// Fails naming the text unless it ends with `suffix`.
+#[track_caller]
+pub fn assert_ends_with(text: &str, suffix: &str) {
+    assert!(
+        text.ends_with(suffix),
+        "{text:?} does not end with {suffix:?}"
+    );
 }

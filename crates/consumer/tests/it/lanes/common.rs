@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use spot_worker_consumer::{Consumer, HandlerError, Job, MessageHandler};
 use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, Deadline, Lane, LanePolicy};
-use spot_worker_lanes::{FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost};
-use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue, MessageQueue};
+use spot_worker_lanes::{FleetSpotCapacity, Lanes, SpotCapacity, SwitchCost, enqueue};
+use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue, MessageEncoding, MessageQueue};
 
 pub use crate::common::*;
 
@@ -153,6 +153,14 @@ impl MessageHandler for Recorder {
 pub fn body_key(body: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     Some(value["job"].as_str()?.to_owned())
+}
+
+/// Enqueues the text `body` with `deadline` through `lanes`, as a producer
+/// does, expecting it to be taken.
+pub async fn enqueue_text(lanes: &Lanes, body: &[u8], deadline: Deadline) {
+    enqueue(lanes, MessageEncoding::Text, body, Some(deadline))
+        .await
+        .expect("the job is enqueued");
 }
 
 /// Sends `body` to `queue` as it is.

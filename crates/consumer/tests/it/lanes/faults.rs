@@ -12,7 +12,7 @@ use std::time::Duration;
 use spot_worker_consumer::{DrainSignals, HandlerError, Job, MessageHandler, PoisonRecord};
 use spot_worker_decisions::lanes::Lane;
 use spot_worker_lanes::{
-    Carried, Envelope, LANE_RECORD_PREFIX, LaneKeeper, LaneRecords, enqueue, requeue_text,
+    Carried, Envelope, LANE_RECORD_PREFIX, LaneKeeper, LaneRecords, requeue_text,
 };
 use spot_worker_storage::{
     CheckpointStore, InMemoryCheckpointStore, InMemoryLeases, LeaseStore, MessageEncoding,
@@ -124,14 +124,7 @@ fn slow_record_reads(inner: Arc<InMemoryCheckpointStore>, delay: Duration) -> La
 async fn a_keeper_whose_hold_runs_out_never_moves_a_job_a_spot_worker_runs() {
     let fleet = Fleet::new(Duration::ZERO);
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        job("j0").as_bytes(),
-        Some(deadline(100, 200, 150)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, job("j0").as_bytes(), deadline(100, 200, 150)).await;
     let slow: Arc<dyn CheckpointStore> = Arc::new(slow_record_reads(
         fleet.store.clone(),
         HOLD + Duration::from_secs(2),
@@ -196,14 +189,7 @@ fn slow_reads_from(
 async fn a_releasing_worker_whose_hold_ran_out_never_moves_a_job_another_runs() {
     let fleet = Fleet::new(Duration::from_secs(1));
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        job("j0").as_bytes(),
-        Some(deadline(100, 200, 150)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, job("j0").as_bytes(), deadline(100, 200, 150)).await;
     let failing = FaultyQueue::new(fleet.spot.clone());
     failing
         .faults()

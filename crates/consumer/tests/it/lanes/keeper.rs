@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use spot_worker_decisions::lanes::Lane;
-use spot_worker_lanes::enqueue;
 use spot_worker_lanes::{Envelope, LaneKeeper, Lanes};
 use spot_worker_storage::{
     InMemoryLeases, InMemoryQueue, LeaseStore, MessageEncoding, MessageQueue,
@@ -45,14 +44,12 @@ async fn behind(fleet: &Fleet, count: usize) {
     send_plain(&fleet.spot, "plain").await;
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
     for i in 0..count {
-        enqueue(
+        enqueue_text(
             &lanes,
-            MessageEncoding::Text,
             job(&format!("j{i}")).as_bytes(),
-            Some(deadline(100, 200, 150)),
+            deadline(100, 200, 150),
         )
-        .await
-        .unwrap();
+        .await;
     }
 }
 
@@ -101,23 +98,9 @@ async fn the_keeper_moves_the_jobs_behind_their_line_and_leaves_the_rest() {
     send_plain(&fleet.spot, "plain").await;
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
     // j-late: 50 s of slack, less than two switches: moved at once.
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        job("j-late").as_bytes(),
-        Some(deadline(100, 200, 150)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, job("j-late").as_bytes(), deadline(100, 200, 150)).await;
     // j-fresh: slack to spare, just enqueued: left to the Spot workers.
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        job("j-fresh").as_bytes(),
-        Some(deadline(0, 10_000, 100)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, job("j-fresh").as_bytes(), deadline(0, 10_000, 100)).await;
     let leases: Arc<dyn LeaseStore> = Arc::new(InMemoryLeases::new());
     let pass = keeper(&fleet, lanes, leases).pass().await.unwrap();
     assert_eq!(
@@ -378,14 +361,7 @@ async fn a_job_moved_while_it_waits_keeps_its_checkpoint_files_past_the_retentio
         .unwrap();
     let before = fleet.store.read("j-late").await.unwrap().unwrap();
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        job("j-late").as_bytes(),
-        Some(deadline(100, 200, 150)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, job("j-late").as_bytes(), deadline(100, 200, 150)).await;
     for _ in 0..6 {
         waits_a_day();
     }

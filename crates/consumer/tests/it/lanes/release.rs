@@ -143,14 +143,7 @@ async fn a_job_evicted_ahead_of_its_line_stays_on_spot() {
     let fleet = Fleet::new(Duration::from_secs(1));
     // 100 s of work due in 1000 s, just started; half done.
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        BODY.as_bytes(),
-        Some(deadline(0, 1000, 100)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, BODY.as_bytes(), deadline(0, 1000, 100)).await;
     let recorder = Recorder::default();
     recorder.hold.store(true, Ordering::SeqCst);
     *recorder.progress.lock().unwrap() = Some(0.5);

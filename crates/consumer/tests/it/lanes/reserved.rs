@@ -66,14 +66,7 @@ async fn a_job_keyed_under_the_workers_records_is_poisoned_unrun() {
     send_plain(&fleet.spot, &json!({"job": record}).to_string()).await;
     let lanes = fleet.lanes(Lane::Spot, RECHECK);
     let body = json!({"job": ".spot-worker/fleet/spot-capacity"}).to_string();
-    enqueue(
-        &lanes,
-        MessageEncoding::Text,
-        body.as_bytes(),
-        Some(deadline(0, 100_000, 3_600)),
-    )
-    .await
-    .unwrap();
+    enqueue_text(&lanes, body.as_bytes(), deadline(0, 100_000, 3_600)).await;
     let recorder = Recorder::default();
     let running = Running::start(fleet.consumer(Lane::Spot, RECHECK), recorder.clone());
     running.wait_for("both poisoned", |s| s.poisoned == 2).await;
