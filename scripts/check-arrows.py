@@ -139,12 +139,25 @@ def group_heads(text, start):
 
 PATH = re.compile(r"(?<![A-Za-z0-9_:])(crate|super|self)((?:\s*::\s*super)*)\s*::\s*(\{|" + IDENT + ")")
 INLINE_MOD = re.compile(r"\bmod\s+(" + IDENT + r")\s*\{")
+CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
+
+
+def test_modules_inline(code):
+    """The names of the inline modules compiled only for tests."""
+    return {m.group(1) for m in CFG_TEST.finditer(code) if m.group(2) == "{"}
+
+
+def test_module_files(code):
+    """The names of the modules in their own files compiled only for tests."""
+    return {m.group(1) for m in CFG_TEST.finditer(code) if m.group(2) == ";"}
 
 
 def references(text, module):
     """(line, module path) of every path this file's code names through
     `crate::` or `super::`, resolved to a path from the crate root; `module`
-    is the file's own module path (`["x", "y"]` for src/x/y.rs)."""
+    is the file's own module path (`["x", "y"]` for src/x/y.rs). Code only
+    compiled for tests (`#[cfg(test)] mod ...`) is left out, as the crates'
+    dev-dependencies are: a test may use any room."""
     code = strip_comments_and_strings(text)
     # Inline modules (`mod tests { ... }`) nest the module path: find their
     # spans by brace depth.
@@ -159,8 +172,11 @@ def references(text, module):
                 if depth == 0:
                     break
         spans.append((m.start(), j, m.group(1)))
+    tests = [(a, b) for (a, b, name) in spans if name in test_modules_inline(code)]
     found = []
     for m in PATH.finditer(code):
+        if any(a < m.start() < b for (a, b) in tests):
+            continue
         inner = [name for (a, b, name) in spans if a < m.start() < b]
         here = list(module) + inner
         kind, supers, head = m.group(1), m.group(2), m.group(3)
@@ -209,11 +225,24 @@ def room_graph(src):
     """The arrows between a crate's rooms: {room: {room}}, and where each
     arrow is first made: {(from, to): "file:line"}."""
     rooms = rooms_of(src)
+    texts, test_only = {}, set()
+    for files in rooms.values():
+        for path, module in files:
+            with open(path, encoding="utf-8") as f:
+                texts[path] = f.read()
+            for name in test_module_files(strip_comments_and_strings(texts[path])):
+                test_only.add(tuple(module + [name]))
+    for top in ("lib.rs", "main.rs"):
+        if os.path.isfile(os.path.join(src, top)):
+            with open(os.path.join(src, top), encoding="utf-8") as f:
+                for name in test_module_files(strip_comments_and_strings(f.read())):
+                    test_only.add((name,))
     graph, where = {room: set() for room in rooms}, {}
     for room, files in rooms.items():
         for path, module in files:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            if any(tuple(module[:k]) in test_only for k in range(1, len(module) + 1)):
+                continue
+            text = texts[path]
             for line, target in references(text, module):
                 if not target or target[0] == room or target[0] not in rooms:
                     continue
@@ -331,6 +360,7 @@ REFERENCES = [
     ("fn f<'a>(x: &'a str) { crate::b::g(x) }", ["a"], [["b"]]),
     ("let c = '{'; /* crate::x */ let r = r#\"crate::y\"#; crate::b::h()", ["a"], [["b"]]),
     ("use super::{Consumer, delivery::Delivery};", ["lane"], [["Consumer"], ["delivery"]]),
+    ("#[cfg(test)]\nmod tests {\n    use crate::memory::Store;\n}\nuse crate::b::C;", ["a"], [["b"]]),
 ]
 
 

@@ -65,6 +65,7 @@ mod fault;
 mod identity;
 mod identity_control;
 mod imds;
+mod killable;
 mod response;
 mod scenario;
 mod server;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableGauge};
 
-use crate::metrics::{attributes, names};
+use crate::{attributes, names};
 
 /// The estimates behind the checkpoint interval, as the runtime reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 
-use crate::metrics::{attributes, names};
 use crate::span::MESSAGING_DESTINATION_NAME;
+use crate::{attributes, names};
 
 /// The values of the `lane` attribute.
 pub const LANES: [&str; 2] = ["spot", "regular"];

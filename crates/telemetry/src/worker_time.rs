@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter};
 
-use crate::metrics::{attributes, names};
+use crate::{attributes, names};
 
 /// The values of the `phase` attribute of `spot_worker.worker.time`.
 pub const WORKER_PHASES: [&str; 4] = ["starting", "busy", "idle", "draining"];
