@@ -288,6 +288,12 @@ esac
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 
+# No cycle between crates or between the rooms of a crate (docs/architecture.md,
+# "Arrows"); the checker's own table test first.
+echo "==> check-arrows"
+"${PYTHON:-python3}" scripts/check-arrows.py --self-test
+"${PYTHON:-python3}" scripts/check-arrows.py
+
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
