@@ -364,6 +364,44 @@ REFERENCES = [
 ]
 
 
+def tree_test():
+    """The whole check on a small workspace with one cycle of each kind:
+    two crates that depend on each other, and two rooms of one crate that
+    import each other (one by `crate::`, one by `super::`), beside a room
+    that only imports down and test code that imports up."""
+    import contextlib
+    import io
+    import tempfile
+
+    files = {
+        "Cargo.toml": '[workspace]\nmembers = ["crates/*"]\n',
+        "crates/a/Cargo.toml": '[package]\nname = "a"\n\n[dependencies]\nb = { path = "../b" }\n',
+        "crates/b/Cargo.toml": '[package]\nname = "b"\n\n[dependencies]\na.workspace = true\n'
+        '\n[dev-dependencies]\nc.workspace = true\n',
+        "crates/c/Cargo.toml": '[package]\nname = "c"\n\n[dependencies]\nb.workspace = true\n',
+        "crates/a/src/lib.rs": "mod x;\nmod y;\nmod z;\nuse crate::x::X;\n",
+        "crates/a/src/x.rs": "use crate::y::Y;\n",
+        "crates/a/src/y.rs": "pub struct Y;\nfn f() { super::x::g() }\n",
+        "crates/a/src/z.rs": "use crate::x::X;\n#[cfg(test)]\nmod tests {\n    use crate::w::W;\n}\n",
+        "crates/a/src/w.rs": "// use crate::z::Z;\nconst S: &str = \"crate::z\";\n",
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for name, text in files.items():
+            path = os.path.join(root, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            cycles = check(root)
+    want = ["cycle in the rooms of a: x -> y -> x", "cycle in the crates: a -> b -> a"]
+    got = [line for line in out.getvalue().splitlines() if line.startswith("cycle")]
+    if cycles != 2 or got != want:
+        print("FAIL the tree test: found %d %s, want 2 %s" % (cycles, got, want))
+        return 1
+    return 0
+
+
 def self_test():
     failures = 0
     for name, graph, want in CASES:
@@ -382,7 +420,8 @@ def self_test():
         if got != want:
             print("FAIL references of %r: found %s, want %s" % (source, got, want))
             failures += 1
-    total = len(CASES) + len(REFERENCES)
+    failures += tree_test()
+    total = len(CASES) + len(REFERENCES) + 1
     print("check-arrows self-test: %d of %d cases pass" % (total - failures, total))
     return failures
 
