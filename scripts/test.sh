@@ -363,6 +363,12 @@ esac
 phase "cargo fmt --check"
 cargo fmt --all -- --check
 
+# No cycle between crates or between the rooms of a crate (docs/architecture.md,
+# "Arrows"); the checker's own table test first.
+phase "check-arrows"
+"${PYTHON:-python3}" scripts/check-arrows.py --self-test
+"${PYTHON:-python3}" scripts/check-arrows.py
+
 phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -10,15 +10,13 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use azure_storage_queue::{QueueClient, QueueClientOptions};
 
 use crate::checkpoint::BlobCheckpointStore;
-use crate::config::{
-    AccountEndpoints, Credentials, StorageConfig, StorageConfigError, check_service_url,
-    without_secrets,
-};
+use crate::config::{AccountEndpoints, Credentials, StorageConfig, StorageConfigError};
 use crate::connection_string::{ConnectionString, ConnectionStringError, SharedKeyOrSas};
 use crate::queue::{AzureQueue, MessageTtl};
 use crate::redact::redact;
 use crate::result::BlobResultStore;
 use crate::sas::{AccountSasScope, SasPolicy, SasSource};
+use crate::service_url::{check_service_url, without_secrets};
 
 /// A storage account, ready to hand out queues, checkpoint stores and
 /// result stores.

@@ -1,183 +1,15 @@
-//! Where the storage account is and how to reach it: its endpoints, the
-//! credentials ([`crate::credentials`]), and the bounded retry policy every
-//! client uses.
+//! How to reach the storage account: its endpoints
+//! ([`crate::endpoints`]), the credentials ([`crate::credentials`]), and the
+//! bounded retry policy every client uses.
 
-use std::fmt;
 use std::time::Duration;
 
-use azure_core::http::{ExponentialRetryOptions, RetryOptions, Url};
+use azure_core::http::{ExponentialRetryOptions, RetryOptions};
 
-use crate::connection_string::ConnectionStringError;
+pub use crate::config_error::StorageConfigError;
 pub use crate::credentials::Credentials;
-use crate::redact::redact;
+pub use crate::endpoints::AccountEndpoints;
 use crate::sas::AccountSasScope;
-
-/// The environment variable naming a user-assigned managed identity's client id.
-pub const CLIENT_ID_ENV: &str = spot_worker_settings::table::CLIENT_ID.key;
-
-/// Storage configuration could not be built. Never contains secrets.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StorageConfigError {
-    /// The connection string is unusable.
-    #[error(transparent)]
-    ConnectionString(#[from] ConnectionStringError),
-    /// An account URL is invalid.
-    #[error("invalid storage account URL {url}: {reason}")]
-    InvalidUrl {
-        /// The URL, redacted.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// Neither a connection string nor an account is configured.
-    #[error(
-        "no storage configured: set {connection_string} (`UseDevelopmentStorage=true` for a local \
-         Azurite, which `spot-worker dev` starts) or {account_url} (the account, reached with the \
-         user-assigned managed identity {client_id} names, else with the Azure CLI's login)",
-        connection_string = spot_worker_settings::table::CONNECTION_STRING.key,
-        account_url = spot_worker_settings::table::STORAGE_ACCOUNT_URL.key,
-        client_id = spot_worker_settings::table::CLIENT_ID.key
-    )]
-    NotConfigured,
-    /// A credential could not be created.
-    #[error("cannot create the {kind} credential: {reason}")]
-    Credential {
-        /// Which credential.
-        kind: &'static str,
-        /// Why, redacted.
-        reason: String,
-    },
-    /// A name (queue, container) is invalid.
-    #[error("invalid name {name:?}: {reason}")]
-    InvalidName {
-        /// The name.
-        name: String,
-        /// Why.
-        reason: &'static str,
-    },
-}
-
-/// The blob and queue service URLs of a storage account.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AccountEndpoints {
-    /// `https://<account>.blob.core.windows.net`
-    pub blob: Url,
-    /// `https://<account>.queue.core.windows.net`
-    pub queue: Url,
-}
-
-impl AccountEndpoints {
-    /// The public-cloud endpoints of account `account_name`.
-    pub fn for_account(account_name: &str) -> Result<Self, StorageConfigError> {
-        Ok(AccountEndpoints {
-            blob: parse_url(&format!("https://{account_name}.blob.core.windows.net"))?,
-            queue: parse_url(&format!("https://{account_name}.queue.core.windows.net"))?,
-        })
-    }
-
-    /// Explicit service URLs (sovereign clouds, private endpoints).
-    pub fn new(blob: &str, queue: &str) -> Result<Self, StorageConfigError> {
-        Ok(AccountEndpoints {
-            blob: parse_url(blob)?,
-            queue: parse_url(queue)?,
-        })
-    }
-}
-
-impl fmt::Debug for AccountEndpoints {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Redacted all the same: the fields are public, so a hand-built
-        // value may carry a SAS in a query string.
-        f.debug_struct("AccountEndpoints")
-            .field("blob", &redact(self.blob.as_str()))
-            .field("queue", &redact(self.queue.as_str()))
-            .finish()
-    }
-}
-
-fn parse_url(text: &str) -> Result<Url, StorageConfigError> {
-    let url = Url::parse(text).map_err(|e| StorageConfigError::InvalidUrl {
-        url: without_user_info(&redact(text)),
-        reason: e.to_string(),
-    })?;
-    check_service_url(&url).map_err(|reason| StorageConfigError::InvalidUrl {
-        url: without_secrets(&url),
-        reason: reason.to_owned(),
-    })?;
-    Ok(url)
-}
-
-/// Text that did not parse as a URL, with any `user:password@` before its
-/// host replaced by [`REDACTED`](crate::REDACTED): a password there is a
-/// secret that [`redact`] does not know.
-fn without_user_info(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let authority = rest.find(['/', '?', '#']).map_or(rest, |end| &rest[..end]);
-    match authority.rfind('@') {
-        Some(at) => format!("{scheme}://{}@{}", crate::REDACTED, &rest[at + 1..]),
-        None => text.to_owned(),
-    }
-}
-
-/// `url` without the parts that may hold secrets (user info, query,
-/// fragment), for messages about a URL that was refused for having them.
-pub(crate) fn without_secrets(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.set_query(None);
-    shown.set_fragment(None);
-    shown.to_string()
-}
-
-/// What a storage service URL must look like: https (plain http only to a
-/// loopback host, i.e. a local emulator), no credentials, no query string
-/// and no fragment. Every request carries a SAS signed with the account key
-/// or a bearer token, which over plain http anyone on the path could read
-/// and replay. Queue and container names are appended to the path, which a
-/// query would end up after; and a query here is usually a SAS pasted into
-/// the wrong place, where it would be logged as part of the URL. Returns
-/// why not.
-pub(crate) fn check_service_url(url: &Url) -> Result<(), &'static str> {
-    match url.scheme() {
-        "https" => {}
-        "http" if is_loopback(url) => {}
-        "http" => {
-            return Err(
-                "must be https: plain http is allowed only to a loopback host \
-                 (127.0.0.0/8, ::1, localhost: a local emulator), since every request \
-                 carries a SAS or bearer token",
-            );
-        }
-        _ => return Err("must be an https URL"),
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err("must not contain a user name or password");
-    }
-    if url.query().is_some() {
-        return Err(
-            "must not have a query string (a SAS goes into SharedAccessSignature, or the credentials)",
-        );
-    }
-    if url.fragment().is_some() {
-        return Err("must not have a fragment");
-    }
-    Ok(())
-}
-
-/// Whether `url`'s host is this machine: 127.0.0.0/8, `::1` or `localhost`.
-pub(crate) fn is_loopback(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => host.eq_ignore_ascii_case("localhost"),
-    }
-}
 
 /// The bounded, jittered exponential retry policy of every request. The
 /// SDK's own retry policy applies it, honouring `Retry-After` on 429/503 and
@@ -279,6 +111,8 @@ impl StorageConfig {
 
 #[cfg(test)]
 mod tests {
+    use azure_core::http::Url;
+
     use super::*;
 
     #[test]

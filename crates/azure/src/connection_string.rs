@@ -12,8 +12,8 @@ use std::str::FromStr;
 use azure_core::credentials::Secret;
 use azure_core::http::Url;
 
-use crate::config::check_service_url;
 use crate::redact::redact;
+use crate::service_url::check_service_url;
 
 /// The emulator's well-known account name.
 pub const DEVELOPMENT_ACCOUNT_NAME: &str = "devstoreaccount1";

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use azure_core::credentials::TokenCredential;
 use azure_identity::AzureCliCredential;
 
-use crate::config::{AccountEndpoints, CLIENT_ID_ENV, StorageConfigError};
+use crate::config_error::{CLIENT_ID_ENV, StorageConfigError};
 use crate::connection_string::ConnectionString;
+use crate::endpoints::AccountEndpoints;
 use crate::identity::ManagedIdentityTokens;
 use crate::redact::redact;
 use crate::workload_identity::{self, TOKEN_FILE_ENV, WorkloadIdentity, WorkloadIdentityTokens};

@@ -23,7 +23,7 @@ use azure_core::http::{ClientOptions, Transport};
 use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId};
 use time::OffsetDateTime;
 
-use crate::config::{CLIENT_ID_ENV, StorageConfigError};
+use crate::config_error::{CLIENT_ID_ENV, StorageConfigError};
 use crate::redact::redact;
 
 /// IMDS is on the host: a connection that takes longer is not coming.

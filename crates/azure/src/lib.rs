@@ -55,9 +55,11 @@ mod checkpoint;
 mod chunks;
 mod client;
 mod config;
+mod config_error;
 mod connection_string;
 mod container;
 mod credentials;
+mod endpoints;
 mod error;
 mod identity;
 mod lease;
@@ -65,9 +67,9 @@ mod listing;
 mod queue;
 mod redact;
 mod result;
-mod result_blocks;
 mod sas;
 mod scale_in_protection;
+mod service_url;
 mod workload_identity;
 
 pub use checkpoint::BlobCheckpointStore;
@@ -83,14 +85,15 @@ pub const WORKER_RECORDS: [&str; 2] = [CHUNK_PREFIX, PROBE_PREFIX];
 /// The token credential type the credentials hand out (the Azure SDK's).
 pub use azure_core::credentials::TokenCredential;
 pub use client::{AzureStorage, MAX_POISONED_QUEUE_NAME_LEN, POISON_SUFFIX};
-pub use config::{
-    AccountEndpoints, CLIENT_ID_ENV, Credentials, RetryConfig, StorageConfig, StorageConfigError,
-};
+pub use config::{RetryConfig, StorageConfig};
+pub use config_error::{CLIENT_ID_ENV, StorageConfigError};
 pub use connection_string::{
     CONNECTION_STRING_ENV, ConnectionString, ConnectionStringError, DEVELOPMENT_ACCOUNT_KEY,
     DEVELOPMENT_ACCOUNT_NAME, SharedKeyOrSas,
 };
 pub use credentials::CredentialSettings;
+pub use credentials::Credentials;
+pub use endpoints::AccountEndpoints;
 pub use listing::StoredBlob;
 pub use queue::{AzureQueue, MessageTtl, PeekedMessage};
 pub use redact::{REDACTED, redact};

@@ -15,6 +15,8 @@ use spot_worker_storage::{PutOutcome, ResultStore, StorageError};
 use crate::container::{Container, validate_blob_name};
 use crate::error::{Operation, map_error};
 
+mod blocks;
+
 /// Create-only results as blobs in one container. Build it with
 /// [`AzureStorage::result_store`](crate::AzureStorage::result_store).
 #[derive(Clone)]
@@ -122,7 +124,7 @@ impl ResultStore for BlobResultStore {
     }
 
     /// One Put Blob for a result of one block or less; a larger one is
-    /// streamed in blocks (see `result_blocks.rs`).
+    /// streamed in blocks (see `result/blocks.rs`).
     async fn put_new_file(
         &self,
         name: &str,
@@ -130,7 +132,7 @@ impl ResultStore for BlobResultStore {
         len: u64,
     ) -> Result<PutOutcome, StorageError> {
         validate_blob_name(name, "result name")?;
-        if len <= crate::result_blocks::BLOCK {
+        if len <= blocks::BLOCK {
             let body = spot_worker_storage::read_whole(file, len).await?;
             return self.put_new(name, &body).await;
         }

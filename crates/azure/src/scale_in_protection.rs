@@ -28,9 +28,9 @@ use azure_core::http::Url;
 use spot_worker_imds::{ImdsClient, ScaleSetMember};
 use spot_worker_runtime::scale_in_protection::{ProtectionError, ScaleInProtection};
 
-use crate::config::check_service_url;
 use crate::error::one_line;
 use crate::redact::redact;
+use crate::service_url::check_service_url;
 
 /// The Compute API version of the call: the first to support instance
 /// protection on Flexible scale sets is 2023-09-01; this is the one the

@@ -27,7 +27,7 @@ use azure_identity::{
     ClientAssertion, ClientAssertionCredential, ClientAssertionCredentialOptions,
 };
 
-use crate::config::StorageConfigError;
+use crate::config_error::StorageConfigError;
 use crate::identity::TokenSightings;
 use crate::redact::redact;
 
@@ -198,7 +198,7 @@ impl TokenCredential for WorkloadIdentityTokens {
                 self.identity.tenant_id,
                 self.identity.token_file.display(),
                 crate::error::describe(error),
-                client = crate::config::CLIENT_ID_ENV,
+                client = crate::config_error::CLIENT_ID_ENV,
             )
         };
         let token = self.inner.get_token(scopes, options).await;

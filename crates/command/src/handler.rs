@@ -9,7 +9,7 @@ use spot_worker_consumer::{HandlerError, Job, MessageHandler};
 use spot_worker_storage::ResultStore;
 
 use crate::config::CommandConfig;
-use crate::saving::Throughput;
+use crate::throughput::Throughput;
 
 /// Runs [`CommandConfig::program`] once per message under the contract of
 /// docs/command.md; results go to `results`. The consumer running it needs

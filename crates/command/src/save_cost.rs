@@ -16,7 +16,7 @@
 //! runner does not see: it costs the job ~0, plus whatever time the runner
 //! held the program's writes to read a consistent version (`held`, a
 //! database's online backup). [`save_cost`] is the decision, pure; the
-//! facts it is given are gathered in `saving/` (`one_save.rs`).
+//! facts it is given are gathered in `delivery/saving/` (`one_save.rs`).
 
 use std::time::{Duration, SystemTime};
 

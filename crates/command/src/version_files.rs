@@ -10,7 +10,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::save_cost::VersionFile;
-use crate::saving::FileVersion;
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -114,6 +113,30 @@ fn has_sqlite_header(path: &Path) -> bool {
         .read_exact(&mut header)
         .is_ok()
         && &header == SQLITE_HEADER
+}
+
+/// A version of the checkpoint file: its device, inode and birth time, so
+/// that a new file renamed over the old one (the contract) is told from
+/// the old one written again in place, even when the file system reuses
+/// the inode number. Kept per save with the modification time it had, for
+/// what a save protects (the goodput ledger).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileVersion {
+    dev: u64,
+    ino: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl FileVersion {
+    /// The version `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileVersion {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born: meta.created().ok(),
+        }
+    }
 }
 
 #[cfg(test)]

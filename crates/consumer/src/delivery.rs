@@ -20,8 +20,9 @@ use spot_worker_storage::{CheckpointNotes, SaveClock};
 
 use super::Consumer;
 use super::handler::{HandlerError, MessageHandler, Permanent};
+use super::in_flight::{AbortOnDrop, Delivery};
 use super::job::{EarlierRead, Job};
-use super::lane_delivery::{LaneDelivery, LaneStart};
+use super::lane_state::{LaneDelivery, LaneStart};
 use super::lease::{Lease, Renewal};
 use super::panics::{HandlerPart, catching};
 use super::pre_check::PreCheck;
@@ -32,43 +33,6 @@ use super::settlement::{Admission, Arrival, Completion, Ending, Limits, PoisonCa
 use super::signals::DrainSignals;
 use spot_worker_storage::Leftover;
 use spot_worker_storage::attempts::ReadAttempts;
-
-/// Everything one delivery holds while it is processed.
-pub(super) struct Delivery {
-    pub(super) message: QueueMessage,
-    pub(super) lease: Arc<Lease>,
-    /// The handler's token: cancelled by wind-down, release or a lost lease.
-    pub(super) job_token: CancellationToken,
-    /// The job's own checkpoint as this delivery knows it, removed after a
-    /// success when nobody can use it.
-    pub(super) leftover: Arc<Leftover>,
-    renewal: Option<Renewal>,
-    /// Cancelled at the release stage: from then on settling no longer
-    /// waits for a renewal in flight.
-    hurry: CancellationToken,
-    /// Records a release on shutdown in the attempt record.
-    pub(super) note: ReleaseNote,
-    /// Where this delivery's time went (see [`spot_worker_decisions::goodput`]).
-    pub(super) clock: Arc<SaveClock>,
-    /// Whether the handler was started: only then can its release be an
-    /// interruption of work (see `cadence`).
-    pub(super) handler_started: bool,
-    /// The job's deadline and lane, for a message that carries one.
-    pub(super) lane: Option<Arc<LaneDelivery>>,
-}
-
-impl Delivery {
-    /// Stops renewing the lease. A renewal in flight is waited for, so the
-    /// settling call uses the pop receipt it brings (a job that finished
-    /// while the worker winds down is then deleted, not redelivered), but
-    /// only until the release stage: then it is abandoned at once. (The
-    /// job's token is no use here: wind-down has cancelled it already.)
-    pub(super) async fn stop_renewing(&mut self) {
-        if let Some(renewal) = self.renewal.take() {
-            renewal.stop(&self.hurry).await;
-        }
-    }
-}
 
 impl Consumer {
     pub(super) fn limits(&self) -> Limits {
@@ -446,14 +410,5 @@ fn open_envelope(bytes: Vec<u8>) -> Result<(Vec<u8>, Option<Envelope>), String> 
         Ok((None, _)) => Ok((bytes, None)),
         Ok((Some(envelope), body)) => Ok((body.to_vec(), Some(envelope))),
         Err(error) => Err(error.to_string()),
-    }
-}
-
-/// Aborts a handler's task when the delivery lets go of it.
-pub(super) struct AbortOnDrop(pub(super) tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -10,7 +10,7 @@ use spot_worker_decisions::goodput::tail;
 use spot_worker_storage::CheckpointNotes;
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::interruption_kind::own_release_uncounted;
 use super::outcome::DeliveryOutcome;
 use super::settlement::{Departure, Ending, Limits, PoisonCause, Settlement, settle};

@@ -17,7 +17,7 @@ use spot_worker_storage::StorageError;
 use spot_worker_storage::{Checkpoint, WritePrecondition};
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 
 /// Hears of every job a consumer finished, with its ledger (the runtime
 /// records its goodput metrics this way).

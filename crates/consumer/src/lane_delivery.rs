@@ -3,90 +3,28 @@
 //! job running on regular capacity (back to Spot once ahead of its line by
 //! two switches), and the move to the other lane where the job is let go.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use spot_worker_decisions::cadence::Interruption;
-use spot_worker_decisions::lanes::{Lane, Phase, Reason};
+use spot_worker_decisions::lanes::{Lane, Phase};
 use time::OffsetDateTime;
 
 use spot_worker_lanes::{
-    Arrival, Carried, Envelope, LaneRecord, LaneRecords, MoveJob, Moved, Part, ReadRecord, arrival,
+    Arrival, Carried, LaneRecord, LaneRecords, MoveJob, Moved, Part, ReadRecord, arrival,
     progress_of, waits_for_spot,
 };
 use spot_worker_storage::StorageError;
 use spot_worker_storage::store_unreachable;
 
 use super::Consumer;
-use super::delivery::Delivery;
 use super::finish::delivery_tail;
+use super::in_flight::Delivery;
+use super::lane_state::LaneStart;
 use super::outcome::DeliveryOutcome;
 
 /// How often a claim is tried again after losing a race for the record.
 const CLAIM_ATTEMPTS: u32 = 4;
-
-/// What a delivery knows of its job's deadline and lane.
-#[derive(Debug)]
-pub(crate) struct LaneDelivery {
-    /// The envelope the message carries.
-    pub(crate) envelope: Envelope,
-    /// The body the handler reads (a move sends it on).
-    pub(crate) body: Vec<u8>,
-    /// The job's lane record as this delivery last read or wrote it.
-    record: Mutex<Option<ReadRecord>>,
-    /// A move the running check asked for: where, and why.
-    requested: Mutex<Option<(Lane, Reason)>>,
-}
-
-impl LaneDelivery {
-    pub(crate) fn new(envelope: Envelope, body: Vec<u8>) -> Self {
-        LaneDelivery {
-            envelope,
-            body,
-            record: Mutex::new(None),
-            requested: Mutex::new(None),
-        }
-    }
-
-    /// The move the running check asked for, if any.
-    pub(crate) fn requested(&self) -> Option<(Lane, Reason)> {
-        *self
-            .requested
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn request(&self, to: Lane, reason: Reason) {
-        *self
-            .requested
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((to, reason));
-    }
-
-    fn set_record(&self, read: ReadRecord) {
-        *self.record.lock().unwrap_or_else(PoisonError::into_inner) = Some(read);
-    }
-
-    fn take_record(&self) -> Option<ReadRecord> {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-}
-
-/// What the lane record lets a delivery do.
-pub(super) enum LaneStart {
-    /// Run the handler.
-    Run,
-    /// Settled without running (an old copy deleted, a move finished).
-    Settled,
-    /// The record could not be read or written: the store is down.
-    StoreDown(StorageError),
-    /// The record is this message's tombstone: an earlier delivery began
-    /// poisoning it; finish that, never run it.
-    Poisoning,
-}
 
 impl Consumer {
     fn records(&self) -> Option<LaneRecords> {

@@ -3,7 +3,7 @@
 //! [`Leftover`](spot_worker_storage::Leftover) in the store).
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 
 impl Consumer {
     /// Deletes the job's checkpoint after its message was deleted, if one

@@ -10,7 +10,7 @@ use spot_worker_storage::ResultStore;
 use spot_worker_storage::store_unreachable;
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::job::CheckpointRead;
 use super::pre_check::PreCheck;
 

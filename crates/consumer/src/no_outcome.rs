@@ -18,7 +18,7 @@
 use spot_worker_decisions::cadence::Interruption;
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::interruption_kind::uncounted;
 use spot_worker_storage::attempts::{Attempts, ReadAttempts};
 

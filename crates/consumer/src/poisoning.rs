@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use spot_worker_storage::QueueMessage;
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::outcome::DeliveryOutcome;
 use super::poison::{BodyBlob, MAX_LAST_ERROR_LEN, PoisonRecord, poison_body_blob_name};
 use super::settlement::PoisonCause;

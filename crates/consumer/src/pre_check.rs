@@ -8,7 +8,7 @@ use spot_worker_storage::StorageError;
 use spot_worker_storage::{Checkpoint, StoredCheckpoint, store_unreachable};
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::job::CheckpointRead;
 
 /// What the completed-checkpoint check found.

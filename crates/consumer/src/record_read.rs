@@ -7,7 +7,7 @@
 use spot_worker_storage::store_unreachable;
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use spot_worker_storage::attempts::ReadAttempts;
 
 /// Reads of the record a delivery tries before it hands the message back.

@@ -8,7 +8,7 @@ use futures_util::FutureExt as _;
 use tracing::Instrument as _;
 
 use super::*;
-use crate::delivery::{AbortOnDrop, Delivery};
+use crate::in_flight::{AbortOnDrop, Delivery};
 use crate::panics::{HandlerPart, catching, panic_error};
 use crate::settlement::Ending;
 use spot_worker_storage::CheckpointNotes;

@@ -10,7 +10,7 @@ use spot_worker_storage::StorageError;
 use spot_worker_storage::{MessageId, QueueMessage};
 
 use super::Consumer;
-use super::delivery::Delivery;
+use super::in_flight::Delivery;
 use super::lease::Lease;
 use super::outcome::DeliveryOutcome;
 use super::release_note::{NOTE_DEADLINE, release_after_note, write_note};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::identity::IdentityConfig;
+use crate::identities::IdentityConfig;
 
 /// How the emulated VM looks and how the emulated service behaves.
 ///

@@ -9,10 +9,10 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
-use crate::event::EventSpec;
+use crate::event::{self, EmulatedStatus, EventSpec};
 use crate::fault::Fault;
-use crate::identity::IdentityConfig;
-use crate::scenario::{self, Action, Scenario};
+use crate::identities::IdentityConfig;
+use crate::scenario::{Action, Scenario};
 use crate::state::{RecordedApproval, State, Stats};
 use crate::token::IssuedToken;
 
@@ -260,7 +260,7 @@ impl Emulator {
         } else {
             1.0
         };
-        let handle = tokio::spawn(scenario::play(self.clone(), scenario, speed));
+        let handle = tokio::spawn(play(self.clone(), scenario, speed));
         let mut players = self
             .shared
             .players
@@ -352,4 +352,49 @@ fn apply_in(state: &mut State, action: &Action) -> Result<(), EmulatorError> {
         }
     }
     Ok(())
+}
+
+/// Performs `scenario` on `emulator` in real time divided by `speed`.
+pub(crate) async fn play(emulator: Emulator, scenario: Scenario, speed: f64) {
+    tracing::info!(scenario = %scenario.name, speed, "playing scenario");
+    for step in scenario.steps {
+        tokio::time::sleep(event::scale(step.after, speed)).await;
+        let result = match step.action {
+            Action::AwaitStart { key } => {
+                emulator
+                    .wait_until(|state| {
+                        state
+                            .id_for_key(&key)
+                            .ok()
+                            .and_then(|id| state.event(&id))
+                            .is_none_or(|e| e.status == EmulatedStatus::Started)
+                    })
+                    .await;
+                Ok(())
+            }
+            Action::AwaitCompletion { key } => {
+                emulator
+                    .wait_until(|state| {
+                        state
+                            .id_for_key(&key)
+                            .ok()
+                            .and_then(|id| state.event(&id))
+                            .is_none()
+                    })
+                    .await;
+                Ok(())
+            }
+            Action::Schedule { key, spec } => emulator.apply(&Action::Schedule {
+                key,
+                spec: spec.scaled(speed),
+            }),
+            action => emulator.apply(&action),
+        };
+        if let Err(error) = result {
+            // The state may have been changed from outside (an approval, the
+            // control API, a reset); the rest of the script may still apply.
+            tracing::warn!(scenario = %scenario.name, %error, "scenario step failed");
+        }
+    }
+    tracing::info!(scenario = %scenario.name, "scenario finished");
 }

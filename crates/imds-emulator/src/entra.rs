@@ -25,47 +25,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::emulator::Emulator;
-use crate::identity::{IdentityConfig, TokenRequest, url_pairs};
+use crate::form::url_pairs;
+use crate::identities::{FederatedCredential, IdentityConfig, TokenRequest};
 use crate::response;
 use crate::token::issue;
 
-/// The audience Entra ID expects in a federated token.
-pub const TOKEN_EXCHANGE_AUDIENCE: &str = "api://AzureADTokenExchange";
-
 const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-
-/// A federated identity credential of a user-assigned identity: tokens from
-/// `issuer` about `subject` for `audience` may be exchanged for the tokens
-/// of `client_id` (what `bicep/modules/workload-identity.bicep` creates).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FederatedCredential {
-    /// The identity's client id.
-    pub client_id: String,
-    /// The cluster's OIDC issuer URL (the projected token's `iss`).
-    pub issuer: String,
-    /// `system:serviceaccount:<namespace>:<name>` (its `sub`).
-    pub subject: String,
-    /// Its `aud`, normally [`TOKEN_EXCHANGE_AUDIENCE`].
-    pub audience: String,
-}
-
-impl FederatedCredential {
-    /// Trust of `client_id` for the service account `namespace/name` of the
-    /// cluster whose OIDC issuer is `issuer`.
-    pub fn for_service_account(
-        client_id: impl Into<String>,
-        issuer: impl Into<String>,
-        namespace: &str,
-        name: &str,
-    ) -> Self {
-        FederatedCredential {
-            client_id: client_id.into(),
-            issuer: issuer.into(),
-            subject: format!("system:serviceaccount:{namespace}:{name}"),
-            audience: TOKEN_EXCHANGE_AUDIENCE.to_owned(),
-        }
-    }
-}
 
 pub(crate) fn routes() -> axum::Router<Emulator> {
     axum::Router::new().route("/{tenant}/oauth2/v2.0/token", post(exchange))
@@ -258,6 +223,7 @@ async fn exchange(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identities::TOKEN_EXCHANGE_AUDIENCE;
 
     const CLIENT: &str = "00000000-0000-0000-0000-000000000001";
     const ISSUER: &str = "https://oidc.prod-aks.azure.com/tenant/cluster/";

@@ -14,7 +14,7 @@
 //! audience can be changed at run time (control API
 //! `POST /emulator/identity`) to test refresh and refusals.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -22,7 +22,8 @@ use axum::response::Response;
 use axum::routing::get;
 
 use crate::emulator::Emulator;
-use crate::entra::FederatedCredential;
+use crate::form::url_pairs;
+use crate::identities::{IdentityConfig, TokenRequest};
 use crate::response;
 use crate::token::issue;
 
@@ -33,69 +34,8 @@ pub const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
 /// greater", and the Azure SDKs send 2018-02-01 or 2019-08-01.
 const OLDEST_API_VERSION: &str = "2018-02-01";
 
-/// Azure's managed-identity tokens live about a day.
-const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
-
-/// The managed identities of the emulated VM and the tokens it is given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentityConfig {
-    /// Client ids of the user-assigned identities assigned to the VM. Only
-    /// these are answered; a VM without any answers every token request
-    /// with "Identity not found".
-    pub client_ids: Vec<String>,
-    /// The Entra ID tenant (`tid`, and the issuer's path).
-    pub tenant_id: String,
-    /// How long issued tokens are valid (`exp - iat`).
-    pub token_lifetime: Duration,
-    /// Overrides the issuer (`iss`), default `https://sts.windows.net/<tenant>/`,
-    /// to test a service that refuses the token.
-    pub issuer: Option<String>,
-    /// Overrides the audience (`aud`), default the resource asked for.
-    pub audience: Option<String>,
-    /// Federated credentials: which service-account tokens Entra ID's
-    /// endpoint ([`crate::entra`]) exchanges for which identity's tokens.
-    pub federated: Vec<FederatedCredential>,
-}
-
-impl Default for IdentityConfig {
-    fn default() -> Self {
-        IdentityConfig {
-            client_ids: Vec::new(),
-            tenant_id: "72f988bf-86f1-41af-91ab-2d7cd011db47".to_owned(),
-            token_lifetime: DEFAULT_TOKEN_LIFETIME,
-            issuer: None,
-            audience: None,
-            federated: Vec::new(),
-        }
-    }
-}
-
-impl IdentityConfig {
-    /// A VM with the one user-assigned identity `client_id`.
-    pub fn user_assigned(client_id: impl Into<String>) -> Self {
-        IdentityConfig {
-            client_ids: vec![client_id.into()],
-            ..Self::default()
-        }
-    }
-
-    /// The issuer of the tokens.
-    pub fn issuer(&self) -> String {
-        self.issuer
-            .clone()
-            .unwrap_or_else(|| format!("https://sts.windows.net/{}/", self.tenant_id))
-    }
-}
-
 pub(crate) fn routes() -> axum::Router<Emulator> {
     axum::Router::new().route(TOKEN_PATH, get(get_token))
-}
-
-/// What a token request asks for, once checked.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TokenRequest {
-    pub client_id: String,
-    pub resource: String,
 }
 
 /// The real endpoint's checks, in its order; the error is the 400 body.
@@ -168,42 +108,6 @@ fn is_api_version(version: &str) -> bool {
             _ => b.is_ascii_digit(),
         });
     shaped && version >= OLDEST_API_VERSION
-}
-
-/// Decoded `key=value` pairs of a query string (`%XX` and `+`).
-pub(crate) fn url_pairs(query: &str) -> impl Iterator<Item = (&str, String)> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key, percent_decode(value)))
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| Some(hex(*bytes.get(i + 1)?)? * 16 + hex(*bytes.get(i + 2)?)?))
-            .flatten();
-        match (escaped, bytes[i]) {
-            (Some(byte), _) => {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-            (None, b'+') => out.push(b' '),
-            (None, other) => out.push(other),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    char::from(digit)
-        .to_digit(16)
-        .and_then(|value| u8::try_from(value).ok())
 }
 
 async fn get_token(
@@ -331,12 +235,5 @@ mod tests {
             description(check_token_request(&two, &headers(Some("true")), query))
                 .starts_with("Multiple user assigned identities")
         );
-    }
-
-    #[test]
-    fn queries_are_percent_decoded() {
-        assert_eq!(percent_decode("https%3A%2F%2Fa%2F"), "https://a/");
-        assert_eq!(percent_decode("a+b%2"), "a b%2");
-        assert_eq!(percent_decode("%zz"), "%zz");
     }
 }

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use crate::config::EmulatorConfig;
 use crate::emulator::Emulator;
 use crate::fault::Fault;
+use crate::killable::KillSwitch;
 use crate::response;
-use crate::server::KillSwitch;
 use crate::state::{State as EmulatorState, Stats};
 
 /// The Scheduled Events api-versions the real service accepts.

@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use crate::config::EmulatorConfig;
-use crate::emulator::Emulator;
-use crate::event::{self, EmulatedStatus, EventSpec};
-use crate::state::Event;
+use crate::event::{EmulatedStatus, EventSpec};
 
 /// A named, scripted flow of events.
 #[derive(Debug, Clone, PartialEq)]
@@ -322,44 +320,4 @@ fn followed(key: &str, spec: EventSpec, until: Until) -> Vec<Step> {
         steps.push(Step::now(Action::await_completion(key)));
     }
     steps
-}
-
-/// Waits until the event `key` is as `done` says (`None`: it is gone, or
-/// was never there).
-async fn await_event(emulator: &Emulator, key: &str, done: impl Fn(Option<&Event>) -> bool) {
-    emulator
-        .wait_until(|state| done(state.id_for_key(key).ok().and_then(|id| state.event(&id))))
-        .await;
-}
-
-/// Performs `scenario` on `emulator` in real time divided by `speed`.
-pub(crate) async fn play(emulator: Emulator, scenario: Scenario, speed: f64) {
-    tracing::info!(scenario = %scenario.name, speed, "playing scenario");
-    for step in scenario.steps {
-        tokio::time::sleep(event::scale(step.after, speed)).await;
-        let result = match step.action {
-            Action::AwaitStart { key } => {
-                await_event(&emulator, &key, |event| {
-                    event.is_none_or(|e| e.status == EmulatedStatus::Started)
-                })
-                .await;
-                Ok(())
-            }
-            Action::AwaitCompletion { key } => {
-                await_event(&emulator, &key, |event| event.is_none()).await;
-                Ok(())
-            }
-            Action::Schedule { key, spec } => emulator.apply(&Action::Schedule {
-                key,
-                spec: spec.scaled(speed),
-            }),
-            action => emulator.apply(&action),
-        };
-        if let Err(error) = result {
-            // The state may have been changed from outside (an approval, the
-            // control API, a reset); the rest of the script may still apply.
-            tracing::warn!(scenario = %scenario.name, %error, "scenario step failed");
-        }
-    }
-    tracing::info!(scenario = %scenario.name, "scenario finished");
 }

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 
-use crate::identity::{IdentityConfig, TokenRequest};
+use crate::identities::{IdentityConfig, TokenRequest};
 
 /// A token the endpoint handed out, for tests and the control API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

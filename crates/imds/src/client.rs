@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::{ImdsError, excerpt};
+use crate::error::{ImdsError, excerpt, parse_json};
 use crate::model::{EventId, EventStatus, ScheduledEvent, ScheduledEvents};
 
 /// The link-local address IMDS answers on in every Azure VM.
@@ -457,17 +457,6 @@ fn error_message(body: &[u8]) -> String {
     serde_json::from_slice::<ErrorBody>(body)
         .map(|e| excerpt(e.error.as_bytes()))
         .unwrap_or_else(|_| excerpt(body))
-}
-
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-    body: &[u8],
-) -> Result<T, ImdsError> {
-    serde_json::from_slice(body).map_err(|source| ImdsError::Malformed {
-        what,
-        source,
-        excerpt: excerpt(body),
-    })
 }
 
 #[cfg(test)]

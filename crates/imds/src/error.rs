@@ -167,6 +167,19 @@ pub(crate) fn excerpt(body: &[u8]) -> String {
     line
 }
 
+/// Parses an IMDS response body as JSON; a body that is not what was
+/// expected is [`ImdsError::Malformed`], with an excerpt of it.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    body: &[u8],
+) -> Result<T, ImdsError> {
+    serde_json::from_slice(body).map_err(|source| ImdsError::Malformed {
+        what,
+        source,
+        excerpt: excerpt(body),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::client::parse_json;
-use crate::error::ImdsError;
+use crate::error::{ImdsError, parse_json};
 
 /// `compute.name` of an instance metadata document (`GET /metadata/instance`);
 /// every other field is ignored.

@@ -14,8 +14,7 @@ use serde::Deserialize;
 
 use crate::instance::Instance;
 
-use crate::client::parse_json;
-use crate::error::ImdsError;
+use crate::error::{ImdsError, parse_json};
 
 /// This VM as a member of a scale set.
 #[derive(Clone, Debug, PartialEq, Eq)]

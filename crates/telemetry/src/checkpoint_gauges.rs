@@ -12,8 +12,8 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableGauge};
 
-use crate::metrics::{attributes, names};
 use crate::source_slot::SourceSlot;
+use crate::{attributes, names};
 
 /// The estimates behind the checkpoint interval, as the runtime reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

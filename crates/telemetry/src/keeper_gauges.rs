@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableGauge};
 
-use crate::metrics::{attributes, names};
+use crate::{attributes, names};
 
 /// The state of this VM's protection from scale-in, the `state` attribute
 /// of `spot_worker.scale_in.protection`.

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 
-use crate::metrics::{attributes, names};
 use crate::source_slot::SourceSlot;
 use crate::span::MESSAGING_DESTINATION_NAME;
+use crate::{attributes, names};
 
 /// The values of the `lane` attribute.
 pub const LANES: [&str; 2] = ["spot", "regular"];

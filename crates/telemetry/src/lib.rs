@@ -41,6 +41,7 @@
 //! ```
 
 mod appinsights;
+pub mod attributes;
 mod checkpoint_gauges;
 mod config;
 mod error;
@@ -49,6 +50,7 @@ mod keeper_gauges;
 mod lane_metrics;
 mod logging;
 mod metrics;
+pub mod names;
 mod outcomes;
 mod source_slot;
 mod span;
@@ -66,7 +68,7 @@ pub use config::{DEFAULT_EXPORT_TIMEOUT, DEFAULT_METRIC_EXPORT_INTERVAL, Telemet
 pub use error::TelemetryError;
 pub use keeper_gauges::ProtectionState;
 pub use lane_metrics::{DEADLINE_OUTCOMES, LANES};
-pub use metrics::{Metrics, attributes, names};
+pub use metrics::Metrics;
 pub use outcomes::{
     CheckpointOutcome, EVENT_TYPES, JobTimeKind, LeaseOutcome, MessageOutcome, StorageRefusal,
     values,

@@ -21,9 +21,7 @@ use crate::outcomes::{
 };
 use crate::span::MESSAGING_DESTINATION_NAME;
 use crate::worker_time::{WorkerTime, WorkerTimeSource};
-
-pub mod attributes;
-pub mod names;
+use crate::{attributes, names};
 
 // Second-scale boundaries: the SDK default (0..10000) assumes milliseconds.
 const PROCESS_BOUNDARIES: [f64; 18] = [

@@ -2,7 +2,7 @@
 //! enum, so a dashboard query and the code agree on every value
 //! ([`values`] lists them by attribute key).
 
-use crate::metrics::attributes;
+use crate::attributes;
 
 /// Result of renewing a message's lease (its visibility timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

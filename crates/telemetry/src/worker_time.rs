@@ -13,8 +13,8 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter};
 
-use crate::metrics::{attributes, names};
 use crate::source_slot::SourceSlot;
+use crate::{attributes, names};
 
 /// The values of the `phase` attribute of `spot_worker.worker.time`.
 pub const WORKER_PHASES: [&str; 4] = ["starting", "busy", "idle", "draining"];

@@ -16,7 +16,8 @@ use crate::look::StopLook;
 use crate::output::Tail;
 use crate::pace::Pace;
 use crate::progress::from_progress;
-use crate::saving::{FileVersion, SaveTask};
+use crate::version_files::FileVersion;
+use saving::SaveTask;
 
 /// The time kept, before the drain plan's release time, to save the
 /// checkpoint file after SIGKILL: the program is killed this long before
@@ -79,6 +80,7 @@ fn run_dir_marker(dir: &DeliveryDir, marker: &str) -> PathBuf {
 
 mod pacing;
 mod program;
+pub(crate) mod saving;
 mod trouble;
 
 use pacing::Left;
@@ -248,7 +250,7 @@ pub(crate) struct Run<'a> {
     /// The version of the file last saved (or restored).
     pub(crate) saved_file: Option<FileVersion>,
     /// What the look before the last save (or the restore) found, once
-    /// one is known: the version stored ([`crate::saving`]).
+    /// one is known: the version stored ([`saving`]).
     pub(crate) saved_fingerprint: Option<Option<[u8; 32]>>,
     /// The commit marker last saved (or restored), with
     /// `SPOT_WORKER_CHECKPOINT_MARKER`.
@@ -279,7 +281,7 @@ pub(crate) struct Run<'a> {
     pub(crate) stopped: Option<Stopped>,
     /// Saves that keep failing, as `status` is told of them.
     trouble: crate::trouble::TroubleLog,
-    /// Why the last save ended [`Save::Later`](crate::saving::Save::Later), if it said.
+    /// Why the last save ended [`Save::Later`](saving::Save::Later), if it said.
     pub(crate) later_trouble: Option<(spot_worker_storage::SaveTroubleKind, String)>,
 }
 

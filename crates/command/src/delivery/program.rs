@@ -13,6 +13,7 @@ use tokio::process::Child;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::saving::Save;
 use crate::exit::{ExitStatus, RunnerEnded, signal_name};
 use crate::group::{GroupGuard, kill_and_reap, signal_group};
 use crate::look::{
@@ -20,7 +21,6 @@ use crate::look::{
     stop_beside_look, vanished,
 };
 use crate::output::{Stream, Tail, forward};
-use crate::saving::Save;
 
 use super::trouble::Recording;
 use super::{Ended, FIRST_SAVE_LOOK, GRACE_WITHOUT_DEADLINE, Run, SAVE_MARGIN, Stopped};

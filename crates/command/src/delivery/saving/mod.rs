@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::delivery::Run;
 use crate::settle::MarkerStamp;
+use crate::version_files::FileVersion;
 use crate::version_files::{Roots, SavedFiles};
 
 /// What one save did.
@@ -242,52 +243,3 @@ mod one_save;
 mod result;
 
 use one_save::save_once;
-
-/// A version of the checkpoint file: its device, inode and birth time, so
-/// that a new file renamed over the old one (the contract) is told from
-/// the old one written again in place, even when the file system reuses
-/// the inode number. Kept per save with the modification time it had, for
-/// what a save protects (the goodput ledger).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FileVersion {
-    dev: u64,
-    ino: u64,
-    born: Option<std::time::SystemTime>,
-}
-
-impl FileVersion {
-    /// The version `meta` describes.
-    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        FileVersion {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            born: meta.created().ok(),
-        }
-    }
-}
-
-/// The throughput of the worker's checkpoint saves (bytes of checkpoint
-/// read and saved per second, unchanged chunks included), for planning a
-/// final save against the time left.
-#[derive(Debug, Default)]
-pub(crate) struct Throughput(std::sync::Mutex<Option<f64>>);
-
-impl Throughput {
-    /// Takes in a save of `stats`: the latest measurement weighs half.
-    fn record(&self, stats: &SaveStats) {
-        let seconds = stats.took.as_secs_f64();
-        // Small saves say little about a large one.
-        if stats.bytes < 16 * 1024 * 1024 || seconds <= 0.0 {
-            return;
-        }
-        let rate = stats.bytes as f64 / seconds;
-        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *kept = Some(kept.map_or(rate, |old| (old + rate) / 2.0));
-    }
-
-    /// The measured rate, if any.
-    pub(crate) fn bytes_per_second(&self) -> Option<f64> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}

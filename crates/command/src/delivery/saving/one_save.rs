@@ -16,7 +16,8 @@ use crate::version_files::SavedFiles;
 use crate::write_time::{Unmeasured, version_modified, written_at};
 use spot_worker_storage::SaveTroubleKind;
 
-use super::{Done, FileVersion, Marker, Save, SaveContext};
+use super::{Done, Marker, Save, SaveContext};
+use crate::version_files::FileVersion;
 
 /// One save: stage the checkpoint's chunks, then commit its manifest.
 pub(super) async fn save_once(

@@ -27,8 +27,8 @@ use azure_storage_blob::models::{
 use futures_util::StreamExt as _;
 use spot_worker_storage::{PutOutcome, StorageError};
 
+use super::BlobResultStore;
 use crate::error::{Operation, error_code, map_error};
-use crate::result::BlobResultStore;
 
 /// The block size of results up to 195 GiB.
 pub(crate) const BLOCK: u64 = 4 * 1024 * 1024;
@@ -121,7 +121,7 @@ impl BlobResultStore {
         };
         let options = BlockBlobClientCommitBlockListOptions {
             if_none_match: Some(Etag::from("*")),
-            blob_content_type: Some(crate::result::content_type(name).to_owned()),
+            blob_content_type: Some(super::content_type(name).to_owned()),
             ..Default::default()
         };
         let list: RequestContent<BlockLookupList, _> = list
