@@ -21,6 +21,7 @@ use super::network::IMDS_IP;
 use super::run;
 use super::the_box::{TheBox, deployment_values, note, sha256, wait_for};
 use super::vm::Vm;
+use crate::common::enqueue_primes;
 use crate::rendered::{exec_start_words, render, repo, seconds};
 
 /// The program and the `run` settings it needs (`--job-key`: checkpoints
@@ -117,19 +118,8 @@ impl TheBox {
             "spot-worker run ready after {:?}",
             started.elapsed()
         ));
-        let results = self
-            .operator
-            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
-            .unwrap();
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
-            .unwrap();
-        let small = PrimesJob::new("py-small", 0, 2_000_000).unwrap();
-        queue
-            .send(&small.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let (results, checkpoints) = self.worker_stores(env);
+        let small = enqueue_primes(queue, "py-small", 2_000_000).await;
         let bytes = wait_for(vm, "result py-small.json", || async {
             results.get("py-small.json").await.unwrap()
         })

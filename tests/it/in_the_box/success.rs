@@ -16,6 +16,7 @@ use spot_worker_primes::{PrimesJob, expected_result};
 use super::network::IMDS_IP;
 use super::the_box::{CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, wait_for};
 use super::vm::{PATIENCE, Vm};
+use crate::common::enqueue_primes;
 use crate::rendered::seconds;
 
 impl TheBox {
@@ -42,19 +43,8 @@ impl TheBox {
             "worker ready after {:?} (warmup gate open)",
             started.elapsed()
         ));
-        let results = self
-            .operator
-            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
-            .unwrap();
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
-            .unwrap();
-        let small = PrimesJob::new("small", 0, 2_000_000).unwrap();
-        queue
-            .send(&small.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let (results, checkpoints) = self.worker_stores(env);
+        let small = enqueue_primes(queue, "small", 2_000_000).await;
         for job in [sentinel, &small] {
             let name = format!("{}.json", job.job_id);
             let bytes = wait_for(&vm, &format!("result {name}"), || async {
@@ -201,11 +191,7 @@ impl TheBox {
             (SystemTime::now() > expired_at + Duration::from_secs(1)).then_some(())
         })
         .await;
-        let late = PrimesJob::new("after-expiry", 0, 1_000_000).unwrap();
-        queue
-            .send(&late.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let late = enqueue_primes(&queue, "after-expiry", 1_000_000).await;
         let bytes = wait_for(&vm, "the job given after expiry", || async {
             results.get("after-expiry.json").await.unwrap()
         })

@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use spot_worker::azure::{AzureQueue, AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
+use spot_worker::azure::{
+    AzureQueue, AzureStorage, BlobCheckpointStore, BlobResultStore, DEVELOPMENT_ACCOUNT_KEY,
+    StorageConfig,
+};
 use spot_worker::storage::ResultStore;
 use spot_worker_imds_emulator::{Emulator, EmulatorConfig, IdentityConfig};
 use spot_worker_testkit::arm_stand_in::{Arm, Principal, custom_role_actions};
@@ -61,6 +64,23 @@ pub fn note(text: impl AsRef<str>) {
 }
 
 impl TheBox {
+    /// The result and checkpoint stores the worker of `env` writes to, as
+    /// the operator reads them.
+    pub fn worker_stores(
+        &self,
+        env: &BTreeMap<String, String>,
+    ) -> (BlobResultStore, BlobCheckpointStore) {
+        let results = self
+            .operator
+            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
+            .unwrap();
+        let checkpoints = self
+            .operator
+            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
+            .unwrap();
+        (results, checkpoints)
+    }
+
     pub async fn set_up() -> TheBox {
         network::bring_up();
         let dir = std::env::temp_dir().join(format!("vm-in-a-box-{}", uuid::Uuid::new_v4()));
