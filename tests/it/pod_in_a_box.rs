@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use crate::common::enqueue_primes;
 use crate::in_the_box::namespace::{
-    assert_found_exactly, forget_the_machines_proxies, inside, opted_out, run_inside,
+    assert_found_exactly, forget_the_machines_proxies, inside, rehearse,
 };
 use crate::in_the_box::pod::{Node, note};
 use crate::in_the_box::pod_cases::Measured;
@@ -66,26 +66,19 @@ fn the_inner_half_is_run_by_its_exact_name() {
 
 #[test]
 fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
-    if inside() {
-        return; // The inner run only runs `inside_the_pod_box`.
-    }
-    if opted_out() {
-        eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_VM_IN_A_BOX=0)");
-        return;
-    }
-    if !spot_worker_testkit::podman::container_test_wanted("the pod in a box") {
-        return;
-    }
-    // Built (if stale) before entering the box, where the image is built.
-    static_binaries().expect("the static binaries");
-    let run = run_inside(module_path!(), "inside_the_pod_box", BOX_LIMIT);
-    println!("{}", run.stdout);
-    assert!(
-        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
-        "the pod in a box failed ({}):\n{}\n{}",
-        run.status,
-        run.stdout,
-        run.stderr
+    rehearse(
+        "the pod in a box",
+        module_path!(),
+        "inside_the_pod_box",
+        BOX_LIMIT,
+        || {
+            if !spot_worker_testkit::podman::container_test_wanted("the pod in a box") {
+                return false;
+            }
+            // Built (if stale) before entering the box, where the image is built.
+            static_binaries().expect("the static binaries");
+            true
+        },
     );
 }
 

@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use crate::common::enqueue_primes;
 use crate::in_the_box::namespace::{
-    assert_found_exactly, forget_the_machines_proxies, inside, opted_out, run_inside,
+    assert_found_exactly, forget_the_machines_proxies, inside, rehearse,
 };
 use crate::in_the_box::the_box::TheBox;
 use crate::rendered::worker_binary;
@@ -78,25 +78,19 @@ fn the_inner_half_is_run_by_its_exact_name() {
 
 #[test]
 fn the_deployed_worker_runs_in_a_vm_in_a_box() {
-    if inside() {
-        return; // The inner run only runs `inside_the_box`.
-    }
-    if opted_out() {
-        eprintln!("SKIPPED: the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)");
-        return;
-    }
-    // Built by `cargo test` (examples are), checked before entering the box;
-    // the spot-worker command (another package's binary) built if stale.
-    worker_binary();
-    spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
-    let run = run_inside(module_path!(), "inside_the_box", BOX_LIMIT);
-    println!("{}", run.stdout);
-    assert!(
-        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
-        "the rehearsal failed ({}):\n{}\n{}",
-        run.status,
-        run.stdout,
-        run.stderr
+    rehearse(
+        "the VM-in-a-box rehearsal",
+        module_path!(),
+        "inside_the_box",
+        BOX_LIMIT,
+        || {
+            // Built by `cargo test` (examples are), checked before entering
+            // the box; the spot-worker command (another package's binary)
+            // built if stale.
+            worker_binary();
+            spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
+            true
+        },
     );
 }
 

@@ -93,6 +93,40 @@ pub fn assert_found_exactly(module: &str, function: &str) {
     assert_eq!(listed, [name.as_str()], "`--exact {name}` lists:\n{stdout}");
 }
 
+/// The outer half of a rehearsal in a box, called `what`: unless this is
+/// the inner run or the rehearsal is switched off, `prepare` builds what
+/// the box needs outside it (false: skipped, having said why), then the
+/// ignored test `function` of `module` (the caller's `module_path!()`)
+/// runs inside the namespaces within `limit` and must pass; its transcript
+/// is printed (`--nocapture` shows it).
+pub fn rehearse(
+    what: &str,
+    module: &str,
+    function: &str,
+    limit: Duration,
+    prepare: impl FnOnce() -> bool,
+) {
+    if inside() {
+        return; // The inner run only runs `function`.
+    }
+    if opted_out() {
+        eprintln!("SKIPPED: {what} ({OPT_OUT_ENV}=0)");
+        return;
+    }
+    if !prepare() {
+        return;
+    }
+    let run = run_inside(module, function, limit);
+    println!("{}", run.stdout);
+    assert!(
+        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
+        "{what} failed ({}):\n{}\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+}
+
 /// Runs the ignored test `function` of the module `module` (the caller's
 /// `module_path!()`) of this binary inside the namespaces, for at most
 /// `limit`. Panics with a clear message if namespaces cannot be made.

@@ -10,14 +10,13 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::http::StatusCode;
 use spot_worker::azure::AzureQueue;
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::{PrimesJob, expected_result};
 
-use super::network::IMDS_IP;
-use super::the_box::{CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, wait_for};
+use super::the_box::{
+    CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, take_back_released, wait_for,
+};
 use super::vm::{PATIENCE, Vm};
 use crate::common::enqueue_primes;
-use crate::rendered::seconds;
 
 impl TheBox {
     pub async fn the_deployment_works(
@@ -94,16 +93,7 @@ impl TheBox {
             Some(true),
             "the VM is protected from scale-in while the long job runs"
         );
-        let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
-        let notice = Instant::now();
-        let drain_budget = seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
-        let status = vm.exit_within(Duration::from_secs(drain_budget + 5)).await;
-        assert!(status.success(), "exit {status}; log:\n{}", vm.log());
-        note(format!(
-            "Preempt {} at {IMDS_IP}: exit 0 after {:?}",
-            preempt.id,
-            notice.elapsed()
-        ));
+        let preempt = self.preempt_drains(&mut vm, env, "exit 0").await;
         let approval = self
             .emulator
             .approvals()
@@ -130,16 +120,7 @@ impl TheBox {
         ));
         // Azure evicts the VM now; the next VM in the box starts clean.
         self.emulator.complete_event(&preempt.id).unwrap();
-        let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
-        assert_eq!(back.len(), 1, "the long job's message is back at once");
-        assert_eq!(
-            PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
-            "big"
-        );
-        queue
-            .delete(&back[0].id, &back[0].pop_receipt)
-            .await
-            .unwrap();
+        take_back_released(queue, "big").await;
 
         let tokens: Vec<_> = self
             .emulator
