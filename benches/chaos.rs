@@ -14,7 +14,7 @@
 //! The seed is printed; `--seed` replays the same schedule.
 //!
 //! Under `cargo test --all-targets` (no `--bench` flag) it does nothing:
-//! `tests/chaos.rs` runs the same harness, short and seed-fixed.
+//! `tests/it/chaos.rs` runs the same harness, short and seed-fixed.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,7 +34,7 @@ const DEADLINE_JOBS: usize = 10;
 fn main() -> ExitCode {
     let args = BenchArgs::from_env();
     if !args.benchmarking() {
-        println!("chaos: the long run is `cargo bench --bench chaos`; CI runs tests/chaos.rs");
+        println!("chaos: the long run is `cargo bench --bench chaos`; CI runs tests/it/chaos.rs");
         return ExitCode::SUCCESS;
     }
     match run(&args) {
@@ -88,7 +88,7 @@ fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         deadline_jobs: DEADLINE_JOBS,
         regular_workers: 1,
         // Jobs of the real `spot-worker run` whose checkpoints are several
-        // chunks, evicted just after their saves (see tests/chaos.rs).
+        // chunks, evicted just after their saves (see tests/it/chaos.rs).
         command_jobs: Some(CommandJobs {
             workers: 2,
             jobs: 24,

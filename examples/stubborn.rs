@@ -1,5 +1,5 @@
 //! A worker whose handler will not stop when told to, and the proof that
-//! its process exits anyway (`tests/worker_exit.rs` runs it): within the
+//! its process exits anyway (`tests/it/worker_exit.rs` runs it): within the
 //! drain budget plus a second of a notice, its message released, and
 //! nothing written by the abandoned handler after the release.
 //!

@@ -45,19 +45,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # container image (scripts/build-image.sh builds one tag from target/image)
 # and podman's storage are used by these, so they run one at a time.
 LOCKS = {
-    "spot-worker/test/container_image": "podman-and-image",
-    "spot-worker/test/pod_in_a_box": "podman-and-image",
+    "spot-worker/test/it::container_image": "podman-and-image",
+    "spot-worker/test/it::pod_in_a_box": "podman-and-image",
     "spot-worker/bench/image_start": "podman-and-image",
 }
 
 # Started first on a run without recorded times (the slowest of CI's run of
 # 2026-11-29, in seconds), so the long ones overlap the many short ones.
 SLOW_FIRST = [
-    "spot-worker/test/container_image",
-    "spot-worker/test/vm_in_a_box",
-    "spot-worker/test/pod_in_a_box",
+    "spot-worker/test/it::container_image",
+    "spot-worker/test/it::vm_in_a_box",
+    "spot-worker/test/it::pod_in_a_box",
     "spot-worker-cli/test/it::docs",
-    "spot-worker/test/chaos",
+    "spot-worker/test/it::chaos",
     "spot-worker-command/test/it::spread",
     "spot-worker/test/store_refusal",
     "spot-worker-cli/test/it::run",
@@ -70,15 +70,15 @@ SLOW_FIRST = [
 # 2026-11-29, and the property tests' suites (CI's full run has them all;
 # the unit suites all run, less QUICK_SKIP_TESTS).
 QUICK_SKIPS = {
-    "spot-worker/test/container_image",
-    "spot-worker/test/vm_in_a_box",
-    "spot-worker/test/pod_in_a_box",
-    "spot-worker/test/pod_deletion_cost",
-    "spot-worker/test/chaos",
+    "spot-worker/test/it::container_image",
+    "spot-worker/test/it::vm_in_a_box",
+    "spot-worker/test/it::pod_in_a_box",
+    "spot-worker/test/it::pod_deletion_cost",
+    "spot-worker/test/it::chaos",
     "spot-worker/test/store_refusal",
-    "spot-worker/test/storage_permissions",
-    "spot-worker/test/worker",
-    "spot-worker/test/worker_exit",
+    "spot-worker/test/it::storage_permissions",
+    "spot-worker/test/it::worker",
+    "spot-worker/test/it::worker_exit",
     "spot-worker-cli/test/it::docs",
     "spot-worker-cli/test/it::dev",
     "spot-worker-cli/test/it::run",

@@ -321,7 +321,7 @@ case "$infra_checks" in
     ;;
 esac
 
-# tests/vm_in_a_box.rs builds a VM in network/mount/PID namespaces: it needs
+# tests/it/vm_in_a_box.rs builds a VM in network/mount/PID namespaces: it needs
 # unshare and mount (util-linux, mount), ip (iproute2), openssl for its
 # throwaway CA, and what install-worker.sh runs (curl, python3). Skipped
 # with SPOT_WORKER_VM_IN_A_BOX=0.
@@ -337,7 +337,7 @@ case "${SPOT_WORKER_VM_IN_A_BOX:-1}" in
     ;;
 esac
 
-# tests/container_image.rs and tests/pod_in_a_box.rs build the container
+# tests/it/container_image.rs and tests/it/pod_in_a_box.rs build the container
 # image (scripts/build-image.sh) and run it with podman (scripts/podman.sh:
 # runc, cgroupfs, vfs, its own containers.conf). Required here (SPOT_WORKER_CONTAINER_TEST=1) so CI cannot
 # skip them silently; SPOT_WORKER_CONTAINER_TEST=0 skips them.

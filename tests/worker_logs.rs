@@ -7,9 +7,12 @@
 //! environment that names its storage and nothing else (no `OTEL_*`, no
 //! Application Insights, not even `RUST_LOG`).
 
+mod common;
+
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::start_worker;
 use spot_worker::Setup;
 use spot_worker::settings::Source;
 use spot_worker_testkit::Azurite;
@@ -52,22 +55,19 @@ async fn the_worker_logs_without_any_telemetry_configured() {
         .await
         .unwrap()
         .expect("the worker binary (built if missing)");
-    let mut child = Command::new(binary)
-        .env_clear()
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite.connection_string(),
-        )
-        // Logs are what is under test, on any machine: no Scheduled Events
-        // (`tests/deploy.rs` runs it with them) and any free health port.
-        .env("SPOT_WORKER_IMDS", "off")
-        .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the worker starts");
+    let mut child = start_worker(
+        Command::new(binary)
+            .env_clear()
+            .env(
+                "AZURE_STORAGE_CONNECTION_STRING",
+                azurite.connection_string(),
+            )
+            // Logs are what is under test, on any machine: no Scheduled Events
+            // (`tests/it/deploy.rs` runs it with them) and any free health port.
+            .env("SPOT_WORKER_IMDS", "off")
+            .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0"),
+        Stdio::null(),
+    );
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut seen = String::new();
 

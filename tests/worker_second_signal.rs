@@ -4,13 +4,13 @@
 //!
 //! A binary of its own: the test sends signals to its own process.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
+use common::stubborn_handler;
 use spot_worker::runtime::DrainTrigger;
-use spot_worker::storage::{HandlerError, Job, handler_fn};
 use spot_worker_testkit::worker::*;
-use tokio::sync::Notify;
 
 fn sigterm() {
     // SAFETY: signalling our own process; the worker has a handler for it.
@@ -26,19 +26,7 @@ async fn a_second_sigterm_releases_at_once() {
     config.drain.handle_signals = true;
     // Without the second signal, the handler would hold the drain for 17 s.
     config.drain.drain_budget = Duration::from_secs(20);
-    let started = Arc::new(Notify::new());
-    let handler = handler_fn({
-        let started = started.clone();
-        move |_job: Job| {
-            let started = started.clone();
-            async move {
-                started.notify_one();
-                // Never looks at its cancellation token.
-                std::future::pending::<()>().await;
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let (started, handler) = stubborn_handler();
     let worker = env.worker(config);
     let mut readiness = worker.readiness();
     let running = tokio::spawn(worker.run(handler));

@@ -4,6 +4,9 @@
 //!
 //! A binary of its own: the test sends SIGTERM to its own process.
 
+mod common;
+
+use common::another_worker_resumes;
 use spot_worker::runtime::DrainTrigger;
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::worker::*;
@@ -34,14 +37,6 @@ async fn sigterm_drains_and_another_worker_resumes() {
     assert_eq!(report.stats.released, 1);
     let stopped_at = env.checkpoint_cursor("j1").await.expect("progress saved");
 
-    let b = env.primes_worker(VM_B);
-    let progress = b.progress.clone();
-    let stop = b.worker.shutdown_token();
-    let running = tokio::spawn(b.worker.run(b.handler));
-    let result = within("the result", env.result("j1")).await;
-    stop.cancel();
-    within("worker B to stop", running).await.unwrap().unwrap();
-    assert_eq!(result, spot_worker_primes::expected_result(&job));
-    assert!(progress.first_cursor("j1").unwrap() >= stopped_at);
+    assert!(another_worker_resumes(&env, &job).await >= stopped_at);
     env.assert_queues_empty().await;
 }

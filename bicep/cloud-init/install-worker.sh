@@ -8,7 +8,7 @@
 # ../modules/compute.bicep.
 #
 # SPOT_WORKER_INSTALL_ROOT (unset on a VM) installs under that directory
-# instead of / and leaves systemd alone: tests/vm_in_a_box.rs runs this script
+# instead of / and leaves systemd alone: tests/it/vm_in_a_box.rs runs this script
 # for real (token from IMDS, HTTPS download, hash check) into a scratch root.
 set -euo pipefail
 

@@ -92,7 +92,7 @@ param scaleInProtection string
 param appInsightsConnectionString string
 param tags object
 
-// The files cloud-init writes, filled in. tests/deploy.rs and
+// The files cloud-init writes, filled in. tests/it/deploy.rs and
 // tools/infra/check_infra.py fill the same {{placeholders}}.
 var envTemplate = loadTextContent('../cloud-init/worker.env')
 var env1 = replace(envTemplate, '{{storageAccountUrl}}', storageBlobEndpoint)

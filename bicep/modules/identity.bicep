@@ -191,7 +191,7 @@ resource workerArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
 // storage operation each command issues, the permission it needs and the
 // role here that grants it: docs/deploying.md, "What each identity may do",
 // checked by tools/infra/permissions.py against what the commands really
-// issue (tests/storage_permissions.rs).
+// issue (tests/it/storage_permissions.rs).
 resource operatorArtifacts 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
   name: guid(account::blobService::artifacts.id, operatorPrincipalId, roles.storageBlobDataContributor)
   scope: account::blobService::artifacts

@@ -38,7 +38,7 @@
    checkpoint's chunks may age before a save, restore or move dates them
    anew.
 8. The role assignments cover every storage operation each identity issues
-   (permissions.py: recorded by tests/storage_permissions.rs), what each
+   (permissions.py: recorded by tests/it/storage_permissions.rs), what each
    grants beyond use is reported, and docs/deploying.md's table is current;
    the operator's roles on the AKS cluster allow kubectl apply of
    deploy/kubernetes/ (kubectl_permissions.py).

@@ -2,7 +2,7 @@
 """Do the role assignments in bicep/ let each identity do what it does?
 
 Reads what each principal really issues against storage
-(storage-operations-used.json, written by tests/storage_permissions.rs from
+(storage-operations-used.json, written by tests/it/storage_permissions.rs from
 Azurite's log, plus the few operations of tools no test can run offline:
 DECLARED below), maps every operation to the permission Microsoft Entra
 authorization needs (azure-roles/storage-operations.json), and checks that

@@ -277,7 +277,7 @@ mod tests {
     }
 
     /// Through `f64`, `9007256742ms` read as 9007256.742000001 s (found by
-    /// the property test `durations_read_exactly` in tests/bad_input.rs).
+    /// the property test `durations_read_exactly` in tests/it/bad_input.rs).
     #[test]
     fn durations_read_exactly_in_decimal() {
         for (text, duration) in [

@@ -18,7 +18,7 @@
 //!   caller's (what the kubelet does).
 //!
 //! Faults (429 with `Retry-After`, 500) can be queued ahead of the next
-//! allowed patches. Shared by `tests/pod_deletion_cost.rs` (the worker
+//! allowed patches. Shared by `tests/it/pod_deletion_cost.rs` (the worker
 //! binary on loopback) and the pod in a box, each behind
 //! [`crate::tls_front`] with its own certificate.
 

@@ -39,7 +39,7 @@
 //! `endings`, `verdict`, `report`, and the binary in `worker_binary`.
 //!
 //! Shared by `benches/chaos.rs` (the long run, `cargo bench --bench chaos`)
-//! and `tests/chaos.rs` (a short, seed-fixed run in CI).
+//! and `tests/it/chaos.rs` (a short, seed-fixed run in CI).
 
 mod analyse;
 mod command_jobs;

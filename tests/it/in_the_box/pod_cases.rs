@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use spot_worker::azure::AzureQueue;
+use spot_worker::azure::{AzureQueue, BlobCheckpointStore};
 use spot_worker::storage::{CheckpointStore, MessageQueue};
 use spot_worker_imds_emulator::EventSpec;
-use spot_worker_primes::PrimesJob;
 
 use super::pod::{NODE_VM, Node, TOKEN_FILE, WORKER_CLIENT_ID, note};
 use super::the_box::{assert_untouched, bearer_validations, wait_for};
 use super::vm::{PATIENCE, Vm};
+use crate::common::enqueue_primes;
 
 /// `terminationGracePeriodSeconds` in deploy/kubernetes/deployment.yaml.
 pub const GRACE: Duration = Duration::from_secs(35);
@@ -100,14 +100,7 @@ impl Node {
         queue: &AzureQueue,
         measured: &mut Measured,
     ) {
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env_or(
-                env,
-                "SPOT_WORKER_CHECKPOINT_CONTAINER",
-                "checkpoints",
-            ))
-            .unwrap();
+        let checkpoints = self.checkpoints(env);
         let mut pods = Vec::new();
         for (i, job_id) in ["pod-a-job", "pod-b-job"].into_iter().enumerate() {
             let name = format!("worker-{}", ["a", "b"][i]);
@@ -118,8 +111,7 @@ impl Node {
             note(format!("{name} ready after {:?}", started.elapsed()));
             // One job at a time, each taken by the pod started last: the
             // other already holds its one (concurrency 1 on one CPU).
-            let job = PrimesJob::new(job_id, 0, 200_000_000_000).unwrap();
-            queue.send(&job.to_message(), Duration::ZERO).await.unwrap();
+            enqueue_primes(queue, job_id, 200_000_000_000).await;
             wait_for(&pod, &format!("{job_id}'s first checkpoint"), || async {
                 checkpoints.read(job_id).await.unwrap()
             })
@@ -230,6 +222,19 @@ impl Node {
 
 pub fn env_or(env: &BTreeMap<String, String>, key: &str, default: &str) -> String {
     env.get(key).cloned().unwrap_or_else(|| default.to_owned())
+}
+
+impl Node {
+    /// The checkpoint store the pods of `env` save to, as the operator reads it.
+    pub fn checkpoints(&self, env: &BTreeMap<String, String>) -> BlobCheckpointStore {
+        self.operator
+            .checkpoint_store(&env_or(
+                env,
+                "SPOT_WORKER_CHECKPOINT_CONTAINER",
+                "checkpoints",
+            ))
+            .unwrap()
+    }
 }
 
 /// The worker's `notice_to_drained_ms` from its (possibly coloured) log.

@@ -24,17 +24,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spot_worker::azure::{AzureStorage, StorageConfig};
-use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_primes::PrimesJob;
+use spot_worker::storage::{CheckpointStore, ResultStore};
 use spot_worker_testkit::Azurite;
 use spot_worker_testkit::kube_stand_in::Kube;
 use spot_worker_testkit::tls_front::TlsFront;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-mod rendered;
-
-use rendered::worker_binary;
+use crate::common::{enqueue_primes, start_worker};
+use crate::in_the_box::pki;
+use crate::rendered::worker_binary;
 
 /// Bound on every wait: generous for a slow machine, finite for a bug.
 const PATIENCE: Duration = Duration::from_secs(180);
@@ -42,80 +41,16 @@ const PATIENCE: Duration = Duration::from_secs(180);
 const NAMESPACE: &str = "spot-worker";
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.spot-worker-service-account.test";
 
-/// A CA and a certificate for 127.0.0.1, made with openssl(1).
+/// A CA and a certificate for 127.0.0.1 (the API server's stand-in), made
+/// as the pod in a box makes its cluster's ([`pki`]).
 fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let run = |args: &[&str]| {
-        let output = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=kubernetes-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ]);
-    std::fs::write(
-        dir.join("server.ext"),
-        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:kubernetes.default.svc\n",
-    )
-    .unwrap();
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=kube-apiserver",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-sha256",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "server.crt",
-    ]);
-    (
-        dir.join("ca.crt"),
-        dir.join("server.crt"),
-        dir.join("server.key"),
-    )
+    let ca = pki::new_ca(dir, "kubernetes-ca");
+    let server = ca.issue(
+        dir,
+        "kube-apiserver",
+        &["127.0.0.1", "kubernetes.default.svc"],
+    );
+    (ca.cert, server.cert, server.key)
 }
 
 /// A worker process in a pod, its output kept for failure messages.
@@ -193,37 +128,34 @@ impl Cluster {
             .local_addr()
             .unwrap();
         let output = Arc::new(Mutex::new(String::new()));
-        let mut child = Command::new(worker_binary())
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                self.azurite.connection_string(),
-            )
-            .env("SPOT_WORKER_QUEUE", &self.queue)
-            .env("SPOT_WORKER_IMDS", "false")
-            .env("SPOT_WORKER_HEALTH_ADDR", health.to_string())
-            .env("SPOT_WORKER_CONCURRENCY", "1")
-            .env("SPOT_WORKER_CHECKPOINT_EVERY", "3s")
-            .env(
-                "SPOT_WORKER_LOG_FILTER",
-                "info,spot_worker_runtime::pod_deletion_cost=debug",
-            )
-            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-            .env(
-                "KUBERNETES_SERVICE_PORT",
-                self.front.addr().port().to_string(),
-            )
-            .env("SPOT_WORKER_SERVICE_ACCOUNT_DIR", &self.account_dir)
-            .env("SPOT_WORKER_POD_NAME", pod)
-            .env("SPOT_WORKER_POD_NAMESPACE", namespace)
-            .env("SPOT_WORKER_POD_DELETION_COST_STEP", "1s")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the worker starts");
+        let mut child = start_worker(
+            Command::new(worker_binary())
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env(
+                    "AZURE_STORAGE_CONNECTION_STRING",
+                    self.azurite.connection_string(),
+                )
+                .env("SPOT_WORKER_QUEUE", &self.queue)
+                .env("SPOT_WORKER_IMDS", "false")
+                .env("SPOT_WORKER_HEALTH_ADDR", health.to_string())
+                .env("SPOT_WORKER_CONCURRENCY", "1")
+                .env("SPOT_WORKER_CHECKPOINT_EVERY", "3s")
+                .env(
+                    "SPOT_WORKER_LOG_FILTER",
+                    "info,spot_worker_runtime::pod_deletion_cost=debug",
+                )
+                .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+                .env(
+                    "KUBERNETES_SERVICE_PORT",
+                    self.front.addr().port().to_string(),
+                )
+                .env("SPOT_WORKER_SERVICE_ACCOUNT_DIR", &self.account_dir)
+                .env("SPOT_WORKER_POD_NAME", pod)
+                .env("SPOT_WORKER_POD_NAMESPACE", namespace)
+                .env("SPOT_WORKER_POD_DELETION_COST_STEP", "1s"),
+            Stdio::piped(),
+        );
         capture(&output, child.stdout.take().unwrap());
         capture(&output, child.stderr.take().unwrap());
         Worker {
@@ -308,11 +240,7 @@ async fn a_scale_in_from_two_to_one_removes_the_idle_pod_and_the_busy_pods_cost_
     let storage = cluster.storage();
     let queue = storage.queue(&cluster.queue).unwrap();
     let checkpoints = storage.checkpoint_store("checkpoints").unwrap();
-    let long = PrimesJob::new("long", 0, 200_000_000_000).unwrap();
-    queue
-        .send(&long.to_message(), Duration::ZERO)
-        .await
-        .unwrap();
+    enqueue_primes(&queue, "long", 200_000_000_000).await;
     until("a pod to turn busy", &mut [&mut first, &mut second], || {
         api.costs(&a).iter().any(|c| *c > 0) || api.costs(&b).iter().any(|c| *c > 0)
     })
@@ -432,11 +360,7 @@ async fn refused_and_throttled_writes_lose_no_job_and_are_retried() {
     let results = storage.result_store("results").unwrap();
     throttled.child.start_kill().unwrap();
     throttled.child.wait().await.unwrap();
-    let small = PrimesJob::new("small", 0, 2_000_000).unwrap();
-    queue
-        .send(&small.to_message(), Duration::ZERO)
-        .await
-        .unwrap();
+    let small = enqueue_primes(&queue, "small", 2_000_000).await;
     let mut result = None;
     for _ in 0..(PATIENCE.as_millis() / 100) {
         if let Some(bytes) = results.get("small.json").await.unwrap() {

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::http::StatusCode;
 use spot_worker::azure::AzureQueue;
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::{PrimesJob, expected_result};
 
-use super::network::IMDS_IP;
-use super::the_box::{CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, wait_for};
+use super::the_box::{
+    CLIENT_ID, INSTANCE_ID, TheBox, bearer_validations, note, take_back_released, wait_for,
+};
 use super::vm::{PATIENCE, Vm};
-use crate::rendered::seconds;
+use crate::common::enqueue_primes;
 
 impl TheBox {
     pub async fn the_deployment_works(
@@ -42,19 +42,8 @@ impl TheBox {
             "worker ready after {:?} (warmup gate open)",
             started.elapsed()
         ));
-        let results = self
-            .operator
-            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
-            .unwrap();
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
-            .unwrap();
-        let small = PrimesJob::new("small", 0, 2_000_000).unwrap();
-        queue
-            .send(&small.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let (results, checkpoints) = self.worker_stores(env);
+        let small = enqueue_primes(queue, "small", 2_000_000).await;
         for job in [sentinel, &small] {
             let name = format!("{}.json", job.job_id);
             let bytes = wait_for(&vm, &format!("result {name}"), || async {
@@ -104,16 +93,7 @@ impl TheBox {
             Some(true),
             "the VM is protected from scale-in while the long job runs"
         );
-        let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
-        let notice = Instant::now();
-        let drain_budget = seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
-        let status = vm.exit_within(Duration::from_secs(drain_budget + 5)).await;
-        assert!(status.success(), "exit {status}; log:\n{}", vm.log());
-        note(format!(
-            "Preempt {} at {IMDS_IP}: exit 0 after {:?}",
-            preempt.id,
-            notice.elapsed()
-        ));
+        let preempt = self.preempt_drains(&mut vm, env, "exit 0").await;
         let approval = self
             .emulator
             .approvals()
@@ -140,16 +120,7 @@ impl TheBox {
         ));
         // Azure evicts the VM now; the next VM in the box starts clean.
         self.emulator.complete_event(&preempt.id).unwrap();
-        let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
-        assert_eq!(back.len(), 1, "the long job's message is back at once");
-        assert_eq!(
-            PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
-            "big"
-        );
-        queue
-            .delete(&back[0].id, &back[0].pop_receipt)
-            .await
-            .unwrap();
+        take_back_released(queue, "big").await;
 
         let tokens: Vec<_> = self
             .emulator
@@ -201,11 +172,7 @@ impl TheBox {
             (SystemTime::now() > expired_at + Duration::from_secs(1)).then_some(())
         })
         .await;
-        let late = PrimesJob::new("after-expiry", 0, 1_000_000).unwrap();
-        queue
-            .send(&late.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let late = enqueue_primes(&queue, "after-expiry", 1_000_000).await;
         let bytes = wait_for(&vm, "the job given after expiry", || async {
             results.get("after-expiry.json").await.unwrap()
         })

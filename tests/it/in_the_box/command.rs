@@ -13,15 +13,14 @@ use std::time::{Duration, Instant};
 
 use spot_worker::azure::AzureQueue;
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::{PrimesJob, expected_result};
 use spot_worker_testkit::chaos::cli_binary;
 
-use super::network::IMDS_IP;
 use super::run;
-use super::the_box::{TheBox, deployment_values, note, sha256, wait_for};
+use super::the_box::{TheBox, deployment_values, note, sha256, take_back_released, wait_for};
 use super::vm::Vm;
-use crate::rendered::{exec_start_words, render, repo, seconds};
+use crate::common::enqueue_primes;
+use crate::rendered::{exec_start_words, render, repo};
 
 /// The program and the `run` settings it needs (`--job-key`: checkpoints
 /// and results by `job_id`; `--result-name`: `primes`' result names).
@@ -117,19 +116,8 @@ impl TheBox {
             "spot-worker run ready after {:?}",
             started.elapsed()
         ));
-        let results = self
-            .operator
-            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
-            .unwrap();
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
-            .unwrap();
-        let small = PrimesJob::new("py-small", 0, 2_000_000).unwrap();
-        queue
-            .send(&small.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let (results, checkpoints) = self.worker_stores(env);
+        let small = enqueue_primes(queue, "py-small", 2_000_000).await;
         let bytes = wait_for(vm, "result py-small.json", || async {
             results.get("py-small.json").await.unwrap()
         })
@@ -144,16 +132,9 @@ impl TheBox {
             checkpoints.read("py-big").await.unwrap()
         })
         .await;
-        let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
-        let notice = Instant::now();
-        let drain_budget = seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
-        let status = vm.exit_within(Duration::from_secs(drain_budget + 5)).await;
-        assert!(status.success(), "exit {status}; log:\n{}", vm.log());
-        note(format!(
-            "Preempt {} at {IMDS_IP}: spot-worker run exited 0 after {:?}",
-            preempt.id,
-            notice.elapsed()
-        ));
+        let preempt = self
+            .preempt_drains(vm, env, "spot-worker run exited 0")
+            .await;
         assert!(
             self.emulator
                 .approvals()
@@ -163,16 +144,7 @@ impl TheBox {
             vm.log()
         );
         self.emulator.complete_event(&preempt.id).unwrap();
-        let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
-        assert_eq!(back.len(), 1, "the python job's message is back at once");
-        assert_eq!(
-            PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
-            "py-big"
-        );
-        queue
-            .delete(&back[0].id, &back[0].pop_receipt)
-            .await
-            .unwrap();
+        take_back_released(queue, "py-big").await;
         let saved = checkpoints.read("py-big").await.unwrap();
         assert!(saved.is_some(), "the python job's progress is saved");
         for line in vm.transcript(&["warmup gate", "Preempt", "approv", "released", "stopped"]) {

@@ -1,4 +1,4 @@
-//! The pieces of `tests/storage_permissions.rs`: Azurite's debug log read
+//! The pieces of `tests/it/storage_permissions.rs`: Azurite's debug log read
 //! as requests ([`azurite_log`]), and a [`Recorder`] that tells which of
 //! them one command issued.
 
@@ -86,7 +86,7 @@ impl<'a> Recorder<'a> {
             });
             let operation = rest_operation(request.service, &azurite).unwrap_or_else(|| {
                 panic!(
-                    "Azurite operation {azurite} ({}) is not in tests/permissions/azurite_log.rs's table: \
+                    "Azurite operation {azurite} ({}) is not in tests/it/permissions/azurite_log.rs's table: \
                      add it with its name in storage-operations.json",
                     request.service
                 )

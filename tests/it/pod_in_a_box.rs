@@ -34,52 +34,51 @@
 //! port (`SPOT_WORKER_HEALTH_ADDR=0.0.0.0:<port>` instead of `:8080`); each
 //! is pinned to one CPU so its default concurrency (CPUs) is 1 and each pod
 //! holds one job. The deletion cost's rise with unsaved work (a minute's
-//! step in the Deployment) is not waited for here: `tests/pod_deletion_cost.rs`
+//! step in the Deployment) is not waited for here: `tests/it/pod_deletion_cost.rs`
 //! shows it on loopback with a 1 s step.
 //!
-//! Needs podman and runc, like tests/container_image.rs:
+//! Needs podman and runc, like tests/it/container_image.rs:
 //! `SPOT_WORKER_CONTAINER_TEST=0` skips it, `=1` (scripts/test.sh) makes a
 //! missing podman a failure, unset skips it with a message when podman is
 //! absent. `SPOT_WORKER_VM_IN_A_BOX=0` skips it too (no namespaces). Run
 //! with `--nocapture` to see the transcript.
 
-mod in_the_box;
-mod rendered;
-
 use std::time::Duration;
 
-use in_the_box::namespace::{inside, opted_out, run_inside};
-use in_the_box::pod::{Node, note};
-use in_the_box::pod_cases::Measured;
+use crate::common::enqueue_primes;
+use crate::in_the_box::namespace::{
+    assert_found_exactly, forget_the_machines_proxies, inside, rehearse,
+};
+use crate::in_the_box::pod::{Node, note};
+use crate::in_the_box::pod_cases::Measured;
 use spot_worker::storage::MessageQueue;
-use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::chaos::static_binaries;
 
 /// What a whole inner run may take.
 const BOX_LIMIT: Duration = Duration::from_secs(600);
 
+/// The name the outer test runs in the box is its inner half's (the
+/// module's path included, as the harness names tests of a shared binary).
+#[test]
+fn the_inner_half_is_run_by_its_exact_name() {
+    assert_found_exactly(module_path!(), "inside_the_pod_box");
+}
+
 #[test]
 fn the_worker_image_runs_as_pods_on_a_spot_node_in_a_box() {
-    if inside() {
-        return; // The inner run only runs `inside_the_pod_box`.
-    }
-    if opted_out() {
-        eprintln!("SKIPPED: the pod in a box (SPOT_WORKER_VM_IN_A_BOX=0)");
-        return;
-    }
-    if !spot_worker_testkit::podman::container_test_wanted("the pod in a box") {
-        return;
-    }
-    // Built (if stale) before entering the box, where the image is built.
-    static_binaries().expect("the static binaries");
-    let run = run_inside("inside_the_pod_box", BOX_LIMIT);
-    println!("{}", run.stdout);
-    assert!(
-        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
-        "the pod in a box failed ({}):\n{}\n{}",
-        run.status,
-        run.stdout,
-        run.stderr
+    rehearse(
+        "the pod in a box",
+        module_path!(),
+        "inside_the_pod_box",
+        BOX_LIMIT,
+        || {
+            if !spot_worker_testkit::podman::container_test_wanted("the pod in a box") {
+                return false;
+            }
+            // Built (if stale) before entering the box, where the image is built.
+            static_binaries().expect("the static binaries");
+            true
+        },
     );
 }
 
@@ -91,20 +90,7 @@ async fn inside_the_pod_box() {
         inside(),
         "run the_worker_image_runs_as_pods_on_a_spot_node_in_a_box: this half needs the box"
     );
-    // As in the VM box: the machine's proxy settings do not exist on the
-    // node, and no proxy is reachable in the box.
-    for name in [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        // SAFETY: the only test of this (inner) process, before any client
-        // or child process reads the environment.
-        unsafe { std::env::remove_var(name) };
-    }
+    forget_the_machines_proxies();
     let node = Node::set_up().await;
     // The image as shipped: `image` profile binaries, statically linked, so every
     // name below (storage, Entra ID) is resolved by the binaries themselves
@@ -121,11 +107,7 @@ async fn inside_the_pod_box() {
     ));
     let queue = node.operator.queue(&env["SPOT_WORKER_QUEUE"]).unwrap();
     queue.prepare().await.unwrap();
-    let sentinel = PrimesJob::new("sentinel", 0, 100_000).unwrap();
-    queue
-        .send(&sentinel.to_message(), Duration::ZERO)
-        .await
-        .unwrap();
+    enqueue_primes(&queue, "sentinel", 100_000).await;
 
     node.wrong_client_id(&env, &queue).await;
     node.expired_token(&env, &queue).await;

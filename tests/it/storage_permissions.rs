@@ -11,7 +11,7 @@
 //! `results get`, `enqueue --raw`, `enqueue --deadline --work` to either
 //! lane), and the deployed worker (`examples/primes`, with the environment
 //! file the templates render, only its credentials and IMDS swapped as in
-//! `tests/deploy.rs`) takes jobs: one succeeds, two are poisoned (one
+//! `tests/it/deploy.rs`) takes jobs: one succeeds, two are poisoned (one
 //! inline, one kept as a claim-check blob), one with a deadline it can no
 //! longer make on Spot moves to the regular lane, one is drained by
 //! SIGTERM; then the regular lane's worker (the same files, rendered for
@@ -24,21 +24,17 @@
 //! (`SPOT_WORKER_UPDATE_OPERATIONS=1` rewrites it; then the permission
 //! check says whether the roles still cover it).
 
-mod permissions;
-mod rendered;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use permissions::{Operation, Recorder, by_command};
-use rendered::{render, repo, sample_deployment_values, swapped_for_azurite, worker_binary};
+use crate::permissions::{Operation, Recorder, by_command};
+use crate::rendered::{LocalVm, local_vm, render, repo, sample_deployment_values, worker_binary};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::decisions::lanes::Deadline;
 use spot_worker::storage::lanes::Enqueued;
 use spot_worker::storage::{MessageEncoding, MessageQueue, PoisonRecord};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig};
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::Azurite;
 use tokio::process::Command;
@@ -280,7 +276,7 @@ async fn the_operator_and_the_worker_issue_the_recorded_storage_operations() {
     .await;
 
     let document = serde_json::json!({
-        "_comment": "Written by tests/storage_permissions.rs (SPOT_WORKER_UPDATE_OPERATIONS=1): the storage operations each operator command and the deployed worker issued against Azurite, by queue or container. Read by tools/infra/permissions.py, which checks them against the role assignments in bicep/.",
+        "_comment": "Written by tests/it/storage_permissions.rs (SPOT_WORKER_UPDATE_OPERATIONS=1): the storage operations each operator command and the deployed worker issued against Azurite, by queue or container. Read by tools/infra/permissions.py, which checks them against the role assignments in bicep/.",
         "principals": {
             "operator": by_command(&operator),
             "worker": by_command(&BTreeMap::from([
@@ -380,7 +376,7 @@ fn regular_deployment_values() -> BTreeMap<&'static str, String> {
 }
 
 /// The deployed worker with the rendered environment (credentials and IMDS
-/// swapped, as in tests/deploy.rs) until its log says `settled`, then
+/// swapped, as in tests/it/deploy.rs) until its log says `settled`, then
 /// stopped by SIGTERM: it drains and exits 0. The Spot lane's worker is
 /// stopped with the long job running (released); the regular lane's with
 /// nothing left.
@@ -389,20 +385,12 @@ async fn run_worker(
     env: &BTreeMap<String, String>,
     settled: impl Fn(&str) -> bool,
 ) {
-    let emulator = Emulator::start(EmulatorConfig::for_vm("spotvmss_0"))
-        .await
-        .expect("the emulator starts");
-    let health_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child_env = swapped_for_azurite(
-        env,
-        &azurite.connection_string(),
-        &emulator.url(),
-        health_port,
-    );
+    // The emulator lives as long as the worker it answers.
+    let LocalVm {
+        emulator: _emulator,
+        health_port: _,
+        env: child_env,
+    } = local_vm(env, azurite, "spotvmss_0").await;
     // The job's per-chunk progress (a debug event) tells the test the long
     // job has something to save; nothing else about the worker changes.
     let mut child_env = child_env;

@@ -11,7 +11,7 @@
 //! a busy pod's cost is 1 until a minute of work is unsaved and changes at
 //! most once a minute; the box's jobs save every 10 s, so here the cost goes
 //! 0 → 1 → 0. Its rise with unsaved work and fall at a save is shown on
-//! loopback (`tests/pod_deletion_cost.rs`, a 1 s step).
+//! loopback (`tests/it/pod_deletion_cost.rs`, a 1 s step).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use super::pod::{API_SERVER_IP, NAMESPACE, Node, note};
 use super::pod_cases::{GRACE, Measured, RELEASED, env_or};
 use super::the_box::wait_for;
 use super::vm::{PATIENCE, Vm};
+use crate::common::enqueue_primes;
 
 /// The job the busy pod keeps through the scale-in: long enough to be
 /// held when the scale-in comes (a few seconds after it is taken: the
@@ -218,16 +219,8 @@ impl Node {
         pod: &mut Vm,
         measured: &mut Measured,
     ) {
-        let checkpoints = self
-            .operator
-            .checkpoint_store(&env_or(
-                env,
-                "SPOT_WORKER_CHECKPOINT_CONTAINER",
-                "checkpoints",
-            ))
-            .unwrap();
-        let job = PrimesJob::new("scaled-in-job", 0, 200_000_000_000).unwrap();
-        queue.send(&job.to_message(), Duration::ZERO).await.unwrap();
+        let checkpoints = self.checkpoints(env);
+        enqueue_primes(queue, "scaled-in-job", 200_000_000_000).await;
         wait_for(pod, "scaled-in-job's first checkpoint", || async {
             checkpoints.read("scaled-in-job").await.unwrap()
         })

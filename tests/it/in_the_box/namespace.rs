@@ -29,6 +29,30 @@ pub fn opted_out() -> bool {
     )
 }
 
+/// Removes the proxy settings of the machine running the tests from the
+/// inner run's environment: they do not exist on the VM or node, and no
+/// proxy is reachable in the box (a case that wants one sets its own for
+/// the worker). Called first by the inner half, the only test of its
+/// process.
+pub fn forget_the_machines_proxies() {
+    assert!(
+        inside(),
+        "only the inner run, alone in its process, may change its environment"
+    );
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        // SAFETY: the only test of this (inner) process, before any client
+        // or child process reads the environment.
+        unsafe { std::env::remove_var(name) };
+    }
+}
+
 /// What the inner run printed and how it ended.
 pub struct InnerRun {
     pub status: ExitStatus,
@@ -36,9 +60,78 @@ pub struct InnerRun {
     pub stderr: String,
 }
 
-/// Runs the ignored test `test_name` of this binary inside the namespaces, for at most
+/// The name the test harness gives the test `function` of the module
+/// `module` (its `module_path!()`): the path without the crate's own name,
+/// e.g. `vm_in_a_box::inside_the_box` for `it::vm_in_a_box`, which is what
+/// `--exact` must be given to run that test and only it.
+pub fn test_name(module: &str, function: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{function}"),
+        None => function.to_owned(),
+    }
+}
+
+/// Asserts that `--exact` with [`test_name`] picks out the ignored test
+/// `function` of `module` and nothing else, as the harness lists it: the
+/// inner half an outer test runs in the box is the one it means.
+pub fn assert_found_exactly(module: &str, function: &str) {
+    let name = test_name(module, function);
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let output = Command::new(exe)
+        .args(["--list", "--ignored", "--exact", &name])
+        .output()
+        .expect("the test binary lists its tests");
+    assert!(
+        output.status.success(),
+        "listing the tests failed: {output:?}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let listed: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .collect();
+    assert_eq!(listed, [name.as_str()], "`--exact {name}` lists:\n{stdout}");
+}
+
+/// The outer half of a rehearsal in a box, called `what`: unless this is
+/// the inner run or the rehearsal is switched off, `prepare` builds what
+/// the box needs outside it (false: skipped, having said why), then the
+/// ignored test `function` of `module` (the caller's `module_path!()`)
+/// runs inside the namespaces within `limit` and must pass; its transcript
+/// is printed (`--nocapture` shows it).
+pub fn rehearse(
+    what: &str,
+    module: &str,
+    function: &str,
+    limit: Duration,
+    prepare: impl FnOnce() -> bool,
+) {
+    if inside() {
+        return; // The inner run only runs `function`.
+    }
+    if opted_out() {
+        eprintln!("SKIPPED: {what} ({OPT_OUT_ENV}=0)");
+        return;
+    }
+    if !prepare() {
+        return;
+    }
+    let run = run_inside(module, function, limit);
+    println!("{}", run.stdout);
+    assert!(
+        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
+        "{what} failed ({}):\n{}\n{}",
+        run.status,
+        run.stdout,
+        run.stderr
+    );
+}
+
+/// Runs the ignored test `function` of the module `module` (the caller's
+/// `module_path!()`) of this binary inside the namespaces, for at most
 /// `limit`. Panics with a clear message if namespaces cannot be made.
-pub fn run_inside(test_name: &str, limit: Duration) -> InnerRun {
+pub fn run_inside(module: &str, function: &str, limit: Duration) -> InnerRun {
+    let test_name = test_name(module, function);
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut unshare = Command::new("unshare");
     // SAFETY: geteuid(2) has no preconditions and cannot fail.
@@ -55,7 +148,7 @@ pub fn run_inside(test_name: &str, limit: Duration) -> InnerRun {
         .args([
             "--ignored",
             "--exact",
-            test_name,
+            &test_name,
             "--nocapture",
             "--test-threads=1",
         ])

@@ -13,6 +13,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::common::start_worker;
+
 /// Bound of every wait: generous for a slow machine, finite for a bug.
 pub const PATIENCE: Duration = Duration::from_secs(120);
 /// systemd's `PATH` for services.
@@ -56,13 +58,7 @@ impl Vm {
     /// Starts `command` (its output kept as the log), whose worker serves
     /// `/readyz` at `health_addr`; the pod in a box starts `podman run` so.
     pub fn spawn(mut command: Command, health_addr: &str) -> Vm {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the worker starts");
+        let mut child = start_worker(&mut command, Stdio::piped());
         let lines = Arc::new(Mutex::new(Vec::new()));
         for stream in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,

@@ -12,6 +12,8 @@ use spot_worker_imds_emulator::{EventSpec, Fault};
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::worker::*;
 
+use crate::common::{another_worker_resumes, stubborn_handler};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempt_mid_job_drains_in_time_and_another_worker_resumes() {
     let env = Env::start().await;
@@ -67,16 +69,7 @@ async fn a_preempt_mid_job_drains_in_time_and_another_worker_resumes() {
 
     // Worker B, on another VM, takes the released message at once and
     // resumes from the checkpoint.
-    let b = env.primes_worker(VM_B);
-    let progress = b.progress.clone();
-    let stop = b.worker.shutdown_token();
-    let running = tokio::spawn(b.worker.run(b.handler));
-    let result = within("the result", env.result("j1")).await;
-    stop.cancel();
-    within("worker B to stop", running).await.unwrap().unwrap();
-
-    assert_eq!(result, spot_worker_primes::expected_result(&job));
-    let resumed_from = progress.first_cursor("j1").expect("B made progress");
+    let resumed_from = another_worker_resumes(&env, &job).await;
     assert!(
         resumed_from >= stopped_at,
         "B resumed at {resumed_from}, not before A's checkpoint at {stopped_at}"
@@ -91,19 +84,7 @@ async fn a_handler_that_ignores_cancellation_is_cut_off_and_its_message_released
     let mut config = env.config(VM_A);
     config.drain.drain_budget = Duration::from_secs(4);
     config.drain.release_margin = Duration::from_secs(2);
-    let started = std::sync::Arc::new(tokio::sync::Notify::new());
-    let handler = handler_fn({
-        let started = started.clone();
-        move |_job: Job| {
-            let started = started.clone();
-            async move {
-                started.notify_one();
-                // Never looks at its cancellation token.
-                std::future::pending::<()>().await;
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let (started, handler) = stubborn_handler();
     let worker = env.worker(config);
     let stop = worker.shutdown_token();
     let mut readiness = worker.readiness();
@@ -481,19 +462,7 @@ async fn an_already_started_preempt_still_releases_the_message_in_flight() {
     // the process (status 3) the moment a started event was seen.
     config.drain.watchdog = true;
     config.drain.release_floor = Duration::from_secs(3);
-    let started = std::sync::Arc::new(tokio::sync::Notify::new());
-    let handler = handler_fn({
-        let started = started.clone();
-        move |_job: Job| {
-            let started = started.clone();
-            async move {
-                started.notify_one();
-                // Busy until dropped: only the release can free the message.
-                std::future::pending::<()>().await;
-                Ok::<(), HandlerError>(())
-            }
-        }
-    });
+    let (started, handler) = stubborn_handler();
     let worker = env.worker(config);
     let running = tokio::spawn(worker.run(handler));
     within("the handler to start", started.notified()).await;

@@ -28,15 +28,16 @@ use std::time::{Duration, Instant};
 use spot_worker::azure::{AzureStorage, StorageConfig};
 use spot_worker::runtime::{EXIT_MARGIN, STOP_TIMEOUT, WorkerConfig};
 use spot_worker::storage::{CheckpointStore, MessageQueue, ResultStore};
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec};
+use spot_worker_imds_emulator::EventSpec;
 use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::Azurite;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-mod rendered;
-
-use rendered::{render, sample_deployment_values, seconds, swapped_for_azurite, worker_binary};
+use crate::common::{enqueue_primes, start_worker};
+use crate::rendered::{
+    LocalVm, local_vm, render, sample_deployment_values, seconds, worker_binary,
+};
 
 /// The scale set VM the emulator serves (Flexible scale sets name VMs
 /// `{scale set}_{suffix}`).
@@ -137,33 +138,19 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         .await
         .unwrap()
         .expect("azurite starts (run `npm ci --prefix tools/azurite`)");
-    let emulator = Emulator::start(EmulatorConfig::for_vm(VM))
-        .await
-        .expect("the emulator starts");
-    let health_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
 
     // The swap, and nothing else (see the module docs).
-    let child_env = swapped_for_azurite(
-        env,
-        &azurite.connection_string(),
-        &emulator.url(),
+    let LocalVm {
+        emulator,
         health_port,
-    );
+        env: child_env,
+    } = local_vm(env, &azurite, VM).await;
 
     let output = Output::default();
-    let mut child = Command::new(worker_binary())
-        .env_clear()
-        .envs(&child_env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the worker starts");
+    let mut child = start_worker(
+        Command::new(worker_binary()).env_clear().envs(&child_env),
+        Stdio::piped(),
+    );
     output.capture(child.stdout.take().unwrap());
     output.capture(child.stderr.take().unwrap());
 
@@ -189,11 +176,7 @@ async fn the_rendered_vm_environment_runs_the_real_worker() {
         .unwrap();
 
     // A job, processed: its result blob appears and is right.
-    let small = PrimesJob::new("small", 0, 2_000_000).unwrap();
-    queue
-        .send(&small.to_message(), Duration::ZERO)
-        .await
-        .unwrap();
+    let small = enqueue_primes(&queue, "small", 2_000_000).await;
     let result = within("the small job's result", &output, async {
         loop {
             if let Some(bytes) = results.get("small.json").await.unwrap() {

@@ -3,7 +3,7 @@
 //! `replace`, `base64`, vars and parameters), the cloud-init document's
 //! `write_files` are decoded, and the systemd unit, the environment file and
 //! the install script are returned as the VM would have them. Shared by
-//! `tests/deploy.rs`, `tests/storage_permissions.rs` and the boxes; with
+//! `tests/it/deploy.rs`, `tests/it/storage_permissions.rs` and the boxes; with
 //! the sample values `main.bicep` would pass ([`sample_deployment_values`])
 //! and the one swap that runs the rendered worker against Azurite
 //! ([`swapped_for_azurite`]).
@@ -12,6 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use spot_worker_testkit::Azurite;
 
 mod scale_in;
 use scale_in::scale_in_switch;
@@ -66,6 +69,39 @@ pub fn sample_deployment_values() -> BTreeMap<&'static str, String> {
 /// export, no scale-in protection (its calls go to Azure Resource Manager,
 /// which has no stand-in here: `crates/azure/tests/it/scale_in_protection.rs`
 /// runs them against one); plus systemd's default `PATH`.
+/// A VM of the deployment off Azure: its IMDS emulator, a free health
+/// port, and its environment swapped for them and Azurite
+/// ([`swapped_for_azurite`]).
+pub struct LocalVm {
+    pub emulator: RunningEmulator,
+    pub health_port: u16,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Starts the IMDS emulator of the VM `vm` and swaps `env` (as rendered)
+/// for it, a free health port and `azurite`.
+pub async fn local_vm(env: &BTreeMap<String, String>, azurite: &Azurite, vm: &str) -> LocalVm {
+    let emulator = Emulator::start(EmulatorConfig::for_vm(vm))
+        .await
+        .expect("the emulator starts");
+    let health_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = swapped_for_azurite(
+        env,
+        &azurite.connection_string(),
+        &emulator.url(),
+        health_port,
+    );
+    LocalVm {
+        emulator,
+        health_port,
+        env,
+    }
+}
+
 pub fn swapped_for_azurite(
     env: &BTreeMap<String, String>,
     connection_string: &str,
@@ -172,7 +208,9 @@ fn evaluate(
     if let Some(value) = params.get(expr) {
         return value.clone();
     }
-    panic!("tests/deploy.rs cannot evaluate compute.bicep expression {expr:?}: extend evaluate()");
+    panic!(
+        "tests/it/deploy.rs cannot evaluate compute.bicep expression {expr:?}: extend evaluate()"
+    );
 }
 
 /// The `write_files` of the rendered cloud-config (`path` → decoded content).

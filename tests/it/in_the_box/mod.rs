@@ -1,9 +1,9 @@
-//! The pieces of `tests/vm_in_a_box.rs`: entering fresh network, mount and
+//! The pieces of `tests/it/vm_in_a_box.rs`: entering fresh network, mount and
 //! PID namespaces ([`namespace`]), the VM's network, name resolution and
 //! trust store inside them ([`network`]), throwaway certificate authorities
 //! ([`pki`]), the worker process as systemd would run it ([`vm`]) and the
 //! shared outages it must stay alive through (`outages`); and
-//! of `tests/pod_in_a_box.rs`: an AKS Spot node with worker pods run by
+//! of `tests/it/pod_in_a_box.rs`: an AKS Spot node with worker pods run by
 //! podman ([`pod`]) and its cases ([`pod_cases`], [`pod_scale_in`]).
 
 #![allow(dead_code)] // Not every helper is used by every case.

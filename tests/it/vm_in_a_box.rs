@@ -56,41 +56,41 @@
 //! (not root, no user namespaces) it fails saying so. Run with
 //! `--nocapture` to see the transcript.
 
-mod in_the_box;
-mod rendered;
-
 use std::time::Duration;
 
-use in_the_box::namespace::{inside, opted_out, run_inside};
-use in_the_box::the_box::TheBox;
-use rendered::worker_binary;
+use crate::common::enqueue_primes;
+use crate::in_the_box::namespace::{
+    assert_found_exactly, forget_the_machines_proxies, inside, rehearse,
+};
+use crate::in_the_box::the_box::TheBox;
+use crate::rendered::worker_binary;
 use spot_worker::storage::MessageQueue;
-use spot_worker_primes::PrimesJob;
 
 /// What a whole inner run may take.
 const BOX_LIMIT: Duration = Duration::from_secs(900);
 
+/// The name the outer test runs in the box is its inner half's (the
+/// module's path included, as the harness names tests of a shared binary).
+#[test]
+fn the_inner_half_is_run_by_its_exact_name() {
+    assert_found_exactly(module_path!(), "inside_the_box");
+}
+
 #[test]
 fn the_deployed_worker_runs_in_a_vm_in_a_box() {
-    if inside() {
-        return; // The inner run only runs `inside_the_box`.
-    }
-    if opted_out() {
-        eprintln!("SKIPPED: the VM-in-a-box rehearsal (SPOT_WORKER_VM_IN_A_BOX=0)");
-        return;
-    }
-    // Built by `cargo test` (examples are), checked before entering the box;
-    // the spot-worker command (another package's binary) built if stale.
-    worker_binary();
-    spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
-    let run = run_inside("inside_the_box", BOX_LIMIT);
-    println!("{}", run.stdout);
-    assert!(
-        run.status.success() && run.stdout.contains("test result: ok. 1 passed"),
-        "the rehearsal failed ({}):\n{}\n{}",
-        run.status,
-        run.stdout,
-        run.stderr
+    rehearse(
+        "the VM-in-a-box rehearsal",
+        module_path!(),
+        "inside_the_box",
+        BOX_LIMIT,
+        || {
+            // Built by `cargo test` (examples are), checked before entering
+            // the box; the spot-worker command (another package's binary)
+            // built if stale.
+            worker_binary();
+            spot_worker_testkit::chaos::cli_binary().expect("the spot-worker command");
+            true
+        },
     );
 }
 
@@ -104,21 +104,7 @@ async fn inside_the_box() {
         inside(),
         "run the_deployed_worker_runs_in_a_vm_in_a_box: this half needs the box's namespaces"
     );
-    // Proxy settings of the machine running the tests do not exist on the
-    // VM (and no proxy is reachable in the box); the dedicated case sets
-    // its own for the worker.
-    for name in [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        // SAFETY: the only test of this (inner) process, before any client
-        // or child process reads the environment.
-        unsafe { std::env::remove_var(name) };
-    }
+    forget_the_machines_proxies();
     let mut the_box = TheBox::set_up().await;
     the_box.rehearse().await;
 }
@@ -130,11 +116,7 @@ impl TheBox {
         let installed = self.install().await;
         let queue = self.operator.queue(&env["SPOT_WORKER_QUEUE"]).unwrap();
         queue.prepare().await.unwrap();
-        let sentinel = PrimesJob::new("sentinel", 0, 100_000).unwrap();
-        queue
-            .send(&sentinel.to_message(), Duration::ZERO)
-            .await
-            .unwrap();
+        let sentinel = enqueue_primes(&queue, "sentinel", 100_000).await;
 
         self.wrong_client_id(&installed, &env, &queue).await;
         self.token_storage_refuses(&installed, &env, &queue).await;

@@ -10,9 +10,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use spot_worker::azure::{AzureQueue, AzureStorage, DEVELOPMENT_ACCOUNT_KEY, StorageConfig};
-use spot_worker::storage::ResultStore;
-use spot_worker_imds_emulator::{Emulator, EmulatorConfig, IdentityConfig};
+use spot_worker::azure::{
+    AzureQueue, AzureStorage, BlobCheckpointStore, BlobResultStore, DEVELOPMENT_ACCOUNT_KEY,
+    StorageConfig,
+};
+use spot_worker::storage::{MessageQueue, ResultStore};
+use spot_worker_imds_emulator::{Emulator, EmulatorConfig, EventSpec, IdentityConfig, PostedEvent};
+use spot_worker_primes::PrimesJob;
 use spot_worker_testkit::arm_stand_in::{Arm, Principal, custom_role_actions};
 use spot_worker_testkit::tls_front::TlsFront;
 use spot_worker_testkit::{Azurite, HttpsOptions};
@@ -60,7 +64,62 @@ pub fn note(text: impl AsRef<str>) {
     println!("[vm-in-a-box] {}", text.as_ref());
 }
 
+/// Takes the message of the job `job_id`, released by a drain and so
+/// visible again at once, back off `queue`: the next case starts with an
+/// empty queue.
+pub async fn take_back_released(queue: &AzureQueue, job_id: &str) {
+    let back = queue.receive(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(back.len(), 1, "{job_id}'s message is back at once");
+    assert_eq!(
+        PrimesJob::parse(back[0].body.as_bytes()).unwrap().job_id,
+        job_id
+    );
+    queue
+        .delete(&back[0].id, &back[0].pop_receipt)
+        .await
+        .unwrap();
+}
+
 impl TheBox {
+    /// Schedules a Preempt at the box's IMDS and waits for `vm` to exit 0
+    /// within the drain budget of `env` (plus 5 s); notes `exited` (what
+    /// exited how) and how long it took, and returns the event.
+    pub async fn preempt_drains(
+        &self,
+        vm: &mut Vm,
+        env: &BTreeMap<String, String>,
+        exited: &str,
+    ) -> PostedEvent {
+        let preempt = self.emulator.schedule(EventSpec::preempt()).unwrap();
+        let notice = Instant::now();
+        let drain_budget = rendered::seconds(&env["SPOT_WORKER_DRAIN_BUDGET"]);
+        let status = vm.exit_within(Duration::from_secs(drain_budget + 5)).await;
+        assert!(status.success(), "exit {status}; log:\n{}", vm.log());
+        note(format!(
+            "Preempt {} at {IMDS_IP}: {exited} after {:?}",
+            preempt.id,
+            notice.elapsed()
+        ));
+        preempt
+    }
+
+    /// The result and checkpoint stores the worker of `env` writes to, as
+    /// the operator reads them.
+    pub fn worker_stores(
+        &self,
+        env: &BTreeMap<String, String>,
+    ) -> (BlobResultStore, BlobCheckpointStore) {
+        let results = self
+            .operator
+            .result_store(&env["SPOT_WORKER_RESULTS_CONTAINER"])
+            .unwrap();
+        let checkpoints = self
+            .operator
+            .checkpoint_store(&env["SPOT_WORKER_CHECKPOINT_CONTAINER"])
+            .unwrap();
+        (results, checkpoints)
+    }
+
     pub async fn set_up() -> TheBox {
         network::bring_up();
         let dir = std::env::temp_dir().join(format!("vm-in-a-box-{}", uuid::Uuid::new_v4()));

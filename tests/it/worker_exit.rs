@@ -15,6 +15,8 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::time::Instant;
 
+use crate::common::start_worker;
+
 /// The drain budget the worker runs with: release after 2 s, hard deadline
 /// at 4 s.
 const BUDGET: Duration = Duration::from_secs(4);
@@ -37,32 +39,29 @@ impl Stubborn {
             .await
             .unwrap()
             .expect("the stubborn worker binary (built if missing)");
-        let mut child = Command::new(binary)
-            .env_clear()
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                env.azurite.connection_string(),
-            )
-            .env("SPOT_WORKER_QUEUE", &env.queue_name)
-            .env("SPOT_WORKER_RESULTS_CONTAINER", env.results.name())
-            .env("SPOT_WORKER_IMDS_ENDPOINT", env.emulator.url())
-            .env("SPOT_WORKER_VM_NAME", VM_A)
-            .env("SPOT_WORKER_IMDS_POLL_INTERVAL", "250ms")
-            .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
-            .env("SPOT_WORKER_CONCURRENCY", "1")
-            .env("SPOT_WORKER_DRAIN_BUDGET", "4s")
-            .env("STUBBORN_HANDLER", mode)
-            .env(
-                "STUBBORN_WRITE_AFTER_MS",
-                WRITE_AFTER.as_millis().to_string(),
-            )
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the worker starts");
+        let mut child = start_worker(
+            Command::new(binary)
+                .env_clear()
+                .env(
+                    "AZURE_STORAGE_CONNECTION_STRING",
+                    env.azurite.connection_string(),
+                )
+                .env("SPOT_WORKER_QUEUE", &env.queue_name)
+                .env("SPOT_WORKER_RESULTS_CONTAINER", env.results.name())
+                .env("SPOT_WORKER_IMDS_ENDPOINT", env.emulator.url())
+                .env("SPOT_WORKER_VM_NAME", VM_A)
+                .env("SPOT_WORKER_IMDS_POLL_INTERVAL", "250ms")
+                .env("SPOT_WORKER_HEALTH_ADDR", "127.0.0.1:0")
+                .env("SPOT_WORKER_CONCURRENCY", "1")
+                .env("SPOT_WORKER_DRAIN_BUDGET", "4s")
+                .env("STUBBORN_HANDLER", mode)
+                .env(
+                    "STUBBORN_WRITE_AFTER_MS",
+                    WRITE_AFTER.as_millis().to_string(),
+                )
+                .env("RUST_LOG", "info"),
+            Stdio::null(),
+        );
         let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
         Stubborn {
             child,
