@@ -8,7 +8,7 @@
 # Settings (environment): IMAGE (the tag, spot-worker:latest), PROFILE (the
 # cargo profile, image: Cargo.toml's profile for the image's size); DEBUG_DIR:
 # where the binaries' debug info is kept (`<name>.debug`, for symbolising
-# backtraces; default target/<host>/<profile>/image-debug when this script builds
+# backtraces; default target/<profile>/image-debug when this script builds
 # them, none otherwise); SPOT_WORKER_BINARY and PRIMES_BINARY: binaries built already
 # (both, or neither: then cargo builds them; a dynamically linked one gets
 # the shared libraries `ldd` names and the dynamic loader copied beside
