@@ -26,6 +26,7 @@ pub const OTHER_TOOLS_FLAGS: &[(&str, &str)] = &[
     ("enable-imds-restriction", "az aks create"),
     ("attach-acr", "az aks update"),
     ("exact", "cargo test (libtest)"),
+    ("gate", "scripts/run-tests.py"),
     ("nocapture", "cargo test (libtest)"),
     ("release", "cargo"),
     ("profile", "cargo build"),
