@@ -32,6 +32,36 @@ use backup::backup;
 pub use backup::{STEP_PAGES, STEPWISE_TRIES};
 use find::find_databases;
 
+/// How many times the databases are looked for when a file vanishes between
+/// a directory's listing and the look at that file (a program renaming its
+/// files into place as it steps): the walk is taken again, at once. Giving
+/// up at the first would put the whole save off until the next interval.
+const FIND_TRIES: usize = 3;
+
+/// The databases (and the companions of databases being created) under the
+/// directory roots, walked again when a file vanished mid-walk.
+fn find_in_roots(roots: &CheckpointFiles) -> Result<(Vec<find::Found>, Vec<String>), BackupError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut found = Vec::new();
+        let mut nascent = Vec::new();
+        let walked = roots
+            .roots()
+            .filter(|(_, _, is_dir)| *is_dir)
+            .try_for_each(|(name, path, _)| find_databases(path, name, &mut found, &mut nascent));
+        match walked {
+            Ok(()) => return Ok((found, nascent)),
+            Err(BackupError::Io(error))
+                if error.kind() == std::io::ErrorKind::NotFound && tries < FIND_TRIES =>
+            {
+                continue;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// The first bytes of every SQLite database file.
 pub const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -108,13 +138,7 @@ pub fn with_consistent_databases(
     roots: &CheckpointFiles,
     scratch: &Path,
 ) -> Result<(CheckpointFiles, Copies), BackupError> {
-    let mut found = Vec::new();
-    let mut nascent = Vec::new();
-    for (name, path, is_dir) in roots.roots() {
-        if is_dir {
-            find_databases(path, name, &mut found, &mut nascent)?;
-        }
-    }
+    let (found, nascent) = find_in_roots(roots)?;
     let mut copies = Copies {
         _scratch: None,
         databases: Vec::new(),
