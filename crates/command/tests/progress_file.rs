@@ -101,7 +101,7 @@ async fn a_job_about_to_end_puts_off_the_runners_next_save() {
     // At the next look, 10 s on, the program says it is 99 % done at a
     // pace that ends it well within the interval: the runner keeps the
     // changed file unsaved instead of saving just before the end.
-    let put_off = within("the runner putting off its save", async {
+    let put_off = tokio::time::timeout(spot_worker_testkit::worker::PATIENCE, async {
         loop {
             let said = captured.lines().into_iter().find(|line| {
                 line.contains("the saves are spread over the rest of the job")
@@ -113,8 +113,19 @@ async fn a_job_about_to_end_puts_off_the_runners_next_save() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
-    .await;
-    assert_eq!(job.cadence.view().cost.saves, 1, "{put_off}");
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the runner never put off its save; its log:\n{}",
+            captured.runners_log()
+        )
+    });
+    assert_eq!(
+        job.cadence.view().cost.saves,
+        1,
+        "{put_off}\nthe runner's log:\n{}",
+        captured.runners_log()
+    );
     job.finish().await;
 }
 

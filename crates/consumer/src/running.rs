@@ -33,6 +33,10 @@ impl Consumer {
         // poison queue.
         let span = tracing::Span::current();
         delivery.clock.handler_started();
+        // The start of the handler time a delivery reports as redone if it
+        // ends unsaved: a log reader (the chaos run's goodput check) needs
+        // it for a delivery released before the handler said anything.
+        tracing::debug!("handler started");
         let task = tokio::spawn(
             async move {
                 let future = catching(HandlerPart::HandleStart, || handler.handle(job))?;

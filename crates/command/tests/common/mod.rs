@@ -299,6 +299,18 @@ impl Captured {
             .map(str::to_owned)
             .collect()
     }
+
+    /// The lines of the command's runner and the checkpoint store (what a
+    /// failed test about the runner's saves shows), one string.
+    pub fn runners_log(&self) -> String {
+        self.lines()
+            .into_iter()
+            .filter(|line| {
+                line.contains("spot_worker_command") || line.contains("spot_worker_storage")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 /// Fails clearly unless the file system of the runner's delivery

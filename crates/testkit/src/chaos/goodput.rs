@@ -4,8 +4,9 @@
 //! Reported: the consumer's `job finished: where its time went` line of
 //! each job (its `redone_s`, summed from the job's checkpoints and attempt
 //! record). Observed, for each delivery of the job that did not finish it:
-//! the time from its last `progress saved` line (or its first line, if it
-//! saved nothing) to its last `chunk counted` line, the work no checkpoint
+//! the time from its last `progress saved` line (or its first line, the
+//! consumer's `handler started`, if it saved nothing) to its last
+//! `chunk counted` line, the work no checkpoint
 //! kept; and, for a delivery whose ending the log shows (released, failed,
 //! fenced out, lease lost), to that ending line, since the worker counts
 //! all handler time not blocked on a save (a result write retried through
@@ -207,7 +208,7 @@ mod tests {
     #[test]
     fn reported_redone_work_lies_between_what_was_lost_and_what_was_held() {
         let first_vm = [
-            line("01.000000", "received", 1, ""),
+            line("01.000000", "handler started", 1, ""),
             line("02.000000", "chunk counted", 1, ""),
             line("02.500000", "progress saved", 1, ""),
             line("03.000000", "chunk counted", 1, ""),
@@ -218,7 +219,7 @@ mod tests {
         .join("\n");
         // Cut without a word, 2 s after it started.
         let killed = [
-            line("05.000000", "received", 2, ""),
+            line("05.000000", "handler started", 2, ""),
             line("07.000000", "chunk counted", 2, ""),
         ]
         .join("\n");
@@ -255,6 +256,28 @@ mod tests {
             let (_, failures) = compare(&logs(redone), Duration::from_secs(interval));
             assert_eq!(failures.len(), 1, "{redone} {interval}: {failures:?}");
         }
+    }
+
+    #[test]
+    fn a_delivery_released_before_its_first_chunk_held_its_handler_time() {
+        // Released 1.1 s after its handler started, before it counted a
+        // chunk (seed 20260606 on CI): the worker reports that time.
+        let logs = |lines: &[String]| [("vm0".to_owned(), lines.join("\n"))];
+        let released = [
+            line("01.000000", "handler started", 1, ""),
+            line("02.100000", RELEASED, 1, ""),
+        ];
+        let finished = line("09.000000", FINISHED, 2, r#","redone_s":1.094"#);
+        let whole = [released[0].clone(), released[1].clone(), finished.clone()];
+        let (figures, failures) = compare(&logs(&whole), Duration::from_secs(10));
+        assert!(failures.is_empty(), "{failures:?}");
+        assert!((figures.held_alive_s - 1.1).abs() < 1e-6, "{figures:?}");
+        // Without the start line the log shows nothing held.
+        let (_, failures) = compare(
+            &logs(&[released[1].clone(), finished]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(failures.len(), 1, "{failures:?}");
     }
 
     #[test]
