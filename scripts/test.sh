@@ -216,13 +216,15 @@ if ((quick)); then
   export SPOT_WORKER_INFRA_CHECKS=0 SPOT_WORKER_VM_IN_A_BOX=0 SPOT_WORKER_CONTAINER_TEST=0
 fi
 
-# The full run's two optimised builds start first, in the background: the
+# The full run's optimised builds start first, in the background: the
 # image's static binaries (the `image` profile: fat LTO, the container
-# suites' build) and the README's `cargo install` (the release profile).
-# Each has its own target/<profile>/ and cargo lock, so neither waits on the
-# other or on the debug builds; on 2 cores they fill the time the installs
-# spend downloading and the suites spend waiting, rather than run after
-# them (docs/testing.md, "CI time"). Their logs are printed when they end.
+# suites' build), then the README's `cargo install`, of the same profile:
+# it builds only the command's own crate again (no crt-static there), on
+# the dependencies the image's build left in target/image. That profile
+# has its own target/image and cargo lock, so these builds do not wait on
+# the debug builds; on 2 cores they fill the time the installs spend
+# downloading and the suites spend waiting, rather than run after them
+# (docs/testing.md, "CI time"). Their logs are printed when they end.
 logs=target/test-logs
 static_pid="" readme_pid=""
 # A run that stops early (a failed install, fmt or clippy) leaves no build
@@ -247,21 +249,27 @@ if ((!quick)); then
       ;;
   esac
   # The README's install command, as a user runs it, into a throwaway root;
-  # CARGO_TARGET_DIR keeps its release build in this workspace's target/, so
-  # a second run only links again. Then the installed command itself: its
-  # version, its help, and a short demo (an eviction mid-job and the
-  # resumption, checked; about 2 s).
+  # CARGO_TARGET_DIR keeps its build in this workspace's target/image,
+  # beside the image's. It starts once the image's build has ended (cargo
+  # would make it wait on target/image's lock anyway; this way the image,
+  # which the podman suites wait for, is built first). Then the installed
+  # command itself: its version, its help, and a short demo (an eviction
+  # mid-job and the resumption, checked; about 2 s).
   readme_command() {
-    local root
+    local root waited=0
+    while [[ -n "$static_pid" && ! -f "$logs/build-static.status" ]] && ((waited < 3600)); do
+      sleep 5
+      waited=$((waited + 5))
+    done
     root="$(mktemp -d)"
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
-      cargo install --locked --quiet --path crates/cli --root "$root"
+      cargo install --locked --quiet --profile image --path crates/cli --root "$root"
     PATH="$root/bin:$PATH" spot-worker --version
     PATH="$root/bin:$PATH" spot-worker --help >/dev/null
     PATH="$root/bin:$PATH" spot-worker demo --jobs 2 --size 400_000_000
     rm -rf "$root"
   }
-  phase "cargo install --locked --path crates/cli (the README's command) and its demo, in the background (log: $logs/readme-command.log)"
+  phase "cargo install --locked --profile image --path crates/cli (the README's command) and its demo, in the background (log: $logs/readme-command.log)"
   (set -euo pipefail && readme_command) >"$logs/readme-command.log" 2>&1 &
   readme_pid=$!
 fi
