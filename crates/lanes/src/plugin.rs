@@ -264,3 +264,163 @@ impl LanePlugin for Lanes {
         self.switch_cost.sample(part, took);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use spot_worker_consumer::LaneMemo;
+    use spot_worker_decisions::lanes::{DEFAULT_SWITCH_COST_SEED, LanePolicy};
+    use spot_worker_envelope::Envelope;
+    use spot_worker_storage::{InMemoryCheckpointStore, InMemoryQueue, MessageId};
+
+    use super::*;
+    use crate::{FleetSpotCapacity, SpotCapacity, SwitchCost};
+
+    fn lanes(store: &Arc<dyn CheckpointStore>, regular: &InMemoryQueue) -> Lanes {
+        Lanes {
+            lane: Lane::Spot,
+            spot: Arc::new(InMemoryQueue::new("jobs")),
+            regular: Arc::new(regular.clone()),
+            recheck: Duration::from_secs(1),
+            switch_cost: Arc::new(SwitchCost::new(DEFAULT_SWITCH_COST_SEED)),
+            spot_capacity: Arc::new(SpotCapacity::new(
+                FleetSpotCapacity::new(Arc::clone(store)),
+                Duration::from_secs(1),
+            )),
+            policy: LanePolicy::default(),
+            price_ratio: 3.0,
+        }
+    }
+
+    fn envelope() -> Envelope {
+        let start = SystemTime::now();
+        Envelope::new(Deadline {
+            start,
+            due: start + Duration::from_secs(3600),
+            work: Duration::from_secs(600),
+        })
+    }
+
+    /// The view of a delivery of `message` (its receive `held`) the
+    /// consumer would give.
+    fn job<'a>(
+        message: &'a MessageId,
+        held: u32,
+        envelope: &'a Envelope,
+        memo: &'a LaneMemo,
+    ) -> LaneJob<'a> {
+        LaneJob {
+            key: "j1",
+            message,
+            held,
+            envelope,
+            body: b"body",
+            memo,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_lanes_answer_each_arrival_by_the_jobs_lane_record() {
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        let regular = InMemoryQueue::new("jobs-regular");
+        let lanes = lanes(&store, &regular);
+        let envelope = envelope();
+        let (m1, m2) = (MessageId::new("m1"), MessageId::new("m2"));
+        let memo = LaneMemo::default();
+
+        // A first arrival claims the job and keeps the record it wrote.
+        let claim = lanes.claim(&store, &job(&m1, 2, &envelope, &memo)).await;
+        assert!(matches!(claim, Claim::Run), "{claim:?}");
+        let kept = memo.take::<ReadRecord>().expect("the claim is kept");
+        let record = kept.record.expect("a record");
+        assert_eq!((record.message.as_str(), record.held), ("m1", 2));
+        assert!(kept.etag.is_some());
+
+        // An earlier receive of the same message lost the job to this one.
+        let claim = lanes.claim(&store, &job(&m1, 1, &envelope, &memo)).await;
+        assert!(matches!(claim, Claim::LaterReceive), "{claim:?}");
+
+        // Moved to the regular lane: the new message carries the body on;
+        // the held one, if its delete did not land, completes the move
+        // rather than run.
+        assert!(matches!(
+            lanes.claim(&store, &job(&m1, 2, &envelope, &memo)).await,
+            Claim::Run
+        ));
+        let how = MoveSettings {
+            encoding: MessageEncoding::Text,
+            settle_timeout: Duration::from_secs(5),
+        };
+        let moved = lanes
+            .move_job(
+                &store,
+                how,
+                &job(&m1, 2, &envelope, &memo),
+                Lane::Regular,
+                Carried::default(),
+            )
+            .await;
+        assert_eq!(moved, LaneMove::Moved);
+        let sent = regular.messages();
+        assert_eq!(sent.len(), 1);
+        let (carried, body) = Envelope::unwrap(sent[0].body.as_bytes()).unwrap();
+        let carried = carried.expect("an envelope");
+        assert_eq!((carried.generation, body), (1, &b"body"[..]));
+        assert_eq!(carried.moved_from.as_deref(), Some("m1"));
+        let claim = lanes.claim(&store, &job(&m1, 3, &envelope, &memo)).await;
+        assert!(
+            matches!(claim, Claim::CompleteMove(Lane::Regular)),
+            "{claim:?}"
+        );
+        assert!(
+            memo.take::<ReadRecord>().is_some(),
+            "the move's record is kept"
+        );
+
+        // A job finished: every copy of it is stale.
+        lanes.finish(&store, "j1").await.unwrap();
+        let claim = lanes.claim(&store, &job(&m1, 4, &envelope, &memo)).await;
+        assert!(
+            matches!(claim, Claim::Stale { poisoned: false }),
+            "{claim:?}"
+        );
+
+        // A job asked for anew, then poisoned: its live message finishes
+        // the poisoning, never runs.
+        assert!(matches!(
+            lanes.claim(&store, &job(&m2, 1, &envelope, &memo)).await,
+            Claim::Run
+        ));
+        assert!(
+            lanes
+                .poison(&store, &job(&m2, 1, &envelope, &memo))
+                .await
+                .unwrap()
+        );
+        let claim = lanes.claim(&store, &job(&m2, 2, &envelope, &memo)).await;
+        assert!(matches!(claim, Claim::Poisoning), "{claim:?}");
+    }
+
+    #[test]
+    fn only_a_regular_worker_watches_a_running_job() {
+        let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+        let spot = lanes(&store, &InMemoryQueue::new("jobs-regular"));
+        let regular = Lanes {
+            lane: Lane::Regular,
+            ..spot.clone()
+        };
+        let watch = |lanes: &Lanes| {
+            lanes
+                .watch_running(
+                    envelope().deadline,
+                    Arc::new(SaveClock::new(tokio::time::Instant::now())),
+                    CancellationToken::new(),
+                    MessageEncoding::Text,
+                )
+                .is_some()
+        };
+        assert!(!watch(&spot), "a job running on Spot is never moved");
+        assert!(watch(&regular));
+    }
+}
