@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use spot_worker_lanes::Envelope;
+use spot_worker_envelope::Envelope;
 use spot_worker_storage::QueueMessage;
 use spot_worker_storage::{CheckpointNotes, SaveClock};
 
@@ -131,7 +131,7 @@ impl Consumer {
         if self
             .lanes
             .as_ref()
-            .is_some_and(|lanes| lanes.lane == Lane::Regular)
+            .is_some_and(|lanes| lanes.lane() == Lane::Regular)
         {
             delivery.clock.on_regular_capacity();
         }
@@ -369,7 +369,7 @@ impl Consumer {
             clock: Arc::clone(&delivery.clock),
             cadence: Arc::clone(&self.cadence),
             due: delivery.lane.as_ref().map(|lane| lane.envelope.deadline),
-            lane: self.lanes.as_ref().map(|lanes| lanes.lane),
+            lane: self.lanes.as_ref().map(|lanes| lanes.lane()),
         };
         // Job time: what the interruption rates are per (see `cadence`),
         // counted as it accrues, so a crash loses at most an hour of it.

@@ -149,7 +149,7 @@ impl Consumer {
                     _ => Interruption::Unsaved,
                 });
                 // A job with a deadline goes to the lane the rule picks.
-                let own = self.lanes.as_ref().map(|lanes| lanes.lane);
+                let own = self.lanes.as_ref().map(|lanes| lanes.lane());
                 if let Some(to) = self.lane_at_release(&delivery)
                     && Some(to) != own
                 {

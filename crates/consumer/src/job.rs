@@ -166,7 +166,7 @@ impl Job {
     }
 
     /// The job's deadline (when it started, when it is due, its work), if
-    /// its producer gave it one ([`lanes`](spot_worker_lanes)).
+    /// its producer gave it one (in its envelope, [`spot_worker_envelope`]).
     pub fn due(&self) -> Option<Deadline> {
         self.due
     }

@@ -214,7 +214,7 @@ impl Consumer {
             due,
             work_s: envelope.deadline.work.as_secs_f64(),
             met: now <= due,
-            lane: self.lanes.as_ref().map_or(Lane::Spot, |lanes| lanes.lane),
+            lane: self.lanes.as_ref().map_or(Lane::Spot, |lanes| lanes.lane()),
             moves: envelope.generation,
         })
     }

@@ -1,14 +1,17 @@
 //! What a delivery of a job with a deadline carries ([`LaneDelivery`]): its
-//! envelope and body, the lane record as it last read or wrote it, and a
-//! move the running check asked for; and what the lane record lets the
+//! envelope and body, what its lane plugin keeps between calls (the lanes:
+//! the lane record as they last read or wrote it), and a move the running
+//! check asked for; and what the lane record lets the
 //! delivery do ([`LaneStart`]). The steps that use them are in
 //! [`lane_delivery`](super::lane_delivery).
 
 use std::sync::{Mutex, PoisonError};
 
 use spot_worker_decisions::lanes::{Lane, Reason};
-use spot_worker_lanes::{Envelope, ReadRecord};
-use spot_worker_storage::StorageError;
+use spot_worker_envelope::Envelope;
+use spot_worker_storage::{QueueMessage, StorageError};
+
+use super::lane_plugin::{LaneJob, LaneMemo};
 
 /// What a delivery knows of its job's deadline and lane.
 #[derive(Debug)]
@@ -17,8 +20,8 @@ pub(crate) struct LaneDelivery {
     pub(crate) envelope: Envelope,
     /// The body the handler reads (a move sends it on).
     pub(crate) body: Vec<u8>,
-    /// The job's lane record as this delivery last read or wrote it.
-    record: Mutex<Option<ReadRecord>>,
+    /// What the lane plugin keeps for this delivery.
+    memo: LaneMemo,
     /// A move the running check asked for: where, and why.
     requested: Mutex<Option<(Lane, Reason)>>,
 }
@@ -28,7 +31,7 @@ impl LaneDelivery {
         LaneDelivery {
             envelope,
             body,
-            record: Mutex::new(None),
+            memo: LaneMemo::default(),
             requested: Mutex::new(None),
         }
     }
@@ -48,15 +51,16 @@ impl LaneDelivery {
             .unwrap_or_else(PoisonError::into_inner) = Some((to, reason));
     }
 
-    pub(crate) fn set_record(&self, read: ReadRecord) {
-        *self.record.lock().unwrap_or_else(PoisonError::into_inner) = Some(read);
-    }
-
-    pub(crate) fn take_record(&self) -> Option<ReadRecord> {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+    /// The lane plugin's view of this delivery of job `key` by `message`.
+    pub(crate) fn job<'a>(&'a self, key: &'a str, message: &'a QueueMessage) -> LaneJob<'a> {
+        LaneJob {
+            key,
+            message: &message.id,
+            held: message.dequeue_count,
+            envelope: &self.envelope,
+            body: &self.body,
+            memo: &self.memo,
+        }
     }
 }
 

@@ -25,9 +25,12 @@
 //!   deliveries.
 //! - [`no_outcome`]: earlier deliveries that ended with none, counted once
 //!   for the checkpoint interval.
-//! - [`lane_delivery`]: a job with a deadline: its lane record claimed, the
-//!   check of a job running on regular capacity, the move where it is let
-//!   go (see [`lanes`](spot_worker_lanes)).
+//! - [`lane_plugin`]: the seam through which lanes plug in ([`LanePlugin`]),
+//!   and [`lane_delivery`]: the consumer's side of a job with a deadline
+//!   (its claim tried again, an old copy deleted, the check while it runs,
+//!   the move where it is let go). The lanes themselves
+//!   (`spot-worker-lanes`) implement the plugin; this crate knows nothing
+//!   of them.
 
 mod config;
 mod delivery;
@@ -39,6 +42,7 @@ mod interruption_kind;
 mod job;
 mod job_goodput;
 mod lane_delivery;
+mod lane_plugin;
 mod lane_state;
 mod lease;
 mod leftover;
@@ -73,7 +77,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use spot_worker_lanes::Lanes;
 use spot_worker_storage::CheckpointStore;
 use spot_worker_storage::ResultStore;
 use spot_worker_storage::memory::InMemoryCheckpointStore;
@@ -87,6 +90,9 @@ pub use job::Job;
 pub use job_goodput::{
     COMPLETION_RECORD_MIN, COMPLETION_RECORD_PREFIX, CompletionRecord, DeadlineObserver,
     DeadlineOutcome, GoodputObserver,
+};
+pub use lane_plugin::{
+    Claim, LaneFinish, LaneJob, LaneMemo, LaneMove, LanePlugin, MoveSettings, SwitchPart,
 };
 pub use marker::ResultMarker;
 pub use outcome::{DeliveryOutcome, SettlementObserver};
@@ -148,7 +154,8 @@ pub struct Consumer {
     deadline_observer: Option<DeadlineObserver>,
     monitor: Arc<StoreMonitor>,
     cadence: Arc<CheckpointCadence>,
-    lanes: Option<Lanes>,
+    lanes: Option<Arc<dyn LanePlugin>>,
+    lane_finish: Option<Arc<dyn LaneFinish>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -207,6 +214,7 @@ impl Consumer {
             })),
             monitor,
             lanes: None,
+            lane_finish: None,
             clock: Arc::new(SystemClock),
         })
     }
@@ -214,8 +222,8 @@ impl Consumer {
     /// Draws the jitter of its waits (idle polling, retries, probes of
     /// the store) from `clock` instead of the thread's random numbers
     /// ([`SystemClock`], the default): a seeded fault search replays a
-    /// run exactly this way. The lanes' time of day is their
-    /// [`SpotCapacity`](spot_worker_lanes::SpotCapacity)'s clock.
+    /// run exactly this way. The lanes' time of day is their own (in
+    /// `spot-worker-lanes`, their `SpotCapacity`'s clock).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -255,21 +263,36 @@ impl Consumer {
         &self.cadence
     }
 
-    /// Serves `lanes.lane` of two lanes ([`lanes`](spot_worker_lanes)): this
-    /// consumer's queue is that lane's, and jobs with a deadline move to
-    /// the other lane's where the lane rule says so (when a worker lets
-    /// them go, and, on regular capacity, once they are ahead of their
-    /// line by two switches). Moves need a checkpoint store
+    /// Serves `lanes.lane()` of two lanes (`spot-worker-lanes`' `Lanes`
+    /// is the plugin): this consumer's queue is that lane's, and jobs with
+    /// a deadline move to the other lane's where the lane rule says so
+    /// (when a worker lets them go, and, on regular capacity, once they are
+    /// ahead of their line by two switches). Moves need a checkpoint store
     /// ([`Consumer::with_checkpoints`]) for the jobs' lane records. Without
     /// lanes a job with a deadline runs where it was sent.
-    pub fn with_lanes(mut self, lanes: Lanes) -> Self {
+    pub fn with_lanes(mut self, lanes: impl LanePlugin) -> Self {
+        let lanes: Arc<dyn LanePlugin> = Arc::new(lanes);
+        self.lane_finish = Some(Arc::clone(&lanes) as Arc<dyn LaneFinish>);
         self.lanes = Some(lanes);
         self
     }
 
+    /// Marks the lane record of every job with a deadline that finishes
+    /// here finished by `finish`, on a worker that serves no lane (a worker
+    /// with lanes does by its [`LanePlugin`]): a copy of the job that a
+    /// worker with lanes left behind is then discarded unrun. Needs a
+    /// checkpoint store ([`Consumer::with_checkpoints`]); ignored on a
+    /// consumer that serves a lane.
+    pub fn with_lane_finish(mut self, finish: impl LaneFinish) -> Self {
+        if self.lanes.is_none() {
+            self.lane_finish = Some(Arc::new(finish));
+        }
+        self
+    }
+
     /// The lanes this consumer serves one of, if any.
-    pub fn lanes(&self) -> Option<&Lanes> {
-        self.lanes.as_ref()
+    pub fn lanes(&self) -> Option<&dyn LanePlugin> {
+        self.lanes.as_deref()
     }
 
     /// Makes each delivery's span with `span` instead of the plain default

@@ -1,12 +1,12 @@
-//! Probes for Spot capacity ([`PROBE_BODY`], and the fleet's view of its
-//! Spot capacity in [`SpotCapacity`](spot_worker_lanes::SpotCapacity)): a
-//! regular worker whose job waits for Spot sends one to the Spot lane, and
-//! the Spot worker the pool starts for it takes it here, before anything
-//! else a delivery does.
+//! Probes for Spot capacity ([`PROBE_BODY`]; the fleet's view of its Spot
+//! capacity is the lane plugin's): a regular worker whose job waits for
+//! Spot sends one to the Spot lane, and the Spot worker the pool starts
+//! for it takes it here, before anything else a delivery does, and tells
+//! its plugin ([`LanePlugin::took_probe`](super::LanePlugin::took_probe)).
 
 use spot_worker_decisions::lanes::Lane;
 
-use spot_worker_lanes::PROBE_BODY;
+use spot_worker_storage::PROBE_BODY;
 use spot_worker_storage::QueueMessage;
 
 use super::{Consumer, DeliveryOutcome};
@@ -31,8 +31,8 @@ impl Consumer {
         let Some(lanes) = &self.lanes else {
             return;
         };
-        if lanes.lane == Lane::Spot {
-            match lanes.spot_capacity.took_probe().await {
+        if lanes.lane() == Lane::Spot {
+            match lanes.took_probe().await {
                 Ok(()) => {}
                 Err(error) => {
                     tracing::warn!(%error, "a probe for Spot capacity came, but saying so to the fleet failed");
@@ -49,7 +49,7 @@ impl Consumer {
         // and in the `probe_taken` count.
         self.settled(DeliveryOutcome::ProbeTaken);
         tracing::info!(
-            lane = lanes.lane.as_str(),
+            lane = lanes.lane().as_str(),
             queue = self.queue.name(),
             message_id = %message.id,
             dequeue_count = message.dequeue_count,

@@ -37,7 +37,7 @@ pub struct ConsumerStats {
     /// as a failure.
     pub waited_for_store: u64,
     /// Jobs with a deadline handed to the other lane (see
-    /// [`lanes`](spot_worker_lanes)).
+    /// [`Consumer::with_lanes`](crate::Consumer::with_lanes)).
     pub moved: u64,
     /// Older copies of jobs moved between lanes, deleted unrun.
     pub superseded: u64,

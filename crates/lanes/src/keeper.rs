@@ -53,10 +53,10 @@ use spot_worker_storage::attempts::AttemptLog;
 use spot_worker_storage::{LeaseId, LeaseStore};
 use spot_worker_storage::{MAX_RECEIVE_BATCH, MessageId, QueueMessage, VisibleMessage};
 
-use super::envelope::{Carried, Envelope};
 use super::mover::{MoveJob, Moved};
 use super::record::{Arrival, LaneRecords, arrival};
 use super::{Lanes, progress_of};
+use spot_worker_envelope::{Carried, Envelope};
 
 pub use spot_worker_storage::KEEPER_LEASE;
 

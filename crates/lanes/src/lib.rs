@@ -21,14 +21,18 @@
 //! - [`SwitchCost`]: d, what one switch costs a job, as the fleet measures
 //!   it ([`FleetSwitchCost`]);
 //! - [`enqueue`]: how a producer sends a job with a deadline, to the lane
-//!   the rule picks for it.
+//!   the rule picks for it;
+//! - [`Lanes`] plugs into the queue consumer as its
+//!   [`LanePlugin`](spot_worker_consumer::LanePlugin) (the consumer owns the
+//!   seam and knows nothing of the lanes), and [`FinishRecords`] is the
+//!   one lane step of a worker without lanes.
 //!
 //! A job without a deadline has no envelope, no lane record and no move:
 //! it runs in the Spot lane exactly as it did before lanes existed.
 
-mod envelope;
 mod keeper;
 mod mover;
+mod plugin;
 mod producer;
 mod record;
 mod requeue;
@@ -45,8 +49,8 @@ use spot_worker_decisions::lanes::{
 
 use spot_worker_storage::MessageQueue;
 
-pub use envelope::{Carried, ENVELOPE_PREFIX, Envelope, EnvelopeError};
 pub use keeper::{JobKeyFn, KEEPER_LEASE, KeeperObserver, KeeperPass, LaneKeeper};
+pub use plugin::FinishRecords;
 pub use producer::{Enqueued, enqueue};
 pub use record::{LANE_RECORD_PREFIX, LaneRecord, LaneRecords};
 pub use requeue::requeue_text;
@@ -54,6 +58,7 @@ pub use spot_capacity::{
     FRESH_FOR_RECHECKS, FleetSpotCapacity, NOTES_PREFIX, PROBE_BODY, SHARDS, SpotCapacity,
     SpotSightings, probe_every, waits_for_spot,
 };
+pub use spot_worker_envelope::{Carried, ENVELOPE_PREFIX, Envelope, EnvelopeError};
 pub use switch_cost::{FleetSwitchCost, SwitchCost};
 
 pub use mover::{MoveJob, Moved};

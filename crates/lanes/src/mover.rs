@@ -14,8 +14,8 @@ use spot_worker_storage::MessageId;
 use spot_worker_storage::StorageError;
 
 use super::Lanes;
-use super::envelope::{Carried, Envelope};
 use super::record::{Arrival, LaneRecord, LaneRecords, ReadRecord, arrival, may_move};
+use spot_worker_envelope::{Carried, Envelope};
 
 /// Why a mover whose hold ran out sends nothing.
 const LATER_RECEIVE: &str =

@@ -14,7 +14,7 @@ use spot_worker_storage::MessageId;
 use spot_worker_storage::StorageError;
 
 use super::Lanes;
-use super::envelope::Envelope;
+use spot_worker_envelope::Envelope;
 
 /// A job ready to send: the lane it goes to, its message text, and, for a
 /// job with a deadline, the rule's answer (with where the job stands).

@@ -61,7 +61,7 @@ use time::OffsetDateTime;
 use spot_worker_storage::StorageError;
 use spot_worker_storage::{CheckpointStore, ETag, FencedJson};
 
-use super::envelope::Envelope;
+use spot_worker_envelope::Envelope;
 
 pub use spot_worker_storage::LANE_RECORD_PREFIX;
 

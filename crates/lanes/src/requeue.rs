@@ -10,7 +10,7 @@
 use spot_worker_storage::MessageEncoding;
 use spot_worker_storage::StorageError;
 
-use super::envelope::Envelope;
+use spot_worker_envelope::Envelope;
 
 /// The text to requeue for the poisoned message `original_id`, whose text
 /// was `text` in a queue of `encoding`: unchanged without a deadline (or

@@ -241,9 +241,13 @@ impl Worker {
                 self.queue.name().to_owned(),
             ))
             .with_cadence(Arc::clone(&self.cadence));
-        if let Some(lanes) = self.consumer_lanes() {
-            consumer = consumer.with_lanes(lanes);
-        }
+        consumer = match self.consumer_lanes() {
+            Some(lanes) => consumer.with_lanes(lanes),
+            // Without lanes a job with a deadline runs where it was sent,
+            // and its lane record (a worker with lanes may have left one)
+            // is still marked finished when it finishes.
+            None => consumer.with_lane_finish(spot_worker_lanes::FinishRecords),
+        };
         if let Some(store) = &self.poison_bodies {
             consumer = consumer.with_poison_bodies(Arc::clone(store));
         }

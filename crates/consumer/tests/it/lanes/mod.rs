@@ -9,6 +9,7 @@
 
 mod common;
 mod faults;
+mod finish_without_lanes;
 mod keeper;
 mod release;
 mod reserved;

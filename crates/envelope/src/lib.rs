@@ -2,6 +2,12 @@
 //! body the handler (or program) reads, which stays byte for byte what the
 //! producer sent.
 //!
+//! Its own crate because two read it and neither owns the other's job: the
+//! queue consumer (`spot-worker-consumer`) opens it on every delivery, lanes
+//! or not, to hand the handler its body and to count what the job's earlier
+//! messages carried; the lanes (`spot-worker-lanes`) write it at enqueue and
+//! at every move. It knows nothing of either.
+//!
 //! A message with a deadline is one header line, then the body:
 //!
 //! ```text
@@ -62,7 +68,7 @@ pub struct Envelope {
     /// not give one: a job keyed by its first message's id keeps that key
     /// (and so its checkpoint) on the messages that carry it on after a
     /// move; a producer that knows the body's key field puts the key here
-    /// at enqueue ([`Enqueued::keyed`](super::Enqueued::keyed)), so that
+    /// at enqueue (`spot_worker_lanes::Enqueued::keyed`), so that
     /// any reader of the queue (`status`) can name the job.
     pub key: Option<String>,
     /// The lane it was sent to (for people: the queue it is in decides).
@@ -149,7 +155,7 @@ impl Envelope {
     /// ```
     /// use std::time::{Duration, SystemTime};
     /// use spot_worker_decisions::lanes::Deadline;
-    /// use spot_worker_lanes::Envelope;
+    /// use spot_worker_envelope::Envelope;
     ///
     /// let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     /// let deadline = Deadline { start, due: start + Duration::from_secs(3600), work: Duration::from_secs(600) };
