@@ -120,14 +120,17 @@ pub(super) async fn boot_vm(shared: &Shared, kind: SlotKind) -> Result<Vm> {
             ),
         )
         .env("SPOT_WORKER_LOG_FORMAT", "json")
-        // The consumer's debug lines (lease renewals, deletes) name the
-        // message each delivery holds: how the harness finds the long job;
+        // The consumer's debug lines (lease renewals, deletes, `handler
+        // started`) name the message each delivery holds: how the harness
+        // finds the long job, and where each delivery's handler time began;
         // the job's own (chunks counted, progress saved) show what each
         // delivery redid, for the goodput check; the runner's, each save of
-        // a command job's checkpoint.
+        // a command job's checkpoint. (The consumer is its own crate since
+        // the store's split: without its target here, the goodput check saw
+        // no delivery's start.)
         .env(
             "RUST_LOG",
-            "info,spot_worker_storage=debug,spot_worker_primes=debug,spot_worker_command=debug",
+            "info,spot_worker_storage=debug,spot_worker_consumer=debug,spot_worker_primes=debug,spot_worker_command=debug",
         );
     match (kind, &shared.command_program) {
         (SlotKind::Command, Some(program)) => command_worker(&mut command, program),
