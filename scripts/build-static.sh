@@ -9,10 +9,13 @@
 # gives crt-static to the final binaries only: the dependencies (and proc
 # macros, which cannot be static) are the same build as `cargo build` of the
 # profile, so the two binaries share them and only the final links differ.
-# (Not one `cargo build` of both: it would resolve the command's features
-# with the example's dev-dependencies, tokio's test-util and the blob
-# SDK's tokio feature among them, and the command grew the image past its
-# 25 MB: 25.2 MB, measured in CI's rehearsal of 2026-11-29.)
+# The example is in a package of its own whose dependencies are the
+# command's (examples/Cargo.toml), so the two builds resolve the same
+# features and the second compiles only the example. (Not one `cargo build`
+# of both: with the facade's dev-dependencies the command grew the image
+# past its 25 MB, 25.2 MB in CI's rehearsal of 2026-11-29; and one build
+# needs --target for crt-static, a target directory of its own, which the
+# README's `cargo install --profile image` would not share.)
 # Names are resolved by the binaries themselves (reqwest's hickory-dns
 # reads /etc/hosts and /etc/resolv.conf), so glibc's NSS, which a static
 # binary cannot load, is never needed.
@@ -31,7 +34,7 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 static=(-- -C target-feature=+crt-static)
 echo "==> cargo rustc --profile $PROFILE (spot-worker, examples/primes), statically linked" >&2
 cargo rustc --locked --profile "$PROFILE" -p spot-worker-cli --bin spot-worker "${static[@]}" >&2
-cargo rustc --locked --profile "$PROFILE" -p spot-worker --example primes "${static[@]}" >&2
+cargo rustc --locked --profile "$PROFILE" -p spot-worker-examples --example primes "${static[@]}" >&2
 case "$PROFILE" in
   dev | test) out="$target_dir/debug" ;;
   *) out="$target_dir/$PROFILE" ;;

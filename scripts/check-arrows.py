@@ -11,6 +11,11 @@ Two graphs, and a cycle in either fails the check:
   an arrow runs from room `x` to room `y` when code in `x` names `crate::y` or
   reaches `y` through `super::` (comments and strings do not count).
 
+One more check on the manifests: the examples' package (examples/) depends
+on exactly what the command (crates/cli) depends on, with the same features,
+so that the container image's two binaries build on one set of dependencies
+(examples/Cargo.toml says why); a difference fails the check.
+
 usage: scripts/check-arrows.py [--self-test] [ROOT]
 Prints every strongly connected set of crates or rooms (each a set of cycles)
 with the places that make its arrows, and exits 1 if there is any.
@@ -274,6 +279,47 @@ def dependency_names(cargo_toml):
     return names
 
 
+def dependency_entries(cargo_toml):
+    """{name: spec} of a Cargo.toml's [dependencies] table, each spec with
+    its `path = "..."` left out (two packages at different depths name the
+    same crate by different paths) and its blanks removed."""
+    entries, inside = {}, False
+    with open(cargo_toml, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("["):
+                inside = line == "[dependencies]"
+                continue
+            m = re.match(r"^([A-Za-z0-9_-]+)\s*([.=].*)$", line)
+            if inside and m:
+                spec = re.sub(r'path\s*=\s*"[^"]*"\s*,?', "", m.group(2))
+                entries[m.group(1)] = re.sub(r"\s+", "", spec).replace(",}", "}")
+    return entries
+
+
+# Packages whose [dependencies] must be another's: (package dir, its twin).
+TWINS = [("examples", os.path.join("crates", "cli"))]
+
+
+def twins_differ(root):
+    """Prints how each package of TWINS differs from its twin; how many do."""
+    differ = 0
+    for folder, twin in TWINS:
+        mine = os.path.join(root, folder, "Cargo.toml")
+        theirs = os.path.join(root, twin, "Cargo.toml")
+        if not (os.path.isfile(mine) and os.path.isfile(theirs)):
+            continue
+        a, b = dependency_entries(mine), dependency_entries(theirs)
+        if a == b:
+            continue
+        differ += 1
+        print("%s/Cargo.toml's [dependencies] are not %s/Cargo.toml's:" % (folder, twin))
+        for name in sorted(set(a) | set(b)):
+            if a.get(name) != b.get(name):
+                print("    %s: %s here, %s there" % (name, a.get(name, "missing"), b.get(name, "missing")))
+    return differ
+
+
 def package_name(cargo_toml):
     inside = False
     with open(cargo_toml, encoding="utf-8") as f:
@@ -289,10 +335,10 @@ def package_name(cargo_toml):
 
 
 def crates(root):
-    """(package name, crate dir) of the facade at the root and every crate
-    under crates/."""
+    """(package name, crate dir) of the facade at the root, the examples'
+    package and every crate under crates/."""
     found = []
-    candidates = [root] + sorted(
+    candidates = [root, os.path.join(root, "examples")] + sorted(
         os.path.join(root, "crates", d) for d in os.listdir(os.path.join(root, "crates")))
     for folder in candidates:
         toml = os.path.join(folder, "Cargo.toml")
@@ -399,7 +445,41 @@ def tree_test():
     if cycles != 2 or got != want:
         print("FAIL the tree test: found %d %s, want 2 %s" % (cycles, got, want))
         return 1
-    return 0
+    return twins_test()
+
+
+def twins_test():
+    """The examples' package against the command's: the same list (paths
+    apart, comments and blanks aside) passes; a feature or a crate more or
+    less fails, naming it."""
+    import contextlib
+    import io
+    import tempfile
+
+    cli = ('[package]\nname = "cli"\n\n[dependencies]\n# why\nfacade = { path = "../.." }\n'
+           'tokio = { workspace = true, features = ["fs"] }\nclap.workspace = true\n'
+           '\n[dev-dependencies]\nkit.workspace = true\n')
+    rows = [
+        ('facade = { path = ".." }\ntokio = {workspace = true, features = ["fs"]}\nclap.workspace = true\n', 0, ""),
+        ('facade = { path = ".." }\ntokio = { workspace = true }\nclap.workspace = true\n', 1, "tokio"),
+        ('facade = { path = ".." }\ntokio = { workspace = true, features = ["fs"] }\n', 1, "clap"),
+    ]
+    failures = 0
+    for deps, want, named in rows:
+        with tempfile.TemporaryDirectory() as root:
+            for name, text in {"crates/cli/Cargo.toml": cli,
+                               "examples/Cargo.toml": '[package]\nname = "examples"\n\n[dependencies]\n' + deps}.items():
+                path = os.path.join(root, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                got = twins_differ(root)
+        if got != want or (named and ("    %s:" % named) not in out.getvalue()):
+            print("FAIL the twins test: %r gave %d (%s), want %d naming %r" % (deps, got, out.getvalue(), want, named))
+            failures += 1
+    return failures
 
 
 def self_test():
@@ -435,7 +515,11 @@ def main(argv):
     if cycles:
         print("check-arrows: %d cycle set(s); move the shared piece down into a room (or crate) both use" % cycles)
         return 1
-    print("check-arrows: no cycles between crates or between the rooms of a crate")
+    if twins_differ(os.path.abspath(root)):
+        print("check-arrows: give both packages the same [dependencies] (examples/Cargo.toml says why)")
+        return 1
+    print("check-arrows: no cycles between crates or between the rooms of a crate; "
+          "the examples depend on what the command does")
     return 0
 
 
