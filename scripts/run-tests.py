@@ -18,9 +18,9 @@ benches and the slow end-to-end suites (the developers' loop; CI runs all).
 
 A lock can also be gated on a file (`--gate LOCK=PATH`): its suites start
 only once PATH exists (or the suite timeout has passed). scripts/test.sh builds the image's binaries in the
-background and gates the podman suites on that build's end, so they do not
-hold a place in the pool waiting on cargo's lock while other suites could
-run.
+background, then the README's install on the same target/image, and gates
+the podman suites on the end of both, so they do not hold a place in the
+pool waiting on cargo's lock while other suites could run.
 
 usage: scripts/run-tests.py [--jobs N] [--quick] [--suite-timeout SECONDS]
                             [--gate LOCK=PATH]...

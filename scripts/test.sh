@@ -236,8 +236,8 @@ if ((!quick)); then
     0 | false | disabled) ;;
     *)
       phase "the image's static binaries, in the background (scripts/build-static.sh; log: $logs/build-static.log)"
-      # Its exit status, written when it ends, opens the podman suites' gate
-      # (scripts/run-tests.py --gate).
+      # Its exit status, written when it ends, starts the README's install
+      # (below), whose end opens the podman suites' gate.
       rm -f "$logs/build-static.status"
       (
         status=0
@@ -270,7 +270,17 @@ if ((!quick)); then
     rm -rf "$root"
   }
   phase "cargo install --locked --profile image --path crates/cli (the README's command) and its demo, in the background (log: $logs/readme-command.log)"
-  (set -euo pipefail && readme_command) >"$logs/readme-command.log" 2>&1 &
+  # Its exit status, written when it ends, opens the podman suites' gate:
+  # their image build takes target/image's cargo lock, which this install
+  # holds until it ends (without the gate the container suite sat 5
+  # minutes in the pool waiting for it, in the rehearsal of bee3fa6).
+  rm -f "$logs/readme-command.status"
+  (
+    status=0
+    (set -euo pipefail && readme_command) >"$logs/readme-command.log" 2>&1 || status=$?
+    echo "$status" >"$logs/readme-command.status"
+    exit "$status"
+  ) &
   readme_pid=$!
 fi
 
@@ -433,7 +443,9 @@ else
   # run costs most of an hour; its log should list every failure).
   failed=0
   gate=()
-  [[ -n "$static_pid" ]] && gate=(--gate "podman-and-image=$logs/build-static.status")
+  # The README's install starts once the image's build has ended, so its
+  # end is the end of both.
+  [[ -n "$static_pid" ]] && gate=(--gate "podman-and-image=$logs/readme-command.status")
   "${PYTHON:-python3}" scripts/run-tests.py --jobs "$test_jobs" "${gate[@]}" || failed=1
   finish_background "$doc_pid" "$logs/doc-tests.log" "cargo test --doc" || failed=1
   finish_background "$readme_pid" "$logs/readme-command.log" "the README's command" || failed=1
