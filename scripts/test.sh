@@ -214,6 +214,13 @@ test_jobs=3
 if ((quick)); then
   # The quick loop needs none of these suites' tools.
   export SPOT_WORKER_INFRA_CHECKS=0 SPOT_WORKER_VM_IN_A_BOX=0 SPOT_WORKER_CONTAINER_TEST=0
+else
+  # The full run builds everything once (CI starts from a clean clone): the
+  # incremental caches of the debug builds would only be written, never
+  # read, at a cost in CPU and disk. Every cargo call of the run (and the
+  # tests' own) inherits it, so none rebuilds for a different setting. The
+  # quick loop keeps them: it rebuilds what changed.
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 fi
 
 # The full run's optimised builds start first, in the background: the
