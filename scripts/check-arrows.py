@@ -279,21 +279,28 @@ def dependency_names(cargo_toml):
     return names
 
 
-def dependency_entries(cargo_toml):
-    """{name: spec} of a Cargo.toml's [dependencies] table, each spec with
-    its `path = "..."` left out (two packages at different depths name the
-    same crate by different paths) and its blanks removed."""
-    entries, inside = {}, False
+def table_lines(cargo_toml, table):
+    """The lines of one `[table]` of a Cargo.toml, comments stripped."""
+    inside = False
     with open(cargo_toml, encoding="utf-8") as f:
         for raw in f:
             line = raw.split("#", 1)[0].strip()
             if line.startswith("["):
-                inside = line == "[dependencies]"
-                continue
-            m = re.match(r"^([A-Za-z0-9_-]+)\s*([.=].*)$", line)
-            if inside and m:
-                spec = re.sub(r'path\s*=\s*"[^"]*"\s*,?', "", m.group(2))
-                entries[m.group(1)] = re.sub(r"\s+", "", spec).replace(",}", "}")
+                inside = line == "[%s]" % table
+            elif inside:
+                yield line
+
+
+def dependency_entries(cargo_toml):
+    """{name: spec} of a Cargo.toml's [dependencies] table, each spec with
+    its `path = "..."` left out (two packages at different depths name the
+    same crate by different paths) and its blanks removed."""
+    entries = {}
+    for line in table_lines(cargo_toml, "dependencies"):
+        m = re.match(r"^([A-Za-z0-9_-]+)\s*([.=].*)$", line)
+        if m:
+            spec = re.sub(r'path\s*=\s*"[^"]*"\s*,?', "", m.group(2))
+            entries[m.group(1)] = re.sub(r"\s+", "", spec).replace(",}", "}")
     return entries
 
 
@@ -321,16 +328,10 @@ def twins_differ(root):
 
 
 def package_name(cargo_toml):
-    inside = False
-    with open(cargo_toml, encoding="utf-8") as f:
-        for raw in f:
-            line = raw.split("#", 1)[0].strip()
-            if line.startswith("["):
-                inside = line == "[package]"
-                continue
-            m = re.match(r'^name\s*=\s*"([^"]+)"', line)
-            if inside and m:
-                return m.group(1)
+    for line in table_lines(cargo_toml, "package"):
+        m = re.match(r'^name\s*=\s*"([^"]+)"', line)
+        if m:
+            return m.group(1)
     return None
 
 
