@@ -150,8 +150,11 @@ impl Consumer {
     }
 
     /// Leaves a message whose poisoning stopped short (`sent`: its record
-    /// is stored) for a later delivery to finish: kept out of the way for
-    /// a while instead of retried at once, but never dropped.
+    /// is stored) for a later delivery to finish: kept out of the way on
+    /// the retry schedule of its deliveries instead of retried at once, but
+    /// never dropped. (Parked for the longest backoff, five minutes, a
+    /// message poisoned during a short storage outage sat out of every
+    /// consumer's reach long after the store was back.)
     async fn poison_later(&self, mut delivery: Delivery, sent: bool) {
         delivery.stop_renewing().await;
         if delivery.lease.is_lost() {
@@ -162,12 +165,13 @@ impl Consumer {
             );
             return;
         }
+        let delay = self.backoff(delivery.message.dequeue_count);
         tracing::warn!(
             copied = sent,
+            retry_in = ?delay,
             "moving the message to the poison queue stopped short; a later delivery finishes it"
         );
-        self.make_visible_after(&delivery.lease, self.config.retry_backoff_max)
-            .await;
+        self.make_visible_after(&delivery.lease, delay).await;
     }
 
     /// Sends the poison record for `message`; false if it was not sent.

@@ -240,6 +240,44 @@ async fn early_poisoning_renews_the_lease_while_the_poison_queue_is_slow() {
     assert_eq!(poison.len(), 2, "no duplicates");
 }
 
+// A poison queue out of reach leaves the message for a later delivery on
+// the retry schedule, not out of every consumer's reach for the longest
+// backoff (the chaos run's storage outage of seed 20260606).
+#[tokio::test(start_paused = true)]
+async fn a_poisoning_cut_short_is_finished_by_the_next_delivery_on_the_retry_schedule() {
+    let (queue, poison) = queues_holding("doomed").await;
+    let handler = handler_fn(|_job: Job| async { Err::<(), HandlerError>("broken".into()) });
+    let config = ConsumerConfig {
+        max_failures: 1,
+        retry_backoff_max: Duration::from_secs(300),
+        ..config()
+    };
+    let out_of_reach = FaultyQueue::new(poison.clone());
+    out_of_reach.faults().cut_off.store(true, Ordering::SeqCst);
+    let running = Running::start(
+        consumer_of(queue.clone(), out_of_reach.clone(), config),
+        handler,
+    );
+    running
+        .wait_for("the first delivery", |s| s.received == 1)
+        .await;
+    let cut_short = tokio::time::Instant::now();
+    out_of_reach.faults().cut_off.store(false, Ordering::SeqCst);
+    running
+        .wait_for("delivered again", |s| s.received == 2)
+        .await;
+    let parked = cut_short.elapsed();
+    assert!(
+        parked < Duration::from_secs(60),
+        "parked for {parked:?}, the longest backoff"
+    );
+    running.wait_for("poisoned", |s| s.poisoned == 1).await;
+    let stats = running.stop().await;
+    assert_eq!(stats.poisoned, 1);
+    assert!(queue.is_empty());
+    assert_eq!(poison.len(), 1, "poisoned once");
+}
+
 // Finding 9: a checkpoint-store outage does not poison anything.
 #[tokio::test(start_paused = true)]
 async fn a_checkpoint_store_outage_holds_messages_without_poisoning_them() {
