@@ -33,6 +33,7 @@ impl Consumer {
         handler: H,
         signals: DrainSignals,
     ) -> ConsumerStats {
+        let signals = signals.for_run();
         let handler = Arc::new(handler);
         let config = &self.config;
         let slots = Arc::new(Semaphore::new(config.max_in_flight));
@@ -71,7 +72,9 @@ impl Consumer {
                 _ = signals.stopping() => {
                     // A receive the service already answered hid its messages;
                     // let it finish (briefly) so they can be released at once.
-                    if let Ok(Ok(messages)) = tokio::time::timeout(config.settle_timeout, receive).await {
+                    let answered = tokio::time::timeout(config.settle_timeout, receive).await;
+                    signals.close_intake();
+                    if let Ok(Ok(messages)) = answered {
                         self.release_unstarted(messages).await;
                     }
                     break;
@@ -129,6 +132,7 @@ impl Consumer {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+        signals.close_intake();
         tracing::info!(
             queue = self.queue.name(),
             in_flight = jobs.len(),

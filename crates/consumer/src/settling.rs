@@ -146,7 +146,13 @@ impl Consumer {
                 self.note_release(id).await
             }
         };
-        let release = self.make_visible_after(&delivery.lease, Duration::ZERO);
+        // Not while this consumer's own receive is still out: it could take
+        // the message straight back.
+        let release = async {
+            signals.intake_closed(self.config.settle_timeout).await;
+            self.make_visible_after(&delivery.lease, Duration::ZERO)
+                .await
+        };
         let (noted, released) = release_after_note(note, &signals.release, release).await;
         if released {
             self.settled(DeliveryOutcome::Released);

@@ -1,6 +1,7 @@
 //! [`DrainSignals`]: the three stages of stopping a consumer.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -31,6 +32,9 @@ pub struct DrainSignals {
     /// When stage 2 (or 3, without it) began: the notice, which a drain's
     /// last save is weighed against (saved at the notice or before it).
     noticed_at: Arc<OnceLock<Instant>>,
+    /// Cancelled when one consumer's receive loop has ended, so no receive
+    /// of its own is in flight: each run has its own ([`Self::for_run`]).
+    intake_closed: CancellationToken,
 }
 
 impl Default for DrainSignals {
@@ -51,7 +55,32 @@ impl DrainSignals {
             stop_receiving,
             deadline: Arc::new(watch::channel(None).0),
             noticed_at: Arc::default(),
+            intake_closed: CancellationToken::new(),
         }
+    }
+
+    /// The same stages, with an intake of its own: what one consumer's
+    /// run holds, so its releases wait for its own receive loop only.
+    pub(crate) fn for_run(&self) -> DrainSignals {
+        DrainSignals {
+            intake_closed: CancellationToken::new(),
+            ..self.clone()
+        }
+    }
+
+    /// Records that this run's receive loop has ended: no receive of its
+    /// own is in flight any more.
+    pub(crate) fn close_intake(&self) {
+        self.intake_closed.cancel();
+    }
+
+    /// Resolves once this run's receive loop has ended, or after `limit`.
+    /// A message released on shutdown while a receive sent before the stop
+    /// is still unanswered can come back in that receive: taken again
+    /// (its dequeue count raised) only to be released a second time, the
+    /// two releases' notes racing for its attempt record.
+    pub(crate) async fn intake_closed(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.intake_closed.cancelled()).await;
     }
 
     /// Stage 1: receive no more messages; in-flight handlers keep running

@@ -56,6 +56,9 @@ pub struct QueueFaults {
     pub receive_ignores_max: AtomicBool,
     /// Receives answer after this many milliseconds.
     pub receive_delay_ms: AtomicU64,
+    /// Receives reach the service this many milliseconds after they are
+    /// sent: what they take is what the queue holds then.
+    pub receive_in_transit_ms: AtomicU64,
     /// Sends answer after this many milliseconds.
     pub send_delay_ms: AtomicU64,
     /// A send lands, then never answers: the sender was killed right
@@ -210,6 +213,8 @@ impl<Q: MessageQueue> MessageQueue for FaultyQueue<Q> {
         self.unavailable_if(QueueFaults::on(&faults.receives_failing), "receive")?;
         let asked = usize::from(max);
         let outstanding = faults.outstanding.load(Ordering::SeqCst);
+        let in_transit = faults.receive_in_transit_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(in_transit)).await;
         let max = if QueueFaults::on(&faults.receive_ignores_max) {
             32
         } else {
