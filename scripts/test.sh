@@ -299,6 +299,24 @@ if ((!quick)); then
   readme_pid=$!
 fi
 
+# The infra checks of bicep/, deploy/kubernetes/ and scripts/; run in the
+# background once the example worker is built (target/debug/examples/primes).
+run_infra_checks() {
+  phase "infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
+  # The unit is verified with ExecStart at the real worker binary.
+  tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
+  phase "infra: checkov (bicep/; every skip justified inline)"
+  # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
+  BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
+    --skip-download --quiet --compact
+  phase "infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
+  tools/infra/.venv/bin/python tools/infra/check_manifests.py
+  phase "infra: shellcheck scripts/"
+  shellcheck -x scripts/*.sh
+  phase "infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
+  tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
+}
+
 # Waits for a background step and prints its log; returns 1 (having said so)
 # if it failed. usage: finish_background PID LOG WHAT
 finish_background() {
@@ -325,13 +343,20 @@ echo "    AZURITE_BIN=$AZURITE_BIN"
 
 # Python interop tests (crates/azure/tests/it/python_interop.rs) are on unless
 # SPOT_WORKER_PYTHON_INTEROP=0; then the venv is not needed.
+# It installs in the background, beside the builds; the suites wait for it.
+python_pid=""
 case "${SPOT_WORKER_PYTHON_INTEROP:-1}" in
   0 | false | disabled) phase "Python interop disabled" ;;
   *)
-    phase "Python venv (tools/python/requirements.txt)"
-    echo "    interpreter: $(python_identity)"
-    # The stamp covers the requirements and the interpreter.
-    venv_if_changed python
+    phase "Python venv (tools/python/requirements.txt), in the background (log: $logs/python-venv.log)"
+    mkdir -p "$logs"
+    (
+      set -euo pipefail
+      echo "    interpreter: $(python_identity)"
+      # The stamp covers the requirements and the interpreter.
+      venv_if_changed python
+    ) >"$logs/python-venv.log" 2>&1 &
+    python_pid=$!
     ;;
 esac
 
@@ -348,14 +373,36 @@ case "$infra_checks" in
     fi
     ;;
 esac
+# Their tools install in the background, beside the builds (mostly
+# downloads: 96 to 113 s in the foreground of CI's runs), and the checks
+# follow there once the example worker they run is built (below).
+infra_pid=""
+infra_log="$logs/infra.log"
+rm -f "$logs/examples.status"
 case "$infra_checks" in
   0 | false | disabled) ;;
   *)
-    phase "infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
-    venv_if_changed infra
-    phase "KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
-    install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
-      npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
+    phase "infra venv, KEDA's types, then the infra checks beside the test suites, in the background (log: $infra_log)"
+    mkdir -p "$logs"
+    (
+      set -euo pipefail
+      phase "infra venv (tools/infra/requirements.txt: pycep-parser, checkov)"
+      venv_if_changed infra
+      phase "KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
+      install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
+        npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
+      waited=0
+      while [[ ! -f "$logs/examples.status" ]] && ((waited < 3600)); do
+        sleep 5
+        waited=$((waited + 5))
+      done
+      if [[ ! -f "$logs/examples.status" ]]; then
+        echo "infra: the example worker was not built within an hour; the checks did not run" >&2
+        exit 1
+      fi
+      run_infra_checks
+    ) >"$infra_log" 2>&1 &
+    infra_pid=$!
     ;;
 esac
 
@@ -410,6 +457,10 @@ phase "check-arrows"
 phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+if [[ -n "$python_pid" ]]; then
+  finish_background "$python_pid" "$logs/python-venv.log" "Python venv"
+fi
+
 if ((quick)); then
   phase "cargo test --quick (scripts/run-tests.py: unit tests and the fast integration suites)"
   "${PYTHON:-python3}" scripts/run-tests.py --quick --jobs "$test_jobs"
@@ -423,34 +474,9 @@ else
   # the test build, so this only links.
   phase "cargo build --workspace --examples (the example workers the suites and infra checks run)"
   cargo build --workspace --examples --locked
-
-  # The infra checks run beside the suites, their output kept in a log
-  # printed whole when they end.
-  infra_pid=""
-  infra_log="$logs/infra.log"
-  case "$infra_checks" in
-    0 | false | disabled) ;;
-    *)
-      phase "infra checks (beside the test suites; output: $infra_log)"
-      (
-        set -euo pipefail
-        phase "infra: bicep parses and matches Azure's types, scale-in table, cloud-init schema, systemd-analyze verify, workbook"
-        # The unit is verified with ExecStart at the real worker binary.
-        tools/infra/.venv/bin/python tools/infra/check_infra.py --worker-binary target/debug/examples/primes
-        phase "infra: checkov (bicep/; every skip justified inline)"
-        # --skip-download and BC_SKIP_MAPPING: offline, no Prisma Cloud calls.
-        BC_SKIP_MAPPING=TRUE tools/infra/.venv/bin/checkov --directory bicep --framework bicep \
-          --skip-download --quiet --compact
-        phase "infra: deploy/kubernetes/ against the Kubernetes API schemas, KEDA's types and the worker's rules"
-        tools/infra/.venv/bin/python tools/infra/check_manifests.py
-        phase "infra: shellcheck scripts/"
-        shellcheck -x scripts/*.sh
-        phase "infra: deploy rehearsal (scripts/ and the manual path against az/kubectl/kubelogin stand-ins)"
-        tools/infra/.venv/bin/python tools/infra/rehearsal/rehearse.py
-      ) >"$infra_log" 2>&1 &
-      infra_pid=$!
-      ;;
-  esac
+  # The infra checks (started in the background above) run beside the
+  # suites from here; their log is printed whole when they end.
+  echo 0 >"$logs/examples.status"
 
   # The doc tests, beside the suites too (they compile with the test build's
   # libraries; no suite builds anything of the debug profile, see above).
