@@ -81,13 +81,13 @@ async fn oversized_responses_are_refused() {
 
 #[tokio::test]
 async fn a_dead_endpoint_fails_fast_with_a_clear_error() {
-    // Bind then drop to get a port nobody listens on.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port bound and never listened on, held to the end: connections to
+    // it are refused. (A port bound then released could be taken by
+    // another suite's emulator in between: a side-by-side run once got
+    // that emulator's events here.)
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let config = ImdsConfig {
         first_call_timeout: Duration::from_secs(10),
         ..ImdsConfig::default().with_endpoint(format!("http://127.0.0.1:{port}"))
