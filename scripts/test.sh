@@ -21,6 +21,17 @@ phase() {
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 
+# Waits for FILE, written by a step in the background, polling every 5 s
+# for an hour at most; fails if it never came. usage: wait_for_file FILE
+wait_for_file() {
+  local waited=0
+  while [[ ! -f "$1" ]] && ((waited < 3600)); do
+    sleep 5
+    waited=$((waited + 5))
+  done
+  [[ -f "$1" ]]
+}
+
 # Installs a dependency only when its lockfile changed since the last
 # install, so repeated runs are fast and a fresh machine gets everything.
 # usage: install_if_changed LOCKFILE STAMP COMMAND...
@@ -271,11 +282,10 @@ if ((!quick)); then
   # command itself: its version, its help, and a short demo (an eviction
   # mid-job and the resumption, checked; about 2 s).
   readme_command() {
-    local root waited=0
-    while [[ -n "$static_pid" && ! -f "$logs/build-static.status" ]] && ((waited < 3600)); do
-      sleep 5
-      waited=$((waited + 5))
-    done
+    local root
+    if [[ -n "$static_pid" ]]; then
+      wait_for_file "$logs/build-static.status" || true
+    fi
     root="$(mktemp -d)"
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
       cargo install --locked --quiet --profile image --path crates/cli --root "$root"
@@ -398,12 +408,7 @@ case "$infra_checks" in
       phase "KEDA's types for the manifest checks (npm ci, pinned by tools/infra/keda/package-lock.json)"
       install_if_changed tools/infra/keda/package-lock.json tools/infra/keda/node_modules/.installed-lock-sha256 \
         npm ci --prefix tools/infra/keda --no-audit --no-fund --loglevel=error
-      waited=0
-      while [[ ! -f "$logs/examples.status" ]] && ((waited < 3600)); do
-        sleep 5
-        waited=$((waited + 5))
-      done
-      if [[ ! -f "$logs/examples.status" ]]; then
+      if ! wait_for_file "$logs/examples.status"; then
         echo "infra: the example worker was not built within an hour; the checks did not run" >&2
         exit 1
       fi
